@@ -1,0 +1,3 @@
+module github.com/fairqueue/fairqueue
+
+go 1.26.0
