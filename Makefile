@@ -1,0 +1,123 @@
+# fairqueue: a Kubernetes operator and a data-plane admission controller for
+# weighted fair queuing. `make help` lists the targets.
+
+# Tools are pinned here and installed into bin/ from the Go module proxy.
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+GOLANGCI_LINT_VERSION ?= v2.15.0
+
+LOCALBIN ?= $(CURDIR)/bin
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
+# envtest binaries (kube-apiserver, etcd, maybe kubectl) built from source by hack/envtest.sh.
+ENVTEST_DIR ?= $(LOCALBIN)/k8s
+KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(ENVTEST_DIR)/kubectl)
+
+GO ?= go
+GOTEST_FLAGS ?= -count=1 -timeout=20m
+PKGS ?= ./...
+
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: controller-gen ## Generate the CRD and the RBAC Role from the kubebuilder markers.
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./controllers/... output:rbac:artifacts:config=config/rbac
+
+.PHONY: generate
+generate: controller-gen ## Generate DeepCopy methods for the API types.
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+
+.PHONY: fmt
+fmt: ## Run gofmt on the code.
+	gofmt -s -w $$(git ls-files '*.go' ; git ls-files --others --exclude-standard '*.go')
+
+.PHONY: vet
+vet: ## Run go vet.
+	$(GO) vet $(PKGS)
+
+.PHONY: lint
+lint: golangci-lint ## Run golangci-lint.
+	$(GOLANGCI_LINT) run $(PKGS)
+
+.PHONY: verify
+verify: manifests generate ## Fail when generated code, manifests or formatting are stale.
+	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	@if ! git diff --quiet -- api config; then \
+		echo "Generated files are stale: run 'make generate manifests' and commit the result:"; \
+		git --no-pager diff --stat -- api config; exit 1; fi
+	@untracked=$$(git ls-files --others --exclude-standard -- api config); if [ -n "$$untracked" ]; then \
+		echo "Generated files are not committed:"; echo "$$untracked"; exit 1; fi
+	@echo "verify: generated code, manifests and formatting are up to date"
+
+.PHONY: test
+test: vet envtest ## Run all unit and envtest tests against a real API server.
+	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) test $(GOTEST_FLAGS) $(PKGS)
+
+.PHONY: bench
+bench: ## Run the benchmarks quoted in the README.
+	$(GO) test -run '^$$' -bench . -benchmem ./dataplane/...
+
+##@ Build
+
+.PHONY: build
+build: ## Build the operator and data-plane binaries into bin/.
+	$(GO) build -o $(LOCALBIN)/manager ./cmd/manager
+	$(GO) build -o $(LOCALBIN)/dataplane ./cmd/dataplane
+
+.PHONY: run
+run: manifests generate ## Run the operator against the cluster of the current kubeconfig.
+	$(GO) run ./cmd/manager
+
+##@ Deployment
+
+.PHONY: install
+install: manifests ## Install the CRDs into the cluster of the current kubeconfig.
+	$(KUBECTL) apply --server-side -f config/crd/bases
+
+.PHONY: uninstall
+uninstall: manifests ## Remove the CRDs from the cluster of the current kubeconfig.
+	$(KUBECTL) delete --ignore-not-found -f config/crd/bases
+
+##@ Tools
+
+.PHONY: envtest
+envtest: ## Build kube-apiserver and etcd (pinned in hack/envtest/go.mod) into bin/k8s.
+	@hack/envtest.sh >/dev/null
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN)
+$(CONTROLLER_GEN): $(LOCALBIN)
+	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
+
+.PHONY: golangci-lint
+golangci-lint: $(GOLANGCI_LINT)
+$(GOLANGCI_LINT): $(LOCALBIN)
+	$(call go-install-tool,$(GOLANGCI_LINT),github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
+
+$(LOCALBIN):
+	mkdir -p $(LOCALBIN)
+
+# go-install-tool installs package $(2) at version $(3) as $(1)-$(3) and links
+# $(1) to it, so changing a pinned version reinstalls the tool.
+define go-install-tool
+@[ -f "$(1)-$(3)" ] && [ "$$(readlink -- "$(1)" 2>/dev/null)" = "$(notdir $(1))-$(3)" ] || { \
+set -e; \
+echo "Installing $(2)@$(3)"; \
+rm -f "$(1)"; \
+GOBIN="$(LOCALBIN)" $(GO) install $(2)@$(3); \
+mv "$(LOCALBIN)/$$(basename "$(1)")" "$(1)-$(3)"; \
+ln -sf "$(notdir $(1))-$(3)" "$(1)"; \
+}
+endef
