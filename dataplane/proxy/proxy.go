@@ -1,0 +1,184 @@
+// Package proxy holds the data plane's upstream side: the configured backends,
+// round-robin selection among the ones that still have per-backend capacity,
+// and a tuned httputil.ReverseProxy per backend that streams responses
+// (server-sent events included) as they arrive.
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// bufferSize is the copy buffer size used for response bodies; it matches the
+// io.Copy default so pooled buffers behave like the stdlib ones.
+const bufferSize = 32 << 10
+
+// Target names one upstream the proxy may send requests to.
+type Target struct {
+	// Name identifies the backend in limits, logs and metrics.
+	Name string
+	// URL is the backend's base URL; the request path is appended to its path.
+	URL string
+}
+
+// Backend is one parsed upstream with its own reverse proxy.
+type Backend struct {
+	name  string
+	proxy *httputil.ReverseProxy
+}
+
+// Name returns the backend's configured name.
+func (b *Backend) Name() string { return b.name }
+
+// ServeHTTP proxies r to the backend and streams the response into w.
+// Errors reaching the backend are reported through Options.ErrorHandler.
+func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.proxy.ServeHTTP(w, r)
+}
+
+// Options tunes the pool's transport and error handling. Zero values pick
+// the defaults documented on each field.
+type Options struct {
+	// Transport sends requests upstream; nil means NewTransport().
+	Transport http.RoundTripper
+	// ErrorHandler answers the client when the backend cannot be reached or
+	// fails mid-response; nil means a plain 502.
+	ErrorHandler func(http.ResponseWriter, *http.Request, error)
+}
+
+// Pool is an immutable set of backends with a round-robin cursor. It is safe
+// for concurrent use.
+type Pool struct {
+	backends []*Backend
+	next     atomic.Uint32
+}
+
+// NewPool parses targets and builds one reverse proxy per backend. It fails
+// on an empty list, a duplicate name, or a URL that is not absolute http(s).
+func NewPool(targets []Target, opts Options) (*Pool, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("proxy: no backends configured; add at least one entry to backends")
+	}
+	transport := opts.Transport
+	if transport == nil {
+		transport = NewTransport()
+	}
+	buffers := newBufferPool()
+	seen := make(map[string]bool, len(targets))
+	p := &Pool{backends: make([]*Backend, 0, len(targets))}
+	for i, t := range targets {
+		if t.Name == "" {
+			return nil, fmt.Errorf("proxy: backends[%d].name is empty; give every backend a unique name", i)
+		}
+		if seen[t.Name] {
+			return nil, fmt.Errorf("proxy: backends[%d].name %q is a duplicate; backend names must be unique", i, t.Name)
+		}
+		seen[t.Name] = true
+		u, err := url.Parse(t.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("proxy: backends[%d].url %q is not an absolute http(s) URL", i, t.URL)
+		}
+		p.backends = append(p.backends, &Backend{
+			name: t.Name,
+			proxy: &httputil.ReverseProxy{
+				Rewrite: func(pr *httputil.ProxyRequest) {
+					pr.SetURL(u)
+					pr.SetXForwarded()
+				},
+				Transport:  transport,
+				BufferPool: buffers,
+				// FlushInterval stays 0: ReverseProxy already flushes every
+				// write for text/event-stream and for bodies of unknown length,
+				// which is what streaming completions use, while whole JSON
+				// bodies are not flushed write by write.
+				ErrorHandler: opts.ErrorHandler,
+			},
+		})
+	}
+	return p, nil
+}
+
+// Len returns the number of backends.
+func (p *Pool) Len() int { return len(p.backends) }
+
+// Backends returns the backends in configured order. The slice must not be
+// modified.
+func (p *Pool) Backends() []*Backend { return p.backends }
+
+// TakeFunc tries to charge one per-backend token for the named backend. It
+// returns ok=false with the time until a token frees up when the backend is
+// exhausted.
+type TakeFunc func(backend string) (ok bool, retryAfter time.Duration)
+
+// Pick returns the next backend in round-robin order whose token take
+// succeeds, trying each backend at most once. When every backend refuses it
+// returns nil and the shortest Retry-After among them. A nil take means no
+// per-backend limit.
+func (p *Pool) Pick(take TakeFunc) (*Backend, time.Duration) {
+	n := uint32(len(p.backends))
+	start := p.next.Add(1) - 1
+	if take == nil {
+		return p.backends[start%n], 0
+	}
+	var shortest time.Duration
+	for i := uint32(0); i < n; i++ {
+		b := p.backends[(start+i)%n]
+		ok, retry := take(b.name)
+		if ok {
+			return b, 0
+		}
+		if i == 0 || retry < shortest {
+			shortest = retry
+		}
+	}
+	return nil, shortest
+}
+
+// NewTransport returns the upstream transport: bounded dial and TLS
+// handshake times and a generous idle pool, but no response-header timeout,
+// because LLM backends may think for a long time; the caller bounds the whole
+// exchange with the request's total-timeout deadline instead.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          512,
+		MaxIdleConnsPerHost:   128,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// bufferPool recycles response copy buffers between requests.
+type bufferPool struct{ pool sync.Pool }
+
+func newBufferPool() *bufferPool {
+	return &bufferPool{pool: sync.Pool{New: func() any {
+		b := make([]byte, bufferSize)
+		return &b
+	}}}
+}
+
+// Get returns a buffer of bufferSize bytes.
+func (p *bufferPool) Get() []byte { return *p.pool.Get().(*[]byte) }
+
+// Put returns a buffer to the pool; foreign-sized buffers are dropped.
+func (p *bufferPool) Put(b []byte) {
+	if cap(b) != bufferSize {
+		return
+	}
+	b = b[:bufferSize]
+	p.pool.Put(&b)
+}

@@ -1,0 +1,131 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestNewPoolRejectsBadTargets(t *testing.T) {
+	tests := []struct {
+		name    string
+		targets []Target
+		wantErr string
+	}{
+		{name: "empty", targets: nil, wantErr: "no backends"},
+		{name: "no name", targets: []Target{{URL: "http://a"}}, wantErr: "backends[0].name is empty"},
+		{name: "duplicate", targets: []Target{{Name: "a", URL: "http://a"}, {Name: "a", URL: "http://b"}}, wantErr: `backends[1].name "a" is a duplicate`},
+		{name: "relative url", targets: []Target{{Name: "a", URL: "/x"}}, wantErr: "backends[0].url"},
+		{name: "bad scheme", targets: []Target{{Name: "a", URL: "ftp://h"}}, wantErr: "not an absolute http(s) URL"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewPool(tc.targets, Options{})
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("NewPool() error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestPick(t *testing.T) {
+	targets := []Target{{Name: "a", URL: "http://a"}, {Name: "b", URL: "http://b"}, {Name: "c", URL: "http://c"}}
+	tests := []struct {
+		name      string
+		exhausted map[string]time.Duration // backend -> retry-after
+		picks     int
+		want      []string // names picked in order; "" means none
+		wantRetry time.Duration
+	}{
+		{name: "round robin", picks: 4, want: []string{"a", "b", "c", "a"}},
+		{name: "skips exhausted", exhausted: map[string]time.Duration{"b": time.Second}, picks: 3, want: []string{"a", "c", "c"}},
+		{name: "all exhausted gives shortest retry", picks: 1, want: []string{""}, wantRetry: 200 * time.Millisecond,
+			exhausted: map[string]time.Duration{"a": time.Second, "b": 200 * time.Millisecond, "c": 3 * time.Second}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewPool(targets, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			take := func(name string) (bool, time.Duration) {
+				retry, full := tc.exhausted[name]
+				return !full, retry
+			}
+			for i, want := range tc.want {
+				b, retry := p.Pick(take)
+				got := ""
+				if b != nil {
+					got = b.Name()
+				}
+				if got != want {
+					t.Errorf("pick %d = %q, want %q", i, got, want)
+				}
+				if b == nil && retry != tc.wantRetry {
+					t.Errorf("pick %d retry = %v, want %v", i, retry, tc.wantRetry)
+				}
+			}
+		})
+	}
+}
+
+func TestBackendProxiesAndReportsErrors(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.URL.Path+" via "+r.Header.Get("X-Forwarded-For"))
+	}))
+	defer up.Close()
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+
+	var gotErr error
+	tr := NewTransport()
+	defer tr.CloseIdleConnections()
+	p, err := NewPool([]Target{{Name: "up", URL: up.URL + "/base"}, {Name: "dead", URL: deadURL}}, Options{
+		Transport: tr,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			gotErr = err
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+	p.Backends()[0].ServeHTTP(rec, req)
+	if rec.Code != 200 || !strings.HasPrefix(rec.Body.String(), "/base/v1/models via ") {
+		t.Errorf("proxied answer = %d %q, want 200 with the joined path and X-Forwarded-For", rec.Code, rec.Body)
+	}
+
+	rec = httptest.NewRecorder()
+	p.Backends()[1].ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	var opErr interface{ Timeout() bool }
+	if rec.Code != http.StatusBadGateway || gotErr == nil || errors.As(gotErr, &opErr) && opErr.Timeout() {
+		t.Errorf("dead backend: status %d, error %v; want 502 through the ErrorHandler with a non-timeout error", rec.Code, gotErr)
+	}
+}
+
+func TestBufferPool(t *testing.T) {
+	p := newBufferPool()
+	b := p.Get()
+	if len(b) != bufferSize {
+		t.Fatalf("len(Get()) = %d, want %d", len(b), bufferSize)
+	}
+	p.Put(b)
+	p.Put(make([]byte, 10)) // foreign size must be dropped, not handed out
+	for i := 0; i < 4; i++ {
+		if got := len(p.Get()); got != bufferSize {
+			t.Fatalf("Get() after Put of a foreign buffer returned len %d", got)
+		}
+	}
+}
