@@ -1,0 +1,191 @@
+package fairqueue
+
+import (
+	"time"
+)
+
+// Reason says why a request left the queue without being admitted. The first
+// five are the refusal reasons of the product specification and appear in the
+// HTTP error body and the refused_total metric.
+type Reason string
+
+const (
+	// ReasonQueueFull means the replica already holds MaxTotalQueued requests.
+	ReasonQueueFull Reason = "queue_full"
+	// ReasonTenantQueueFull means the tenant already has MaxQueueDepthPerTenant
+	// requests queued.
+	ReasonTenantQueueFull Reason = "tenant_queue_full"
+	// ReasonTenantTableFull means MaxTenants tenant queues are tracked already
+	// and the request's tenant has none.
+	ReasonTenantTableFull Reason = "tenant_table_full"
+	// ReasonWaitExceedsBudget means the Retry-After (at enqueue, or after a
+	// refused re-check) does not fit in the request's remaining budget.
+	ReasonWaitExceedsBudget Reason = "wait_exceeds_budget"
+	// ReasonDeadlineExceeded means the request's budget ran out while it was
+	// queued.
+	ReasonDeadlineExceeded Reason = "deadline_exceeded"
+	// ReasonDisabled means fair queuing was turned off (Queue.Disable) while
+	// the request was queued or before it arrived; the caller answers with the
+	// limiter's ordinary 429.
+	ReasonDisabled Reason = "disabled"
+	// ReasonShutdown means the Queue was closed; the caller answers 503 or 429.
+	ReasonShutdown Reason = "shutdown"
+)
+
+// Default bounds from the product specification.
+const (
+	DefaultMaxQueueDepthPerTenant = 32
+	DefaultMaxTotalQueued         = 4096
+	DefaultMaxTenants             = 1024
+	DefaultMaxInFlight            = 8
+	DefaultMaxWait                = 5 * time.Second
+)
+
+// Bounds limits the memory and time the queue may spend. A zero field means
+// the specification's default for that field.
+type Bounds struct {
+	// MaxQueueDepthPerTenant bounds the requests queued for one tenant.
+	MaxQueueDepthPerTenant int
+	// MaxTotalQueued bounds the requests queued across all tenants.
+	MaxTotalQueued int
+	// MaxTenants bounds the tenant queues tracked at once.
+	MaxTenants int
+	// MaxInFlight bounds the admission attempts running at once.
+	MaxInFlight int
+	// MaxWait bounds the time one request may spend queued.
+	MaxWait time.Duration
+}
+
+// DefaultBounds returns the specification's default bounds.
+func DefaultBounds() Bounds {
+	return Bounds{
+		MaxQueueDepthPerTenant: DefaultMaxQueueDepthPerTenant,
+		MaxTotalQueued:         DefaultMaxTotalQueued,
+		MaxTenants:             DefaultMaxTenants,
+		MaxInFlight:            DefaultMaxInFlight,
+		MaxWait:                DefaultMaxWait,
+	}
+}
+
+// withDefaults fills zero or negative fields with the defaults.
+func (b Bounds) withDefaults() Bounds {
+	if b.MaxQueueDepthPerTenant <= 0 {
+		b.MaxQueueDepthPerTenant = DefaultMaxQueueDepthPerTenant
+	}
+	if b.MaxTotalQueued <= 0 {
+		b.MaxTotalQueued = DefaultMaxTotalQueued
+	}
+	if b.MaxTenants <= 0 {
+		b.MaxTenants = DefaultMaxTenants
+	}
+	if b.MaxInFlight <= 0 {
+		b.MaxInFlight = DefaultMaxInFlight
+	}
+	if b.MaxWait <= 0 {
+		b.MaxWait = DefaultMaxWait
+	}
+	return b
+}
+
+// Weights gives each tenant its relative share of admissions while backlogged.
+type Weights struct {
+	// Default applies to every tenant without an entry in ByTenant; values
+	// below 1 mean 1.
+	Default int
+	// ByTenant maps a tenant key (an identity hash) to its weight; values below
+	// 1 mean 1. The map is copied by New and SetWeights.
+	ByTenant map[string]int
+}
+
+// weightOf returns the effective weight of tenant.
+func (w *Weights) weightOf(tenant string) int {
+	if v, ok := w.ByTenant[tenant]; ok {
+		return max(v, 1)
+	}
+	return max(w.Default, 1)
+}
+
+// clone returns a copy that does not alias the caller's map.
+func (w Weights) clone() Weights {
+	c := Weights{Default: w.Default, ByTenant: make(map[string]int, len(w.ByTenant))}
+	for k, v := range w.ByTenant {
+		c.ByTenant[k] = v
+	}
+	return c
+}
+
+// Attempt re-checks the rate limiter for a granted waiter. It returns ok when
+// every limit passed (the tokens are taken), or the Retry-After of the refusal.
+// A non-nil error (for example an unavailable shared store) ends the wait and
+// is returned by Queue.Wait. Attempt must not block for long and must not call
+// back into the Queue.
+type Attempt func() (ok bool, retryAfter time.Duration, err error)
+
+// Request describes one request that a limit refused (or that must not barge
+// past existing waiters).
+type Request struct {
+	// Tenant is the tenant key (an identity hash); it selects the queue and
+	// the weight.
+	Tenant string
+	// Dimension is the tenant_dimension label (user, apiKey, team) passed to
+	// the Observer.
+	Dimension string
+	// LimitKeys are the limiter keys the request needs. They feed HasWaiters
+	// (no barging) and serialize attempts that compete for the same tokens.
+	LimitKeys []string
+	// Deadline is the absolute end of the request's admission budget; the zero
+	// time means none. The Queue also applies Bounds.MaxWait from enqueue.
+	Deadline time.Time
+	// RetryAfter is the Retry-After of the refusal that sent the request here,
+	// or 0 when it is queued only to avoid barging.
+	RetryAfter time.Duration
+	// Attempt re-checks the limiter when the request's turn comes; required.
+	Attempt Attempt
+}
+
+// Result is the outcome of Queue.Wait, carrying what the HTTP layer needs for
+// the x-fair-queue-* headers and the error body.
+type Result struct {
+	// Admitted is true when an attempt passed the limiter.
+	Admitted bool
+	// Reason says why the request was not admitted; empty when admitted, when
+	// the context ended or when Attempt failed with an error.
+	Reason Reason
+	// Position is the 1-based place the request had (or would have had) in
+	// the overall service order when it arrived: its place in its tenant queue
+	// scaled by its tenant's share, ceil(k * sumActiveWeights / weight).
+	Position int
+	// Waited is the time spent in the queue.
+	Waited time.Duration
+	// Estimate is the wait predicted at enqueue: the Retry-After plus the
+	// measured grant spacing times the grants expected ahead of the request.
+	Estimate time.Duration
+	// RetryAfter is a hint for the client when the request was refused: the
+	// last Retry-After the limiter gave for it.
+	RetryAfter time.Duration
+}
+
+// Observer receives queue events, typically to update Prometheus metrics.
+// Methods are called with the Queue's lock held: they must be fast, must not
+// block and must not call back into the Queue.
+type Observer interface {
+	// QueueChanged reports the requests queued and the tenant queues tracked
+	// after a change.
+	QueueChanged(depth, tenants int)
+	// Granted reports an admitted request and the time it spent queued.
+	Granted(dimension string, waited time.Duration)
+	// Refused reports a request refused at enqueue or after waiting.
+	Refused(dimension string, reason Reason)
+}
+
+// NopObserver is an Observer that ignores every event.
+type NopObserver struct{}
+
+// QueueChanged implements Observer.
+func (NopObserver) QueueChanged(int, int) {}
+
+// Granted implements Observer.
+func (NopObserver) Granted(string, time.Duration) {}
+
+// Refused implements Observer.
+func (NopObserver) Refused(string, Reason) {}
