@@ -1,0 +1,158 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package limiter
+
+import (
+	"fmt"
+	"time"
+)
+
+// Dimension names one of the seven rate-limit dimensions of SPEC section 2.
+type Dimension uint8
+
+const (
+	// DimensionGlobal is the single bucket shared by every request, checked before authentication.
+	DimensionGlobal Dimension = iota
+	// DimensionClient is keyed by client address and checked before authentication.
+	DimensionClient
+	// DimensionAPIKey is keyed by the hashed API key.
+	DimensionAPIKey
+	// DimensionUser is keyed by the hashed user id.
+	DimensionUser
+	// DimensionTeam is keyed by the hashed team id.
+	DimensionTeam
+	// DimensionModel is keyed by model name and may be overridden per model.
+	DimensionModel
+	// DimensionBackend is keyed by backend name and charged at dispatch.
+	DimensionBackend
+
+	// NumDimensions is the number of dimensions; valid values are below it.
+	NumDimensions = int(DimensionBackend) + 1
+)
+
+var dimensionNames = [NumDimensions]string{
+	DimensionGlobal:  "global",
+	DimensionClient:  "client",
+	DimensionAPIKey:  "api_key",
+	DimensionUser:    "user",
+	DimensionTeam:    "team",
+	DimensionModel:   "model",
+	DimensionBackend: "backend",
+}
+
+// String returns the SPEC limit_type of d ("global", "client", "api_key",
+// "user", "team", "model" or "backend").
+func (d Dimension) String() string {
+	if int(d) < NumDimensions {
+		return dimensionNames[d]
+	}
+	return fmt.Sprintf("Dimension(%d)", uint8(d))
+}
+
+// Queueable reports whether a refusal by d may be held in a fair queue: only
+// the identity-bearing dimensions api_key, user, team and model are.
+func (d Dimension) Queueable() bool {
+	return d >= DimensionAPIKey && d <= DimensionModel
+}
+
+// Limit is one token bucket's shape: Requests tokens are added every Period,
+// up to Burst tokens held at once.
+type Limit struct {
+	// Requests is the number of tokens added per Period. Must be positive.
+	Requests int64
+	// Period is the refill period. Must be positive.
+	Period time.Duration
+	// Burst is the bucket capacity; 0 means Requests.
+	Burst int64
+}
+
+// Validate reports what is wrong with l, if anything.
+func (l Limit) Validate() error {
+	switch {
+	case l.Requests <= 0:
+		return fmt.Errorf("requests must be positive, got %d", l.Requests)
+	case l.Period <= 0:
+		return fmt.Errorf("period must be positive, got %s", l.Period)
+	case l.Burst < 0:
+		return fmt.Errorf("burst must be zero (meaning requests) or positive, got %d", l.Burst)
+	}
+	return nil
+}
+
+// capacity returns the bucket size: Burst, or Requests when Burst is 0.
+func (l Limit) capacity() int64 {
+	if l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Requests
+}
+
+// interval returns the time that refills one token, never less than 1ns.
+// Integer division rounds down, so a bucket may admit at most one extra
+// request per 2^63 ns of error: far below anything observable.
+func (l Limit) interval() int64 {
+	iv := int64(l.Period) / l.Requests
+	if iv < 1 {
+		iv = 1
+	}
+	return iv
+}
+
+// Config holds the limit of every dimension; a nil limit switches that
+// dimension off.
+type Config struct {
+	Global  *Limit
+	Client  *Limit
+	APIKey  *Limit
+	User    *Limit
+	Team    *Limit
+	Model   *Limit
+	Backend *Limit
+	// ModelOverrides replaces Model for the named models. An override applies
+	// even when Model is nil.
+	ModelOverrides map[string]Limit
+}
+
+// Validate reports the first invalid limit in c, naming its dimension.
+func (c Config) Validate() error {
+	for d, l := range c.limits() {
+		if l == nil {
+			continue
+		}
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("limit %s: %w", Dimension(d), err)
+		}
+	}
+	for model, l := range c.ModelOverrides {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("limit model override %q: %w", model, err)
+		}
+	}
+	return nil
+}
+
+func (c Config) limits() [NumDimensions]*Limit {
+	return [NumDimensions]*Limit{
+		DimensionGlobal:  c.Global,
+		DimensionClient:  c.Client,
+		DimensionAPIKey:  c.APIKey,
+		DimensionUser:    c.User,
+		DimensionTeam:    c.Team,
+		DimensionModel:   c.Model,
+		DimensionBackend: c.Backend,
+	}
+}

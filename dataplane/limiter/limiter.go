@@ -1,0 +1,239 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package limiter implements the token buckets of SPEC section 2: global and
+// per-client limits checked before authentication, the identity dimensions
+// (api key, user, team, model) checked and charged atomically, and per-backend
+// limits charged at dispatch.
+//
+// A Limiter resolves which buckets a request needs from its Config and asks a
+// Store to check them. The default MemoryStore keeps per-replica state with a
+// hard per-dimension key cap (see MemoryStore for the memory bound); a shared
+// store can implement Store later and report ErrStoreUnavailable so the caller
+// answers 503 instead of queuing. The package is pure Go: callers pass the
+// current time, normally from an injected k8s.io/utils/clock.
+package limiter
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Outcome classifies one dimension's part in a decision, for metrics.
+type Outcome uint8
+
+const (
+	// OutcomeAllowed means the dimension's bucket was charged a token.
+	OutcomeAllowed Outcome = iota
+	// OutcomeRefused means the dimension's bucket had no token.
+	OutcomeRefused
+	// OutcomeUnavailable means the store could not be reached.
+	OutcomeUnavailable
+
+	// NumOutcomes is the number of outcomes.
+	NumOutcomes = int(OutcomeUnavailable) + 1
+)
+
+// String returns the metric label of o: "allowed", "refused" or "unavailable".
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeAllowed:
+		return "allowed"
+	case OutcomeRefused:
+		return "refused"
+	case OutcomeUnavailable:
+		return "unavailable"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Observer receives one call per dimension per decision: allowed for each
+// bucket charged, refused for each bucket without a token (the other buckets
+// of a refused batch are neither charged nor reported), unavailable for each
+// bucket of a batch the store could not check. It must be cheap and
+// allocation-free; it is called on the request path.
+type Observer interface {
+	ObserveDecision(d Dimension, o Outcome)
+}
+
+// Keys names the identity buckets a request is charged against. Each field is
+// the hashed identity or the model name; empty means the request lacks it and
+// the dimension does not apply.
+type Keys struct {
+	APIKey string
+	User   string
+	Team   string
+	Model  string
+}
+
+// Options tunes a Limiter.
+type Options struct {
+	// Store holds bucket state; nil means a new MemoryStore.
+	Store Store
+	// MaxKeysPerDimension caps the default MemoryStore; 0 means DefaultMaxKeysPerDimension.
+	MaxKeysPerDimension int
+	// Observer, if set, is told every decision.
+	Observer Observer
+}
+
+// Limiter decides requests against the configured limits. It is safe for
+// concurrent use; SetConfig may be called while requests are in flight.
+type Limiter struct {
+	store    Store
+	observer Observer
+	cfg      atomic.Pointer[resolved]
+}
+
+// resolved is a Config flattened for the request path.
+type resolved struct {
+	on        [NumDimensions]bool
+	limits    [NumDimensions]Limit
+	overrides map[string]Limit
+}
+
+// New returns a Limiter for cfg, or an error naming the invalid limit.
+func New(cfg Config, opts Options) (*Limiter, error) {
+	l := &Limiter{store: opts.Store, observer: opts.Observer}
+	if l.store == nil {
+		l.store = NewMemoryStore(opts.MaxKeysPerDimension)
+	}
+	if err := l.SetConfig(cfg); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Store returns the limiter's store.
+func (l *Limiter) Store() Store { return l.store }
+
+// SetConfig replaces the limits in place. Bucket state is kept: a bucket whose
+// limit is unchanged behaves as if nothing happened, and a bucket whose limit
+// changed keeps the fraction of its capacity in use. An invalid cfg is refused
+// and the previous one stays in force.
+func (l *Limiter) SetConfig(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid rate limits, keeping the previous ones: %w", err)
+	}
+	r := &resolved{overrides: make(map[string]Limit, len(cfg.ModelOverrides))}
+	for d, lim := range cfg.limits() {
+		if lim != nil {
+			r.on[d], r.limits[d] = true, *lim
+		}
+	}
+	for m, lim := range cfg.ModelOverrides {
+		r.overrides[m] = lim
+	}
+	l.cfg.Store(r)
+	return nil
+}
+
+// TakePreAuth checks and charges the global and per-client buckets together,
+// before authentication. A refusal is never queueable. An empty client address
+// skips the per-client bucket.
+func (l *Limiter) TakePreAuth(now time.Time, client string) (Decision, error) {
+	r := l.cfg.Load()
+	var b Batch
+	if r.on[DimensionGlobal] {
+		b.Add(DimensionGlobal, "", r.limits[DimensionGlobal])
+	}
+	if r.on[DimensionClient] && client != "" {
+		b.Add(DimensionClient, client, r.limits[DimensionClient])
+	}
+	return l.take(now, b)
+}
+
+// TakeIdentity checks the api key, user, team and model buckets that apply to
+// k and charges all of them or none.
+func (l *Limiter) TakeIdentity(now time.Time, k Keys) (Decision, error) {
+	return l.take(now, l.identityBatch(k))
+}
+
+// PeekIdentity reports what TakeIdentity would decide, without charging.
+func (l *Limiter) PeekIdentity(now time.Time, k Keys) (Decision, error) {
+	return l.store.Peek(now, l.identityBatch(k))
+}
+
+func (l *Limiter) identityBatch(k Keys) Batch {
+	r := l.cfg.Load()
+	var b Batch
+	if r.on[DimensionAPIKey] && k.APIKey != "" {
+		b.Add(DimensionAPIKey, k.APIKey, r.limits[DimensionAPIKey])
+	}
+	if r.on[DimensionUser] && k.User != "" {
+		b.Add(DimensionUser, k.User, r.limits[DimensionUser])
+	}
+	if r.on[DimensionTeam] && k.Team != "" {
+		b.Add(DimensionTeam, k.Team, r.limits[DimensionTeam])
+	}
+	if k.Model != "" {
+		if lim, ok := r.overrides[k.Model]; ok {
+			b.Add(DimensionModel, k.Model, lim)
+		} else if r.on[DimensionModel] {
+			b.Add(DimensionModel, k.Model, r.limits[DimensionModel])
+		}
+	}
+	return b
+}
+
+// TakeBackend charges the named backend's bucket at dispatch. A refused
+// backend should be dropped from the candidates; it is never queued.
+func (l *Limiter) TakeBackend(now time.Time, name string) (Decision, error) {
+	return l.take(now, l.backendBatch(name))
+}
+
+// HasBackendToken reports whether the named backend's bucket has a token now,
+// without charging it, so exhausted backends can be skipped at selection.
+func (l *Limiter) HasBackendToken(now time.Time, name string) (bool, error) {
+	d, err := l.store.Peek(now, l.backendBatch(name))
+	return d.Allowed, err
+}
+
+func (l *Limiter) backendBatch(name string) Batch {
+	r := l.cfg.Load()
+	var b Batch
+	if r.on[DimensionBackend] {
+		b.Add(DimensionBackend, name, r.limits[DimensionBackend])
+	}
+	return b
+}
+
+func (l *Limiter) take(now time.Time, b Batch) (Decision, error) {
+	if b.n == 0 {
+		return Decision{Allowed: true}, nil
+	}
+	d, err := l.store.Take(now, b)
+	if err != nil {
+		d = Decision{}
+	}
+	if o := l.observer; o != nil {
+		for i := 0; i < b.n; i++ {
+			dim := b.reqs[i].Dimension
+			switch {
+			case err != nil:
+				o.ObserveDecision(dim, OutcomeUnavailable)
+			case d.Allowed:
+				o.ObserveDecision(dim, OutcomeAllowed)
+			case d.RefusedBy.Has(dim):
+				o.ObserveDecision(dim, OutcomeRefused)
+			}
+		}
+	}
+	if err != nil {
+		return d, fmt.Errorf("rate-limit check: %w", err)
+	}
+	return d, nil
+}

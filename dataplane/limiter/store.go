@@ -1,0 +1,107 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package limiter
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrStoreUnavailable is returned (possibly wrapped) by a Store that cannot
+// reach its backing state. The caller answers 503 at once and never queues
+// the request: the refusal is not the caller's quota.
+var ErrStoreUnavailable = errors.New("rate-limit store unavailable")
+
+// MaxBatch is the most buckets one Store call checks together: the four
+// identity dimensions api_key, user, team and model.
+const MaxBatch = 4
+
+// Request names one bucket to check: its dimension, key and current limit.
+// The store keeps bucket state; the limit travels with every request so a
+// changed limit takes effect on the next call without a separate sync.
+type Request struct {
+	Dimension Dimension
+	Key       string
+	Limit     Limit
+}
+
+// Batch is a fixed-capacity list of up to MaxBatch requests, at most one per
+// dimension. It is passed by value so a call through the Store interface does
+// not allocate.
+type Batch struct {
+	n    int
+	reqs [MaxBatch]Request
+}
+
+// Add appends a request. It panics when the batch is full, a programming error.
+func (b *Batch) Add(d Dimension, key string, l Limit) {
+	b.reqs[b.n] = Request{Dimension: d, Key: key, Limit: l}
+	b.n++
+}
+
+// Len returns the number of requests in b.
+func (b *Batch) Len() int { return b.n }
+
+// At returns the i-th request of b.
+func (b *Batch) At(i int) Request { return b.reqs[i] }
+
+// DimensionSet is a set of dimensions, as a bit mask.
+type DimensionSet uint8
+
+// Add returns s with d added.
+func (s DimensionSet) Add(d Dimension) DimensionSet { return s | 1<<d }
+
+// Has reports whether d is in s.
+func (s DimensionSet) Has(d Dimension) bool { return s&(1<<d) != 0 }
+
+// Quota describes one bucket for the x-ratelimit-* response headers.
+type Quota struct {
+	// Dimension is the bucket's dimension.
+	Dimension Dimension
+	// Limit is the bucket capacity (the limit's burst).
+	Limit int64
+	// Remaining is the number of whole tokens left after this decision.
+	Remaining int64
+	// Reset is the time until the bucket is full again.
+	Reset time.Duration
+}
+
+// Decision is the outcome of checking a batch of buckets.
+type Decision struct {
+	// Allowed is true when every bucket had a token (and, for Take, each was charged one).
+	Allowed bool
+	// LimitType is the refusing dimension with the longest RetryAfter; meaningful only when !Allowed.
+	LimitType Dimension
+	// RefusedBy holds every refusing dimension.
+	RefusedBy DimensionSet
+	// RetryAfter is the longest time until every refusing bucket has a token; 0 when allowed.
+	RetryAfter time.Duration
+	// Tightest is the applied bucket with the fewest remaining tokens; valid when HasQuota.
+	Tightest Quota
+	// HasQuota is false when no bucket applied.
+	HasQuota bool
+}
+
+// Store holds token-bucket state. Implementations must be safe for concurrent
+// use and, for the in-memory default, allocation-free for known keys.
+type Store interface {
+	// Take checks every request in b and, only if all have a token, charges
+	// each one token: all or none. A refusal charges nothing.
+	Take(now time.Time, b Batch) (Decision, error)
+	// Peek reports what Take would decide without charging or storing anything.
+	Peek(now time.Time, b Batch) (Decision, error)
+}
