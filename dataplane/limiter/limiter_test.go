@@ -337,8 +337,12 @@ func (r recorder) ObserveDecision(d Dimension, o Outcome) { r[d.String()+"/"+o.S
 
 type downStore struct{}
 
-func (downStore) Take(time.Time, Batch) (Decision, error) { return Decision{Allowed: true}, ErrStoreUnavailable }
-func (downStore) Peek(time.Time, Batch) (Decision, error) { return Decision{Allowed: true}, ErrStoreUnavailable }
+func (downStore) Take(time.Time, Batch) (Decision, error) {
+	return Decision{Allowed: true}, ErrStoreUnavailable
+}
+func (downStore) Peek(time.Time, Batch) (Decision, error) {
+	return Decision{Allowed: true}, ErrStoreUnavailable
+}
 
 func TestObserverAndUnavailableStore(t *testing.T) {
 	cfg := Config{User: lim(1, time.Minute, 0), Model: lim(5, time.Minute, 0)}
