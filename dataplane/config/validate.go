@@ -1,0 +1,313 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+var (
+	hashPattern        = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	fingerprintPattern = regexp.MustCompile(`^[0-9a-f]{16}$`)
+	dnsLabelPattern    = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+)
+
+// maxModelNameLen bounds model names so per-model maps stay small.
+const maxModelNameLen = 256
+
+// fieldErrors collects validation errors, each prefixed with its JSON path.
+type fieldErrors []error
+
+func (e *fieldErrors) add(path, format string, args ...any) {
+	*e = append(*e, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+}
+
+// Validate reports every invalid value in c, joined into one error; each names
+// its JSON path, what is allowed and what was found. It returns nil for a valid
+// config. Lists may be in any order.
+func (c *Config) Validate() error {
+	var errs fieldErrors
+	if c.APIVersion != APIVersion {
+		errs.add("apiVersion", "must be %q, got %q", APIVersion, c.APIVersion)
+	}
+	if c.Kind != Kind {
+		errs.add("kind", "must be %q, got %q", Kind, c.Kind)
+	}
+	c.Policy.validate(&errs)
+	c.HashKeySecret.validate(&errs)
+	c.Identity.validate(&errs)
+	c.RateLimits.validate(&errs)
+	c.FairQueuing.validate(&errs)
+	c.Timeouts.validate(&errs)
+	validateBackends(c.Backends, &errs)
+	return errors.Join(errs...)
+}
+
+func (p *PolicyRef) validate(errs *fieldErrors) {
+	requireDNSName("policy.namespace", p.Namespace, 63, errs)
+	requireDNSName("policy.name", p.Name, 253, errs)
+	if p.Generation < 0 {
+		errs.add("policy.generation", "must be >= 0, got %d", p.Generation)
+	}
+}
+
+func (s *HashKeySecret) validate(errs *fieldErrors) {
+	requireDNSName("hashKeySecret.namespace", s.Namespace, 63, errs)
+	requireDNSName("hashKeySecret.name", s.Name, 253, errs)
+	if s.Key == "" {
+		errs.add("hashKeySecret.key", "must name the Secret data key holding the hash key")
+	}
+	if !fingerprintPattern.MatchString(s.Fingerprint) {
+		errs.add("hashKeySecret.fingerprint", "must be 16 lowercase hex digits (see KeyFingerprint), got %q", s.Fingerprint)
+	}
+}
+
+func (id *Identity) validate(errs *fieldErrors) {
+	if len(id.APIKeyHeaders) == 0 {
+		errs.add("identity.apiKeyHeaders", "must list at least one header, such as \"Authorization\"")
+	}
+	seen := map[string]int{}
+	for i, h := range id.APIKeyHeaders {
+		path := fmt.Sprintf("identity.apiKeyHeaders[%d]", i)
+		validateHeaderName(path, h, errs)
+		canonical := strings.ToLower(h)
+		if j, dup := seen[canonical]; dup {
+			errs.add(path, "duplicates identity.apiKeyHeaders[%d] (%q); header names are case-insensitive", j, h)
+			continue
+		}
+		seen[canonical] = i
+	}
+	if id.UserHeader != "" {
+		validateHeaderName("identity.userHeader", id.UserHeader, errs)
+	}
+	if id.TeamHeader != "" {
+		validateHeaderName("identity.teamHeader", id.TeamHeader, errs)
+	}
+	if id.ModelHeader != "" {
+		validateHeaderName("identity.modelHeader", id.ModelHeader, errs)
+	}
+	if id.TrustHeaders && id.UserHeader == "" && id.TeamHeader == "" {
+		errs.add("identity.trustHeaders", "is true but neither identity.userHeader nor identity.teamHeader is set")
+	}
+	if r := id.KeyRegistry; r != nil {
+		seen := map[string]int{}
+		for i, e := range r.Entries {
+			path := fmt.Sprintf("identity.keyRegistry.entries[%d]", i)
+			requireHash(path+".apiKeyHash", e.APIKeyHash, errs)
+			if e.UserHash != "" {
+				requireHash(path+".userHash", e.UserHash, errs)
+			}
+			if e.TeamHash != "" {
+				requireHash(path+".teamHash", e.TeamHash, errs)
+			}
+			if j, dup := seen[e.APIKeyHash]; dup {
+				errs.add(path+".apiKeyHash", "duplicates identity.keyRegistry.entries[%d]; each API key may be registered once", j)
+				continue
+			}
+			seen[e.APIKeyHash] = i
+		}
+	}
+}
+
+func (rl *RateLimits) validate(errs *fieldErrors) {
+	for _, l := range []struct {
+		path  string
+		limit *Limit
+	}{
+		{"rateLimits.global", rl.Global},
+		{"rateLimits.perClient", rl.PerClient},
+		{"rateLimits.perAPIKey", rl.PerAPIKey},
+		{"rateLimits.perUser", rl.PerUser},
+		{"rateLimits.perTeam", rl.PerTeam},
+		{"rateLimits.perBackend", rl.PerBackend},
+	} {
+		if l.limit != nil {
+			l.limit.validate(l.path, errs)
+		}
+	}
+	m := rl.PerModel
+	if m == nil {
+		return
+	}
+	if m.Default == nil && len(m.Overrides) == 0 {
+		errs.add("rateLimits.perModel", "must set a default or at least one override, or be omitted")
+	}
+	if m.Default != nil {
+		m.Default.validate("rateLimits.perModel.default", errs)
+	}
+	seen := map[string]int{}
+	for i, o := range m.Overrides {
+		path := fmt.Sprintf("rateLimits.perModel.overrides[%d]", i)
+		validateModelName(path+".model", o.Model, errs)
+		if j, dup := seen[o.Model]; dup {
+			errs.add(path+".model", "duplicates rateLimits.perModel.overrides[%d] (%q)", j, o.Model)
+		} else {
+			seen[o.Model] = i
+		}
+		o.Limit.validate(path+".limit", errs)
+	}
+}
+
+func (l *Limit) validate(path string, errs *fieldErrors) {
+	if l.Requests < 1 {
+		errs.add(path+".requests", "must be >= 1, got %d", l.Requests)
+	}
+	if l.Period.Duration <= 0 {
+		errs.add(path+".period", "must be > 0, got %s", l.Period)
+	}
+	if l.Burst < 1 {
+		errs.add(path+".burst", "must be >= 1, got %d", l.Burst)
+	}
+}
+
+func (f *FairQueuing) validate(errs *fieldErrors) {
+	switch f.TenantDimension {
+	case TenantUser, TenantAPIKey, TenantTeam:
+	default:
+		errs.add("fairQueuing.tenantDimension", "must be one of %q, %q or %q, got %q", TenantUser, TenantAPIKey, TenantTeam, f.TenantDimension)
+	}
+	if f.DefaultWeight < 1 || f.DefaultWeight > MaxWeight {
+		errs.add("fairQueuing.defaultWeight", "must be in [1, %d], got %d", MaxWeight, f.DefaultWeight)
+	}
+	seen := map[string]int{}
+	for i, w := range f.Weights {
+		path := fmt.Sprintf("fairQueuing.weights[%d]", i)
+		requireHash(path+".tenantHash", w.TenantHash, errs)
+		if j, dup := seen[w.TenantHash]; dup {
+			errs.add(path+".tenantHash", "duplicates fairQueuing.weights[%d]; each tenant may have one weight", j)
+		} else {
+			seen[w.TenantHash] = i
+		}
+		if w.Weight < 1 || w.Weight > MaxWeight {
+			errs.add(path+".weight", "must be in [1, %d], got %d", MaxWeight, w.Weight)
+		}
+	}
+	b := &f.Bounds
+	inRange := func(name string, v, limit int32) {
+		if v < 1 || v > limit {
+			errs.add("fairQueuing.bounds."+name, "must be in [1, %d], got %d", limit, v)
+		}
+	}
+	inRange("maxQueueDepthPerTenant", b.MaxQueueDepthPerTenant, LimitMaxQueueDepthPerTenant)
+	inRange("maxTotalQueued", b.MaxTotalQueued, LimitMaxTotalQueued)
+	inRange("maxTenants", b.MaxTenants, LimitMaxTenants)
+	inRange("maxInFlight", b.MaxInFlight, LimitMaxInFlight)
+	if b.MaxTotalQueued >= 1 && b.MaxQueueDepthPerTenant >= 1 && b.MaxTotalQueued < b.MaxQueueDepthPerTenant {
+		errs.add("fairQueuing.bounds.maxTotalQueued", "must be >= maxQueueDepthPerTenant (%d), got %d", b.MaxQueueDepthPerTenant, b.MaxTotalQueued)
+	}
+	if b.MaxWait.Duration <= 0 || b.MaxWait.Duration > LimitMaxWait {
+		errs.add("fairQueuing.bounds.maxWait", "must be in (0s, %s], got %s", LimitMaxWait, b.MaxWait)
+	}
+}
+
+func (t *Timeouts) validate(errs *fieldErrors) {
+	if t.RequestTotal.Duration < 0 {
+		errs.add("timeouts.requestTotal", "must be >= 0 (0 means no total timeout), got %s", t.RequestTotal)
+	}
+	seen := map[string]int{}
+	for i, m := range t.Models {
+		path := fmt.Sprintf("timeouts.models[%d]", i)
+		validateModelName(path+".model", m.Model, errs)
+		if j, dup := seen[m.Model]; dup {
+			errs.add(path+".model", "duplicates timeouts.models[%d] (%q)", j, m.Model)
+		} else {
+			seen[m.Model] = i
+		}
+		if m.Total.Duration <= 0 {
+			errs.add(path+".total", "must be > 0, got %s", m.Total)
+		}
+	}
+}
+
+func validateBackends(backends []Backend, errs *fieldErrors) {
+	seen := map[string]int{}
+	for i, b := range backends {
+		path := fmt.Sprintf("backends[%d]", i)
+		if len(b.Name) > 63 || !dnsLabelPattern.MatchString(b.Name) {
+			errs.add(path+".name", "must be a DNS label (lowercase letters, digits and '-', at most 63), got %q", b.Name)
+		}
+		if j, dup := seen[b.Name]; dup {
+			errs.add(path+".name", "duplicates backends[%d] (%q)", j, b.Name)
+		} else {
+			seen[b.Name] = i
+		}
+		u, err := url.Parse(b.URL)
+		switch {
+		case err != nil:
+			errs.add(path+".url", "must be an absolute http or https URL, got %q", b.URL)
+		case u.Scheme != "http" && u.Scheme != "https":
+			errs.add(path+".url", "scheme must be http or https, got %q", u.Scheme)
+		case u.Host == "":
+			errs.add(path+".url", "must have a host, got %q", b.URL)
+		case u.User != nil:
+			errs.add(path+".url", "must not contain credentials")
+		case u.RawQuery != "" || u.Fragment != "":
+			errs.add(path+".url", "must not have a query or fragment, got %q", b.URL)
+		}
+	}
+}
+
+func requireHash(path, v string, errs *fieldErrors) {
+	if !hashPattern.MatchString(v) {
+		errs.add(path, "must be a 64-digit lowercase hex HMAC-SHA256, got %s", describe(v))
+	}
+}
+
+// describe quotes v only when it cannot be a raw identity: a value that failed
+// hash validation may be an identity pasted by mistake, which must not be
+// echoed into logs.
+func describe(v string) string {
+	if v == "" {
+		return `""`
+	}
+	return "a value of " + strconv.Itoa(len(v)) + " characters"
+}
+
+func requireDNSName(path, v string, maxLen int, errs *fieldErrors) {
+	if v == "" {
+		errs.add(path, "must not be empty")
+		return
+	}
+	if len(v) > maxLen {
+		errs.add(path, "must be at most %d characters, got %d", maxLen, len(v))
+		return
+	}
+	for _, label := range strings.Split(v, ".") {
+		if !dnsLabelPattern.MatchString(label) {
+			errs.add(path, "must be a lowercase DNS name, got %q", v)
+			return
+		}
+	}
+}
+
+func validateModelName(path, v string, errs *fieldErrors) {
+	if v == "" || len(v) > maxModelNameLen {
+		errs.add(path, "must be 1 to %d characters, got %d", maxModelNameLen, len(v))
+	}
+}
+
+// validateHeaderName checks that v is an HTTP header field name (an RFC 9110
+// token).
+func validateHeaderName(path, v string, errs *fieldErrors) {
+	if v == "" {
+		errs.add(path, "must be a header name, got \"\"")
+		return
+	}
+	for i := 0; i < len(v); i++ {
+		if !isTokenChar(v[i]) {
+			errs.add(path, "must be a header name (letters, digits and !#$%%&'*+-.^_`|~), got %q", v)
+			return
+		}
+	}
+}
+
+func isTokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
