@@ -3,33 +3,94 @@ package fairqueue
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
+	"time"
 
 	"k8s.io/utils/clock"
 )
 
-// Queue is the concurrency shell around the scheduler: it owns the scheduling
-// goroutine and blocks callers in Wait. All methods are safe for concurrent
-// use.
+// Queue is the concurrency shell around the scheduler: it owns one scheduling
+// goroutine and blocks callers in Wait. The goroutine sleeps on the clock until
+// the earliest ready time or deadline, or until an event (arrival, attempt
+// outcome, cancellation, reconfiguration) kicks it. All methods are safe for
+// concurrent use.
 type Queue struct {
-	clk clock.Clock
-	obs Observer
+	clk  clock.Clock
+	obs  Observer
+	base time.Time
 
 	mu       sync.RWMutex
+	idle     *sync.Cond // broadcast when the scheduler goes to sleep; tests only
+	s        *sched
 	disabled bool
 	closed   bool
-	bounds   Bounds
-	weights  Weights
+
+	// Scheduler goroutine state, guarded by mu.
+	dirty    bool  // an event arrived since the scheduler's last pass
+	sleeping bool  // the scheduler finished a pass and waits
+	hasWake  bool  // the scheduler waits for wakeAt
+	wakeAt   int64 // scheduler time of the next timed wake-up
+
+	kick      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
-// New returns a Queue using clk for all timing, starts its scheduling
-// goroutine, and applies the given bounds and weights. A nil obs means
+// New returns a Queue using clk for all timing, applying b (zero fields mean
+// defaults) and w, and starts its scheduling goroutine. A nil obs means
 // NopObserver. Call Close to stop the goroutine.
 func New(clk clock.Clock, b Bounds, w Weights, obs Observer) *Queue {
 	if obs == nil {
 		obs = NopObserver{}
 	}
-	return &Queue{clk: clk, obs: obs, bounds: b.withDefaults(), weights: w.clone()}
+	q := &Queue{
+		clk:  clk,
+		obs:  obs,
+		base: clk.Now(),
+		s:    newSched(b, w),
+		kick: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	q.idle = sync.NewCond(&q.mu)
+	q.s.onDone = q.signal
+	go q.run()
+	return q
+}
+
+// now returns the scheduler time: nanoseconds since the Queue was created.
+func (q *Queue) now() int64 { return int64(q.clk.Since(q.base)) }
+
+// toSched converts an absolute deadline to scheduler time.
+func (q *Queue) toSched(t time.Time) int64 {
+	if t.IsZero() {
+		return noDeadline
+	}
+	d := t.Sub(q.base)
+	if d >= math.MaxInt64 {
+		return noDeadline
+	}
+	return int64(d)
+}
+
+// signal wakes w's goroutine; it never blocks because each waiter has at most
+// one undelivered signal.
+func (q *Queue) signal(w *waiter) {
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+// kickLocked wakes the scheduler for a new pass. Callers hold mu.
+func (q *Queue) kickLocked() {
+	q.dirty = true
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Wait queues r and blocks until it is admitted, refused, or ctx ends. A
@@ -37,37 +98,257 @@ func New(clk clock.Clock, b Bounds, w Weights, obs Observer) *Queue {
 // request leaves the queue at once and Wait returns ctx.Err(); when Attempt
 // returns an error the request leaves the queue and Wait returns that error.
 func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
-	return Result{}, errors.New("fairqueue: not implemented")
+	if r.Attempt == nil {
+		return Result{}, errors.New("fairqueue: Request.Attempt is nil; pass the function that re-checks the limiter")
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	q.mu.Lock()
+	now := q.now()
+	switch {
+	case q.closed:
+		q.obs.Refused(r.Dimension, ReasonShutdown)
+		q.mu.Unlock()
+		return Result{Reason: ReasonShutdown, RetryAfter: r.RetryAfter}, nil
+	case q.disabled:
+		q.obs.Refused(r.Dimension, ReasonDisabled)
+		q.mu.Unlock()
+		return Result{Reason: ReasonDisabled, RetryAfter: r.RetryAfter}, nil
+	}
+	w, reason, pos, est := q.s.enqueue(now, r.Tenant, r.Dimension, r.LimitKeys, q.toSched(r.Deadline), int64(r.RetryAfter))
+	if w == nil {
+		q.obs.Refused(r.Dimension, reason)
+		q.mu.Unlock()
+		return Result{Reason: reason, Position: pos, Estimate: time.Duration(est), RetryAfter: r.RetryAfter}, nil
+	}
+	if w.signal == nil {
+		w.signal = make(chan struct{}, 1)
+	}
+	w.attempt = r.Attempt
+	q.obs.QueueChanged(q.s.depth, len(q.s.tenants))
+	q.kickLocked()
+	q.mu.Unlock()
+
+	for {
+		select {
+		case <-w.signal:
+		case <-ctx.Done():
+			q.mu.Lock()
+			if w.state != stateDone {
+				q.s.cancel(q.now(), w)
+				q.obs.QueueChanged(q.s.depth, len(q.s.tenants))
+				q.kickLocked()
+				res := q.resultLocked(w)
+				q.s.release(w)
+				q.mu.Unlock()
+				return res, ctx.Err()
+			}
+			q.mu.Unlock()
+		}
+
+		q.mu.Lock()
+		if w.state == stateGranted {
+			attempt := w.attempt
+			q.mu.Unlock()
+			ok, retryAfter, err := attempt()
+			q.mu.Lock()
+			now := q.now()
+			if !ok && err == nil && (q.disabled || q.closed) {
+				// Fair queuing was turned off during the attempt: answer
+				// now instead of re-queuing.
+				q.s.cancel(now, w)
+				w.reason = ReasonDisabled
+				if q.closed {
+					w.reason = ReasonShutdown
+				}
+				w.retryAfter = int64(retryAfter)
+			} else {
+				q.s.complete(now, w, ok, int64(retryAfter), err)
+			}
+			q.kickLocked()
+			if w.state != stateDone {
+				q.mu.Unlock()
+				continue
+			}
+		}
+		if w.state != stateDone {
+			// A stale signal from an earlier grant; keep waiting.
+			q.mu.Unlock()
+			continue
+		}
+		res, err := q.resultLocked(w), w.err
+		switch {
+		case res.Admitted:
+			q.obs.Granted(w.dim, res.Waited)
+		case res.Reason != "":
+			q.obs.Refused(w.dim, res.Reason)
+		}
+		q.obs.QueueChanged(q.s.depth, len(q.s.tenants))
+		q.s.release(w)
+		q.mu.Unlock()
+		return res, err
+	}
+}
+
+// resultLocked builds the Result of a waiter that is done or being cancelled.
+func (q *Queue) resultLocked(w *waiter) Result {
+	end := w.doneAt
+	if w.state != stateDone {
+		end = q.now()
+	}
+	return Result{
+		Admitted:   w.admitted,
+		Reason:     w.reason,
+		Position:   w.position,
+		Waited:     time.Duration(end - w.enqueuedAt),
+		Estimate:   time.Duration(w.estimate),
+		RetryAfter: time.Duration(w.retryAfter),
+	}
+}
+
+// run is the scheduling goroutine.
+func (q *Queue) run() {
+	defer close(q.done)
+	timer := q.clk.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		q.mu.Lock()
+		q.dirty, q.sleeping = false, false
+		now := q.now()
+		for {
+			w := q.s.next(now)
+			if w == nil {
+				break
+			}
+			q.signal(w)
+		}
+		wake, ok := q.s.nextWake()
+		q.obs.QueueChanged(q.s.depth, len(q.s.tenants))
+		var d time.Duration
+		if ok {
+			d = time.Duration(wake - q.now())
+			if d <= 0 {
+				// Already due (the clock moved during the pass): go again.
+				q.mu.Unlock()
+				continue
+			}
+		}
+		q.sleeping, q.hasWake, q.wakeAt = true, ok, wake
+		q.idle.Broadcast()
+		q.mu.Unlock()
+
+		var tc <-chan time.Time
+		if ok {
+			timer.Reset(d)
+			tc = timer.C()
+		}
+		select {
+		case <-q.kick:
+		case <-tc:
+		case <-q.stop:
+			timer.Stop()
+			return
+		}
+		if ok && !timer.Stop() {
+			select {
+			case <-timer.C():
+			default:
+			}
+		}
+	}
+}
+
+// waitIdle blocks until the scheduler has processed every event and no attempt
+// is running, so tests driving a fake clock can assert a settled state.
+func (q *Queue) waitIdle() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for !(q.sleeping && !q.dirty && q.s.inFlight == 0 && (!q.hasWake || q.now() < q.wakeAt)) {
+		if q.closed && q.s.inFlight == 0 {
+			return
+		}
+		q.idle.Wait()
+	}
 }
 
 // HasWaiters reports whether any request needing limitKey is queued or in an
 // attempt. A fresh request needing such a key must queue behind them (no
 // barging). It does not allocate.
-func (q *Queue) HasWaiters(limitKey string) bool { return false }
+func (q *Queue) HasWaiters(limitKey string) bool {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	return q.s.hasWaiters(limitKey)
+}
 
 // HasWaitersAny reports whether HasWaiters is true for any of keys.
-func (q *Queue) HasWaitersAny(keys []string) bool { return false }
+func (q *Queue) HasWaitersAny(keys []string) bool {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	for _, k := range keys {
+		if q.s.hasWaiters(k) {
+			return true
+		}
+	}
+	return false
+}
 
 // SetBounds applies b (zero fields mean defaults) to the next decision.
 // Tightened bounds refuse new arrivals but never evict a waiter.
-func (q *Queue) SetBounds(b Bounds) {}
+func (q *Queue) SetBounds(b Bounds) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.s.setBounds(b)
+	q.kickLocked()
+}
 
 // SetWeights applies w to the next scheduling decision without losing or
 // re-ordering waiters.
-func (q *Queue) SetWeights(w Weights) {}
+func (q *Queue) SetWeights(w Weights) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.s.setWeights(w)
+	q.kickLocked()
+}
 
 // Disable turns fair queuing off: every queued request is answered at once
 // with ReasonDisabled, and so are new ones until Enable. A request whose
-// attempt is running gets its attempt's outcome.
-func (q *Queue) Disable() {}
+// attempt is running is admitted if the attempt passes and answered with
+// ReasonDisabled otherwise.
+func (q *Queue) Disable() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.disabled = true
+	q.s.drain(q.now(), ReasonDisabled)
+	q.kickLocked()
+}
 
 // Enable turns fair queuing back on after Disable.
-func (q *Queue) Enable() {}
+func (q *Queue) Enable() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.disabled = false
+}
 
 // Close answers every queued request with ReasonShutdown, refuses new ones,
-// and stops the scheduling goroutine, waiting for it to exit. It is safe to
-// call more than once.
-func (q *Queue) Close() {}
+// and stops the scheduling goroutine, waiting for it to exit. A request whose
+// attempt is running gets its attempt's outcome. It is safe to call more than
+// once.
+func (q *Queue) Close() {
+	q.closeOnce.Do(func() {
+		q.mu.Lock()
+		q.closed = true
+		q.s.drain(q.now(), ReasonShutdown)
+		q.idle.Broadcast()
+		q.mu.Unlock()
+		close(q.stop)
+		<-q.done
+	})
+}
 
 // Stats returns the requests queued and the tenant queues tracked now.
-func (q *Queue) Stats() (depth, tenants int) { return 0, 0 }
+func (q *Queue) Stats() (depth, tenants int) {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	return q.s.depth, len(q.s.tenants)
+}

@@ -1,0 +1,536 @@
+package fairqueue
+
+import (
+	"math"
+	"time"
+)
+
+// Times inside the scheduler are int64 nanoseconds on the Queue's clock,
+// measured from an arbitrary base, so the core never touches a clock itself.
+const noDeadline = math.MaxInt64
+
+// strideScale is the virtual-time cost of one grant at weight 1; a tenant of
+// weight w is charged strideScale/w. Virtual times are uint64 compared with
+// wrap-around arithmetic (vless), which is exact as long as the tags being
+// compared are within 2^63 of each other; they stay within one stride.
+const strideScale = 1 << 40
+
+// minRetry is the shortest re-queue delay after a refused attempt, so a limiter
+// that refuses with a zero Retry-After cannot make the scheduler spin.
+const minRetry = int64(time.Millisecond)
+
+// spacingWeight is the EWMA weight (1/8) of a new grant-spacing sample.
+const spacingWeight = 0.125
+
+func vless(a, b uint64) bool { return int64(a-b) < 0 }
+
+func vmax(a, b uint64) uint64 {
+	if vless(a, b) {
+		return b
+	}
+	return a
+}
+
+// waiterState is where a waiter is in its life.
+type waiterState uint8
+
+const (
+	// stateFree: in the free list, not in use.
+	stateFree waiterState = iota
+	// stateQueued: in its tenant list and the deadline heap.
+	stateQueued
+	// stateGranted: head of its tenant list, attempt running, not in the
+	// deadline heap (the attempt's outcome decides).
+	stateGranted
+	// stateDone: left the scheduler; admitted, reason and err say how.
+	stateDone
+)
+
+// waiter is one queued request. Nodes are recycled through the scheduler's
+// free list so the grant path does not allocate.
+type waiter struct {
+	t          *tenant // nil once done: the tenant may be recycled
+	tenant     string
+	prev, next *waiter
+	dlIdx      int
+
+	keys       []string
+	dim        string
+	enqueuedAt int64
+	readyAt    int64
+	deadline   int64
+	retryAfter int64
+	position   int
+	estimate   int64
+
+	state    waiterState
+	admitted bool
+	reason   Reason
+	doneAt   int64
+
+	// Shell fields: the Queue signals the waiter's goroutine on signal when
+	// the waiter is granted or done.
+	signal  chan struct{}
+	attempt Attempt
+	err     error
+}
+
+// tenantPlace is the scheduler structure a tenant is in.
+type tenantPlace uint8
+
+const (
+	placeNone     tenantPlace = iota
+	placeReady                // head ready, in the ready heap
+	placePending              // head waiting out its Retry-After, in the pending heap
+	placeInFlight             // head granted, attempt running
+)
+
+// tenant is one tenant's FIFO queue plus its fair-queuing tags. A tenant is
+// tracked only while it has waiters.
+type tenant struct {
+	key        string
+	weight     int
+	stride     uint64
+	start      uint64 // virtual start tag of its next grant
+	finish     uint64 // virtual finish tag of its last admitted grant
+	head, tail *waiter
+	depth      int
+	place      tenantPlace
+	heapIdx    int
+	seq        uint64
+}
+
+func (t *tenant) tag() uint64 { return t.start + t.stride }
+
+// keyState counts waiters and running attempts for one limit key.
+type keyState struct {
+	waiters  int
+	inFlight int
+}
+
+// outcome is what complete did with a granted waiter.
+type outcome uint8
+
+const (
+	outcomeAdmitted outcome = iota
+	outcomeRequeued
+	outcomeRefused
+	outcomeError
+)
+
+// sched is the single-threaded, clock-free scheduling core. It is not safe for
+// concurrent use; the Queue serializes access with its lock.
+type sched struct {
+	bounds  Bounds
+	weights Weights
+
+	tenants   map[string]*tenant
+	keys      map[string]*keyState
+	ready     minHeap[*tenant] // by finish tag, then arrival
+	pending   minHeap[*tenant] // by head ready time
+	deadlines minHeap[*waiter] // queued (not granted) waiters by deadline
+
+	depth      int // waiters held, granted ones included
+	inFlight   int // granted waiters whose attempt is running
+	sumWeights int // sum of the weights of tracked tenants
+	vnow       uint64
+	seq        uint64
+
+	// Grant spacing: EWMA of the time between admissions while backlogged.
+	spacing      float64
+	lastGrant    int64
+	lastGrantSet bool
+
+	freeW *waiter
+	freeT []*tenant
+	freeK []*keyState
+
+	// onDone is called for every waiter the scheduler finishes on its own
+	// (expiry, drain); the Queue uses it to wake the waiter's goroutine.
+	onDone func(w *waiter)
+}
+
+func newSched(b Bounds, w Weights) *sched {
+	s := &sched{
+		bounds:  b.withDefaults(),
+		weights: w.clone(),
+		tenants: make(map[string]*tenant),
+		keys:    make(map[string]*keyState),
+		onDone:  func(*waiter) {},
+	}
+	s.ready = minHeap[*tenant]{
+		less: func(a, b *tenant) bool {
+			ta, tb := a.tag(), b.tag()
+			if ta != tb {
+				return vless(ta, tb)
+			}
+			return a.seq < b.seq
+		},
+		setIdx: func(t *tenant, i int) { t.heapIdx = i },
+	}
+	s.pending = minHeap[*tenant]{
+		less: func(a, b *tenant) bool {
+			if a.head.readyAt != b.head.readyAt {
+				return a.head.readyAt < b.head.readyAt
+			}
+			return a.seq < b.seq
+		},
+		setIdx: func(t *tenant, i int) { t.heapIdx = i },
+	}
+	s.deadlines = minHeap[*waiter]{
+		less:   func(a, b *waiter) bool { return a.deadline < b.deadline },
+		setIdx: func(w *waiter, i int) { w.dlIdx = i },
+	}
+	return s
+}
+
+// positionOf returns the 1-based service position and the number of grants
+// expected up to and including the k-th waiter of a tenant of weight w when
+// the tracked tenants (counting this one) weigh sumW in total.
+func positionOf(k, w, sumW int) (int, float64) {
+	grants := float64(k) * float64(sumW) / float64(w)
+	return int(math.Ceil(grants - 1e-9)), grants
+}
+
+// enqueue adds a request arriving at now, or refuses it with the reason and
+// the position it would have had. deadline is absolute (noDeadline for none);
+// MaxWait from now is applied on top.
+func (s *sched) enqueue(now int64, tenantKey, dim string, keys []string, deadline, retryAfter int64) (*waiter, Reason, int, int64) {
+	if mw := now + int64(s.bounds.MaxWait); mw < deadline {
+		deadline = mw
+	}
+	retryAfter = max(retryAfter, 0)
+	t := s.tenants[tenantKey]
+	weight, k, sumW := 0, 1, s.sumWeights
+	if t != nil {
+		weight, k = t.weight, t.depth+1
+	} else {
+		weight = s.weights.weightOf(tenantKey)
+		sumW += weight
+	}
+	pos, grants := positionOf(k, weight, sumW)
+	est := retryAfter + int64(s.spacing*max(grants-1, 0))
+
+	switch {
+	case retryAfter >= deadline-now:
+		return nil, ReasonWaitExceedsBudget, pos, est
+	case t == nil && len(s.tenants) >= s.bounds.MaxTenants:
+		return nil, ReasonTenantTableFull, pos, est
+	case t != nil && t.depth >= s.bounds.MaxQueueDepthPerTenant:
+		return nil, ReasonTenantQueueFull, pos, est
+	case s.depth >= s.bounds.MaxTotalQueued:
+		return nil, ReasonQueueFull, pos, est
+	}
+
+	if t == nil {
+		t = s.newTenant(tenantKey, weight)
+	}
+	w := s.newWaiter()
+	w.t, w.tenant, w.keys, w.dim = t, tenantKey, keys, dim
+	w.enqueuedAt, w.readyAt, w.deadline = now, now+retryAfter, deadline
+	w.retryAfter, w.position, w.estimate = retryAfter, pos, est
+	w.state = stateQueued
+
+	if t.tail == nil {
+		t.head, t.tail = w, w
+	} else {
+		w.prev, t.tail.next, t.tail = t.tail, w, w
+	}
+	t.depth++
+	s.depth++
+	for _, key := range keys {
+		s.keyRef(key).waiters++
+	}
+	s.deadlines.push(w)
+	if t.place == placeNone {
+		s.place(t, now)
+	}
+	return w, "", pos, est
+}
+
+// place puts a tenant that has a head waiter and no running attempt into the
+// ready or pending heap. Entering the ready heap, its start tag is its last
+// finish tag, but never more than one of its own strides behind the
+// scheduler's virtual time: a tenant that lost a race for a shared token keeps
+// its turn, while one held back for long (by its own limit) cannot bank
+// credit for a burst later. A new tenant starts at the virtual time.
+func (s *sched) place(t *tenant, now int64) {
+	if t.head.readyAt <= now {
+		t.start = vmax(t.finish, s.vnow-t.stride)
+		t.place = placeReady
+		s.ready.push(t)
+		return
+	}
+	t.place = placePending
+	s.pending.push(t)
+}
+
+// unplace takes a tenant out of whichever heap holds it.
+func (s *sched) unplace(t *tenant) {
+	switch t.place {
+	case placeReady:
+		s.ready.remove(t.heapIdx)
+	case placePending:
+		s.pending.remove(t.heapIdx)
+	}
+	t.place = placeNone
+}
+
+// next expires overdue waiters and grants an attempt to the head waiter of the
+// ready tenant with the smallest finish tag. It returns nil when MaxInFlight
+// attempts run, when no head is ready, or when the chosen head shares a limit
+// key with a running attempt (attempts on one key run in fair order, one at a
+// time). A granted waiter's deadline is always after now.
+func (s *sched) next(now int64) *waiter {
+	s.expire(now)
+	if s.inFlight >= s.bounds.MaxInFlight {
+		return nil
+	}
+	for s.pending.len() > 0 && s.pending.top().head.readyAt <= now {
+		t := s.pending.pop()
+		t.place = placeNone
+		s.place(t, now)
+	}
+	if s.ready.len() == 0 {
+		return nil
+	}
+	t := s.ready.top()
+	w := t.head
+	for _, key := range w.keys {
+		if s.keys[key].inFlight > 0 {
+			return nil
+		}
+	}
+	s.ready.pop()
+	t.place = placeInFlight
+	s.deadlines.remove(w.dlIdx)
+	w.state = stateGranted
+	s.inFlight++
+	for _, key := range w.keys {
+		s.keys[key].inFlight++
+	}
+	return w
+}
+
+// complete records the outcome of a granted waiter's attempt at now. An
+// admitted waiter leaves and its tenant is charged one grant; a refused one is
+// re-queued at the head of its tenant queue with ready time now+retryAfter, or
+// refused with ReasonWaitExceedsBudget when that is not before its deadline;
+// an error removes it.
+func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err error) outcome {
+	t := w.t
+	s.inFlight--
+	for _, key := range w.keys {
+		s.keys[key].inFlight--
+	}
+	switch {
+	case err != nil:
+		w.err = err
+		s.finish(w, now, false, "")
+		return outcomeError
+	case ok:
+		t.finish = t.tag()
+		s.vnow = vmax(s.vnow, t.start)
+		if s.lastGrantSet {
+			dt := float64(now - s.lastGrant)
+			if s.spacing == 0 {
+				s.spacing = dt
+			} else {
+				s.spacing += spacingWeight * (dt - s.spacing)
+			}
+		}
+		s.finish(w, now, true, "")
+		s.lastGrant, s.lastGrantSet = now, s.depth > 0
+		return outcomeAdmitted
+	}
+	retryAfter = max(retryAfter, minRetry)
+	w.retryAfter = retryAfter
+	if now+retryAfter >= w.deadline {
+		s.finish(w, now, false, ReasonWaitExceedsBudget)
+		return outcomeRefused
+	}
+	w.readyAt = now + retryAfter
+	w.state = stateQueued
+	s.deadlines.push(w)
+	t.place = placeNone
+	s.place(t, now)
+	return outcomeRequeued
+}
+
+// cancel removes a queued or granted waiter at once, freeing its attempt slot.
+func (s *sched) cancel(now int64, w *waiter) {
+	switch w.state {
+	case stateQueued:
+		s.deadlines.remove(w.dlIdx)
+	case stateGranted:
+		s.inFlight--
+		for _, key := range w.keys {
+			s.keys[key].inFlight--
+		}
+	default:
+		return
+	}
+	s.finish(w, now, false, "")
+}
+
+// expire finishes every queued waiter whose deadline is not after now with
+// ReasonDeadlineExceeded.
+func (s *sched) expire(now int64) {
+	for s.deadlines.len() > 0 && s.deadlines.top().deadline <= now {
+		w := s.deadlines.pop()
+		s.finish(w, now, false, ReasonDeadlineExceeded)
+		s.onDone(w)
+	}
+}
+
+// drain finishes every queued waiter with reason. Granted waiters keep
+// running; their attempt's outcome decides.
+func (s *sched) drain(now int64, reason Reason) {
+	for s.deadlines.len() > 0 {
+		w := s.deadlines.pop()
+		s.finish(w, now, false, reason)
+		s.onDone(w)
+	}
+}
+
+// finish takes w out of its tenant queue and the key counts and marks it done.
+// w must already be out of the deadline heap and not count as in flight.
+func (s *sched) finish(w *waiter, now int64, admitted bool, reason Reason) {
+	t := w.t
+	wasHead, granted := t.head == w, w.state == stateGranted
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		t.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		t.tail = w.prev
+	}
+	w.prev, w.next, w.t = nil, nil, nil
+	t.depth--
+	s.depth--
+	for _, key := range w.keys {
+		ks := s.keys[key]
+		ks.waiters--
+		if ks.waiters == 0 {
+			delete(s.keys, key)
+			s.freeK = append(s.freeK, ks)
+		}
+	}
+	w.state, w.admitted, w.reason, w.doneAt = stateDone, admitted, reason, now
+	if s.depth == 0 {
+		s.lastGrantSet = false
+	}
+
+	switch {
+	case t.depth == 0:
+		s.unplace(t)
+		s.dropTenant(t)
+	case granted:
+		// The granted head left: the tenant competes again with its new head.
+		t.place = placeNone
+		s.place(t, now)
+	case wasHead:
+		// The head changed: re-place the tenant by its new head.
+		s.unplace(t)
+		s.place(t, now)
+	}
+}
+
+// release returns a done waiter's node to the free list.
+func (s *sched) release(w *waiter) {
+	sig := w.signal
+	if sig != nil {
+		// Drop a grant signal that a cancellation overtook.
+		select {
+		case <-sig:
+		default:
+		}
+	}
+	*w = waiter{signal: sig, state: stateFree, next: s.freeW}
+	s.freeW = w
+}
+
+func (s *sched) newWaiter() *waiter {
+	if w := s.freeW; w != nil {
+		s.freeW = w.next
+		w.next = nil
+		return w
+	}
+	return &waiter{}
+}
+
+func (s *sched) newTenant(key string, weight int) *tenant {
+	var t *tenant
+	if n := len(s.freeT); n > 0 {
+		t = s.freeT[n-1]
+		s.freeT = s.freeT[:n-1]
+	} else {
+		t = &tenant{}
+	}
+	s.seq++
+	*t = tenant{key: key, weight: weight, stride: strideScale / uint64(weight), finish: s.vnow, heapIdx: -1, seq: s.seq}
+	s.tenants[key] = t
+	s.sumWeights += weight
+	return t
+}
+
+func (s *sched) dropTenant(t *tenant) {
+	delete(s.tenants, t.key)
+	s.sumWeights -= t.weight
+	*t = tenant{}
+	s.freeT = append(s.freeT, t)
+}
+
+func (s *sched) keyRef(key string) *keyState {
+	if ks := s.keys[key]; ks != nil {
+		return ks
+	}
+	var ks *keyState
+	if n := len(s.freeK); n > 0 {
+		ks = s.freeK[n-1]
+		s.freeK = s.freeK[:n-1]
+		*ks = keyState{}
+	} else {
+		ks = &keyState{}
+	}
+	s.keys[key] = ks
+	return ks
+}
+
+// hasWaiters reports whether any waiter needs key.
+func (s *sched) hasWaiters(key string) bool {
+	return s.keys[key] != nil
+}
+
+// setWeights applies new weights to every tracked tenant without moving any
+// waiter; the ready heap is re-ordered by the new finish tags.
+func (s *sched) setWeights(w Weights) {
+	s.weights = w.clone()
+	for _, t := range s.tenants {
+		nw := s.weights.weightOf(t.key)
+		s.sumWeights += nw - t.weight
+		t.weight, t.stride = nw, strideScale/uint64(nw)
+	}
+	s.ready.init()
+}
+
+// setBounds applies new bounds to future decisions; nothing is evicted.
+func (s *sched) setBounds(b Bounds) {
+	s.bounds = b.withDefaults()
+}
+
+// nextWake returns the earliest time something becomes due without an event:
+// a pending head turning ready or a queued waiter's deadline.
+func (s *sched) nextWake() (int64, bool) {
+	wake, ok := int64(noDeadline), false
+	if s.pending.len() > 0 {
+		wake, ok = s.pending.top().head.readyAt, true
+	}
+	if s.deadlines.len() > 0 && s.deadlines.top().deadline < wake {
+		wake, ok = s.deadlines.top().deadline, true
+	}
+	return wake, ok
+}
