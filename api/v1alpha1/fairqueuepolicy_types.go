@@ -1,0 +1,645 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Defaults of the fair-queuing bounds and timeouts. The API server applies the
+// same values from the +kubebuilder:default markers below; these constants let
+// Go code that builds objects without an API server (tests, the data plane's
+// file mode) reach the same effective values through WithDefaults.
+const (
+	// DefaultMaxQueueDepthPerTenant is the default of bounds.maxQueueDepthPerTenant.
+	DefaultMaxQueueDepthPerTenant int32 = 32
+	// DefaultMaxTotalQueued is the default of bounds.maxTotalQueued.
+	DefaultMaxTotalQueued int32 = 4096
+	// DefaultMaxTenants is the default of bounds.maxTenants.
+	DefaultMaxTenants int32 = 1024
+	// DefaultMaxInFlight is the default of bounds.maxInFlight.
+	DefaultMaxInFlight int32 = 8
+	// DefaultMaxWait is the default of bounds.maxWait.
+	DefaultMaxWait = "5s"
+	// DefaultWeight is the default of fairQueuing.defaultWeight and of a backend's weight.
+	DefaultWeight int32 = 1
+	// DefaultRatePeriod is the default period of a rate limit.
+	DefaultRatePeriod = "1s"
+	// DefaultRequestTotalTimeout is the default of timeouts.request.default.total.
+	DefaultRequestTotalTimeout = "60s"
+	// DefaultKeyRegistryKey is the default data key of the key registry Secret.
+	DefaultKeyRegistryKey = "keys.json"
+)
+
+// DefaultAPIKeyHeaders returns the default of identity.apiKeyHeaders, as a new
+// slice the caller may modify.
+func DefaultAPIKeyHeaders() []string { return []string{"Authorization", "x-api-key"} }
+
+// Condition types set on FairQueuePolicy status.conditions.
+const (
+	// ConditionReady is True when the policy's current generation is rendered
+	// into its ConfigMap. When False, the last good ConfigMap stays in force.
+	ConditionReady = "Ready"
+	// ConditionSecretsResolved is True when every Secret the policy names
+	// (weightsFrom, keyRegistry, hash key) exists and holds the keys it needs.
+	ConditionSecretsResolved = "SecretsResolved"
+)
+
+// Condition reasons set on FairQueuePolicy status.conditions.
+const (
+	// ReasonRendered means the ConfigMap holds the current generation.
+	ReasonRendered = "Rendered"
+	// ReasonResolved means every referenced Secret and variable was found.
+	ReasonResolved = "Resolved"
+	// ReasonSecretNotFound means a referenced Secret does not exist.
+	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonSecretKeyNotFound means a referenced Secret lacks the data key the policy needs.
+	ReasonSecretKeyNotFound = "SecretKeyNotFound"
+	// ReasonVariableUnresolved means a ${VAR} in weights is in none of the weightsFrom Secrets.
+	ReasonVariableUnresolved = "VariableUnresolved"
+	// ReasonDuplicateIdentity means two weights entries name the same identity
+	// once their variables are resolved.
+	ReasonDuplicateIdentity = "DuplicateIdentity"
+	// ReasonInvalid means the policy or a referenced Secret holds a value the
+	// operator cannot render, for example a malformed key registry.
+	ReasonInvalid = "Invalid"
+)
+
+// FairQueuePolicySpec is the desired admission policy of one shared HTTP API:
+// how callers are identified, which rate limits apply, whether and how refused
+// requests are fairly queued, request timeouts and the backends to proxy to.
+type FairQueuePolicySpec struct {
+	// identity says where the data plane finds a request's API key, user,
+	// team and model. Every field has a default, so it may be omitted.
+	// +optional
+	// +kubebuilder:default={}
+	Identity IdentitySpec `json:"identity,omitzero"`
+
+	// rateLimits are the token buckets a request must pass. Each dimension is
+	// optional; an absent dimension does not limit.
+	// +optional
+	RateLimits RateLimits `json:"rateLimits,omitzero"`
+
+	// fairQueuing turns weighted fair queuing of refused requests on or off
+	// and sets its weights and bounds. Off by default: every exhausted limit
+	// then answers 429 at once.
+	// +optional
+	// +kubebuilder:default={}
+	FairQueuing FairQueuing `json:"fairQueuing,omitzero"`
+
+	// timeouts bound how long a request may take, queued time included.
+	// +optional
+	// +kubebuilder:default={}
+	Timeouts Timeouts `json:"timeouts,omitzero"`
+
+	// backends are the upstream servers requests are proxied to. At least one
+	// is required; names are unique.
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	Backends []Backend `json:"backends"`
+
+	// hashKeySecretRef names the Secret, in the policy's namespace, whose data
+	// key "key" holds the HMAC-SHA256 key every identity is hashed with. When
+	// unset, the operator uses the Secret "<policy name>-hash-key" and creates
+	// it with a random key if it does not exist. Changing the key re-hashes
+	// every identity, which resets all queues and limits.
+	// +optional
+	HashKeySecretRef *LocalSecretReference `json:"hashKeySecretRef,omitempty"`
+}
+
+// LocalSecretReference names a Secret in the same namespace as the policy.
+type LocalSecretReference struct {
+	// name is the name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+}
+
+// IdentitySpec says where the data plane reads each identity of a request.
+// +kubebuilder:validation:XValidation:rule="!self.trustHeaders || has(self.userHeader) || has(self.teamHeader)",message="trustHeaders is true but neither userHeader nor teamHeader is set; name the header your authenticating proxy sets, or set trustHeaders to false"
+type IdentitySpec struct {
+	// apiKeyHeaders are the request headers an API key is read from, first
+	// match wins. "Authorization" is read as "Bearer <key>"; any other header
+	// holds the bare key.
+	// +optional
+	// +listType=set
+	// +kubebuilder:default={"Authorization","x-api-key"}
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9][A-Za-z0-9-]*$`
+	APIKeyHeaders []string `json:"apiKeyHeaders,omitempty"`
+
+	// userHeader is the header holding the user id, set by an authenticating
+	// proxy in front of the data plane. Read only when trustHeaders is true.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9-]*$`
+	UserHeader string `json:"userHeader,omitempty"`
+
+	// teamHeader is the header holding the team id, set by an authenticating
+	// proxy in front of the data plane. Read only when trustHeaders is true.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9-]*$`
+	TeamHeader string `json:"teamHeader,omitempty"`
+
+	// noTeamValue is a placeholder team id that means "no team" (for example
+	// "none"). A request whose team is empty or equal to it has no team
+	// identity.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	NoTeamValue string `json:"noTeamValue,omitempty"`
+
+	// trustHeaders says whether userHeader and teamHeader are honoured. Set
+	// it only when every request reaches the data plane through a proxy that
+	// sets or strips these headers, otherwise callers can pick their tenant.
+	// +optional
+	// +kubebuilder:default=false
+	TrustHeaders bool `json:"trustHeaders,omitempty"`
+
+	// modelHeader is a header naming the model. When unset, or absent from a
+	// request, the model is the "model" field of a JSON request body.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9-]*$`
+	ModelHeader string `json:"modelHeader,omitempty"`
+
+	// keyRegistry maps API keys to users and teams from a Secret. Registry
+	// entries take precedence over trusted headers.
+	// +optional
+	KeyRegistry *KeyRegistry `json:"keyRegistry,omitempty"`
+}
+
+// KeyRegistry is a Secret mapping API keys to their user and team. The data
+// key (default "keys.json") holds a JSON array of entries such as
+//
+//	[{"apiKey": "sk-abc", "user": "alice", "team": "research"}]
+//
+// where user and team are optional. The operator renders only hashes of these
+// values into the ConfigMap.
+type KeyRegistry struct {
+	// secretRef names the Secret holding the registry.
+	// +required
+	SecretRef LocalSecretReference `json:"secretRef"`
+
+	// key is the data key of the Secret holding the JSON registry.
+	// +optional
+	// +kubebuilder:default="keys.json"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	Key string `json:"key,omitempty"`
+
+	// enforce, when true, refuses with 401 a request whose API key is not in
+	// the registry. When false, such a request keeps its API-key identity and
+	// has no user or team from the registry.
+	// +optional
+	// +kubebuilder:default=false
+	Enforce bool `json:"enforce,omitempty"`
+}
+
+// RateLimits are the token buckets of the policy, one per dimension. The
+// identity dimensions (perAPIKey, perUser, perTeam, perModel) are checked
+// together and atomically, and their refusals are queueable when fair queuing
+// is enabled; global and perClient refusals are never queued.
+type RateLimits struct {
+	// global limits all requests together, before authentication.
+	// +optional
+	Global *RateLimit `json:"global,omitempty"`
+
+	// perClient limits each client address, before authentication.
+	// +optional
+	PerClient *RateLimit `json:"perClient,omitempty"`
+
+	// perAPIKey limits each API key.
+	// +optional
+	PerAPIKey *RateLimit `json:"perAPIKey,omitempty"`
+
+	// perUser limits each user.
+	// +optional
+	PerUser *RateLimit `json:"perUser,omitempty"`
+
+	// perTeam limits each team.
+	// +optional
+	PerTeam *RateLimit `json:"perTeam,omitempty"`
+
+	// perModel limits each model, with optional per-model overrides.
+	// +optional
+	PerModel *ModelRateLimit `json:"perModel,omitempty"`
+
+	// perBackend limits each backend. An exhausted backend is skipped; a
+	// request is refused only when every backend is exhausted.
+	// +optional
+	PerBackend *RateLimit `json:"perBackend,omitempty"`
+}
+
+// RateLimit is a token bucket: requests per period, with up to burst tokens
+// saved up.
+type RateLimit struct {
+	// requests is the number of requests allowed per period.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	Requests int64 `json:"requests"`
+
+	// period is the refill period of requests, a positive duration of at most
+	// 24h such as "1s" or "1m".
+	// +optional
+	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="period must be a positive duration of at most 24h, such as 1s or 1m"
+	Period metav1.Duration `json:"period,omitzero"`
+
+	// burst is the bucket capacity: how many requests may pass at once after
+	// an idle spell. When unset, the data plane uses requests.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	Burst int64 `json:"burst,omitempty"`
+}
+
+// ModelRateLimit limits each model: requests, period and burst apply to every
+// model without an override, and overrides set a model's own limit. With
+// overrides only, models without an override are not limited.
+// +kubebuilder:validation:XValidation:rule="has(self.requests) || (has(self.overrides) && size(self.overrides) > 0)",message="perModel needs requests (a limit for every model), overrides (limits for named models), or both"
+// +kubebuilder:validation:XValidation:rule="!has(self.burst) || has(self.requests)",message="perModel.burst is set without perModel.requests; set requests too, or move the burst into an override"
+type ModelRateLimit struct {
+	// requests is the number of requests allowed per period for each model
+	// without an override. When unset, only overridden models are limited.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	Requests int64 `json:"requests,omitempty"`
+
+	// period is the refill period of requests, a positive duration of at most
+	// 24h such as "1s" or "1m".
+	// +optional
+	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="period must be a positive duration of at most 24h, such as 1s or 1m"
+	Period metav1.Duration `json:"period,omitzero"`
+
+	// burst is the bucket capacity for each model without an override. When
+	// unset, the data plane uses requests.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	Burst int64 `json:"burst,omitempty"`
+
+	// overrides set the limit of named models; model names are unique.
+	// +optional
+	// +listType=map
+	// +listMapKey=model
+	// +kubebuilder:validation:MaxItems=64
+	Overrides []ModelRateLimitOverride `json:"overrides,omitempty"`
+}
+
+// ModelRateLimitOverride is the rate limit of one named model.
+type ModelRateLimitOverride struct {
+	// model is the model name as clients send it, for example
+	// "meta-llama/Llama-3.1-8B-Instruct".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Model string `json:"model"`
+
+	RateLimit `json:",inline"`
+}
+
+// TenantDimension is the identity a request is queued under.
+// +kubebuilder:validation:Enum=user;apiKey;team
+type TenantDimension string
+
+const (
+	// TenantDimensionUser queues each user separately.
+	TenantDimensionUser TenantDimension = "user"
+	// TenantDimensionAPIKey queues each API key separately.
+	TenantDimensionAPIKey TenantDimension = "apiKey"
+	// TenantDimensionTeam queues each team separately.
+	TenantDimensionTeam TenantDimension = "team"
+)
+
+// FairQueuing configures the per-tenant queues and weighted scheduler that hold
+// requests refused by an identity rate limit.
+// +kubebuilder:validation:XValidation:rule="!has(self.weights) || (has(self.weightsFrom) && size(self.weightsFrom) > 0) || self.weights.all(w, !w.identity.matches('^([^$]|[$][$])*[$]([{]|[A-Za-z_])'))",message="weights use a ${VAR} reference but weightsFrom names no Secret to resolve it from; add weightsFrom, or write $$ for a literal $",fieldPath=".weights"
+type FairQueuing struct {
+	// enabled turns fair queuing on. When false, every exhausted limit
+	// answers 429 at once and the other fields are ignored.
+	// +optional
+	// +kubebuilder:default=false
+	Enabled bool `json:"enabled,omitempty"`
+
+	// tenantDimension is the identity a request is queued under: user,
+	// apiKey or team. When a request lacks it, the data plane falls back to
+	// user, then team, then API key; a request with none is not queued.
+	// +optional
+	// +kubebuilder:default=user
+	TenantDimension TenantDimension `json:"tenantDimension,omitempty"`
+
+	// defaultWeight is the weight of every tenant without a weights entry,
+	// from 1 to 1000.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	DefaultWeight int32 `json:"defaultWeight,omitempty"`
+
+	// weights give tenants a relative share of admission attempts: a tenant
+	// at weight 3 is served three times as often as one at weight 1 while
+	// both wait. Identities are unique; at most 1024 entries. Weights are
+	// accepted and ignored while enabled is false, so they can be staged
+	// before fair queuing is turned on.
+	// +optional
+	// +listType=map
+	// +listMapKey=identity
+	// +kubebuilder:validation:MaxItems=1024
+	Weights []TenantWeight `json:"weights,omitempty"`
+
+	// weightsFrom names the Secrets, in the policy's namespace, whose data
+	// keys resolve ${VAR} and $VAR references in weights. A variable name is
+	// a Secret data key made of letters, digits and '_'; when several Secrets
+	// hold it, the first listed wins. Accepted and ignored while enabled is
+	// false.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.secretRef.name == a.secretRef.name))",message="weightsFrom names the same Secret more than once"
+	WeightsFrom []WeightsSource `json:"weightsFrom,omitempty"`
+
+	// bounds cap the queues' size and waiting time. Every bound has a default.
+	// +optional
+	// +kubebuilder:default={}
+	Bounds FairQueuingBounds `json:"bounds,omitzero"`
+}
+
+// TenantWeight is the weight of one tenant.
+type TenantWeight struct {
+	// identity is the tenant's raw user id, team id or API key, matching
+	// tenantDimension. It may contain ${VAR} or $VAR references resolved from
+	// weightsFrom Secrets; write $$ for a literal $. Keep API keys in a
+	// Secret and reference them, never write them here. The rendered
+	// ConfigMap holds only the identity's hash.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([^$]|[$][$]|[$][{][A-Za-z_][A-Za-z0-9_]*[}]|[$][A-Za-z_][A-Za-z0-9_]*)*$')",message="identity has a '$' that starts no variable: write ${NAME} or $NAME (letters, digits and '_', not starting with a digit), or $$ for a literal '$'"
+	Identity string `json:"identity"`
+
+	// weight is the tenant's relative share, from 1 to 1000.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Weight int32 `json:"weight"`
+}
+
+// WeightsSource is a Secret whose data keys are variables for weights.
+type WeightsSource struct {
+	// secretRef names the Secret.
+	// +required
+	SecretRef LocalSecretReference `json:"secretRef"`
+}
+
+// FairQueuingBounds bound the queues of one data-plane replica. A request that
+// does not fit a bound is refused at once.
+// +kubebuilder:validation:XValidation:rule="self.maxTotalQueued >= self.maxQueueDepthPerTenant",messageExpression="'maxTotalQueued (' + string(self.maxTotalQueued) + ') must be at least maxQueueDepthPerTenant (' + string(self.maxQueueDepthPerTenant) + ')'",fieldPath=".maxTotalQueued"
+type FairQueuingBounds struct {
+	// maxQueueDepthPerTenant is the most requests queued for one tenant,
+	// from 1 to 65536.
+	// +optional
+	// +kubebuilder:default=32
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	MaxQueueDepthPerTenant int32 `json:"maxQueueDepthPerTenant,omitempty"`
+
+	// maxTotalQueued is the most requests queued across all tenants, from 1
+	// to 1048576 and at least maxQueueDepthPerTenant.
+	// +optional
+	// +kubebuilder:default=4096
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1048576
+	MaxTotalQueued int32 `json:"maxTotalQueued,omitempty"`
+
+	// maxTenants is the most tenant queues tracked at once, from 1 to 65536.
+	// +optional
+	// +kubebuilder:default=1024
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	MaxTenants int32 `json:"maxTenants,omitempty"`
+
+	// maxInFlight is the most admission attempts running at once, from 1 to
+	// 4096.
+	// +optional
+	// +kubebuilder:default=8
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4096
+	MaxInFlight int32 `json:"maxInFlight,omitempty"`
+
+	// maxWait is the longest time one request may spend queued, a positive
+	// duration of at most 10m. A request's budget is the smaller of maxWait
+	// and its total timeout.
+	// +optional
+	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('10m')",message="maxWait must be a positive duration of at most 10m, such as 5s"
+	MaxWait metav1.Duration `json:"maxWait,omitzero"`
+}
+
+// Timeouts bound how long requests may take.
+type Timeouts struct {
+	// request bounds each proxied request, from arrival to the end of the
+	// response, queued time included.
+	// +optional
+	// +kubebuilder:default={}
+	Request RequestTimeouts `json:"request,omitzero"`
+}
+
+// RequestTimeouts are the request timeouts: a default and per-model overrides.
+type RequestTimeouts struct {
+	// default applies to every request whose model has no entry in models.
+	// +optional
+	// +kubebuilder:default={}
+	Default RequestTimeout `json:"default,omitzero"`
+
+	// models set the timeout of named models; model names are unique.
+	// +optional
+	// +listType=map
+	// +listMapKey=model
+	// +kubebuilder:validation:MaxItems=64
+	Models []ModelRequestTimeout `json:"models,omitempty"`
+}
+
+// RequestTimeout is the default request timeout.
+type RequestTimeout struct {
+	// total is the longest a request may take, queued time included, a
+	// positive duration of at most 1h.
+	// +optional
+	// +kubebuilder:default="60s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('1h')",message="total must be a positive duration of at most 1h, such as 60s"
+	Total metav1.Duration `json:"total,omitzero"`
+}
+
+// ModelRequestTimeout is the request timeout of one named model.
+type ModelRequestTimeout struct {
+	// model is the model name as clients send it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Model string `json:"model"`
+
+	// total is the longest a request for this model may take, queued time
+	// included, a positive duration of at most 1h.
+	// +required
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('1h')",message="total must be a positive duration of at most 1h, such as 60s"
+	Total metav1.Duration `json:"total"`
+}
+
+// Backend is one upstream server requests are proxied to.
+type Backend struct {
+	// name identifies the backend in metrics and in perBackend limits: a DNS
+	// label of at most 63 lowercase letters, digits and '-'.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// url is the backend's absolute http or https base URL, for example
+	// "http://vllm-a.models.svc:8000".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="url must be an absolute http or https URL, such as http://vllm-a.models.svc:8000"
+	URL string `json:"url"`
+
+	// weight is the backend's relative share of requests, from 1 to 1000.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Weight int32 `json:"weight,omitempty"`
+}
+
+// FairQueuePolicyStatus is the observed state of a FairQueuePolicy, written by
+// the operator.
+type FairQueuePolicyStatus struct {
+	// observedGeneration is the generation of the spec the status describes.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions are the latest observations of the policy: Ready and
+	// SecretsResolved.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// configMapName is the name of the rendered ConfigMap the data plane
+	// loads, in the policy's namespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ConfigMapName string `json:"configMapName,omitempty"`
+
+	// configHash is the hash of the rendered ConfigMap's content, so a reader
+	// can tell which configuration a data-plane replica runs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ConfigHash string `json:"configHash,omitempty"`
+
+	// weightedTenants is the number of weights entries rendered.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	WeightedTenants int32 `json:"weightedTenants,omitempty"`
+
+	// dataPlaneReplicas is the number of data-plane replicas serving the
+	// policy, when known.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	DataPlaneReplicas int32 `json:"dataPlaneReplicas,omitempty"`
+
+	// updatedReplicas is the number of data-plane replicas running the
+	// configuration named by configHash, when known.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
+}
+
+// FairQueuePolicy gives every tenant of a shared HTTP API its weighted fair
+// share of capacity when rate limits are exhausted. The operator renders it
+// into a ConfigMap that the data plane loads.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=fqp,categories=fairqueue
+// +kubebuilder:printcolumn:name="Enabled",type=boolean,JSONPath=`.spec.fairQueuing.enabled`
+// +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.fairQueuing.tenantDimension`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type FairQueuePolicy struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the object's metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired policy.
+	// +required
+	Spec FairQueuePolicySpec `json:"spec"`
+
+	// status is the policy's observed state, written by the operator.
+	// +optional
+	Status FairQueuePolicyStatus `json:"status,omitzero"`
+}
+
+// FairQueuePolicyList is a list of FairQueuePolicy objects.
+//
+// +kubebuilder:object:root=true
+type FairQueuePolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the list's metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// items are the policies.
+	Items []FairQueuePolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&FairQueuePolicy{}, &FairQueuePolicyList{})
+}

@@ -1,0 +1,116 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// WithDefaults returns b with every unset (zero) bound replaced by its default,
+// the same values the API server fills in. Use it on objects that did not pass
+// through the API server.
+func (b FairQueuingBounds) WithDefaults() FairQueuingBounds {
+	if b.MaxQueueDepthPerTenant == 0 {
+		b.MaxQueueDepthPerTenant = DefaultMaxQueueDepthPerTenant
+	}
+	if b.MaxTotalQueued == 0 {
+		b.MaxTotalQueued = DefaultMaxTotalQueued
+	}
+	if b.MaxTenants == 0 {
+		b.MaxTenants = DefaultMaxTenants
+	}
+	if b.MaxInFlight == 0 {
+		b.MaxInFlight = DefaultMaxInFlight
+	}
+	if b.MaxWait.Duration == 0 {
+		b.MaxWait = mustDuration(DefaultMaxWait)
+	}
+	return b
+}
+
+// EffectivePeriod returns the limit's period, or the default period when unset.
+func (r RateLimit) EffectivePeriod() time.Duration {
+	if r.Period.Duration > 0 {
+		return r.Period.Duration
+	}
+	return mustDuration(DefaultRatePeriod).Duration
+}
+
+// EffectiveBurst returns the limit's bucket capacity: burst when set, requests
+// otherwise.
+func (r RateLimit) EffectiveBurst() int64 {
+	if r.Burst > 0 {
+		return r.Burst
+	}
+	return r.Requests
+}
+
+// For returns the rate limit of model: its override when one names it, the
+// perModel default when requests is set, and false when the model is not
+// limited.
+func (m ModelRateLimit) For(model string) (RateLimit, bool) {
+	for _, o := range m.Overrides {
+		if o.Model == model {
+			return o.RateLimit, true
+		}
+	}
+	if m.Requests == 0 {
+		return RateLimit{}, false
+	}
+	return RateLimit{Requests: m.Requests, Period: m.Period, Burst: m.Burst}, true
+}
+
+// For returns the total timeout of a request for model: its models entry when
+// one names it, the default total otherwise.
+func (t RequestTimeouts) For(model string) time.Duration {
+	for _, m := range t.Models {
+		if m.Model == model && m.Total.Duration > 0 {
+			return m.Total.Duration
+		}
+	}
+	return t.defaultTotal()
+}
+
+// Smallest returns the smallest configured total timeout, the default's and
+// every model's. The data plane bounds a request's admission budget by it.
+func (t RequestTimeouts) Smallest() time.Duration {
+	least := t.defaultTotal()
+	for _, m := range t.Models {
+		if d := m.Total.Duration; d > 0 && d < least {
+			least = d
+		}
+	}
+	return least
+}
+
+func (t RequestTimeouts) defaultTotal() time.Duration {
+	if d := t.Default.Total.Duration; d > 0 {
+		return d
+	}
+	return mustDuration(DefaultRequestTotalTimeout).Duration
+}
+
+// mustDuration parses one of the duration constants of this package.
+func mustDuration(s string) metav1.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic("v1alpha1: bad default duration " + s)
+	}
+	return metav1.Duration{Duration: d}
+}
