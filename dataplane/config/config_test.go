@@ -61,7 +61,7 @@ func validConfig() *Config {
 			RequestTotal: dur(60 * time.Second),
 			Models:       []ModelTimeout{{Model: "llama-70b", Total: dur(2 * time.Minute)}, {Model: "gpt-small", Total: dur(10 * time.Second)}},
 		},
-		Backends: []Backend{{Name: "vllm-b", URL: "http://vllm-b:8000"}, {Name: "vllm-a", URL: "https://vllm-a.example:8443/v1"}},
+		Backends: []Backend{{Name: "vllm-b", URL: "http://vllm-b:8000", Weight: 1}, {Name: "vllm-a", URL: "https://vllm-a.example:8443/v1", Weight: 3}},
 	}
 }
 
@@ -160,7 +160,7 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 			"fairQueuing.bounds.maxQueueDepthPerTenant: must be in [1, 65536], got 0",
 			"fairQueuing.bounds.maxTotalQueued: must be in [1, 1048576], got 1048577",
 			"fairQueuing.bounds.maxTenants: must be in [1, 65536], got -1",
-			"fairQueuing.bounds.maxInFlight: must be in [1, 1024], got 5000",
+			"fairQueuing.bounds.maxInFlight: must be in [1, 4096], got 5000",
 			"fairQueuing.bounds.maxWait: must be in (0s, 10m0s], got 0s",
 		}},
 		{"total queued below tenant depth", func(c *Config) { c.FairQueuing.Bounds.MaxTotalQueued = 8 }, []string{
@@ -178,17 +178,18 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 		}},
 		{"backends", func(c *Config) {
 			c.Backends = []Backend{
-				{Name: "A", URL: "ftp://a"},
-				{Name: "b", URL: "http://"},
-				{Name: "b", URL: "http://user:pw@b"},
-				{Name: "c", URL: "http://c?x=1"},
-				{Name: "d", URL: "://"},
+				{Name: "A", URL: "ftp://a", Weight: 1},
+				{Name: "b", URL: "http://", Weight: 1},
+				{Name: "b", URL: "http://user:pw@b", Weight: 1},
+				{Name: "c", URL: "http://c?x=1", Weight: 0},
+				{Name: "d", URL: "://", Weight: 1001},
 			}
 		}, []string{
 			`backends[0].name: must be a DNS label`, `backends[0].url: scheme must be http or https, got "ftp"`,
 			`backends[1].url: must have a host`, `backends[2].name: duplicates backends[1] ("b")`,
 			`backends[2].url: must not contain credentials`, `backends[3].url: must not have a query or fragment`,
-			`backends[4].url: must be an absolute http or https URL`,
+			`backends[3].weight: must be in [1, 1000], got 0`,
+			`backends[4].url: must be an absolute http or https URL`, `backends[4].weight: must be in [1, 1000], got 1001`,
 		}},
 	}
 	for _, tt := range tests {
@@ -252,7 +253,7 @@ func TestParseIsStrict(t *testing.T) {
 		{"wrong type names the field", replace(`"maxInFlight": 8`, `"maxInFlight": "8"`), "fairQueuing.bounds.maxInFlight"},
 		{"bad duration", replace(`"maxWait": "5s"`, `"maxWait": "5 seconds"`), `invalid duration "5 seconds"`},
 		{"duration as number", replace(`"maxWait": "5s"`, `"maxWait": 5`), `duration must be a string`},
-		{"bad value names the field", replace(`"maxInFlight": 8`, `"maxInFlight": 0`), "fairQueuing.bounds.maxInFlight: must be in [1, 1024], got 0"},
+		{"bad value names the field", replace(`"maxInFlight": 8`, `"maxInFlight": 0`), "fairQueuing.bounds.maxInFlight: must be in [1, 4096], got 0"},
 		{"not JSON", []byte("apiVersion: v1"), "decoding DataPlaneConfig"},
 		{"empty", nil, "decoding DataPlaneConfig"},
 		{"too large", append(bytes.Clone(valid), bytes.Repeat([]byte(" "), MaxSize)...), "larger than the 1048576 bytes"},

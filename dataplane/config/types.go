@@ -81,7 +81,7 @@ const (
 	// LimitMaxTenants is the largest accepted maxTenants.
 	LimitMaxTenants = 1 << 16
 	// LimitMaxInFlight is the largest accepted maxInFlight.
-	LimitMaxInFlight = 1024
+	LimitMaxInFlight = 4096
 	// LimitMaxWait is the largest accepted maxWait.
 	LimitMaxWait = 10 * time.Minute
 )
@@ -285,6 +285,8 @@ type Backend struct {
 	Name string `json:"name"`
 	// URL is the http or https base URL.
 	URL string `json:"url"`
+	// Weight is the backend's relative share of requests, in [1, MaxWeight].
+	Weight int32 `json:"weight"`
 }
 
 // Duration is a time.Duration written in JSON as a Go duration string ("1.5s").

@@ -234,6 +234,9 @@ func validateBackends(backends []Backend, errs *fieldErrors) {
 		} else {
 			seen[b.Name] = i
 		}
+		if b.Weight < 1 || b.Weight > MaxWeight {
+			errs.add(path+".weight", "must be in [1, %d], got %d", MaxWeight, b.Weight)
+		}
 		u, err := url.Parse(b.URL)
 		switch {
 		case err != nil:
