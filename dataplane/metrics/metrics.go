@@ -1,0 +1,188 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package metrics defines the data plane's Prometheus collectors: the five
+// fair-queue metrics of the product specification and the limiter's decisions
+// by dimension and outcome. Collectors are registered on a registry passed in
+// (no global state), and every label value comes from a fixed set, so no raw
+// or hashed identity can ever reach a label.
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
+)
+
+// Metric names, exactly as in the product specification.
+const (
+	QueueDepthName   = "rate_limit_fair_queue_depth"
+	QueueTenantsName = "rate_limit_fair_queue_tenants"
+	QueueWaitName    = "rate_limit_fair_queue_wait_seconds"
+	QueueGrantsName  = "rate_limit_fair_queue_grants_total"
+	QueueRefusedName = "rate_limit_fair_queue_refused_total"
+	DecisionsName    = "rate_limit_decisions_total"
+)
+
+// WaitBuckets are the wait histogram's upper bounds in seconds: 1ms to 10m,
+// covering every allowed maxWait with roughly 2.5x steps.
+var WaitBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// tenantDimensions are the label values of tenant_dimension, in index order.
+var tenantDimensions = [...]identity.Dimension{identity.DimensionUser, identity.DimensionAPIKey, identity.DimensionTeam}
+
+// reasons are the refusal reasons pre-created for every tenant dimension.
+var reasons = [...]fairqueue.Reason{
+	fairqueue.ReasonQueueFull, fairqueue.ReasonTenantQueueFull, fairqueue.ReasonTenantTableFull,
+	fairqueue.ReasonWaitExceedsBudget, fairqueue.ReasonDeadlineExceeded,
+	fairqueue.ReasonDisabled, fairqueue.ReasonShutdown,
+}
+
+// Metrics holds the data plane's collectors with their label children
+// created up front, so recording an event does no map lookup and no
+// allocation. It implements fairqueue.Observer and limiter.Observer.
+type Metrics struct {
+	depth   prometheus.Gauge
+	tenants prometheus.Gauge
+	wait    *prometheus.HistogramVec
+	grants  *prometheus.CounterVec
+	refused *prometheus.CounterVec
+
+	waitBy    [len(tenantDimensions)]prometheus.Observer
+	grantsBy  [len(tenantDimensions)]prometheus.Counter
+	refusedBy [len(tenantDimensions)][len(reasons)]prometheus.Counter
+	decisions    [limiter.NumDimensions][limiter.NumOutcomes]prometheus.Counter
+	decisionsVec *prometheus.CounterVec
+}
+
+var (
+	_ fairqueue.Observer = (*Metrics)(nil)
+	_ limiter.Observer   = (*Metrics)(nil)
+)
+
+// New creates the collectors and registers them on reg. It fails when one is
+// already registered there, e.g. when New is called twice on one registry.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		depth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: QueueDepthName,
+			Help: "Requests held in the fair queues now.",
+		}),
+		tenants: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: QueueTenantsName,
+			Help: "Tenant queues tracked now.",
+		}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    QueueWaitName,
+			Help:    "Time a request spent queued before its admission attempt was granted.",
+			Buckets: WaitBuckets,
+		}, []string{"tenant_dimension"}),
+		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: QueueGrantsName,
+			Help: "Queued requests admitted.",
+		}, []string{"tenant_dimension"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: QueueRefusedName,
+			Help: "Requests refused at enqueue or after waiting, by reason.",
+		}, []string{"tenant_dimension", "reason"}),
+	}
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: DecisionsName,
+		Help: "Rate-limit bucket checks by dimension (limit_type) and outcome.",
+	}, []string{"dimension", "outcome"})
+
+	for i, d := range tenantDimensions {
+		m.waitBy[i] = m.wait.WithLabelValues(string(d))
+		m.grantsBy[i] = m.grants.WithLabelValues(string(d))
+		for j, r := range reasons {
+			m.refusedBy[i][j] = m.refused.WithLabelValues(string(d), string(r))
+		}
+	}
+	m.decisionsVec = decisions
+	for d := range limiter.NumDimensions {
+		for o := range limiter.NumOutcomes {
+			m.decisions[d][o] = decisions.WithLabelValues(limiter.Dimension(d).String(), limiter.Outcome(o).String())
+		}
+	}
+
+	var errs []error
+	for _, c := range []prometheus.Collector{m.depth, m.tenants, m.wait, m.grants, m.refused, decisions} {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("registering data-plane metrics (New must be called once per registry): %w", err)
+	}
+	return m, nil
+}
+
+// dimensionIndex returns the index of d in tenantDimensions, or -1.
+func dimensionIndex(d string) int {
+	switch identity.Dimension(d) {
+	case identity.DimensionUser:
+		return 0
+	case identity.DimensionAPIKey:
+		return 1
+	case identity.DimensionTeam:
+		return 2
+	}
+	return -1
+}
+
+// QueueChanged implements fairqueue.Observer.
+func (m *Metrics) QueueChanged(depth, tenants int) {
+	m.depth.Set(float64(depth))
+	m.tenants.Set(float64(tenants))
+}
+
+// Granted implements fairqueue.Observer. An unknown dimension is recorded
+// under its own label; callers pass only identity.Dimension values.
+func (m *Metrics) Granted(dimension string, waited time.Duration) {
+	if i := dimensionIndex(dimension); i >= 0 {
+		m.waitBy[i].Observe(waited.Seconds())
+		m.grantsBy[i].Inc()
+		return
+	}
+	m.wait.WithLabelValues(dimension).Observe(waited.Seconds())
+	m.grants.WithLabelValues(dimension).Inc()
+}
+
+// Refused implements fairqueue.Observer.
+func (m *Metrics) Refused(dimension string, reason fairqueue.Reason) {
+	if i := dimensionIndex(dimension); i >= 0 {
+		for j, r := range reasons {
+			if r == reason {
+				m.refusedBy[i][j].Inc()
+				return
+			}
+		}
+	}
+	m.refused.WithLabelValues(dimension, string(reason)).Inc()
+}
+
+// ObserveDecision implements limiter.Observer.
+func (m *Metrics) ObserveDecision(d limiter.Dimension, o limiter.Outcome) {
+	if int(d) < limiter.NumDimensions && int(o) < limiter.NumOutcomes {
+		m.decisions[d][o].Inc()
+	}
+}

@@ -1,0 +1,224 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package metrics
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
+)
+
+func newMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := New(reg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return m, reg
+}
+
+func TestQueueMetricsMatchTheSpec(t *testing.T) {
+	m, reg := newMetrics(t)
+	m.QueueChanged(3, 2)
+	m.Granted("user", 20*time.Millisecond)
+	m.Granted("user", 2*time.Second)
+	m.Granted("team", 0)
+	m.Refused("apiKey", fairqueue.ReasonTenantQueueFull)
+	m.Refused("user", fairqueue.ReasonWaitExceedsBudget)
+	m.Refused("user", fairqueue.ReasonWaitExceedsBudget)
+
+	const want = `
+# HELP rate_limit_fair_queue_depth Requests held in the fair queues now.
+# TYPE rate_limit_fair_queue_depth gauge
+rate_limit_fair_queue_depth 3
+# HELP rate_limit_fair_queue_tenants Tenant queues tracked now.
+# TYPE rate_limit_fair_queue_tenants gauge
+rate_limit_fair_queue_tenants 2
+# HELP rate_limit_fair_queue_grants_total Queued requests admitted.
+# TYPE rate_limit_fair_queue_grants_total counter
+rate_limit_fair_queue_grants_total{tenant_dimension="apiKey"} 0
+rate_limit_fair_queue_grants_total{tenant_dimension="team"} 1
+rate_limit_fair_queue_grants_total{tenant_dimension="user"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), QueueDepthName, QueueTenantsName, QueueGrantsName); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{"apiKey", "tenant_queue_full"}, 1},
+		{[]string{"user", "wait_exceeds_budget"}, 2},
+		{[]string{"user", "queue_full"}, 0},
+	}
+	for _, tc := range cases {
+		if got := testutil.ToFloat64(m.refused.WithLabelValues(tc.labels...)); got != tc.want {
+			t.Errorf("refused_total%v = %v, want %v", tc.labels, got, tc.want)
+		}
+	}
+	if got := testutil.CollectAndCount(m.wait); got != 3 {
+		t.Errorf("wait_seconds has %d series, want one per tenant dimension", got)
+	}
+	// The histogram: user waited 20ms and 2s, team 0s.
+	for _, tc := range []struct {
+		dim        string
+		count      uint64
+		under100ms uint64
+	}{{"user", 2, 1}, {"team", 1, 1}, {"apiKey", 0, 0}} {
+		h := histogram(t, reg, QueueWaitName, tc.dim)
+		if h.GetSampleCount() != tc.count {
+			t.Errorf("wait_seconds{%s} count = %d, want %d", tc.dim, h.GetSampleCount(), tc.count)
+		}
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == 0.1 && b.GetCumulativeCount() != tc.under100ms {
+				t.Errorf("wait_seconds{%s} le=0.1 = %d, want %d", tc.dim, b.GetCumulativeCount(), tc.under100ms)
+			}
+		}
+	}
+}
+
+// histogram returns the wait histogram series with the given tenant_dimension.
+func histogram(t *testing.T, reg *prometheus.Registry, name, dim string) *dto.Histogram {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == dim {
+				return m.GetHistogram()
+			}
+		}
+	}
+	t.Fatalf("no %s{tenant_dimension=%q}", name, dim)
+	return nil
+}
+
+func TestDecisionsAreCountedByDimensionAndOutcome(t *testing.T) {
+	m, _ := newMetrics(t)
+	m.ObserveDecision(limiter.DimensionUser, limiter.OutcomeAllowed)
+	m.ObserveDecision(limiter.DimensionUser, limiter.OutcomeAllowed)
+	m.ObserveDecision(limiter.DimensionModel, limiter.OutcomeRefused)
+	m.ObserveDecision(limiter.DimensionGlobal, limiter.OutcomeUnavailable)
+	m.ObserveDecision(limiter.Dimension(99), limiter.OutcomeAllowed) // ignored, no panic
+	if got := testutil.CollectAndCount(m.decisionsVec); got != limiter.NumDimensions*limiter.NumOutcomes {
+		t.Fatalf("%d decision series, want every dimension x outcome pre-created", got)
+	}
+	const want = `
+# HELP rate_limit_decisions_total Rate-limit bucket checks by dimension (limit_type) and outcome.
+# TYPE rate_limit_decisions_total counter
+`
+	var b strings.Builder
+	b.WriteString(want)
+	for _, d := range []string{"api_key", "backend", "client", "global", "model", "team", "user"} {
+		for _, o := range []string{"allowed", "refused", "unavailable"} {
+			v := map[string]string{"user/allowed": "2", "model/refused": "1", "global/unavailable": "1"}[d+"/"+o]
+			if v == "" {
+				v = "0"
+			}
+			b.WriteString(`rate_limit_decisions_total{dimension="` + d + `",outcome="` + o + `"} ` + v + "\n")
+		}
+	}
+	if err := testutil.CollectAndCompare(m.decisionsVec, strings.NewReader(b.String())); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLintAndLabelNames(t *testing.T) {
+	_, reg := newMetrics(t)
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint %s: %s", p.Metric, p.Text)
+	}
+	wantLabels := map[string][]string{
+		QueueDepthName:   nil,
+		QueueTenantsName: nil,
+		QueueWaitName:    {"tenant_dimension"},
+		QueueGrantsName:  {"tenant_dimension"},
+		QueueRefusedName: {"tenant_dimension", "reason"},
+		DecisionsName:    {"dimension", "outcome"},
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, mf := range mfs {
+		want, ok := wantLabels[mf.GetName()]
+		if !ok {
+			t.Errorf("unexpected metric %s", mf.GetName())
+			continue
+		}
+		seen[mf.GetName()] = true
+		for _, m := range mf.GetMetric() {
+			var got []string
+			for _, l := range m.GetLabel() {
+				got = append(got, l.GetName())
+			}
+			if strings.Join(got, ",") != strings.Join(sorted(want), ",") {
+				t.Errorf("%s labels %v, want %v", mf.GetName(), got, want)
+			}
+		}
+	}
+	for name := range wantLabels {
+		if !seen[name] {
+			t.Errorf("metric %s not registered", name)
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	c := append([]string(nil), s...)
+	slices.Sort(c)
+	return c
+}
+
+func TestNewTwiceOnOneRegistryFails(t *testing.T) {
+	_, reg := newMetrics(t)
+	if _, err := New(reg); err == nil || !strings.Contains(err.Error(), "once per registry") {
+		t.Fatalf("second New = %v, want a duplicate registration error", err)
+	}
+}
+
+func TestRecordingDoesNotAllocate(t *testing.T) {
+	m, _ := newMetrics(t)
+	allocs := testing.AllocsPerRun(100, func() {
+		m.QueueChanged(1, 1)
+		m.Granted("team", time.Millisecond)
+		m.Refused("user", fairqueue.ReasonQueueFull)
+		m.ObserveDecision(limiter.DimensionModel, limiter.OutcomeAllowed)
+	})
+	if allocs != 0 {
+		t.Fatalf("recording allocates %v times per event set, want 0", allocs)
+	}
+}
