@@ -67,9 +67,9 @@ type Metrics struct {
 	grants  *prometheus.CounterVec
 	refused *prometheus.CounterVec
 
-	waitBy    [len(tenantDimensions)]prometheus.Observer
-	grantsBy  [len(tenantDimensions)]prometheus.Counter
-	refusedBy [len(tenantDimensions)][len(reasons)]prometheus.Counter
+	waitBy       [len(tenantDimensions)]prometheus.Observer
+	grantsBy     [len(tenantDimensions)]prometheus.Counter
+	refusedBy    [len(tenantDimensions)][len(reasons)]prometheus.Counter
 	decisions    [limiter.NumDimensions][limiter.NumOutcomes]prometheus.Counter
 	decisionsVec *prometheus.CounterVec
 }
