@@ -147,7 +147,7 @@ func checkInvariants(t *testing.T, s *sched, live map[*waiter]bool, granted int)
 				inFlight++
 			case stateQueued:
 				queued++
-				if s.deadlines.items[w.dlIdx] != w {
+				if s.deadlines.items[w.dlIdx].w != w {
 					t.Fatalf("queued waiter missing from the deadline heap")
 				}
 			default:
@@ -163,12 +163,12 @@ func checkInvariants(t *testing.T, s *sched, live map[*waiter]bool, granted int)
 		}
 		switch tn.place {
 		case placeReady:
-			if s.ready.items[tn.heapIdx] != tn {
-				t.Fatalf("tenant %q not at its ready-heap index", key)
+			if e := s.ready.items[tn.heapIdx]; e.t != tn || e.key != tn.tag() {
+				t.Fatalf("tenant %q not at its ready-heap index or stale finish tag", key)
 			}
 		case placePending:
-			if s.pending.items[tn.heapIdx] != tn {
-				t.Fatalf("tenant %q not at its pending-heap index", key)
+			if e := s.pending.items[tn.heapIdx]; e.t != tn || int64(e.key) != tn.head.readyAt {
+				t.Fatalf("tenant %q not at its pending-heap index or stale ready time", key)
 			}
 		case placeNone:
 			t.Fatalf("tenant %q with waiters is in no heap", key)

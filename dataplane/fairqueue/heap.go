@@ -1,89 +1,192 @@
 package fairqueue
 
-// minHeap is a binary min-heap of pointers that records each element's index
-// through setIdx so elements can be removed or fixed in O(log n). It is used
-// instead of container/heap to avoid interface conversions on the grant path.
-type minHeap[T any] struct {
-	items  []T
-	less   func(a, b T) bool
-	setIdx func(x T, i int)
+// The scheduler's heaps are concrete (not container/heap or generic) and keep
+// each element's sort key inline, so a sift compares integers without
+// dereferencing the element or calling through an interface. Each element
+// records its index so it can be removed in O(log n).
+
+// tenantEntry is one tenant in a tenantHeap. key is the virtual finish tag
+// (ready heap) or the head's ready time (pending heap); both are compared with
+// wrap-around arithmetic, exact while keys are within 2^63 of each other.
+type tenantEntry struct {
+	key uint64
+	seq uint64
+	t   *tenant
 }
 
-func (h *minHeap[T]) len() int { return len(h.items) }
+func (a *tenantEntry) less(b *tenantEntry) bool {
+	if d := int64(a.key - b.key); d != 0 {
+		return d < 0
+	}
+	return a.seq < b.seq
+}
 
-func (h *minHeap[T]) top() T { return h.items[0] }
+// tenantHeap is a min-heap of tenants by (key, arrival).
+type tenantHeap struct {
+	items []tenantEntry
+}
 
-func (h *minHeap[T]) push(x T) {
-	h.items = append(h.items, x)
+func (h *tenantHeap) len() int { return len(h.items) }
+
+func (h *tenantHeap) top() *tenant { return h.items[0].t }
+
+func (h *tenantHeap) topKey() uint64 { return h.items[0].key }
+
+func (h *tenantHeap) push(t *tenant, key uint64) {
+	h.items = append(h.items, tenantEntry{key: key, seq: t.seq, t: t})
 	i := len(h.items) - 1
-	h.setIdx(x, i)
+	t.heapIdx = i
 	h.up(i)
 }
 
-func (h *minHeap[T]) pop() T {
-	return h.remove(0)
-}
+func (h *tenantHeap) pop() *tenant { return h.remove(0) }
 
-// remove deletes and returns the element at index i.
-func (h *minHeap[T]) remove(i int) T {
+// remove deletes and returns the tenant at index i.
+func (h *tenantHeap) remove(i int) *tenant {
 	n := len(h.items) - 1
-	x := h.items[i]
+	t := h.items[i].t
 	if i != n {
-		h.swap(i, n)
+		h.items[i] = h.items[n]
+		h.items[i].t.heapIdx = i
 	}
-	var zero T
-	h.items[n] = zero
+	h.items[n] = tenantEntry{}
 	h.items = h.items[:n]
 	if i != n {
 		if !h.down(i) {
 			h.up(i)
 		}
 	}
-	h.setIdx(x, -1)
-	return x
+	t.heapIdx = -1
+	return t
 }
 
-// init restores the heap order after keys changed in bulk.
-func (h *minHeap[T]) init() {
+// rekey replaces every key through keyOf and restores the heap order.
+func (h *tenantHeap) rekey(keyOf func(*tenant) uint64) {
+	for i := range h.items {
+		h.items[i].key = keyOf(h.items[i].t)
+	}
 	for i := len(h.items)/2 - 1; i >= 0; i-- {
 		h.down(i)
 	}
 }
 
-func (h *minHeap[T]) swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.setIdx(h.items[i], i)
-	h.setIdx(h.items[j], j)
-}
-
-func (h *minHeap[T]) up(i int) {
+func (h *tenantHeap) up(i int) {
+	e := h.items[i]
 	for i > 0 {
 		p := (i - 1) / 2
-		if !h.less(h.items[i], h.items[p]) {
-			return
+		if !e.less(&h.items[p]) {
+			break
 		}
-		h.swap(i, p)
+		h.items[i] = h.items[p]
+		h.items[i].t.heapIdx = i
 		i = p
 	}
+	h.items[i] = e
+	e.t.heapIdx = i
 }
 
-// down sifts element i towards the leaves and reports whether it moved.
-func (h *minHeap[T]) down(i0 int) bool {
+// down sifts element i0 towards the leaves and reports whether it moved.
+func (h *tenantHeap) down(i0 int) bool {
 	i, n := i0, len(h.items)
+	e := h.items[i]
 	for {
 		l := 2*i + 1
 		if l >= n {
 			break
 		}
 		c := l
-		if r := l + 1; r < n && h.less(h.items[r], h.items[l]) {
+		if r := l + 1; r < n && h.items[r].less(&h.items[l]) {
 			c = r
 		}
-		if !h.less(h.items[c], h.items[i]) {
+		if !h.items[c].less(&e) {
 			break
 		}
-		h.swap(i, c)
+		h.items[i] = h.items[c]
+		h.items[i].t.heapIdx = i
 		i = c
 	}
+	h.items[i] = e
+	e.t.heapIdx = i
+	return i > i0
+}
+
+// waiterEntry is one waiter in a waiterHeap, keyed by its deadline.
+type waiterEntry struct {
+	deadline int64
+	w        *waiter
+}
+
+// waiterHeap is a min-heap of queued waiters by deadline.
+type waiterHeap struct {
+	items []waiterEntry
+}
+
+func (h *waiterHeap) len() int { return len(h.items) }
+
+func (h *waiterHeap) top() *waiter { return h.items[0].w }
+
+func (h *waiterHeap) push(w *waiter) {
+	h.items = append(h.items, waiterEntry{deadline: w.deadline, w: w})
+	h.up(len(h.items) - 1)
+}
+
+func (h *waiterHeap) pop() *waiter { return h.remove(0) }
+
+// remove deletes and returns the waiter at index i.
+func (h *waiterHeap) remove(i int) *waiter {
+	n := len(h.items) - 1
+	w := h.items[i].w
+	if i != n {
+		h.items[i] = h.items[n]
+		h.items[i].w.dlIdx = i
+	}
+	h.items[n] = waiterEntry{}
+	h.items = h.items[:n]
+	if i != n {
+		if !h.down(i) {
+			h.up(i)
+		}
+	}
+	w.dlIdx = -1
+	return w
+}
+
+func (h *waiterHeap) up(i int) {
+	e := h.items[i]
+	for i > 0 {
+		p := (i - 1) / 2
+		if e.deadline >= h.items[p].deadline {
+			break
+		}
+		h.items[i] = h.items[p]
+		h.items[i].w.dlIdx = i
+		i = p
+	}
+	h.items[i] = e
+	e.w.dlIdx = i
+}
+
+// down sifts element i0 towards the leaves and reports whether it moved.
+func (h *waiterHeap) down(i0 int) bool {
+	i, n := i0, len(h.items)
+	e := h.items[i]
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		c := l
+		if r := l + 1; r < n && h.items[r].deadline < h.items[l].deadline {
+			c = r
+		}
+		if h.items[c].deadline >= e.deadline {
+			break
+		}
+		h.items[i] = h.items[c]
+		h.items[i].w.dlIdx = i
+		i = c
+	}
+	h.items[i] = e
+	e.w.dlIdx = i
 	return i > i0
 }

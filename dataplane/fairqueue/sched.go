@@ -126,9 +126,9 @@ type sched struct {
 
 	tenants   map[string]*tenant
 	keys      map[string]*keyState
-	ready     minHeap[*tenant] // by finish tag, then arrival
-	pending   minHeap[*tenant] // by head ready time
-	deadlines minHeap[*waiter] // queued (not granted) waiters by deadline
+	ready     tenantHeap // by finish tag, then arrival
+	pending   tenantHeap // by head ready time, then arrival
+	deadlines waiterHeap // queued (not granted) waiters by deadline
 
 	depth      int // waiters held, granted ones included
 	inFlight   int // granted waiters whose attempt is running
@@ -157,29 +157,6 @@ func newSched(b Bounds, w Weights) *sched {
 		tenants: make(map[string]*tenant),
 		keys:    make(map[string]*keyState),
 		onDone:  func(*waiter) {},
-	}
-	s.ready = minHeap[*tenant]{
-		less: func(a, b *tenant) bool {
-			ta, tb := a.tag(), b.tag()
-			if ta != tb {
-				return vless(ta, tb)
-			}
-			return a.seq < b.seq
-		},
-		setIdx: func(t *tenant, i int) { t.heapIdx = i },
-	}
-	s.pending = minHeap[*tenant]{
-		less: func(a, b *tenant) bool {
-			if a.head.readyAt != b.head.readyAt {
-				return a.head.readyAt < b.head.readyAt
-			}
-			return a.seq < b.seq
-		},
-		setIdx: func(t *tenant, i int) { t.heapIdx = i },
-	}
-	s.deadlines = minHeap[*waiter]{
-		less:   func(a, b *waiter) bool { return a.deadline < b.deadline },
-		setIdx: func(w *waiter, i int) { w.dlIdx = i },
 	}
 	return s
 }
@@ -258,11 +235,11 @@ func (s *sched) place(t *tenant, now int64) {
 	if t.head.readyAt <= now {
 		t.start = vmax(t.finish, s.vnow-t.stride)
 		t.place = placeReady
-		s.ready.push(t)
+		s.ready.push(t, t.tag())
 		return
 	}
 	t.place = placePending
-	s.pending.push(t)
+	s.pending.push(t, uint64(t.head.readyAt))
 }
 
 // unplace takes a tenant out of whichever heap holds it.
@@ -286,7 +263,7 @@ func (s *sched) next(now int64) *waiter {
 	if s.inFlight >= s.bounds.MaxInFlight {
 		return nil
 	}
-	for s.pending.len() > 0 && s.pending.top().head.readyAt <= now {
+	for s.pending.len() > 0 && int64(s.pending.topKey()) <= now {
 		t := s.pending.pop()
 		t.place = placeNone
 		s.place(t, now)
@@ -376,7 +353,7 @@ func (s *sched) cancel(now int64, w *waiter) {
 // expire finishes every queued waiter whose deadline is not after now with
 // ReasonDeadlineExceeded.
 func (s *sched) expire(now int64) {
-	for s.deadlines.len() > 0 && s.deadlines.top().deadline <= now {
+	for s.deadlines.len() > 0 && s.deadlines.items[0].deadline <= now {
 		w := s.deadlines.pop()
 		s.finish(w, now, false, ReasonDeadlineExceeded)
 		s.onDone(w)
@@ -514,7 +491,7 @@ func (s *sched) setWeights(w Weights) {
 		s.sumWeights += nw - t.weight
 		t.weight, t.stride = nw, strideScale/uint64(nw)
 	}
-	s.ready.init()
+	s.ready.rekey((*tenant).tag)
 }
 
 // setBounds applies new bounds to future decisions; nothing is evicted.
@@ -527,10 +504,10 @@ func (s *sched) setBounds(b Bounds) {
 func (s *sched) nextWake() (int64, bool) {
 	wake, ok := int64(noDeadline), false
 	if s.pending.len() > 0 {
-		wake, ok = s.pending.top().head.readyAt, true
+		wake, ok = int64(s.pending.topKey()), true
 	}
-	if s.deadlines.len() > 0 && s.deadlines.top().deadline < wake {
-		wake, ok = s.deadlines.top().deadline, true
+	if s.deadlines.len() > 0 && s.deadlines.items[0].deadline < wake {
+		wake, ok = s.deadlines.items[0].deadline, true
 	}
 	return wake, ok
 }

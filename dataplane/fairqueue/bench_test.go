@@ -1,0 +1,98 @@
+package fairqueue
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// benchSched returns a core with n tenants of mixed weights, each backlogged
+// with two waiters on one shared key.
+func benchSched(tb testing.TB, n int) (*sched, []string, []string) {
+	tenants := make([]string, n)
+	byTenant := make(map[string]int, n)
+	for i := range tenants {
+		tenants[i] = tenantName(i)
+		byTenant[tenants[i]] = 1 + i%5
+	}
+	s := newSched(Bounds{MaxTenants: n, MaxTotalQueued: 4 * n, MaxQueueDepthPerTenant: 4, MaxInFlight: 8, MaxWait: time.Hour}, Weights{Default: 1, ByTenant: byTenant})
+	keys := []string{"model:m"}
+	for range 2 {
+		for _, tn := range tenants {
+			if w, reason, _, _ := s.enqueue(0, tn, "user", keys, noDeadline, 0); w == nil {
+				tb.Fatalf("benchmark setup refused: %s", reason)
+			}
+		}
+	}
+	return s, tenants, keys
+}
+
+// grantLoop performs n grant decisions: pick the next tenant, admit its head,
+// and enqueue a replacement so every tenant stays backlogged.
+func grantLoop(tb testing.TB, s *sched, keys []string, n int) {
+	for range n {
+		w := s.next(0)
+		if w == nil {
+			tb.Fatalf("no grant with every tenant backlogged")
+		}
+		tenant := w.tenant
+		s.complete(0, w, true, 0, nil)
+		s.release(w)
+		if nw, reason, _, _ := s.enqueue(0, tenant, "user", keys, noDeadline, 0); nw == nil {
+			tb.Fatalf("replacement refused: %s", reason)
+		}
+	}
+}
+
+func benchmarkGrant(b *testing.B, n int) {
+	s, _, keys := benchSched(b, n)
+	grantLoop(b, s, keys, 4*n) // warm the free lists
+	b.ReportAllocs()
+	b.ResetTimer()
+	grantLoop(b, s, keys, b.N)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "grants/s")
+}
+
+// BenchmarkGrant measures one scheduling decision with every tenant
+// backlogged: pick by virtual finish tag, admit, re-enqueue.
+func BenchmarkGrant(b *testing.B) {
+	for _, n := range []int{8, 128, 1024} {
+		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) { benchmarkGrant(b, n) })
+	}
+}
+
+// TestGrantCostRatio1024vs8 checks that the cost per grant grows sub-linearly
+// with the number of backlogged tenants: 1024 tenants may cost at most 3x
+// what 8 tenants cost. Only the ratio is asserted, never absolute time.
+func TestGrantCostRatio1024vs8(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs benchmarks")
+	}
+	cost := func(n int) float64 {
+		r := testing.Benchmark(func(b *testing.B) { benchmarkGrant(b, n) })
+		return float64(r.T.Nanoseconds()) / float64(r.N)
+	}
+	// Take the best of three to damp noise from a shared machine.
+	best := func(n int) float64 {
+		c := cost(n)
+		for range 2 {
+			c = min(c, cost(n))
+		}
+		return c
+	}
+	small, large := best(8), best(1024)
+	t.Logf("ns/grant: 8 tenants %.1f, 1024 tenants %.1f, ratio %.2f", small, large, large/small)
+	if large > 3*small {
+		t.Errorf("1024-tenant grant costs %.1fns, more than 3x the 8-tenant cost %.1fns", large, small)
+	}
+}
+
+// TestGrantAllocationFree checks that the steady-state grant path does not
+// allocate.
+func TestGrantAllocationFree(t *testing.T) {
+	s, _, keys := benchSched(t, 64)
+	grantLoop(t, s, keys, 256)
+	if a := testing.AllocsPerRun(100, func() { grantLoop(t, s, keys, 10) }); a != 0 {
+		t.Errorf("grant path allocates %.1f times per 10 grants; want 0", a)
+	}
+}
