@@ -1,0 +1,411 @@
+// Package controllers holds the fairqueue operator: the reconciler that turns
+// each FairQueuePolicy, with the Secrets it references, into the rendered
+// data-plane ConfigMap, and reports the outcome in the policy's status.
+package controllers
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+)
+
+const (
+	// ControllerName names the controller in logs, metrics and as the
+	// reporting controller of its Events.
+	ControllerName = "fairqueuepolicy"
+
+	// HashKeySecretKey is the data key of the hash key Secret holding the raw
+	// HMAC key bytes.
+	HashKeySecretKey = "key"
+
+	// SecretRefsIndex is the FairQueuePolicy field index listing the names of
+	// every Secret a policy reads (hash key, key registry, weightsFrom), used
+	// to find the policies to re-render when a Secret changes.
+	SecretRefsIndex = "fairqueue.dev/secret-refs"
+)
+
+// ConfigMapName returns the name of the ConfigMap rendered for the policy
+// named policyName, in the policy's namespace.
+func ConfigMapName(policyName string) string { return policyName + "-dataplane" }
+
+// HashKeySecretName returns the name of the Secret holding p's hash key:
+// spec.hashKeySecretRef when set, else "<policy>-hash-key", which the operator
+// creates when absent.
+//
+// The operator-created Secret is deliberately not owned by the policy: deleting
+// and re-creating a policy (a GitOps prune, a restore) keeps its identities'
+// hashes, and so the data plane's limiter and queue state. It carries the
+// PolicyLabel so it can be found and deleted with the policy by hand.
+func HashKeySecretName(p *fqv1alpha1.FairQueuePolicy) string {
+	if ref := p.Spec.HashKeySecretRef; ref != nil {
+		return ref.Name
+	}
+	return p.Name + "-hash-key"
+}
+
+// +kubebuilder:rbac:groups=fairqueue.dev,resources=fairqueuepolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fairqueue.dev,resources=fairqueuepolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=fairqueue.dev,resources=fairqueuepolicies/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=fairqueue-system
+
+// FairQueuePolicyReconciler renders every FairQueuePolicy into its data-plane
+// ConfigMap. It writes the ConfigMap only when its bytes change, never writes a
+// partial render (a failure leaves the last good ConfigMap in force), and
+// writes status only when it changes.
+type FairQueuePolicyReconciler struct {
+	// Client reads policies and ConfigMaps (from the manager's cache) and
+	// writes every object.
+	Client client.Client
+	// APIReader reads Secrets, and ConfigMaps the cache cannot see, straight
+	// from the API server, so that no Secret data is ever cached. Defaults to
+	// the manager's API reader.
+	APIReader client.Reader
+	// Recorder emits Events on policies. Defaults to the manager's recorder.
+	Recorder events.EventRecorder
+	// Rand is the source of new hash keys. Defaults to crypto/rand.
+	Rand io.Reader
+}
+
+// CacheOptions returns the manager cache settings the reconciler is designed
+// for: the given namespaces only (all when empty), and of ConfigMaps only those
+// the operator manages, so the cache stays small. Secrets are watched as
+// metadata only and read through the API reader; pair with ClientOptions.
+func CacheOptions(namespaces []string) cache.Options {
+	opts := cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{config.ManagedByLabel: config.ManagedByValue})},
+		},
+	}
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = make(map[string]cache.Config, len(namespaces))
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
+}
+
+// ClientOptions returns the manager client settings the reconciler is
+// designed for: Secrets are never read through (and so never fill) the cache.
+func ClientOptions() client.Options {
+	return client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}}
+}
+
+// SetupWithManager registers the Secret field index and the controller: it
+// watches policies (spec changes only), the ConfigMaps they own, and the
+// metadata of Secrets, mapped back to the policies that reference them.
+func (r *FairQueuePolicyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("fairqueue-operator")
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &fqv1alpha1.FairQueuePolicy{}, SecretRefsIndex, secretRefs); err != nil {
+		return fmt.Errorf("indexing FairQueuePolicy by referenced Secret: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&fqv1alpha1.FairQueuePolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&corev1.ConfigMap{}).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.policiesForSecret)).
+		WithOptions(opts).
+		Complete(r)
+}
+
+// secretRefs is the SecretRefsIndex function.
+func secretRefs(obj client.Object) []string {
+	p, ok := obj.(*fqv1alpha1.FairQueuePolicy)
+	if !ok {
+		return nil
+	}
+	names := append(referencedSecrets(p), HashKeySecretName(p))
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// policiesForSecret maps a Secret to the policies in its namespace that
+// reference it.
+func (r *FairQueuePolicyReconciler) policiesForSecret(ctx context.Context, s client.Object) []reconcile.Request {
+	var list fqv1alpha1.FairQueuePolicyList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.GetNamespace()), client.MatchingFields{SecretRefsIndex: s.GetName()}); err != nil {
+		logf.FromContext(ctx).Error(err, "Listing policies that reference a Secret; they re-render on their next event",
+			"secret", klogRef(s.GetNamespace(), s.GetName()))
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
+
+// Reconcile renders one policy. Missing or invalid inputs are reported in
+// status and Events and wait for the next change of the policy or a Secret;
+// API errors are returned so the request is retried with backoff.
+func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	policy := &fqv1alpha1.FairQueuePolicy{}
+	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !policy.DeletionTimestamp.IsZero() {
+		// The ConfigMap is garbage-collected through its owner reference.
+		return ctrl.Result{}, nil
+	}
+	orig := policy.DeepCopy()
+
+	out, err := r.renderPolicy(ctx, policy)
+	var rerr *renderError
+	if err != nil && !errors.As(err, &rerr) {
+		return ctrl.Result{}, err
+	}
+	if rerr == nil {
+		changed, err := r.applyConfigMap(ctx, policy, out)
+		switch {
+		case errors.As(err, &rerr):
+		case err != nil:
+			return ctrl.Result{}, err
+		case changed:
+			log.Info("Rendered data-plane ConfigMap", "configMap", ConfigMapName(policy.Name), "configHash", out.hash,
+				"generation", policy.Generation, "weightedTenants", out.weightedTenants)
+			r.Recorder.Eventf(policy, nil, corev1.EventTypeNormal, fqv1alpha1.ReasonRendered, "Render",
+				"Rendered ConfigMap %s with config hash %s", ConfigMapName(policy.Name), out.hash)
+		}
+	}
+	if rerr != nil {
+		log.Info("Policy not rendered; the last good ConfigMap stays in force", "reason", rerr.reason, "message", rerr.msg)
+		r.Recorder.Eventf(policy, nil, corev1.EventTypeWarning, rerr.reason, "Render", "%s", rerr.msg)
+		out = nil
+	}
+
+	setStatus(policy, out, rerr)
+	if equality.Semantic.DeepEqual(orig.Status, policy.Status) {
+		return ctrl.Result{}, nil
+	}
+	if err := r.Client.Status().Patch(ctx, policy, client.MergeFrom(orig)); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// renderPolicy reads the hash key and referenced Secrets and renders p. It
+// returns a *renderError for inputs only a user can fix and any other error
+// for API failures worth retrying.
+func (r *FairQueuePolicyReconciler) renderPolicy(ctx context.Context, p *fqv1alpha1.FairQueuePolicy) (*rendered, error) {
+	key, err := r.hashKey(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	in := renderInput{policy: p, hashKey: key, hashKeySecret: HashKeySecretName(p), secrets: map[string]*corev1.Secret{}}
+	for _, name := range referencedSecrets(p) {
+		if _, done := in.secrets[name]; done {
+			continue
+		}
+		s := &corev1.Secret{}
+		switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: name}, s); {
+		case apierrors.IsNotFound(err):
+			// render names the field that references the missing Secret.
+		case err != nil:
+			return nil, fmt.Errorf("reading Secret %s/%s: %w", p.Namespace, name, err)
+		default:
+			in.secrets[name] = s
+		}
+	}
+	return render(in)
+}
+
+// hashKey returns p's HMAC key, creating the default hash key Secret with a
+// random key when it does not exist.
+func (r *FairQueuePolicyReconciler) hashKey(ctx context.Context, p *fqv1alpha1.FairQueuePolicy) ([]byte, error) {
+	name := HashKeySecretName(p)
+	s := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: name}, s)
+	switch {
+	case apierrors.IsNotFound(err) && p.Spec.HashKeySecretRef != nil:
+		return nil, unresolved(fqv1alpha1.ReasonSecretNotFound,
+			"hash key Secret %q named in spec.hashKeySecretRef does not exist; create it with data key %q holding at least %d random bytes, or unset hashKeySecretRef to let the operator create one",
+			name, HashKeySecretKey, identity.HashKeyLen)
+	case apierrors.IsNotFound(err):
+		return r.createHashKey(ctx, p, name)
+	case err != nil:
+		return nil, fmt.Errorf("reading hash key Secret %s/%s: %w", p.Namespace, name, err)
+	}
+	key, ok := s.Data[HashKeySecretKey]
+	if !ok {
+		return nil, unresolved(fqv1alpha1.ReasonSecretKeyNotFound,
+			"hash key Secret %q has no data key %q; add one holding at least %d random bytes", name, HashKeySecretKey, identity.HashKeyLen)
+	}
+	if len(key) < identity.HashKeyLen {
+		return nil, invalid(fqv1alpha1.ReasonInvalid,
+			"hash key Secret %q data key %q holds %d bytes; it needs at least %d random bytes", name, HashKeySecretKey, len(key), identity.HashKeyLen)
+	}
+	return key, nil
+}
+
+func (r *FairQueuePolicyReconciler) createHashKey(ctx context.Context, p *fqv1alpha1.FairQueuePolicy, name string) ([]byte, error) {
+	src := r.Rand
+	if src == nil {
+		src = rand.Reader
+	}
+	key := make([]byte, identity.HashKeyLen)
+	if _, err := io.ReadFull(src, key); err != nil {
+		return nil, fmt.Errorf("generating a hash key: %w", err)
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: name, Labels: managedLabels(p.Name)},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{HashKeySecretKey: key},
+	}
+	if err := r.Client.Create(ctx, s); err != nil {
+		// AlreadyExists included: another writer won the race, and the next
+		// attempt reads its key.
+		return nil, fmt.Errorf("creating hash key Secret %s/%s: %w", p.Namespace, name, err)
+	}
+	logf.FromContext(ctx).Info("Created hash key Secret", "secret", klogRef(p.Namespace, name), "fingerprint", config.KeyFingerprint(key))
+	return key, nil
+}
+
+// applyConfigMap makes p's ConfigMap hold out, creating it or repairing it,
+// and reports whether it wrote. Labels and annotations others add are kept.
+func (r *FairQueuePolicyReconciler) applyConfigMap(ctx context.Context, p *fqv1alpha1.FairQueuePolicy, out *rendered) (bool, error) {
+	key := types.NamespacedName{Namespace: p.Namespace, Name: ConfigMapName(p.Name)}
+	if errs := validation.IsDNS1123Subdomain(key.Name); len(errs) > 0 {
+		return false, invalid(fqv1alpha1.ReasonInvalid, "the ConfigMap name %q derived from the policy name is invalid: %v; use a shorter policy name", key.Name, errs)
+	}
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, key, cm)
+	if apierrors.IsNotFound(err) {
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		if err := r.desiredConfigMap(p, cm, out); err != nil {
+			return false, err
+		}
+		err = r.Client.Create(ctx, cm)
+		if err == nil {
+			return true, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return false, fmt.Errorf("creating ConfigMap %s: %w", key, err)
+		}
+		// It exists but the cache, which holds only ConfigMaps carrying
+		// the managed-by label, cannot see it: someone removed the label.
+		cm = &corev1.ConfigMap{}
+		err = r.APIReader.Get(ctx, key, cm)
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading ConfigMap %s: %w", key, err)
+	}
+	before := cm.DeepCopy()
+	if err := r.desiredConfigMap(p, cm, out); err != nil {
+		return false, err
+	}
+	if equality.Semantic.DeepEqual(before, cm) {
+		return false, nil
+	}
+	// Update carries the resourceVersion read above: a concurrent writer
+	// makes it fail with a conflict, and the retry starts from fresh state.
+	if err := r.Client.Update(ctx, cm); err != nil {
+		return false, fmt.Errorf("updating ConfigMap %s: %w", key, err)
+	}
+	return true, nil
+}
+
+// desiredConfigMap sets on cm everything the operator owns: its data, labels,
+// hash annotation and controller reference.
+func (r *FairQueuePolicyReconciler) desiredConfigMap(p *fqv1alpha1.FairQueuePolicy, cm *corev1.ConfigMap, out *rendered) error {
+	if err := controllerutil.SetControllerReference(p, cm, r.Client.Scheme()); err != nil {
+		var owned *controllerutil.AlreadyOwnedError
+		if errors.As(err, &owned) {
+			return invalid(fqv1alpha1.ReasonInvalid, "ConfigMap %q is controlled by %s %q, not by this policy; delete it or rename the policy",
+				cm.Name, owned.Owner.Kind, owned.Owner.Name)
+		}
+		return fmt.Errorf("setting the owner of ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	if cm.Labels == nil {
+		cm.Labels = map[string]string{}
+	}
+	for k, v := range managedLabels(p.Name) {
+		cm.Labels[k] = v
+	}
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
+	cm.Annotations[config.ConfigHashAnnotation] = out.hash
+	cm.Data = map[string]string{config.ConfigMapKey: string(out.data)}
+	cm.BinaryData = nil
+	return nil
+}
+
+// managedLabels are the labels of every object the operator creates for the
+// policy named policy.
+func managedLabels(policy string) map[string]string {
+	l := map[string]string{config.ManagedByLabel: config.ManagedByValue}
+	if len(validation.IsValidLabelValue(policy)) == 0 {
+		l[config.PolicyLabel] = policy
+	}
+	return l
+}
+
+// setStatus records the outcome of one reconcile in p.Status. On failure the
+// ConfigMap name and hash keep describing the last good render, which is the
+// one in force.
+func setStatus(p *fqv1alpha1.FairQueuePolicy, out *rendered, rerr *renderError) {
+	gen := p.Generation
+	p.Status.ObservedGeneration = gen
+	resolved := metav1.Condition{
+		Type: fqv1alpha1.ConditionSecretsResolved, Status: metav1.ConditionTrue, ObservedGeneration: gen,
+		Reason: fqv1alpha1.ReasonResolved, Message: "Every referenced Secret, key and variable was found",
+	}
+	ready := metav1.Condition{Type: fqv1alpha1.ConditionReady, ObservedGeneration: gen}
+	if rerr != nil {
+		if !rerr.secretsResolved {
+			resolved.Status, resolved.Reason, resolved.Message = metav1.ConditionFalse, rerr.reason, rerr.msg
+		}
+		ready.Status, ready.Reason = metav1.ConditionFalse, rerr.reason
+		ready.Message = rerr.msg + "; the last good ConfigMap stays in force"
+	} else {
+		p.Status.ConfigMapName = ConfigMapName(p.Name)
+		p.Status.ConfigHash = out.hash
+		p.Status.WeightedTenants = out.weightedTenants
+		ready.Status, ready.Reason = metav1.ConditionTrue, fqv1alpha1.ReasonRendered
+		ready.Message = fmt.Sprintf("Generation %d is rendered into ConfigMap %s", gen, p.Status.ConfigMapName)
+	}
+	meta.SetStatusCondition(&p.Status.Conditions, resolved)
+	meta.SetStatusCondition(&p.Status.Conditions, ready)
+}
+
+// klogRef formats a namespaced name for a structured log value.
+func klogRef(namespace, name string) string { return namespace + "/" + name }

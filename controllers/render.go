@@ -1,0 +1,333 @@
+package controllers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+)
+
+// renderError is a reason the policy cannot be rendered that only a change of
+// the policy or of a Secret can fix. It becomes a False condition and a Warning
+// Event; it is not retried with backoff. Its message never holds a secret or
+// raw identity value, only names.
+type renderError struct {
+	// reason is one of the fqv1alpha1.Reason* constants.
+	reason string
+	// secretsResolved is false when the error is a missing Secret, key or
+	// variable, which sets the SecretsResolved condition False as well.
+	secretsResolved bool
+	msg             string
+}
+
+func (e *renderError) Error() string { return e.msg }
+
+func unresolved(reason, format string, args ...any) *renderError {
+	return &renderError{reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+func invalid(reason, format string, args ...any) *renderError {
+	return &renderError{reason: reason, secretsResolved: true, msg: fmt.Sprintf(format, args...)}
+}
+
+// renderInput is everything a policy renders from, read by the reconciler.
+type renderInput struct {
+	policy *fqv1alpha1.FairQueuePolicy
+	// hashKey is the HMAC key; hashKeySecret is the Secret it came from.
+	hashKey       []byte
+	hashKeySecret string
+	// secrets holds the referenced weightsFrom and key registry Secrets by
+	// name; a name that is absent was not found.
+	secrets map[string]*corev1.Secret
+}
+
+// rendered is the result of a successful render.
+type rendered struct {
+	data            []byte
+	hash            string
+	weightedTenants int32
+}
+
+// render turns a policy and its resolved Secrets into the canonical bytes of
+// its data-plane config. It is deterministic: the same inputs always give the
+// same bytes. Every failure is a *renderError.
+func render(in renderInput) (*rendered, error) {
+	p := in.policy
+	spec := &p.Spec
+	c := &config.Config{
+		APIVersion: config.APIVersion,
+		Kind:       config.Kind,
+		Policy:     config.PolicyRef{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation},
+		HashKeySecret: config.HashKeySecret{
+			Namespace:   p.Namespace,
+			Name:        in.hashKeySecret,
+			Key:         HashKeySecretKey,
+			Fingerprint: config.KeyFingerprint(in.hashKey),
+		},
+		Identity: config.Identity{
+			APIKeyHeaders: spec.Identity.APIKeyHeaders,
+			UserHeader:    spec.Identity.UserHeader,
+			TeamHeader:    spec.Identity.TeamHeader,
+			NoTeamValue:   spec.Identity.NoTeamValue,
+			TrustHeaders:  spec.Identity.TrustHeaders,
+			ModelHeader:   spec.Identity.ModelHeader,
+		},
+		RateLimits: renderRateLimits(&spec.RateLimits),
+		FairQueuing: config.FairQueuing{
+			Enabled:         spec.FairQueuing.Enabled,
+			TenantDimension: string(spec.FairQueuing.TenantDimension),
+			DefaultWeight:   spec.FairQueuing.DefaultWeight,
+			Bounds:          renderBounds(spec.FairQueuing.Bounds.WithDefaults()),
+		},
+		Timeouts: renderTimeouts(&spec.Timeouts.Request),
+	}
+	if len(c.Identity.APIKeyHeaders) == 0 {
+		c.Identity.APIKeyHeaders = fqv1alpha1.DefaultAPIKeyHeaders()
+	}
+	if c.FairQueuing.TenantDimension == "" {
+		c.FairQueuing.TenantDimension = config.TenantUser
+	}
+	if c.FairQueuing.DefaultWeight == 0 {
+		c.FairQueuing.DefaultWeight = fqv1alpha1.DefaultWeight
+	}
+	for _, b := range spec.Backends {
+		w := b.Weight
+		if w == 0 {
+			w = fqv1alpha1.DefaultWeight
+		}
+		c.Backends = append(c.Backends, config.Backend{Name: b.Name, URL: b.URL, Weight: w})
+	}
+
+	if r := spec.Identity.KeyRegistry; r != nil {
+		reg, err := renderKeyRegistry(r, in.hashKey, in.secrets)
+		if err != nil {
+			return nil, err
+		}
+		c.Identity.KeyRegistry = reg
+	}
+	// Weights are accepted and ignored while fair queuing is off (the API
+	// promises this, so they can be staged), so their Secrets are not needed.
+	if spec.FairQueuing.Enabled {
+		weights, err := renderWeights(&spec.FairQueuing, in.hashKey, in.secrets)
+		if err != nil {
+			return nil, err
+		}
+		c.FairQueuing.Weights = weights
+	}
+
+	data, err := config.Marshal(c)
+	if err != nil {
+		// The API server's schema should make this unreachable; say what to
+		// fix rather than failing silently.
+		return nil, invalid(fqv1alpha1.ReasonInvalid, "the policy renders an invalid data-plane config: %v", err)
+	}
+	return &rendered{data: data, hash: config.Hash(data), weightedTenants: int32(len(c.FairQueuing.Weights))}, nil
+}
+
+// referencedSecrets returns the names of the Secrets, besides the hash key,
+// that rendering p needs, in a stable order.
+func referencedSecrets(p *fqv1alpha1.FairQueuePolicy) []string {
+	var names []string
+	if r := p.Spec.Identity.KeyRegistry; r != nil {
+		names = append(names, r.SecretRef.Name)
+	}
+	if p.Spec.FairQueuing.Enabled {
+		for _, src := range p.Spec.FairQueuing.WeightsFrom {
+			names = append(names, src.SecretRef.Name)
+		}
+	}
+	return names
+}
+
+// renderWeights resolves and hashes every weights entry. Variables are looked
+// up in the weightsFrom Secrets in order, the first holding the key winning.
+func renderWeights(fq *fqv1alpha1.FairQueuing, key []byte, secrets map[string]*corev1.Secret) ([]config.Weight, error) {
+	var sources []*corev1.Secret
+	for _, src := range fq.WeightsFrom {
+		s, ok := secrets[src.SecretRef.Name]
+		if !ok {
+			return nil, unresolved(fqv1alpha1.ReasonSecretNotFound,
+				"Secret %q named in spec.fairQueuing.weightsFrom does not exist; create it in the policy's namespace", src.SecretRef.Name)
+		}
+		sources = append(sources, s)
+	}
+	lookup := func(name string) (string, bool) {
+		for _, s := range sources {
+			if v, ok := s.Data[name]; ok {
+				// Values written with `kubectl create secret --from-file`
+				// often end in a newline that is no part of the identity.
+				return strings.TrimSpace(string(v)), true
+			}
+		}
+		return "", false
+	}
+
+	weights := make([]config.Weight, 0, len(fq.Weights))
+	byHash := make(map[string]int, len(fq.Weights))
+	for i, w := range fq.Weights {
+		id, err := fqv1alpha1.Expand(w.Identity, lookup)
+		var uv *fqv1alpha1.UnresolvedVariableError
+		switch {
+		case errors.As(err, &uv):
+			return nil, unresolved(fqv1alpha1.ReasonVariableUnresolved,
+				"spec.fairQueuing.weights[%d]: variable %q is in none of the weightsFrom Secrets %s; add it as a data key of one of them",
+				i, uv.Name, secretList(fq.WeightsFrom))
+		case err != nil:
+			return nil, invalid(fqv1alpha1.ReasonInvalid, "spec.fairQueuing.weights[%d].identity: %v", i, err)
+		case id == "":
+			return nil, invalid(fqv1alpha1.ReasonInvalid,
+				"spec.fairQueuing.weights[%d] resolves to an empty identity; check the Secret values it references", i)
+		}
+		h := identity.Hash(key, id)
+		if j, dup := byHash[h]; dup {
+			return nil, invalid(fqv1alpha1.ReasonDuplicateIdentity,
+				"spec.fairQueuing.weights[%d] %s and spec.fairQueuing.weights[%d] %s resolve to the same identity; remove one of them",
+				j, describeEntry(fq.Weights[j].Identity), i, describeEntry(w.Identity))
+		}
+		byHash[h] = i
+		weights = append(weights, config.Weight{TenantHash: h, Weight: w.Weight})
+	}
+	return weights, nil
+}
+
+// describeEntry names a weights entry without its raw identity: by the
+// variables it references, which are names, not values.
+func describeEntry(tmpl string) string {
+	refs := fqv1alpha1.VarRefs(tmpl)
+	if len(refs) == 0 {
+		return "(a literal identity)"
+	}
+	return "(from ${" + strings.Join(refs, "}, ${") + "})"
+}
+
+func secretList(srcs []fqv1alpha1.WeightsSource) string {
+	names := make([]string, len(srcs))
+	for i, s := range srcs {
+		names[i] = fmt.Sprintf("%q", s.SecretRef.Name)
+	}
+	return "[" + strings.Join(names, ", ") + "]"
+}
+
+// registryEntry is one element of the key registry Secret's JSON array.
+type registryEntry struct {
+	APIKey string `json:"apiKey"`
+	User   string `json:"user,omitempty"`
+	Team   string `json:"team,omitempty"`
+}
+
+// maxRegistryEntries bounds the key registry so a huge Secret cannot make one
+// ConfigMap exceed its size limit (each entry renders to ~220 bytes).
+const maxRegistryEntries = 4000
+
+// renderKeyRegistry parses the key registry Secret and hashes every value.
+func renderKeyRegistry(r *fqv1alpha1.KeyRegistry, key []byte, secrets map[string]*corev1.Secret) (*config.KeyRegistry, error) {
+	s, ok := secrets[r.SecretRef.Name]
+	if !ok {
+		return nil, unresolved(fqv1alpha1.ReasonSecretNotFound,
+			"key registry Secret %q named in spec.identity.keyRegistry.secretRef does not exist; create it in the policy's namespace", r.SecretRef.Name)
+	}
+	dataKey := r.Key
+	if dataKey == "" {
+		dataKey = fqv1alpha1.DefaultKeyRegistryKey
+	}
+	raw, ok := s.Data[dataKey]
+	if !ok {
+		return nil, unresolved(fqv1alpha1.ReasonSecretKeyNotFound,
+			"key registry Secret %q has no data key %q; add it, or set spec.identity.keyRegistry.key", s.Name, dataKey)
+	}
+	var entries []registryEntry
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	// The decoder's own errors can quote the input, which holds API keys:
+	// report only where the problem is.
+	if err := dec.Decode(&entries); err != nil || dec.More() {
+		return nil, invalid(fqv1alpha1.ReasonInvalid,
+			"key registry Secret %q key %q is not a JSON array of {\"apiKey\", \"user\", \"team\"} objects", s.Name, dataKey)
+	}
+	if len(entries) > maxRegistryEntries {
+		return nil, invalid(fqv1alpha1.ReasonInvalid,
+			"key registry Secret %q key %q has %d entries, more than the %d supported", s.Name, dataKey, len(entries), maxRegistryEntries)
+	}
+	reg := &config.KeyRegistry{Enforce: r.Enforce}
+	byHash := make(map[string]int, len(entries))
+	for i, e := range entries {
+		if e.APIKey == "" {
+			return nil, invalid(fqv1alpha1.ReasonInvalid, "key registry Secret %q key %q: entry %d has no apiKey", s.Name, dataKey, i)
+		}
+		h := identity.Hash(key, e.APIKey)
+		if j, dup := byHash[h]; dup {
+			return nil, invalid(fqv1alpha1.ReasonDuplicateIdentity,
+				"key registry Secret %q key %q: entries %d and %d have the same apiKey; remove one of them", s.Name, dataKey, j, i)
+		}
+		byHash[h] = i
+		entry := config.KeyRegistryEntry{APIKeyHash: h}
+		if e.User != "" {
+			entry.UserHash = identity.Hash(key, e.User)
+		}
+		if e.Team != "" {
+			entry.TeamHash = identity.Hash(key, e.Team)
+		}
+		reg.Entries = append(reg.Entries, entry)
+	}
+	return reg, nil
+}
+
+func renderLimit(l *fqv1alpha1.RateLimit) *config.Limit {
+	if l == nil {
+		return nil
+	}
+	return &config.Limit{Requests: l.Requests, Period: config.Duration{Duration: l.EffectivePeriod()}, Burst: l.EffectiveBurst()}
+}
+
+func renderRateLimits(rl *fqv1alpha1.RateLimits) config.RateLimits {
+	out := config.RateLimits{
+		Global:     renderLimit(rl.Global),
+		PerClient:  renderLimit(rl.PerClient),
+		PerAPIKey:  renderLimit(rl.PerAPIKey),
+		PerUser:    renderLimit(rl.PerUser),
+		PerTeam:    renderLimit(rl.PerTeam),
+		PerBackend: renderLimit(rl.PerBackend),
+	}
+	if m := rl.PerModel; m != nil {
+		ml := &config.ModelLimits{}
+		if m.Requests > 0 {
+			ml.Default = renderLimit(&fqv1alpha1.RateLimit{Requests: m.Requests, Period: m.Period, Burst: m.Burst})
+		}
+		for _, o := range m.Overrides {
+			ml.Overrides = append(ml.Overrides, config.ModelOverride{Model: o.Model, Limit: *renderLimit(&o.RateLimit)})
+		}
+		out.PerModel = ml
+	}
+	return out
+}
+
+func renderBounds(b fqv1alpha1.FairQueuingBounds) config.Bounds {
+	return config.Bounds{
+		MaxQueueDepthPerTenant: b.MaxQueueDepthPerTenant,
+		MaxTotalQueued:         b.MaxTotalQueued,
+		MaxTenants:             b.MaxTenants,
+		MaxInFlight:            b.MaxInFlight,
+		MaxWait:                config.Duration{Duration: b.MaxWait.Duration},
+	}
+}
+
+func renderTimeouts(t *fqv1alpha1.RequestTimeouts) config.Timeouts {
+	total := t.Default.Total.Duration
+	if total == 0 {
+		// The API server defaults it; objects built elsewhere may lack it.
+		total, _ = time.ParseDuration(fqv1alpha1.DefaultRequestTotalTimeout)
+	}
+	out := config.Timeouts{RequestTotal: config.Duration{Duration: total}}
+	for _, m := range t.Models {
+		out.Models = append(out.Models, config.ModelTimeout{Model: m.Model, Total: config.Duration{Duration: m.Total.Duration}})
+	}
+	return out
+}

@@ -1,0 +1,225 @@
+package controllers
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+)
+
+var unitKey = bytes.Repeat([]byte{7}, identity.HashKeyLen)
+
+func unitPolicy() *fqv1alpha1.FairQueuePolicy {
+	return &fqv1alpha1.FairQueuePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "llm", Generation: 2},
+		Spec: fqv1alpha1.FairQueuePolicySpec{
+			Identity: fqv1alpha1.IdentitySpec{
+				KeyRegistry: &fqv1alpha1.KeyRegistry{SecretRef: fqv1alpha1.LocalSecretReference{Name: "registry"}, Enforce: true},
+			},
+			RateLimits: fqv1alpha1.RateLimits{
+				PerUser:  &fqv1alpha1.RateLimit{Requests: 10},
+				PerModel: &fqv1alpha1.ModelRateLimit{Overrides: []fqv1alpha1.ModelRateLimitOverride{{Model: "big", RateLimit: fqv1alpha1.RateLimit{Requests: 2, Burst: 4}}}},
+			},
+			FairQueuing: fqv1alpha1.FairQueuing{
+				Enabled: true,
+				Weights: []fqv1alpha1.TenantWeight{
+					{Identity: "${ACME_KEY}", Weight: 3},
+					{Identity: "team-$TEAM", Weight: 2},
+					{Identity: "cost$$center", Weight: 5},
+				},
+				WeightsFrom: []fqv1alpha1.WeightsSource{
+					{SecretRef: fqv1alpha1.LocalSecretReference{Name: "ids-a"}},
+					{SecretRef: fqv1alpha1.LocalSecretReference{Name: "ids-b"}},
+				},
+			},
+			Backends: []fqv1alpha1.Backend{{Name: "vllm", URL: "http://vllm:8000"}},
+		},
+	}
+}
+
+func secret(name string, data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Data: map[string][]byte{}}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	return s
+}
+
+func unitSecrets() map[string]*corev1.Secret {
+	return map[string]*corev1.Secret{
+		"ids-a":    secret("ids-a", map[string]string{"ACME_KEY": "sk-acme-123\n", "TEAM": "research"}),
+		"ids-b":    secret("ids-b", map[string]string{"ACME_KEY": "sk-shadowed", "OTHER": "x"}),
+		"registry": secret("registry", map[string]string{"keys.json": `[{"apiKey":"sk-acme-123","user":"alice","team":"research"},{"apiKey":"sk-bob"}]`}),
+	}
+}
+
+func TestRenderResolvesAndHashesIdentities(t *testing.T) {
+	g := NewWithT(t)
+	out, err := render(renderInput{policy: unitPolicy(), hashKey: unitKey, hashKeySecret: "llm-hash-key", secrets: unitSecrets()})
+	g.Expect(err).NotTo(HaveOccurred())
+	c, err := config.Parse(out.data)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.hash).To(Equal(config.Hash(out.data)))
+	g.Expect(out.weightedTenants).To(BeEquivalentTo(3))
+
+	// Variables resolve from the first Secret holding them, trimmed; $$ is a
+	// literal $.
+	g.Expect(c.FairQueuing.Weights).To(ConsistOf(
+		config.Weight{TenantHash: identity.Hash(unitKey, "sk-acme-123"), Weight: 3},
+		config.Weight{TenantHash: identity.Hash(unitKey, "team-research"), Weight: 2},
+		config.Weight{TenantHash: identity.Hash(unitKey, "cost$center"), Weight: 5},
+	))
+	g.Expect(c.Identity.KeyRegistry.Entries).To(ConsistOf(
+		config.KeyRegistryEntry{APIKeyHash: identity.Hash(unitKey, "sk-acme-123"), UserHash: identity.Hash(unitKey, "alice"), TeamHash: identity.Hash(unitKey, "research")},
+		config.KeyRegistryEntry{APIKeyHash: identity.Hash(unitKey, "sk-bob")},
+	))
+	g.Expect(c.Identity.KeyRegistry.Enforce).To(BeTrue())
+
+	// Defaults the API server would fill are filled for objects that did not
+	// pass through it.
+	g.Expect(c.Identity.APIKeyHeaders).To(Equal(fqv1alpha1.DefaultAPIKeyHeaders()))
+	g.Expect(c.FairQueuing.TenantDimension).To(Equal(config.TenantUser))
+	g.Expect(c.FairQueuing.DefaultWeight).To(BeEquivalentTo(1))
+	g.Expect(c.FairQueuing.Bounds).To(Equal(config.DefaultBounds()))
+	g.Expect(c.Timeouts.RequestTotal.Duration).To(Equal(60 * time.Second))
+	g.Expect(*c.RateLimits.PerUser).To(Equal(config.Limit{Requests: 10, Period: config.Duration{Duration: time.Second}, Burst: 10}))
+	g.Expect(c.RateLimits.PerModel.Default).To(BeNil(), "perModel with overrides only must not limit other models")
+	g.Expect(c.RateLimits.PerModel.Overrides[0].Limit.Burst).To(BeEquivalentTo(4))
+	g.Expect(c.Backends).To(Equal([]config.Backend{{Name: "vllm", URL: "http://vllm:8000", Weight: 1}}))
+	g.Expect(c.HashKeySecret).To(Equal(config.HashKeySecret{Namespace: "ns", Name: "llm-hash-key", Key: "key", Fingerprint: config.KeyFingerprint(unitKey)}))
+
+	for _, raw := range []string{"sk-acme-123", "sk-bob", "alice", "research", "cost$center", string(unitKey)} {
+		g.Expect(string(out.data)).NotTo(ContainSubstring(raw), "raw value in the rendered config")
+	}
+
+	again, err := render(renderInput{policy: unitPolicy(), hashKey: unitKey, hashKeySecret: "llm-hash-key", secrets: unitSecrets()})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again.data).To(Equal(out.data), "rendering must be deterministic")
+}
+
+func TestRenderDisabledIgnoresWeights(t *testing.T) {
+	g := NewWithT(t)
+	p := unitPolicy()
+	p.Spec.FairQueuing.Enabled = false
+	secrets := unitSecrets()
+	delete(secrets, "ids-a") // not needed while disabled
+	out, err := render(renderInput{policy: p, hashKey: unitKey, hashKeySecret: "k", secrets: secrets})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.weightedTenants).To(BeZero())
+	g.Expect(referencedSecrets(p)).To(Equal([]string{"registry"}))
+}
+
+func TestRenderFailures(t *testing.T) {
+	tests := []struct {
+		name         string
+		mutate       func(p *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret)
+		wantReason   string
+		wantResolved bool
+		wantMessage  []string
+	}{
+		{
+			name:       "missing weightsFrom Secret",
+			mutate:     func(_ *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) { delete(s, "ids-b") },
+			wantReason: fqv1alpha1.ReasonSecretNotFound, wantMessage: []string{`Secret "ids-b" named in spec.fairQueuing.weightsFrom does not exist`},
+		},
+		{
+			name:       "missing key registry Secret",
+			mutate:     func(_ *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) { delete(s, "registry") },
+			wantReason: fqv1alpha1.ReasonSecretNotFound, wantMessage: []string{`key registry Secret "registry"`},
+		},
+		{
+			name: "missing key registry data key",
+			mutate: func(_ *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) {
+				s["registry"] = secret("registry", map[string]string{"other.json": "[]"})
+			},
+			wantReason: fqv1alpha1.ReasonSecretKeyNotFound, wantMessage: []string{`has no data key "keys.json"`},
+		},
+		{
+			name:       "unresolved variable",
+			mutate:     func(_ *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) { delete(s["ids-a"].Data, "TEAM") },
+			wantReason: fqv1alpha1.ReasonVariableUnresolved, wantMessage: []string{`spec.fairQueuing.weights[1]: variable "TEAM" is in none of the weightsFrom Secrets ["ids-a", "ids-b"]`},
+		},
+		{
+			name: "two entries resolve to the same identity",
+			mutate: func(p *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) {
+				s["ids-b"].Data["OLD_KEY"] = []byte("sk-acme-123")
+				p.Spec.FairQueuing.Weights = append(p.Spec.FairQueuing.Weights, fqv1alpha1.TenantWeight{Identity: "${OLD_KEY}", Weight: 1})
+			},
+			wantReason: fqv1alpha1.ReasonDuplicateIdentity, wantResolved: true,
+			wantMessage: []string{"spec.fairQueuing.weights[0] (from ${ACME_KEY}) and spec.fairQueuing.weights[3] (from ${OLD_KEY}) resolve to the same identity"},
+		},
+		{
+			name:       "variable resolves to nothing",
+			mutate:     func(_ *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) { s["ids-a"].Data["ACME_KEY"] = []byte(" \n") },
+			wantReason: fqv1alpha1.ReasonInvalid, wantResolved: true, wantMessage: []string{"spec.fairQueuing.weights[0] resolves to an empty identity"},
+		},
+		{
+			name: "malformed key registry",
+			mutate: func(_ *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) {
+				s["registry"] = secret("registry", map[string]string{"keys.json": `[{"apiKey":"sk-secret-value","usr":"x"}]`})
+			},
+			wantReason: fqv1alpha1.ReasonInvalid, wantResolved: true, wantMessage: []string{`key registry Secret "registry" key "keys.json" is not a JSON array`},
+		},
+		{
+			name: "duplicate key registry entry",
+			mutate: func(_ *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) {
+				s["registry"] = secret("registry", map[string]string{"keys.json": `[{"apiKey":"sk-secret-value"},{"apiKey":"sk-secret-value","user":"u"}]`})
+			},
+			wantReason: fqv1alpha1.ReasonDuplicateIdentity, wantResolved: true, wantMessage: []string{"entries 0 and 1 have the same apiKey"},
+		},
+		{
+			name: "key registry entry without a key",
+			mutate: func(_ *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) {
+				s["registry"] = secret("registry", map[string]string{"keys.json": `[{"user":"u"}]`})
+			},
+			wantReason: fqv1alpha1.ReasonInvalid, wantResolved: true, wantMessage: []string{"entry 0 has no apiKey"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			p, s := unitPolicy(), unitSecrets()
+			tt.mutate(p, s)
+			out, err := render(renderInput{policy: p, hashKey: unitKey, hashKeySecret: "k", secrets: s})
+			g.Expect(out).To(BeNil(), "a failed render must produce nothing")
+			var rerr *renderError
+			g.Expect(errors.As(err, &rerr)).To(BeTrue(), "want a *renderError, got %v", err)
+			g.Expect(rerr.reason).To(Equal(tt.wantReason))
+			g.Expect(rerr.secretsResolved).To(Equal(tt.wantResolved))
+			for _, m := range tt.wantMessage {
+				g.Expect(rerr.msg).To(ContainSubstring(m))
+			}
+			for _, raw := range []string{"sk-acme-123", "sk-secret-value", "research"} {
+				g.Expect(rerr.msg).NotTo(ContainSubstring(raw), "message leaks a secret value")
+			}
+		})
+	}
+}
+
+func TestSecretRefsIndex(t *testing.T) {
+	g := NewWithT(t)
+	p := unitPolicy()
+	g.Expect(secretRefs(p)).To(Equal([]string{"ids-a", "ids-b", "llm-hash-key", "registry"}))
+	p.Spec.HashKeySecretRef = &fqv1alpha1.LocalSecretReference{Name: "ids-a"}
+	g.Expect(secretRefs(p)).To(Equal([]string{"ids-a", "ids-b", "registry"}), "names are listed once")
+	g.Expect(secretRefs(&corev1.Secret{})).To(BeNil())
+}
+
+func TestNames(t *testing.T) {
+	g := NewWithT(t)
+	p := unitPolicy()
+	g.Expect(ConfigMapName(p.Name)).To(Equal("llm-dataplane"))
+	g.Expect(HashKeySecretName(p)).To(Equal("llm-hash-key"))
+	p.Spec.HashKeySecretRef = &fqv1alpha1.LocalSecretReference{Name: "shared-key"}
+	g.Expect(HashKeySecretName(p)).To(Equal("shared-key"))
+	g.Expect(managedLabels(strings.Repeat("a", 64))).NotTo(HaveKey(config.PolicyLabel), "an invalid label value is left out")
+}
