@@ -158,8 +158,10 @@ func TestRenderFailures(t *testing.T) {
 			wantMessage: []string{"spec.fairQueuing.weights[0] (from ${ACME_KEY}) and spec.fairQueuing.weights[3] (from ${OLD_KEY}) resolve to the same identity"},
 		},
 		{
-			name:       "variable resolves to nothing",
-			mutate:     func(_ *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) { s["ids-a"].Data["ACME_KEY"] = []byte(" \n") },
+			name: "variable resolves to nothing",
+			mutate: func(_ *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) {
+				s["ids-a"].Data["ACME_KEY"] = []byte(" \n")
+			},
 			wantReason: fqv1alpha1.ReasonInvalid, wantResolved: true, wantMessage: []string{"spec.fairQueuing.weights[0] resolves to an empty identity"},
 		},
 		{
