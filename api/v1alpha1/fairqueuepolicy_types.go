@@ -43,6 +43,11 @@ const (
 	DefaultRequestTotalTimeout = "60s"
 	// DefaultKeyRegistryKey is the default data key of the key registry Secret.
 	DefaultKeyRegistryKey = "keys.json"
+	// HashKeySecretKey is the data key of the hash-key Secret holding the HMAC key.
+	HashKeySecretKey = "key"
+	// HashKeySecretSuffix is appended to the policy name to name the hash-key
+	// Secret when spec.hashKeySecretRef is unset.
+	HashKeySecretSuffix = "-hash-key"
 )
 
 // DefaultAPIKeyHeaders returns the default of identity.apiKeyHeaders, as a new
@@ -117,9 +122,10 @@ type FairQueuePolicySpec struct {
 
 	// hashKeySecretRef names the Secret, in the policy's namespace, whose data
 	// key "key" holds the HMAC-SHA256 key every identity is hashed with. When
-	// unset, the operator uses the Secret "<policy name>-hash-key" and creates
-	// it with a random key if it does not exist. Changing the key re-hashes
-	// every identity, which resets all queues and limits.
+	// unset, the Secret is "<policy name>-hash-key". Either way the operator
+	// creates the Secret with a random 32-byte key if it does not exist.
+	// Changing the key re-hashes every identity, which resets all queues and
+	// limits.
 	// +optional
 	HashKeySecretRef *LocalSecretReference `json:"hashKeySecretRef,omitempty"`
 }
@@ -135,7 +141,7 @@ type LocalSecretReference struct {
 }
 
 // IdentitySpec says where the data plane reads each identity of a request.
-// +kubebuilder:validation:XValidation:rule="!self.trustHeaders || has(self.userHeader) || has(self.teamHeader)",message="trustHeaders is true but neither userHeader nor teamHeader is set; name the header your authenticating proxy sets, or set trustHeaders to false"
+// +kubebuilder:validation:XValidation:rule="!has(self.trustHeaders) || !self.trustHeaders || has(self.userHeader) || has(self.teamHeader)",message="trustHeaders is true but neither userHeader nor teamHeader is set; name the header your authenticating proxy sets, or set trustHeaders to false"
 type IdentitySpec struct {
 	// apiKeyHeaders are the request headers an API key is read from, first
 	// match wins. "Authorization" is read as "Bearer <key>"; any other header
@@ -429,7 +435,7 @@ type WeightsSource struct {
 
 // FairQueuingBounds bound the queues of one data-plane replica. A request that
 // does not fit a bound is refused at once.
-// +kubebuilder:validation:XValidation:rule="self.maxTotalQueued >= self.maxQueueDepthPerTenant",messageExpression="'maxTotalQueued (' + string(self.maxTotalQueued) + ') must be at least maxQueueDepthPerTenant (' + string(self.maxQueueDepthPerTenant) + ')'",fieldPath=".maxTotalQueued"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxTotalQueued) || !has(self.maxQueueDepthPerTenant) || self.maxTotalQueued >= self.maxQueueDepthPerTenant",message="maxTotalQueued must be at least maxQueueDepthPerTenant: one tenant's queue cannot hold more than all queues together",fieldPath=".maxTotalQueued"
 type FairQueuingBounds struct {
 	// maxQueueDepthPerTenant is the most requests queued for one tenant,
 	// from 1 to 65536.

@@ -22,6 +22,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// HashKeySecretName returns the name of the Secret holding the policy's hash
+// key: spec.hashKeySecretRef when set, "<policy name>-hash-key" otherwise.
+func (p *FairQueuePolicy) HashKeySecretName() string {
+	if ref := p.Spec.HashKeySecretRef; ref != nil && ref.Name != "" {
+		return ref.Name
+	}
+	return p.Name + HashKeySecretSuffix
+}
+
 // WithDefaults returns b with every unset (zero) bound replaced by its default,
 // the same values the API server fills in. Use it on objects that did not pass
 // through the API server.

@@ -25,6 +25,26 @@ import (
 
 func dur(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }
 
+func TestHashKeySecretName(t *testing.T) {
+	tests := []struct {
+		name string
+		ref  *LocalSecretReference
+		want string
+	}{
+		{name: "derived from the policy name", ref: nil, want: "prod-hash-key"},
+		{name: "empty reference is unset", ref: &LocalSecretReference{}, want: "prod-hash-key"},
+		{name: "explicit reference", ref: &LocalSecretReference{Name: "shared-key"}, want: "shared-key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &FairQueuePolicy{ObjectMeta: metav1.ObjectMeta{Name: "prod"}, Spec: FairQueuePolicySpec{HashKeySecretRef: tt.ref}}
+			if got := p.HashKeySecretName(); got != tt.want {
+				t.Errorf("HashKeySecretName() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestBoundsWithDefaults(t *testing.T) {
 	tests := []struct {
 		name string
