@@ -278,8 +278,8 @@ type RateLimit struct {
 	// +kubebuilder:default="1s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="period must be a positive duration of at most 24h, such as 1s or 1m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="period must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))",message="period must be a positive duration of at most 24h, such as 1s or 1m"
 	Period metav1.Duration `json:"period,omitzero"`
 
 	// burst is the bucket capacity: how many requests may pass at once after
@@ -309,8 +309,8 @@ type ModelRateLimit struct {
 	// +kubebuilder:default="1s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="period must be a positive duration of at most 24h, such as 1s or 1m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="period must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))",message="period must be a positive duration of at most 24h, such as 1s or 1m"
 	Period metav1.Duration `json:"period,omitzero"`
 
 	// burst is the bucket capacity for each model without an override. When
@@ -475,8 +475,8 @@ type FairQueuingBounds struct {
 	// +kubebuilder:default="5s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('10m')",message="maxWait must be a positive duration of at most 10m, such as 5s"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="maxWait must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('10m'))",message="maxWait must be a positive duration of at most 10m, such as 5s"
 	MaxWait metav1.Duration `json:"maxWait,omitzero"`
 }
 
@@ -512,8 +512,8 @@ type RequestTimeout struct {
 	// +kubebuilder:default="60s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('1h')",message="total must be a positive duration of at most 1h, such as 60s"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="total must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('1h'))",message="total must be a positive duration of at most 1h, such as 60s"
 	Total metav1.Duration `json:"total,omitzero"`
 }
 
@@ -530,8 +530,8 @@ type ModelRequestTimeout struct {
 	// +required
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('1h')",message="total must be a positive duration of at most 1h, such as 60s"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="total must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('1h'))",message="total must be a positive duration of at most 1h, such as 60s"
 	Total metav1.Duration `json:"total"`
 }
 
