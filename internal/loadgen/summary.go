@@ -1,0 +1,134 @@
+package loadgen
+
+import (
+	"time"
+)
+
+// Summary is the JSON report of one run.
+type Summary struct {
+	// Start is when the first arrival was due.
+	Start time.Time `json:"start"`
+	// DurationSeconds is the configured arrival window.
+	DurationSeconds float64 `json:"duration_seconds"`
+	// ElapsedSeconds is how long the run took, draining included.
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	// Interrupted is set when the run was cancelled before its end.
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Targets are the base URLs requests were spread over.
+	Targets []string `json:"targets"`
+	// MaxOutstanding is the bound on requests in flight.
+	MaxOutstanding int `json:"max_outstanding"`
+	// Tenants holds one entry per tenant, in configuration order.
+	Tenants []TenantSummary `json:"tenants"`
+}
+
+// TenantSummary is what one tenant offered and what became of it. Offered
+// equals Sent plus DroppedClientSide; every sent request ends up in Completed
+// (an HTTP status arrived) or in Errors (keyed "timeout", "canceled" or
+// "transport"), except that a response whose body broke off counts in both.
+type TenantSummary struct {
+	// Name is the tenant's configured name.
+	Name string `json:"name"`
+	// Rate is the configured offered rate in requests per second.
+	Rate float64 `json:"rate"`
+	// Offered counts scheduled arrivals.
+	Offered uint64 `json:"offered"`
+	// Sent counts requests put on the wire.
+	Sent uint64 `json:"sent"`
+	// DroppedClientSide counts arrivals that found MaxOutstanding requests
+	// already in flight and were not sent.
+	DroppedClientSide uint64 `json:"dropped_client_side"`
+	// Completed counts requests answered with an HTTP status.
+	Completed uint64 `json:"completed"`
+	// Status counts answers by HTTP status code.
+	Status map[string]uint64 `json:"status"`
+	// Admitted counts 2xx answers.
+	Admitted uint64 `json:"admitted"`
+	// Refused counts 429 and 503 answers.
+	Refused uint64 `json:"refused"`
+	// RefusedByReason counts refusals by error.details.fair_queue.reason;
+	// refusals without one count as "immediate", unreadable bodies as
+	// "unparsed".
+	RefusedByReason map[string]uint64 `json:"refused_by_reason"`
+	// RefusedByLimitType counts refusals by error.details.limit_type.
+	RefusedByLimitType map[string]uint64 `json:"refused_by_limit_type"`
+	// Errors counts requests that failed without a complete answer.
+	Errors map[string]uint64 `json:"errors"`
+	// LatencyMS summarises the time from send to the end of the body.
+	LatencyMS Percentiles `json:"latency_ms"`
+	// WaitMS summarises the x-fair-queue-wait-ms header of the answers that
+	// carried one (admitted after queueing, or refused after waiting).
+	WaitMS Percentiles `json:"wait_ms"`
+	// AdmittedPerSecond counts admitted answers by the second of the run
+	// they arrived in.
+	AdmittedPerSecond []uint64 `json:"admitted_per_second"`
+	// RefusedPerSecond counts refusals by the second of the run they
+	// arrived in.
+	RefusedPerSecond []uint64 `json:"refused_per_second"`
+}
+
+// Percentiles summarises a distribution in milliseconds, to about 1%.
+type Percentiles struct {
+	// Count is the number of observations.
+	Count uint64 `json:"count"`
+	// P50 is the median.
+	P50 float64 `json:"p50"`
+	// P99 is the 99th percentile.
+	P99 float64 `json:"p99"`
+	// Max is the largest observation.
+	Max float64 `json:"max"`
+}
+
+// tenantStats accumulates one tenant's outcomes; guarded by tenantState.mu.
+type tenantStats struct {
+	offered, sent, dropped, completed uint64
+	admitted, refused                 uint64
+	status, reasons, limitTypes       map[string]uint64
+	errors                            map[string]uint64
+	latency, wait                     histogram
+}
+
+// summary snapshots the run. Call it after run returned.
+func (g *generator) summary(interrupted bool) *Summary {
+	s := &Summary{
+		Start:           g.start,
+		DurationSeconds: g.cfg.Duration.Seconds(),
+		ElapsedSeconds:  g.clk.Since(g.start).Seconds(),
+		Interrupted:     interrupted,
+		Targets:         g.cfg.Targets,
+		MaxOutstanding:  g.cfg.MaxOutstanding,
+	}
+	last := g.bucket()
+	for _, ts := range g.tenants {
+		ts.mu.Lock()
+		st := &ts.stats
+		s.Tenants = append(s.Tenants, TenantSummary{
+			Name:               ts.spec.Name,
+			Rate:               ts.spec.Rate,
+			Offered:            st.offered,
+			Sent:               st.sent,
+			DroppedClientSide:  st.dropped,
+			Completed:          st.completed,
+			Status:             nonNil(st.status),
+			Admitted:           st.admitted,
+			Refused:            st.refused,
+			RefusedByReason:    nonNil(st.reasons),
+			RefusedByLimitType: nonNil(st.limitTypes),
+			Errors:             nonNil(st.errors),
+			LatencyMS:          st.latency.summary(),
+			WaitMS:             st.wait.summary(),
+			AdmittedPerSecond:  append([]uint64(nil), ts.admitted[:last+1]...),
+			RefusedPerSecond:   append([]uint64(nil), ts.refused[:last+1]...),
+		})
+		ts.mu.Unlock()
+	}
+	return s
+}
+
+// nonNil returns m, or an empty map so the JSON shows {} rather than null.
+func nonNil(m map[string]uint64) map[string]uint64 {
+	if m == nil {
+		return map[string]uint64{}
+	}
+	return m
+}
