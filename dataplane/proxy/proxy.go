@@ -26,6 +26,8 @@ type Target struct {
 	Name string
 	// URL is the backend's base URL; the request path is appended to its path.
 	URL string
+	// Weight is the backend's relative share of requests; 0 means 1.
+	Weight int
 }
 
 // Backend is one parsed upstream with its own reverse proxy.
@@ -53,12 +55,19 @@ type Options struct {
 	ErrorHandler func(http.ResponseWriter, *http.Request, error)
 }
 
-// Pool is an immutable set of backends with a round-robin cursor. It is safe
-// for concurrent use.
+// Pool is an immutable set of backends with a weighted round-robin cursor.
+// It is safe for concurrent use.
 type Pool struct {
 	backends []*Backend
-	next     atomic.Uint32
+	// order is one period of the smooth weighted round-robin sequence of
+	// backend indexes, computed once so Pick needs no lock.
+	order []int
+	next  atomic.Uint32
 }
+
+// maxOrder bounds the precomputed sequence; larger weight sums are scaled
+// down proportionally.
+const maxOrder = 1 << 16
 
 // NewPool parses targets and builds one reverse proxy per backend. It fails
 // on an empty list, a duplicate name, or a URL that is not absolute http(s).
@@ -102,7 +111,42 @@ func NewPool(targets []Target, opts Options) (*Pool, error) {
 			},
 		})
 	}
+	p.order = smoothOrder(targets)
 	return p, nil
+}
+
+// smoothOrder returns one period of the smooth weighted round-robin order
+// (each step picks the highest running score, then lowers it by the total),
+// which spreads a heavy backend's turns evenly instead of in bursts.
+func smoothOrder(targets []Target) []int {
+	weights := make([]int, len(targets))
+	total := 0
+	for i, t := range targets {
+		weights[i] = max(t.Weight, 1)
+		total += weights[i]
+	}
+	if total > maxOrder {
+		scaled := 0
+		for i := range weights {
+			weights[i] = max(weights[i]*maxOrder/total, 1)
+			scaled += weights[i]
+		}
+		total = scaled
+	}
+	score := make([]int, len(weights))
+	order := make([]int, 0, total)
+	for range total {
+		best := 0
+		for i, w := range weights {
+			score[i] += w
+			if score[i] > score[best] {
+				best = i
+			}
+		}
+		score[best] -= total
+		order = append(order, best)
+	}
+	return order
 }
 
 // Len returns the number of backends.
@@ -117,19 +161,19 @@ func (p *Pool) Backends() []*Backend { return p.backends }
 // exhausted.
 type TakeFunc func(backend string) (ok bool, retryAfter time.Duration)
 
-// Pick returns the next backend in round-robin order whose token take
-// succeeds, trying each backend at most once. When every backend refuses it
-// returns nil and the shortest Retry-After among them. A nil take means no
-// per-backend limit.
+// Pick returns the next backend in weighted round-robin order whose token
+// take succeeds; when that backend is exhausted, the others are tried once
+// each in configured order. When every backend refuses it returns nil and the
+// shortest Retry-After among them. A nil take means no per-backend limit.
 func (p *Pool) Pick(take TakeFunc) (*Backend, time.Duration) {
-	n := uint32(len(p.backends))
-	start := p.next.Add(1) - 1
+	n := len(p.backends)
+	first := p.order[int((p.next.Add(1)-1)%uint32(len(p.order)))]
 	if take == nil {
-		return p.backends[start%n], 0
+		return p.backends[first], 0
 	}
 	var shortest time.Duration
-	for i := uint32(0); i < n; i++ {
-		b := p.backends[(start+i)%n]
+	for i := 0; i < n; i++ {
+		b := p.backends[(first+i)%n]
 		ok, retry := take(b.name)
 		if ok {
 			return b, 0

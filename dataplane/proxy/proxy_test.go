@@ -77,6 +77,41 @@ func TestPick(t *testing.T) {
 	}
 }
 
+func TestPickFollowsWeights(t *testing.T) {
+	tests := []struct {
+		name    string
+		weights []int
+		picks   int
+		want    []int // picks per backend
+	}{
+		{name: "3:1", weights: []int{3, 1}, picks: 8, want: []int{6, 2}},
+		{name: "zero means 1", weights: []int{0, 1, 2}, picks: 8, want: []int{2, 2, 4}},
+		{name: "huge weights are scaled", weights: []int{1 << 20, 1 << 20}, picks: 10, want: []int{5, 5}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var targets []Target
+			for i, w := range tc.weights {
+				targets = append(targets, Target{Name: string(rune('a' + i)), URL: "http://x", Weight: w})
+			}
+			p, err := NewPool(targets, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]int, len(targets))
+			for range tc.picks {
+				b, _ := p.Pick(nil)
+				got[b.Name()[0]-'a']++
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("picks per backend = %v, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+}
+
 func TestBackendProxiesAndReportsErrors(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.URL.Path+" via "+r.Header.Get("X-Forwarded-For"))

@@ -1,0 +1,136 @@
+package server
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fairqueue/fairqueue/dataplane/admission"
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/dataplane/proxy"
+)
+
+// runtime is everything built from one loaded config: identity rules, the
+// limiter, the fair queue and admission controller, and the backends. The
+// server holds it behind an atomic pointer so a reload can swap it.
+type runtime struct {
+	cfg      *config.Config
+	hash     string
+	identity *identityRules
+	lim      *limiter.Limiter
+	queue    *fairqueue.Queue
+	admit    *admission.Controller
+	pool     *proxy.Pool
+	// take charges per-backend tokens; built once so Pick does not allocate.
+	take proxy.TakeFunc
+	// defaultTimeout and modelTimeouts are the request total timeouts; zero
+	// means none.
+	defaultTimeout time.Duration
+	modelTimeouts  map[string]time.Duration
+	// needModel is false when neither a limit nor a timeout depends on the
+	// model, so bodies are streamed through without being read.
+	needModel bool
+}
+
+func (s *Server) newRuntime(cfg *config.Config) (*runtime, error) {
+	targets := make([]proxy.Target, len(cfg.Backends))
+	for i, b := range cfg.Backends {
+		targets[i] = proxy.Target{Name: b.Name, URL: b.URL, Weight: int(b.Weight)}
+	}
+	pool, err := proxy.NewPool(targets, proxy.Options{Transport: s.tr, ErrorHandler: s.proxyError})
+	if err != nil {
+		return nil, err
+	}
+	lim, err := limiter.New(limiterConfig(cfg.RateLimits), limiter.Options{Observer: s.metrics})
+	if err != nil {
+		return nil, fmt.Errorf("rateLimits: %w", err)
+	}
+	fq := cfg.FairQueuing
+	weights := fairqueue.Weights{Default: int(fq.DefaultWeight), ByTenant: make(map[string]int, len(fq.Weights))}
+	for _, w := range fq.Weights {
+		weights.ByTenant[w.TenantHash] = int(w.Weight)
+	}
+	queue := fairqueue.New(s.clock, fairqueue.Bounds{
+		MaxQueueDepthPerTenant: int(fq.Bounds.MaxQueueDepthPerTenant),
+		MaxTotalQueued:         int(fq.Bounds.MaxTotalQueued),
+		MaxTenants:             int(fq.Bounds.MaxTenants),
+		MaxInFlight:            int(fq.Bounds.MaxInFlight),
+		MaxWait:                fq.Bounds.MaxWait.Duration,
+	}, weights, s.metrics)
+	ctrl, err := admission.New(s.clock, lim, queue, admission.Settings{
+		Enabled: fq.Enabled, TenantDimension: identity.Dimension(fq.TenantDimension),
+	}, s.log.WithName("admission"))
+	if err != nil {
+		queue.Close()
+		return nil, fmt.Errorf("fairQueuing: %w", err)
+	}
+	rt := &runtime{
+		cfg:            cfg,
+		identity:       newIdentityRules(cfg.Identity, s.hasher),
+		lim:            lim,
+		queue:          queue,
+		admit:          ctrl,
+		pool:           pool,
+		defaultTimeout: cfg.Timeouts.RequestTotal.Duration,
+	}
+	if len(cfg.Timeouts.Models) > 0 {
+		rt.modelTimeouts = make(map[string]time.Duration, len(cfg.Timeouts.Models))
+		for _, m := range cfg.Timeouts.Models {
+			rt.modelTimeouts[m.Model] = m.Total.Duration
+		}
+	}
+	rt.needModel = cfg.RateLimits.PerModel != nil || len(cfg.Timeouts.Models) > 0
+	if cfg.RateLimits.PerBackend != nil {
+		rt.take = s.takeBackend(rt)
+	}
+	return rt, nil
+}
+
+// close answers every queued request with a shutdown refusal (503) and stops
+// the queue's scheduling goroutine.
+func (rt *runtime) close() { rt.queue.Close() }
+
+// timeout returns the total timeout for a model; zero means none.
+func (rt *runtime) timeout(model string) time.Duration {
+	if d, ok := rt.modelTimeouts[model]; ok {
+		return d
+	}
+	return rt.defaultTimeout
+}
+
+// takeBackend charges one per-backend token; it is the pool's TakeFunc.
+func (s *Server) takeBackend(rt *runtime) proxy.TakeFunc {
+	return func(name string) (bool, time.Duration) {
+		d, err := rt.lim.TakeBackend(s.clock.Now(), name)
+		if err != nil {
+			return false, time.Second
+		}
+		return d.Allowed, d.RetryAfter
+	}
+}
+
+// limiterConfig converts the rendered limits into the limiter's form.
+func limiterConfig(rl config.RateLimits) limiter.Config {
+	conv := func(l *config.Limit) *limiter.Limit {
+		if l == nil {
+			return nil
+		}
+		return &limiter.Limit{Requests: l.Requests, Period: l.Period.Duration, Burst: l.Burst}
+	}
+	c := limiter.Config{
+		Global: conv(rl.Global), Client: conv(rl.PerClient), APIKey: conv(rl.PerAPIKey),
+		User: conv(rl.PerUser), Team: conv(rl.PerTeam), Backend: conv(rl.PerBackend),
+	}
+	if m := rl.PerModel; m != nil {
+		c.Model = conv(m.Default)
+		if len(m.Overrides) > 0 {
+			c.ModelOverrides = make(map[string]limiter.Limit, len(m.Overrides))
+			for _, o := range m.Overrides {
+				c.ModelOverrides[o.Model] = *conv(&o.Limit)
+			}
+		}
+	}
+	return c
+}
