@@ -1,0 +1,371 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package admission joins the rate limiter, tenant selection and the fair
+// queue into the one admission decision the HTTP layer turns into a response
+// (SPEC sections 2, 3 and 5).
+//
+// For each request, Controller.Admit:
+//
+//  1. checks and charges the pre-authentication buckets (global, per client);
+//     a refusal is an immediate 429 and is never queued;
+//  2. with fair queuing on and a resolvable tenant, joins the tenant's queue
+//     without taking a token when waiters are already queued on one of the
+//     request's limit keys (no barging);
+//  3. checks the identity buckets (api key, user, team, model) atomically;
+//     if they pass, the request is admitted with no allocation;
+//  4. on a refusal with fair queuing on and a tenant identity, waits in the
+//     fair queue, re-checking the limiter each time its turn comes, within
+//     its budget; otherwise answers 429 at once;
+//  5. answers 503 at once, never queued, when the limiter store is unavailable.
+//
+// The package is pure Go (no net/http) with an injected clock.
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
+)
+
+// HTTP status codes carried by a Decision. They are spelled out here so the
+// package need not import net/http.
+const (
+	// StatusOK means the request is admitted.
+	StatusOK = 200
+	// StatusTooManyRequests means a rate limit or a queue bound refused the request.
+	StatusTooManyRequests = 429
+	// StatusClientClosedRequest means the client went away while queued; no
+	// response can be delivered, the code is for logs and access metrics.
+	StatusClientClosedRequest = 499
+	// StatusServiceUnavailable means the limiter store could not be reached or
+	// the queue is shutting down; the refusal is not the caller's quota.
+	StatusServiceUnavailable = 503
+)
+
+// Settings are the fair-queuing switches that a config reload may change.
+type Settings struct {
+	// Enabled turns fair queuing on. Off, every refusal is an immediate 429.
+	Enabled bool
+	// TenantDimension is the preferred tenant identity; empty means user.
+	TenantDimension identity.Dimension
+}
+
+// Request is what admission needs to know about one HTTP request.
+type Request struct {
+	// ClientAddr keys the per-client bucket; empty skips it.
+	ClientAddr string
+	// Identity holds the request's identity hashes (empty = absent).
+	Identity identity.Set
+	// Model keys the per-model bucket; empty skips it.
+	Model string
+	// Deadline is the request's own deadline, if the client sent one; zero means none.
+	Deadline time.Time
+	// TotalTimeout is the smallest configured total timeout for the request's
+	// route; queued time counts against it. Zero means none.
+	TotalTimeout time.Duration
+}
+
+// QueueInfo describes the fair queue's part in a decision, for the
+// x-fair-queue-* headers and the fair_queue object of the error body.
+type QueueInfo struct {
+	// Queued is true when the queue was involved (the request waited or was
+	// refused by a queue bound); the other fields are meaningful only then.
+	Queued bool
+	// TenantDimension is the identity the request was queued under.
+	TenantDimension identity.Dimension
+	// Reason is the refusal reason; empty when admitted.
+	Reason fairqueue.Reason
+	// Position is the 1-based place the request had, or would have had.
+	Position int
+	// Waited is the time spent queued.
+	Waited time.Duration
+	// Estimate is the wait predicted at enqueue.
+	Estimate time.Duration
+}
+
+// Decision is the outcome of Admit.
+type Decision struct {
+	// Allowed is true when the request may be forwarded.
+	Allowed bool
+	// Status is StatusOK, StatusTooManyRequests, StatusServiceUnavailable or
+	// StatusClientClosedRequest.
+	Status int
+	// LimitType is the SPEC limit_type of the refusing dimension; empty when allowed.
+	LimitType string
+	// RetryAfter is when the client should retry; set on every refusal.
+	RetryAfter time.Duration
+	// Quota is the tightest identity bucket that applied, for the
+	// x-ratelimit-*-requests headers; valid when HasQuota.
+	Quota limiter.Quota
+	// HasQuota is false when no identity bucket applied.
+	HasQuota bool
+	// Queue describes the fair queue's involvement.
+	Queue QueueInfo
+	// Err is the cause of a 503 or 499, for logs; nil otherwise.
+	Err error
+}
+
+// Controller makes admission decisions. It is safe for concurrent use.
+type Controller struct {
+	clk      clock.PassiveClock
+	lim      *limiter.Limiter
+	queue    *fairqueue.Queue
+	log      logr.Logger
+	settings atomic.Pointer[Settings]
+}
+
+// New returns a Controller deciding with lim and queuing in q, reading time
+// from clk. q may be shared with nothing else; the Controller enables and
+// disables it to follow Settings.Enabled.
+func New(clk clock.PassiveClock, lim *limiter.Limiter, q *fairqueue.Queue, s Settings, log logr.Logger) (*Controller, error) {
+	if clk == nil || lim == nil || q == nil {
+		return nil, errors.New("admission: clock, limiter and queue are all required")
+	}
+	c := &Controller{clk: clk, lim: lim, queue: q, log: log}
+	if err := c.SetSettings(s); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// SetSettings applies s to the next request. Turning fair queuing off answers
+// every queued request at once as if fair queuing had never been on.
+func (c *Controller) SetSettings(s Settings) error {
+	d, err := identity.ParseDimension(string(s.TenantDimension))
+	if err != nil {
+		return fmt.Errorf("admission settings: %w", err)
+	}
+	s.TenantDimension = d
+	old := c.settings.Swap(&s)
+	switch {
+	case s.Enabled && (old == nil || !old.Enabled):
+		c.queue.Enable()
+	case !s.Enabled && (old == nil || old.Enabled):
+		c.queue.Disable()
+	}
+	return nil
+}
+
+// Admit decides r, blocking while it waits in the fair queue. ctx ending
+// (the client disconnecting) takes the request out of the queue at once.
+func (c *Controller) Admit(ctx context.Context, r Request) Decision {
+	now := c.clk.Now()
+	pre, err := c.lim.TakePreAuth(now, r.ClientAddr)
+	if err != nil {
+		return unavailable(err)
+	}
+	if !pre.Allowed {
+		return refusal(pre)
+	}
+
+	keys := limiter.Keys{APIKey: r.Identity.APIKey, User: r.Identity.User, Team: r.Identity.Team, Model: r.Model}
+	s := c.settings.Load()
+	var (
+		tenant    string
+		used      identity.Dimension
+		queueable bool
+	)
+	if s.Enabled {
+		tenant, used, queueable = r.Identity.Tenant(s.TenantDimension)
+	}
+	if queueable {
+		all := [limiter.MaxBatch]string{keys.APIKey, keys.User, keys.Team, keys.Model}
+		if c.queue.HasWaitersAny(all[:]) {
+			return c.wait(ctx, now, r, keys, tenant, used, limiter.Decision{})
+		}
+	}
+
+	d, err := c.lim.TakeIdentity(now, keys)
+	switch {
+	case err != nil:
+		return unavailable(err)
+	case d.Allowed:
+		return Decision{Allowed: true, Status: StatusOK, Quota: d.Tightest, HasQuota: d.HasQuota}
+	case !queueable || !d.LimitType.Queueable():
+		return refusal(d)
+	}
+	return c.wait(ctx, now, r, keys, tenant, used, d)
+}
+
+// wait queues a request refused by d (or, with d.RefusedBy empty, one that
+// must not barge past waiters) and turns the queue's result into a Decision.
+func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys limiter.Keys, tenant string, used identity.Dimension, d limiter.Decision) Decision {
+	limitKeys, limitType := c.limitKeys(keys, d)
+	if d.RefusedBy == 0 && len(limitKeys) == 0 {
+		// The waiters we would have queued behind are gone: take the normal path.
+		var err error
+		if d, err = c.lim.TakeIdentity(now, keys); err != nil {
+			return unavailable(err)
+		}
+		if d.Allowed {
+			return Decision{Allowed: true, Status: StatusOK, Quota: d.Tightest, HasQuota: d.HasQuota}
+		}
+		limitKeys, _ = c.limitKeys(keys, d)
+	}
+	if d.RefusedBy != 0 {
+		limitType = d.LimitType
+	}
+	last := d
+	attempt := func() (bool, time.Duration, error) {
+		got, err := c.lim.TakeIdentity(c.clk.Now(), keys)
+		if err != nil {
+			return false, 0, err
+		}
+		last = got
+		return got.Allowed, got.RetryAfter, nil
+	}
+	res, err := c.queue.Wait(ctx, fairqueue.Request{
+		Tenant:     tenant,
+		Dimension:  string(used),
+		LimitKeys:  limitKeys,
+		Deadline:   budget(ctx, now, r),
+		RetryAfter: d.RetryAfter,
+		Attempt:    attempt,
+	})
+	info := QueueInfo{
+		Queued:          true,
+		TenantDimension: used,
+		Reason:          res.Reason,
+		Position:        res.Position,
+		Waited:          res.Waited,
+		Estimate:        res.Estimate,
+	}
+	log := c.log.WithValues("tenant", identity.Short(tenant), "tenantDimension", used)
+
+	switch {
+	case errors.Is(err, limiter.ErrStoreUnavailable):
+		log.V(1).Info("Rate-limit store unavailable while queued", "err", err)
+		dec := unavailable(err)
+		dec.Queue = info
+		return dec
+	case err != nil:
+		log.V(4).Info("Client left the fair queue", "waited", res.Waited, "err", err)
+		return Decision{Status: StatusClientClosedRequest, Queue: info, Err: err}
+	case res.Admitted:
+		return Decision{Allowed: true, Status: StatusOK, Quota: last.Tightest, HasQuota: last.HasQuota, Queue: info}
+	case res.Reason == fairqueue.ReasonDisabled:
+		// Fair queuing was switched off: answer exactly as without it.
+		return c.unqueued(keys)
+	}
+
+	if last.RefusedBy != 0 {
+		limitType = last.LimitType
+	}
+	dec := Decision{
+		Status:     StatusTooManyRequests,
+		LimitType:  limitType.String(),
+		RetryAfter: max(res.RetryAfter, last.RetryAfter),
+		Quota:      last.Tightest,
+		HasQuota:   last.HasQuota,
+		Queue:      info,
+	}
+	if res.Reason == fairqueue.ReasonShutdown {
+		dec.Status = StatusServiceUnavailable
+		dec.Err = errors.New("fair queue shut down while the request was queued")
+	}
+	if dec.RetryAfter <= 0 {
+		// Refused by a queue bound with tokens available: retry once the
+		// requests ahead have been served.
+		dec.RetryAfter = max(res.Estimate, time.Millisecond)
+	}
+	log.V(4).Info("Fair queue refused request", "reason", res.Reason, "position", res.Position, "waited", res.Waited)
+	return dec
+}
+
+// unqueued decides the identity buckets as if fair queuing were off.
+func (c *Controller) unqueued(keys limiter.Keys) Decision {
+	d, err := c.lim.TakeIdentity(c.clk.Now(), keys)
+	switch {
+	case err != nil:
+		return unavailable(err)
+	case d.Allowed:
+		return Decision{Allowed: true, Status: StatusOK, Quota: d.Tightest, HasQuota: d.HasQuota}
+	}
+	return refusal(d)
+}
+
+// limitKeys returns the keys the request is queued on: those of the
+// dimensions that refused it, plus any of its keys that already have waiters.
+// The second result is the dimension of the first such key, the limit_type
+// of a request queued only to avoid barging.
+//
+// Keys are the raw bucket keys (identity hashes and the model name) without a
+// dimension prefix, so this does not allocate on the fast path. Two
+// dimensions sharing a key string (a user id equal to a team id) only make
+// their requests queue behind each other, never over-admit.
+func (c *Controller) limitKeys(keys limiter.Keys, d limiter.Decision) ([]string, limiter.Dimension) {
+	all := [limiter.MaxBatch]struct {
+		dim limiter.Dimension
+		key string
+	}{
+		{limiter.DimensionAPIKey, keys.APIKey},
+		{limiter.DimensionUser, keys.User},
+		{limiter.DimensionTeam, keys.Team},
+		{limiter.DimensionModel, keys.Model},
+	}
+	out := make([]string, 0, len(all))
+	first := limiter.Dimension(limiter.NumDimensions)
+	for _, k := range all {
+		if k.key == "" || !(d.RefusedBy.Has(k.dim) || c.queue.HasWaiters(k.key)) {
+			continue
+		}
+		out = append(out, k.key)
+		if first == limiter.Dimension(limiter.NumDimensions) {
+			first = k.dim
+		}
+	}
+	return out, first
+}
+
+// budget returns the absolute end of the request's admission budget: the
+// earliest of its own deadline, ctx's deadline and now plus its total
+// timeout. The queue applies maxWait on top. Zero means none.
+func budget(ctx context.Context, now time.Time, r Request) time.Time {
+	end := r.Deadline
+	if dl, ok := ctx.Deadline(); ok && (end.IsZero() || dl.Before(end)) {
+		end = dl
+	}
+	if r.TotalTimeout > 0 {
+		if t := now.Add(r.TotalTimeout); end.IsZero() || t.Before(end) {
+			end = t
+		}
+	}
+	return end
+}
+
+// refusal is the immediate 429 for a limiter refusal that is not queued.
+func refusal(d limiter.Decision) Decision {
+	dec := Decision{Status: StatusTooManyRequests, LimitType: d.LimitType.String(), RetryAfter: d.RetryAfter}
+	if d.LimitType.Queueable() {
+		dec.Quota, dec.HasQuota = d.Tightest, d.HasQuota
+	}
+	return dec
+}
+
+// unavailable is the immediate 503 for a store outage.
+func unavailable(err error) Decision {
+	return Decision{Status: StatusServiceUnavailable, RetryAfter: time.Second, Err: err}
+}
