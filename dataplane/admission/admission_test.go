@@ -351,7 +351,7 @@ func gauge(e *env, name string) prometheus.Collector {
 
 type collectorFunc func(chan<- prometheus.Metric)
 
-func (f collectorFunc) Describe(chan<- *prometheus.Desc) {}
+func (f collectorFunc) Describe(chan<- *prometheus.Desc)    {}
 func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
 
 func TestCancellationLeavesTheQueueAtOnce(t *testing.T) {
