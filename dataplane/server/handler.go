@@ -41,17 +41,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		(&apiError{status: http.StatusUnauthorized, errType: errorTypeAuthentication, code: "invalid_api_key", message: msg}).write(w)
 		return
 	}
+	// The body is read (bounded) before admission even when the model comes
+	// from a header: net/http notices a client hanging up only once the body
+	// is consumed, and a queued request must leave the queue at once then.
+	body, release, err := readBody(r, s.maxBody)
+	if err != nil {
+		if !s.preAuthRefused(w, r, rt, client) {
+			s.bodyError(w, err)
+		}
+		return
+	}
+	defer release()
 	if rt.identity.modelHeader != "" {
 		id.model = headerValue(r.Header, rt.identity.modelHeader)
 	} else if rt.needModel {
-		body, release, err := readBody(r, s.maxBody)
-		if err != nil {
-			if !s.preAuthRefused(w, r, rt, client) {
-				s.bodyError(w, err)
-			}
-			return
-		}
-		defer release()
 		id.model = modelFromJSON(body)
 	}
 

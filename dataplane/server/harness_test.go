@@ -85,11 +85,12 @@ func newHarness(t *testing.T, upstream http.Handler, mutate func(*config.Config)
 	ct := &http.Transport{}
 	hs.client = &http.Client{Transport: ct}
 	t.Cleanup(func() {
-		ct.CloseIdleConnections()
-		hs.front.Close()
 		if rt := srv.rt.Load(); rt != nil {
-			rt.close()
+			rt.close() // answers anything a failed test left queued
 		}
+		ct.CloseIdleConnections()
+		hs.front.CloseClientConnections()
+		hs.front.Close()
 	})
 	return hs
 }
