@@ -1,0 +1,53 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestParseFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		want    options
+		wantErr string
+	}{
+		{
+			name: "defaults",
+			want: options{metricsAddr: ":8080", probeAddr: ":8081", leaderElect: true, maxConcurrentReconciles: 2},
+		},
+		{
+			name: "namespaces are trimmed and deduplicated",
+			args: []string{"--namespaces", " team-a,,team-b, team-a ", "--leader-elect=false", "--metrics-bind-address=0"},
+			want: options{namespaces: []string{"team-a", "team-b"}, metricsAddr: "0", probeAddr: ":8081", maxConcurrentReconciles: 2},
+		},
+		{name: "invalid namespace", args: []string{"--namespaces", "Team_A"}, wantErr: `--namespaces: "Team_A" is not a namespace name`},
+		{name: "reconciles out of range", args: []string{"--max-concurrent-reconciles", "0"}, wantErr: "--max-concurrent-reconciles must be in [1, 64], got 0"},
+		{name: "positional argument", args: []string{"run"}, wantErr: `unexpected arguments ["run"]`},
+		{name: "unknown flag", args: []string{"--namespace", "a"}, wantErr: "flag provided but not defined: -namespace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			got, err := parseFlags(fs, tt.args)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("parseFlags(%q) error = %v, want it to contain %q", tt.args, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseFlags(%q) = %v", tt.args, err)
+			}
+			if strings.Join(got.namespaces, ",") != strings.Join(tt.want.namespaces, ",") ||
+				got.metricsAddr != tt.want.metricsAddr || got.probeAddr != tt.want.probeAddr ||
+				got.leaderElect != tt.want.leaderElect || got.maxConcurrentReconciles != tt.want.maxConcurrentReconciles ||
+				got.leaderElectionNamespace != tt.want.leaderElectionNamespace {
+				t.Errorf("parseFlags(%q) = %+v, want %+v", tt.args, got, tt.want)
+			}
+		})
+	}
+}
