@@ -287,9 +287,15 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		dec.Err = errors.New("fair queue shut down while the request was queued")
 	}
 	if dec.RetryAfter <= 0 {
-		// Refused by a queue bound with tokens available: retry once the
-		// requests ahead have been served.
-		dec.RetryAfter = max(res.Estimate, time.Millisecond)
+		// Queued only to avoid barging, so no refusal of its own: ask the
+		// limiter now, or, with tokens available, retry once the requests
+		// ahead have been served.
+		if p, err := c.lim.PeekIdentity(c.clk.Now(), keys); err == nil && !p.Allowed {
+			dec.LimitType, dec.RetryAfter = p.LimitType.String(), p.RetryAfter
+			dec.Quota, dec.HasQuota = p.Tightest, p.HasQuota
+		} else {
+			dec.RetryAfter = max(res.Estimate, time.Millisecond)
+		}
 	}
 	log.V(4).Info("Fair queue refused request", "reason", res.Reason, "position", res.Position, "waited", res.Waited)
 	return dec

@@ -411,3 +411,34 @@ func TestSettingsValidation(t *testing.T) {
 		t.Fatal("New without dependencies succeeded")
 	}
 }
+
+func TestExpiresExactlyAtItsBudgetBehindItsOwnTenant(t *testing.T) {
+	e := newEnv(t, envOpts{cfg: limiter.Config{User: lim(1, time.Second)}, settings: on})
+	e.c.Admit(context.Background(), Request{Identity: alice})
+	first := e.admitAsync(context.Background(), Request{Identity: alice})
+	waitFor(t, "the first waiter", func() bool { return e.depth() == 1 })
+	// FIFO within a tenant: the second waits behind the first (ready at 1s),
+	// and its 500ms budget runs out first.
+	second := e.admitAsync(context.Background(), Request{Identity: alice, TotalTimeout: 500 * time.Millisecond})
+	waitFor(t, "the second waiter", func() bool { return e.depth() == 2 })
+
+	e.clk.Step(499 * time.Millisecond)
+	waitFor(t, "the scheduler to settle", func() bool { return e.clk.HasWaiters() })
+	select {
+	case d := <-second:
+		t.Fatalf("answered before its budget ran out: %+v", d)
+	default:
+	}
+	e.clk.Step(time.Millisecond)
+	got := receive(t, second)
+	want := Decision{Status: StatusTooManyRequests, LimitType: "user", RetryAfter: 500 * time.Millisecond, HasQuota: true,
+		Quota: limiter.Quota{Dimension: limiter.DimensionUser, Limit: 1, Reset: 500 * time.Millisecond},
+		Queue: QueueInfo{Queued: true, TenantDimension: identity.DimensionUser, Reason: fairqueue.ReasonDeadlineExceeded, Position: 2, Waited: 500 * time.Millisecond}}
+	if got != want {
+		t.Fatalf("second waiter =\n %+v\nwant\n %+v", got, want)
+	}
+	e.clk.Step(500 * time.Millisecond)
+	if got := receive(t, first); !got.Allowed {
+		t.Fatalf("first waiter: %+v", got)
+	}
+}
