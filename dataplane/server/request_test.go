@@ -1,0 +1,193 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+)
+
+func TestHasherMatchesIdentityHash(t *testing.T) {
+	hs := newHasher(testKey)
+	for _, v := range []string{"", "alice", "sk-" + strings.Repeat("x", 200)} {
+		if got, want := hs.sum(v), identity.Hash(testKey, v); got != want {
+			t.Errorf("sum(%q) = %s, want identity.Hash = %s", v, got, want)
+		}
+	}
+}
+
+func TestResolveIdentity(t *testing.T) {
+	registry := &config.KeyRegistry{Entries: []config.KeyRegistryEntry{
+		{APIKeyHash: h("key-alice"), UserHash: h("alice"), TeamHash: h("research")},
+		{APIKeyHash: h("key-noteam"), UserHash: h("carol"), TeamHash: h("none")},
+	}}
+	tests := []struct {
+		name     string
+		identity config.Identity
+		header   map[string]string
+		want     requestIdentity
+	}{
+		{
+			name:     "bearer key is stripped and hashed",
+			identity: config.Identity{APIKeyHeaders: []string{"Authorization"}},
+			header:   map[string]string{"Authorization": "Bearer  key-1 "},
+			want:     requestIdentity{apiKeyHash: h("key-1")},
+		},
+		{
+			name:     "bearer scheme is case-insensitive",
+			identity: config.Identity{APIKeyHeaders: []string{"Authorization"}},
+			header:   map[string]string{"Authorization": "bearer key-1"},
+			want:     requestIdentity{apiKeyHash: h("key-1")},
+		},
+		{
+			name:     "basic auth is not an API key; the next header is tried",
+			identity: config.Identity{APIKeyHeaders: []string{"Authorization", "x-api-key"}},
+			header:   map[string]string{"Authorization": "Basic dXNlcg==", "X-Api-Key": "key-2"},
+			want:     requestIdentity{apiKeyHash: h("key-2")},
+		},
+		{
+			name:     "registry gives user and team",
+			identity: config.Identity{APIKeyHeaders: []string{"x-api-key"}, KeyRegistry: registry},
+			header:   map[string]string{"X-Api-Key": "key-alice"},
+			want:     requestIdentity{apiKeyHash: h("key-alice"), userHash: h("alice"), teamHash: h("research"), knownKey: true},
+		},
+		{
+			name:     "registry team equal to the no-team value is no identity",
+			identity: config.Identity{APIKeyHeaders: []string{"x-api-key"}, KeyRegistry: registry, NoTeamValue: "none"},
+			header:   map[string]string{"X-Api-Key": "key-noteam"},
+			want:     requestIdentity{apiKeyHash: h("key-noteam"), userHash: h("carol"), knownKey: true},
+		},
+		{
+			name:     "untrusted headers are ignored",
+			identity: config.Identity{APIKeyHeaders: []string{"x-api-key"}, UserHeader: "x-user", TeamHeader: "x-team"},
+			header:   map[string]string{"X-User": "mallory", "X-Team": "admins"},
+			want:     requestIdentity{},
+		},
+		{
+			name:     "trusted headers give user and team",
+			identity: config.Identity{APIKeyHeaders: []string{"x-api-key"}, UserHeader: "x-user", TeamHeader: "x-team", TrustHeaders: true},
+			header:   map[string]string{"X-User": "bob", "X-Team": "infra"},
+			want:     requestIdentity{userHash: h("bob"), teamHash: h("infra")},
+		},
+		{
+			name: "placeholder team from a trusted header is no identity",
+			identity: config.Identity{APIKeyHeaders: []string{"x-api-key"}, UserHeader: "x-user", TeamHeader: "x-team",
+				TrustHeaders: true, NoTeamValue: "none"},
+			header: map[string]string{"X-User": "bob", "X-Team": "none"},
+			want:   requestIdentity{userHash: h("bob")},
+		},
+		{
+			name: "registry wins over trusted headers",
+			identity: config.Identity{APIKeyHeaders: []string{"x-api-key"}, UserHeader: "x-user", TrustHeaders: true,
+				KeyRegistry: registry},
+			header: map[string]string{"X-Api-Key": "key-alice", "X-User": "mallory"},
+			want:   requestIdentity{apiKeyHash: h("key-alice"), userHash: h("alice"), teamHash: h("research"), knownKey: true},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rules := newIdentityRules(tc.identity, newHasher(testKey))
+			r := httptest.NewRequest(http.MethodPost, "/", nil)
+			for k, v := range tc.header {
+				r.Header.Set(k, v)
+			}
+			var got requestIdentity
+			rules.resolve(r, &got)
+			if got != tc.want {
+				t.Errorf("resolve() = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestModelFromJSON(t *testing.T) {
+	tests := []struct{ body, want string }{
+		{`{"model":"gpt-4o","messages":[]}`, "gpt-4o"},
+		{`{"messages":[{"model":"inner"}],"model":"outer"}`, "outer"},
+		{`{"model":42}`, ""},
+		{`{"model":"m",`, ""},
+		{`[]`, ""},
+		{``, ""},
+	}
+	for _, tc := range tests {
+		if got := modelFromJSON([]byte(tc.body)); got != tc.want {
+			t.Errorf("modelFromJSON(%q) = %q, want %q", tc.body, got, tc.want)
+		}
+	}
+}
+
+func TestReadBody(t *testing.T) {
+	tests := []struct {
+		name          string
+		body          string
+		contentLength int64 // -1 for unknown (chunked)
+		wantErr       error
+	}{
+		{name: "fits", body: "0123456789", contentLength: 10},
+		{name: "exactly the limit", body: strings.Repeat("x", 16), contentLength: 16},
+		{name: "declared too large", body: strings.Repeat("x", 17), contentLength: 17, wantErr: errBodyTooLarge},
+		{name: "chunked too large", body: strings.Repeat("x", 17), contentLength: -1, wantErr: errBodyTooLarge},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/", io.NopCloser(strings.NewReader(tc.body)))
+			r.ContentLength = tc.contentLength
+			data, release, err := readBody(r, 16)
+			defer release()
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("readBody() error = %v, want %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if string(data) != tc.body {
+				t.Errorf("data = %q, want %q", data, tc.body)
+			}
+			forwarded, _ := io.ReadAll(r.Body)
+			if !bytes.Equal(forwarded, []byte(tc.body)) || r.ContentLength != int64(len(tc.body)) {
+				t.Errorf("forwarded body %q (length %d), want %q unchanged", forwarded, r.ContentLength, tc.body)
+			}
+		})
+	}
+}
+
+func TestClientAddr(t *testing.T) {
+	trusted, err := ParseTrustedProxies("10.0.0.0/8, 192.168.1.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		remote  string
+		xff     []string
+		trusted []string
+		want    string
+	}{
+		{name: "direct client", remote: "203.0.113.9:4000", xff: []string{"1.2.3.4"}, want: "203.0.113.9"},
+		{name: "IPv6 peer", remote: "[2001:db8::1]:4000", want: "2001:db8::1"},
+		{name: "trusted proxy forwards the client", remote: "10.1.2.3:4000", xff: []string{"198.51.100.7"}, want: "198.51.100.7"},
+		{name: "right-most untrusted hop wins", remote: "10.1.2.3:4000", xff: []string{"6.6.6.6, 198.51.100.7, 192.168.1.1"}, want: "198.51.100.7"},
+		{name: "several header lines", remote: "10.1.2.3:4000", xff: []string{"6.6.6.6", "198.51.100.7"}, want: "198.51.100.7"},
+		{name: "garbage stops at the last trusted hop", remote: "10.1.2.3:4000", xff: []string{"nonsense, 10.9.9.9"}, want: "10.9.9.9"},
+		{name: "trusted proxy without header", remote: "10.1.2.3:4000", want: "10.1.2.3"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = tc.remote
+			r.Header["X-Forwarded-For"] = tc.xff
+			if got := trustedProxies(trusted).clientAddr(r); got != tc.want {
+				t.Errorf("clientAddr() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if _, err := ParseTrustedProxies("10.0.0.0/8,not-an-ip"); err == nil || !strings.Contains(err.Error(), `"not-an-ip"`) {
+		t.Errorf("ParseTrustedProxies(bad) error = %v, want one naming the bad entry", err)
+	}
+}
