@@ -70,13 +70,22 @@ func HashKeySecretName(p *fqv1alpha1.FairQueuePolicy) string {
 	return p.Name + "-hash-key"
 }
 
+// RBAC, least privilege. Policies are read-only except status; ConfigMaps are
+// never deleted (the garbage collector does that through the owner
+// reference); Secrets are only created (the default hash key), never changed.
+// finalizers/update lets the owner reference block owner deletion. The
+// ClusterRole is meant to be bound per watched namespace with RoleBindings
+// when --namespaces is set. Leader election is confined to the operator's
+// namespace: a Lease plus the core Events the elector records.
+//
 // +kubebuilder:rbac:groups=fairqueue.dev,resources=fairqueuepolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=fairqueue.dev,resources=fairqueuepolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=fairqueue.dev,resources=fairqueuepolicies/status,verbs=get;patch
 // +kubebuilder:rbac:groups=fairqueue.dev,resources=fairqueuepolicies/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=fairqueue-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=fairqueue-system
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=fairqueue-system
 
 // FairQueuePolicyReconciler renders every FairQueuePolicy into its data-plane
 // ConfigMap. It writes the ConfigMap only when its bytes change, never writes a
