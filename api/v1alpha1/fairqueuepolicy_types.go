@@ -121,11 +121,11 @@ type FairQueuePolicySpec struct {
 	Backends []Backend `json:"backends"`
 
 	// hashKeySecretRef names the Secret, in the policy's namespace, whose data
-	// key "key" holds the HMAC-SHA256 key every identity is hashed with. When
-	// unset, the Secret is "<policy name>-hash-key". Either way the operator
-	// creates the Secret with a random 32-byte key if it does not exist.
-	// Changing the key re-hashes every identity, which resets all queues and
-	// limits.
+	// key "key" holds the HMAC-SHA256 key (at least 32 random bytes) every
+	// identity is hashed with. When unset, the operator uses the Secret
+	// "<policy name>-hash-key" and creates it with a random key if it does not
+	// exist; a Secret named here must be created by you. Changing the key
+	// re-hashes every identity, which resets all queues and limits.
 	// +optional
 	HashKeySecretRef *LocalSecretReference `json:"hashKeySecretRef,omitempty"`
 }
