@@ -155,29 +155,41 @@ func (m *Metrics) QueueChanged(depth, tenants int) {
 	m.tenants.Set(float64(tenants))
 }
 
-// Granted implements fairqueue.Observer. An unknown dimension is recorded
-// under its own label; callers pass only identity.Dimension values.
+// unknownLabel replaces a tenant dimension or reason outside the known sets,
+// so a caller's mistake can never put an identity into a label.
+const unknownLabel = "unknown"
+
+// Granted implements fairqueue.Observer. A dimension other than user, apiKey
+// or team is recorded as "unknown".
 func (m *Metrics) Granted(dimension string, waited time.Duration) {
 	if i := dimensionIndex(dimension); i >= 0 {
 		m.waitBy[i].Observe(waited.Seconds())
 		m.grantsBy[i].Inc()
 		return
 	}
-	m.wait.WithLabelValues(dimension).Observe(waited.Seconds())
-	m.grants.WithLabelValues(dimension).Inc()
+	m.wait.WithLabelValues(unknownLabel).Observe(waited.Seconds())
+	m.grants.WithLabelValues(unknownLabel).Inc()
 }
 
-// Refused implements fairqueue.Observer.
+// Refused implements fairqueue.Observer. A dimension or reason outside the
+// known sets is recorded as "unknown".
 func (m *Metrics) Refused(dimension string, reason fairqueue.Reason) {
-	if i := dimensionIndex(dimension); i >= 0 {
-		for j, r := range reasons {
-			if r == reason {
+	i := dimensionIndex(dimension)
+	for j, r := range reasons {
+		if r == reason {
+			if i >= 0 {
 				m.refusedBy[i][j].Inc()
-				return
+			} else {
+				m.refused.WithLabelValues(unknownLabel, string(r)).Inc()
 			}
+			return
 		}
 	}
-	m.refused.WithLabelValues(dimension, string(reason)).Inc()
+	d := unknownLabel
+	if i >= 0 {
+		d = dimension
+	}
+	m.refused.WithLabelValues(d, unknownLabel).Inc()
 }
 
 // ObserveDecision implements limiter.Observer.

@@ -222,3 +222,41 @@ func TestRecordingDoesNotAllocate(t *testing.T) {
 		t.Fatalf("recording allocates %v times per event set, want 0", allocs)
 	}
 }
+
+func TestUnknownLabelValuesNeverCarryIdentities(t *testing.T) {
+	m, reg := newMetrics(t)
+	const hash = "433deb45467e4e53dbaba594c88bc3a200f705a2150788c3d11e6040e63e8510"
+	m.Granted(hash, time.Second)
+	m.Refused(hash, fairqueue.ReasonQueueFull)
+	m.Refused("user", fairqueue.Reason(hash))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, metric := range mf.GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if strings.Contains(l.GetValue(), hash[:12]) {
+					t.Errorf("%s{%s=%q}: an identity reached a label", mf.GetName(), l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+	cases := []struct {
+		c      prometheus.Collector
+		labels []string
+	}{
+		{m.grants, []string{"unknown"}},
+		{m.refused, []string{"unknown", "queue_full"}},
+		{m.refused, []string{"user", "unknown"}},
+	}
+	for _, tc := range cases {
+		vec, ok := tc.c.(*prometheus.CounterVec)
+		if !ok {
+			t.Fatalf("%T is not a CounterVec", tc.c)
+		}
+		if got := testutil.ToFloat64(vec.WithLabelValues(tc.labels...)); got != 1 {
+			t.Errorf("%v = %v, want 1", tc.labels, got)
+		}
+	}
+}
