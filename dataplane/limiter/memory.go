@@ -38,10 +38,12 @@ const (
 // a single "theoretical arrival time" from which tokens, Retry-After and reset
 // follow with integer arithmetic and no allocation.
 //
-// Memory bound: each dimension holds at most MaxKeysPerDimension buckets
-// (about 100 bytes plus the key's length each, plus map overhead). A bucket
-// that has refilled completely is indistinguishable from a fresh one, so it
-// may be dropped: every new key advances a clock hand over sweepPerInsert
+// Memory bound: each dimension holds at most maxKeysPerDimension buckets of
+// about 150 bytes each (slice and map overhead included) plus the key: with
+// the default cap and 64-byte hash keys, under 15 MiB per dimension and 60 MiB
+// for the four keyed dimensions (client, api key, user, team) in the worst
+// case. A bucket that has refilled completely is indistinguishable from a
+// fresh one, so it may be dropped: every new key advances a clock hand over sweepPerInsert
 // buckets and drops the full ones, amortised O(1) with no full-table scan. In
 // steady churn a table therefore holds about twice the keys seen within one
 // refill window (capacity*period/requests), and never more than the cap.

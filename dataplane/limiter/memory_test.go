@@ -127,3 +127,39 @@ func BenchmarkTakeIdentity(b *testing.B) {
 		}
 	}
 }
+
+func TestPeekNeverStoresOrCharges(t *testing.T) {
+	s := NewMemoryStore(0)
+	l := *lim(2, time.Second, 0)
+	for i := 0; i < 5; i++ {
+		d, _ := s.Peek(t0, userBatch("u", l))
+		if !d.Allowed || d.Tightest.Remaining != 2 {
+			t.Fatalf("peek %d: %+v, want allowed with 2 tokens", i, d)
+		}
+	}
+	if n := s.Len(DimensionUser); n != 0 {
+		t.Fatalf("peeking stored %d buckets", n)
+	}
+}
+
+// BenchmarkTakeKeyChurn charges a new key every time against a capped table:
+// the cost stays flat because reclaiming idle buckets is amortised O(1).
+func BenchmarkTakeKeyChurn(b *testing.B) {
+	s := NewMemoryStore(4096)
+	l := *lim(1, time.Millisecond, 0)
+	keys := make([]string, 1<<16)
+	for i := range keys {
+		keys[i] = strconv.Itoa(i)
+	}
+	now := t0
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		now = now.Add(time.Microsecond)
+		s.Take(now, userBatch(keys[i%len(keys)], l))
+		i++
+	}
+	if n := s.Len(DimensionUser); n > 4096 {
+		b.Fatalf("table grew to %d", n)
+	}
+}
