@@ -40,9 +40,9 @@ const (
 //
 // Memory bound: each dimension holds at most maxKeysPerDimension buckets of
 // about 150 bytes each (slice and map overhead included) plus the key: with
-// the default cap and 64-byte hash keys, under 15 MiB per dimension and 60 MiB
-// for the four keyed dimensions (client, api key, user, team) in the worst
-// case. A bucket that has refilled completely is indistinguishable from a
+// the default cap and 64-byte keys, under 15 MiB per dimension and 75 MiB
+// for the five dimensions keyed by client input (client, api key, user, team,
+// model) in the worst case. A bucket that has refilled completely is indistinguishable from a
 // fresh one, so it may be dropped: every new key advances a clock hand over sweepPerInsert
 // buckets and drops the full ones, amortised O(1) with no full-table scan. In
 // steady churn a table therefore holds about twice the keys seen within one
