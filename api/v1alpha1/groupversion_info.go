@@ -17,6 +17,15 @@ limitations under the License.
 // Package v1alpha1 holds the fairqueue.dev/v1alpha1 API: the FairQueuePolicy
 // custom resource that turns on weighted fair queuing for a shared HTTP API.
 //
+// The API server does the defaulting and validation: every bound and timeout
+// has a +kubebuilder:default, so a stored object shows its effective values,
+// and invalid values are refused with CEL rules whose messages say what to
+// fix. Optional structs are values tagged omitzero, so Go clients never send a
+// zero duration the server would refuse; WithDefaults and the Default*
+// constants give the same effective values to code that builds objects
+// without an API server. Expand and VarRefs implement the ${VAR} grammar of
+// weights identities, which the CEL rules mirror.
+//
 // +kubebuilder:object:generate=true
 // +groupName=fairqueue.dev
 package v1alpha1
