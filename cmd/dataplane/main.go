@@ -1,0 +1,201 @@
+// Command dataplane is fairqueue's admission proxy: it loads the rendered
+// FairQueuePolicy config, applies the rate limits and weighted fair queuing
+// of the product specification to every request, and proxies admitted
+// requests to the configured backends.
+//
+// Every flag can also be set through the environment variable
+// FAIRQUEUE_<FLAG>, upper-cased with dashes turned into underscores (for
+// example FAIRQUEUE_HASH_KEY_FILE); a flag given on the command line wins.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/server"
+)
+
+// envPrefix prefixes the environment variable of every flag.
+const envPrefix = "FAIRQUEUE_"
+
+// minHashKeyLen is the shortest hash key accepted; the operator generates 32 bytes.
+const minHashKeyLen = 16
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "dataplane:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// options are the parsed flags.
+type options struct {
+	listen         string
+	metricsListen  string
+	configFile     string
+	hashKeyFile    string
+	shutdownGrace  time.Duration
+	logLevel       string
+	trustedProxies string
+	maxBodyBytes   int64
+}
+
+// parseFlags reads flags from args, falling back to FAIRQUEUE_* variables
+// from getenv for every flag not given on the command line.
+func parseFlags(args []string, getenv func(string) string, out io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("dataplane", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.listen, "listen", ":8080", "address for proxied API traffic")
+	fs.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address for /metrics, /healthz and /readyz")
+	fs.StringVar(&o.configFile, "config", "", "file holding the rendered config (the config.json key of the policy's ConfigMap); "+
+		"without it the data plane stays unready")
+	fs.StringVar(&o.hashKeyFile, "hash-key-file", "", "file holding the policy's HMAC hash key (the key of the policy's hash-key Secret); required")
+	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long admitted requests may finish; queued ones are answered 503 at once")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log verbosity: error, info, debug, or a number (higher is more verbose)")
+	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs or addresses of proxies whose X-Forwarded-For decides the client address for the perClient limit")
+	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (read to find the model); larger bodies get 413")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: dataplane [flags]\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
+			"Every flag may also be set as %s<FLAG> (upper case, '-' as '_'), e.g. %sHASH_KEY_FILE.\n\nFlags:\n", envPrefix, envPrefix)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q; every setting is a flag, see --help", fs.Args())
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		env := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := lookup(getenv, env); ok {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("environment variable %s=%q is not a valid --%s: %w", env, v, f.Name, err))
+			}
+		}
+	})
+	return o, errors.Join(errs...)
+}
+
+func lookup(getenv func(string) string, key string) (string, bool) {
+	v := getenv(key)
+	return v, v != ""
+}
+
+// newLogger returns a JSON logger at the given level.
+func newLogger(level string, out io.Writer) (logr.Logger, error) {
+	var lvl slog.Level
+	switch level {
+	case "error":
+		lvl = slog.LevelError
+	case "info", "":
+		lvl = slog.LevelInfo
+	case "debug":
+		lvl = slog.Level(-1)
+	default:
+		n, err := strconv.Atoi(level)
+		if err != nil || n < 0 {
+			return logr.Logger{}, fmt.Errorf("--log-level %q: use error, info, debug or a verbosity number >= 0", level)
+		}
+		lvl = slog.Level(-n)
+	}
+	return logr.FromSlogHandler(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// run starts the data plane and blocks until ctx ends and shutdown is over.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	o, err := parseFlags(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(o.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	if o.hashKeyFile == "" {
+		return errors.New("--hash-key-file is required: mount the policy's hash-key Secret and point the flag at its key")
+	}
+	key, err := os.ReadFile(o.hashKeyFile)
+	if err != nil {
+		return fmt.Errorf("reading --hash-key-file: %w", err)
+	}
+	if len(key) < minHashKeyLen {
+		return fmt.Errorf("--hash-key-file %s holds %d bytes; a hash key needs at least %d (the operator generates 32)", o.hashKeyFile, len(key), minHashKeyLen)
+	}
+	trusted, err := server.ParseTrustedProxies(o.trustedProxies)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := server.New(server.Options{
+		Logger: log, HashKey: key, TrustedProxies: trusted, MaxBodyBytes: o.maxBodyBytes,
+		Registerer: reg, Gatherer: reg, ShutdownGrace: o.shutdownGrace,
+	})
+	if err != nil {
+		return err
+	}
+	if o.configFile != "" {
+		cfg, hash, err := loadConfig(o.configFile)
+		if err != nil {
+			return err
+		}
+		if err := srv.Load(cfg, hash); err != nil {
+			return fmt.Errorf("config %s: %w", o.configFile, err)
+		}
+	} else {
+		log.Info("No --config given: not ready until a config is loaded")
+	}
+
+	trafficLn, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	opsLn, err := net.Listen("tcp", o.metricsListen)
+	if err != nil {
+		trafficLn.Close()
+		return fmt.Errorf("--metrics-listen: %w", err)
+	}
+	return srv.Run(ctx, trafficLn, opsLn)
+}
+
+// loadConfig reads and validates a rendered config file; errors name the
+// offending JSON field.
+func loadConfig(path string) (*config.Config, string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("reading --config: %w", err)
+	}
+	cfg, err := config.Parse(data)
+	if err != nil {
+		return nil, "", fmt.Errorf("config %s is invalid: %w", path, err)
+	}
+	return cfg, config.Hash(data), nil
+}

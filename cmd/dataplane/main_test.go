@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var key = []byte("0123456789abcdef0123456789abcdef")
+
+func validConfig() *config.Config {
+	return &config.Config{
+		APIVersion:    config.APIVersion,
+		Kind:          config.Kind,
+		Policy:        config.PolicyRef{Namespace: "ns", Name: "llm", Generation: 1},
+		HashKeySecret: config.HashKeySecret{Namespace: "ns", Name: "k", Key: "key", Fingerprint: config.KeyFingerprint(key)},
+		Identity:      config.Identity{APIKeyHeaders: []string{"Authorization"}},
+		FairQueuing:   config.FairQueuing{TenantDimension: config.TenantUser, DefaultWeight: 1, Bounds: config.DefaultBounds()},
+		Backends:      []config.Backend{{Name: "b1", URL: "http://127.0.0.1:1", Weight: 1}},
+	}
+}
+
+func write(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestStartupErrors(t *testing.T) {
+	good, err := config.Marshal(validConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	badField := bytes.Replace(good, []byte(`"maxInFlight": 8`), []byte(`"maxInFlight": 0`), 1)
+	keyFile := write(t, "key", key)
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr string
+	}{
+		{name: "invalid field", args: []string{"--hash-key-file", keyFile, "--config", write(t, "c.json", badField)},
+			wantErr: "fairQueuing.bounds.maxInFlight"},
+		{name: "unknown field", args: []string{"--hash-key-file", keyFile, "--config", write(t, "c.json", bytes.Replace(good, []byte(`"kind"`), []byte(`"kindd"`), 1))},
+			wantErr: `unknown field "kindd"`},
+		{name: "missing config file", args: []string{"--hash-key-file", keyFile, "--config", "/nonexistent/config.json"},
+			wantErr: "reading --config"},
+		{name: "no hash key", args: []string{"--config", write(t, "c.json", good)}, wantErr: "--hash-key-file is required"},
+		{name: "short hash key", args: []string{"--hash-key-file", write(t, "k", []byte("short"))}, wantErr: "holds 5 bytes"},
+		{name: "wrong hash key", args: []string{"--hash-key-file", write(t, "k", []byte("another key of thirty-two bytes!")), "--config", write(t, "c.json", good)},
+			wantErr: "hashKeySecret.fingerprint"},
+		{name: "bad env value", env: map[string]string{"FAIRQUEUE_SHUTDOWN_GRACE": "soon"}, wantErr: "FAIRQUEUE_SHUTDOWN_GRACE"},
+		{name: "env supplies a flag", env: map[string]string{"FAIRQUEUE_HASH_KEY_FILE": keyFile, "FAIRQUEUE_TRUSTED_PROXIES": "bogus"},
+			wantErr: `--trusted-proxies: trusted proxy "bogus"`},
+		{name: "bad log level", args: []string{"--log-level", "loud"}, wantErr: "--log-level"},
+		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			err := run(context.Background(), tc.args, func(k string) string { return tc.env[k] }, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("run() error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestHelpDocumentsFlagsAndEnvironment(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"--help"}, func(string) string { return "" }, &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("run(--help) error = %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{"-listen", "-metrics-listen", "-config", "-hash-key-file", "-shutdown-grace", "-log-level", "-trusted-proxies", "FAIRQUEUE_HASH_KEY_FILE"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help does not mention %s:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestRunStartsAndStops(t *testing.T) {
+	good, err := config.Marshal(validConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var stderr bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"--hash-key-file", write(t, "k", key), "--config", write(t, "c.json", good),
+			"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--shutdown-grace", "1s"}, func(string) string { return "" }, &stderr)
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run() = %v, want nil after cancellation; log:\n%s", err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after its context ended")
+	}
+}
