@@ -32,6 +32,10 @@ limitations under the License.
 //     its budget; otherwise answers 429 at once;
 //  5. answers 503 at once, never queued, when the limiter store is unavailable.
 //
+// A request without any tenant identity cannot be queued, so it skips the
+// no-barging check and keeps the behaviour it would have without fair
+// queuing: a token if one is free, an immediate 429 otherwise.
+//
 // The package is pure Go (no net/http) with an injected clock.
 package admission
 

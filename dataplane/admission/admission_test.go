@@ -442,3 +442,18 @@ func TestExpiresExactlyAtItsBudgetBehindItsOwnTenant(t *testing.T) {
 		t.Fatalf("first waiter: %+v", got)
 	}
 }
+
+func TestFastPathDoesNotAllocate(t *testing.T) {
+	huge := lim(1<<40, time.Second)
+	e := newEnv(t, envOpts{cfg: limiter.Config{Global: huge, Client: huge, APIKey: huge, User: huge, Team: huge, Model: huge}, settings: on})
+	r := Request{ClientAddr: "10.0.0.1", Identity: alice, Model: "m", TotalTimeout: time.Minute}
+	e.c.Admit(context.Background(), r) // create the buckets
+	ctx := context.Background()
+	if allocs := testing.AllocsPerRun(1000, func() {
+		if !e.c.Admit(ctx, r).Allowed {
+			t.Fatal("refused")
+		}
+	}); allocs != 0 {
+		t.Fatalf("fast path allocates %v times per request, want 0", allocs)
+	}
+}
