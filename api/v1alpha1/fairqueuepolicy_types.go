@@ -546,11 +546,12 @@ type Backend struct {
 	Name string `json:"name"`
 
 	// url is the backend's absolute http or https base URL, for example
-	// "http://vllm-a.models.svc:8000".
+	// "http://vllm-a.models.svc:8000", without credentials.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="url must be an absolute http or https URL, such as http://vllm-a.models.svc:8000"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^/?#]*//[^/?#]*@')",message="url must not hold credentials (user:password@): a policy is readable by everyone who can read the namespace's policies"
 	URL string `json:"url"`
 
 	// weight is the backend's relative share of requests, from 1 to 1000.

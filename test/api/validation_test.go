@@ -291,6 +291,11 @@ func TestValidationRejects(t *testing.T) {
 			want: []string{"spec.backends[0].url", "url must be an absolute http or https URL"},
 		},
 		{
+			name: "backend url with credentials",
+			spec: "backends: [{name: a, url: 'https://user:secret@a.example.com/v1'}]",
+			want: []string{"spec.backends[0].url", "url must not hold credentials"},
+		},
+		{
 			name: "backend weight zero",
 			spec: "backends: [{name: a, url: 'http://a', weight: 0}]",
 			want: []string{"spec.backends[0].weight", "should be greater than or equal to 1"},
@@ -372,6 +377,7 @@ func TestValidationAccepts(t *testing.T) {
 		{name: "burst below requests smooths", spec: "rateLimits: {perAPIKey: {requests: 100, burst: 1}}"},
 		{name: "perModel overrides only", spec: "rateLimits: {perModel: {overrides: [{model: meta-llama/Llama-3.1-8B-Instruct, requests: 5}]}}"},
 		{name: "https backend with a path", spec: "backends: [{name: a, url: 'https://api.example.com/v1'}, {name: b-2, url: 'http://10.0.0.1:8000'}]"},
+		{name: "backend path with an @", spec: "backends: [{name: a, url: 'http://a:8000/v1/@team'}]"},
 		{name: "trusted team header only", spec: "identity: {trustHeaders: true, teamHeader: x-team}"},
 	}
 	for i, tt := range tests {
