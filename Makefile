@@ -39,6 +39,10 @@ manifests: controller-gen ## Generate the CRD and the RBAC Role from the kubebui
 generate: controller-gen ## Generate DeepCopy methods for the API types.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
+.PHONY: docs
+docs: manifests ## Regenerate the API reference table in README.md from the CRD.
+	$(GO) run ./hack/apiref
+
 .PHONY: fmt
 fmt: ## Run gofmt on the code.
 	gofmt -s -w $$(git ls-files '*.go' ; git ls-files --others --exclude-standard '*.go')
@@ -52,11 +56,11 @@ lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run $(PKGS)
 
 .PHONY: verify
-verify: manifests generate ## Fail when generated code, manifests or formatting are stale.
+verify: manifests generate docs ## Fail when generated code, manifests, docs or formatting are stale.
 	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
-	@if ! git diff --quiet -- api config; then \
-		echo "Generated files are stale: run 'make generate manifests' and commit the result:"; \
-		git --no-pager diff --stat -- api config; exit 1; fi
+	@if ! git diff --quiet -- api config README.md; then \
+		echo "Generated files are stale: run 'make generate manifests docs' and commit the result:"; \
+		git --no-pager diff --stat -- api config README.md; exit 1; fi
 	@untracked=$$(git ls-files --others --exclude-standard -- api config); if [ -n "$$untracked" ]; then \
 		echo "Generated files are not committed:"; echo "$$untracked"; exit 1; fi
 	@echo "verify: generated code, manifests and formatting are up to date"
