@@ -36,4 +36,3 @@ func repoRoot(t *testing.T) string {
 	}
 	return root
 }
-
