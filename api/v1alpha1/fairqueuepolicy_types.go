@@ -610,7 +610,8 @@ type FairQueuePolicyStatus struct {
 
 // FairQueuePolicy gives every tenant of a shared HTTP API its weighted fair
 // share of capacity when rate limits are exhausted. The operator renders it
-// into a ConfigMap that the data plane loads.
+// into a ConfigMap that the data plane loads. Its name is at most 63
+// characters, so that names and labels derived from it stay valid.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -619,6 +620,7 @@ type FairQueuePolicyStatus struct {
 // +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.fairQueuing.tenantDimension`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: the operator derives the ConfigMap's and hash key Secret's names and a label value from it"
 type FairQueuePolicy struct {
 	metav1.TypeMeta `json:",inline"`
 	// metadata is the object's metadata.

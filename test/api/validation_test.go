@@ -51,9 +51,16 @@ func TestValidationRejects(t *testing.T) {
 	tests := []struct {
 		name string
 		spec string
+		// objectName overrides the policy's generated name.
+		objectName string
 		// want are substrings the API server's error must contain.
 		want []string
 	}{
+		{
+			name:       "policy name longer than 63 characters",
+			objectName: strings.Repeat("p", 64),
+			want:       []string{"metadata.name must be at most 63 characters"},
+		},
 		// Weights.
 		{
 			name: "weight below 1",
@@ -338,7 +345,11 @@ func TestValidationRejects(t *testing.T) {
 			if !strings.Contains(spec, "backends:") {
 				spec += "\n" + backendYAML
 			}
-			obj := policyFromSpec(t, ns, fmt.Sprintf("invalid-%d", i), spec)
+			name := tt.objectName
+			if name == "" {
+				name = fmt.Sprintf("invalid-%d", i)
+			}
+			obj := policyFromSpec(t, ns, name, spec)
 			err := env.Client.Create(testContext(t), obj)
 			if err == nil {
 				t.Fatalf("the API server accepted an invalid policy:\n%s", spec)
