@@ -111,8 +111,8 @@ type FairQueuePolicySpec struct {
 	// +kubebuilder:default={}
 	Timeouts Timeouts `json:"timeouts,omitzero"`
 
-	// backends are the upstream servers requests are proxied to. At least one
-	// is required; names are unique.
+	// backends are the upstream servers requests are proxied to: from 1 to 32,
+	// with unique names.
 	// +required
 	// +listType=map
 	// +listMapKey=name
@@ -143,8 +143,8 @@ type LocalSecretReference struct {
 // IdentitySpec says where the data plane reads each identity of a request.
 // +kubebuilder:validation:XValidation:rule="!has(self.trustHeaders) || !self.trustHeaders || has(self.userHeader) || has(self.teamHeader)",message="trustHeaders is true but neither userHeader nor teamHeader is set; name the header your authenticating proxy sets, or set trustHeaders to false"
 type IdentitySpec struct {
-	// apiKeyHeaders are the request headers an API key is read from, first
-	// match wins. "Authorization" is read as "Bearer <key>"; any other header
+	// apiKeyHeaders are the request headers an API key is read from, 1 to 8
+	// distinct names, first match wins. "Authorization" is read as "Bearer <key>"; any other header
 	// holds the bare key.
 	// +optional
 	// +listType=set
@@ -320,7 +320,8 @@ type ModelRateLimit struct {
 	// +kubebuilder:validation:Maximum=1000000000
 	Burst int64 `json:"burst,omitempty"`
 
-	// overrides set the limit of named models; model names are unique.
+	// overrides set the limit of named models: at most 64, with unique model
+	// names.
 	// +optional
 	// +listType=map
 	// +listMapKey=model
@@ -392,8 +393,8 @@ type FairQueuing struct {
 	// weightsFrom names the Secrets, in the policy's namespace, whose data
 	// keys resolve ${VAR} and $VAR references in weights. A variable name is
 	// a Secret data key made of letters, digits and '_'; when several Secrets
-	// hold it, the first listed wins. Accepted and ignored while enabled is
-	// false.
+	// hold it, the first listed wins. At most 16 Secrets, each named once.
+	// Accepted and ignored while enabled is false.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
@@ -409,7 +410,7 @@ type FairQueuing struct {
 // TenantWeight is the weight of one tenant.
 type TenantWeight struct {
 	// identity is the tenant's raw user id, team id or API key, matching
-	// tenantDimension. It may contain ${VAR} or $VAR references resolved from
+	// tenantDimension, at most 512 characters. It may contain ${VAR} or $VAR references resolved from
 	// weightsFrom Secrets; write $$ for a literal $. Keep API keys in a
 	// Secret and reference them, never write them here. The rendered
 	// ConfigMap holds only the identity's hash.
@@ -496,7 +497,8 @@ type RequestTimeouts struct {
 	// +kubebuilder:default={}
 	Default RequestTimeout `json:"default,omitzero"`
 
-	// models set the timeout of named models; model names are unique.
+	// models set the timeout of named models: at most 64, with unique model
+	// names.
 	// +optional
 	// +listType=map
 	// +listMapKey=model
