@@ -154,6 +154,7 @@ type IdentitySpec struct {
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=128
 	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9][A-Za-z0-9-]*$`
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.lowerAscii() == a.lowerAscii()))",message="apiKeyHeaders names a header twice; header names are case-insensitive"
 	APIKeyHeaders []string `json:"apiKeyHeaders,omitempty"`
 
 	// userHeader is the header holding the user id, set by an authenticating

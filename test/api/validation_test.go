@@ -319,6 +319,11 @@ func TestValidationRejects(t *testing.T) {
 			want: []string{"spec.identity.apiKeyHeaders[1]", "Duplicate value"},
 		},
 		{
+			name: "API key header listed twice in different case",
+			spec: "identity: {apiKeyHeaders: [Authorization, authorization]}",
+			want: []string{"spec.identity.apiKeyHeaders", "apiKeyHeaders names a header twice; header names are case-insensitive"},
+		},
+		{
 			name: "API key headers empty",
 			spec: "identity: {apiKeyHeaders: []}",
 			want: []string{"spec.identity.apiKeyHeaders", "should have at least 1 items"},
