@@ -1,0 +1,145 @@
+package server
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/dataplane/proxy"
+)
+
+const benchBody = `{"model":"llama","messages":[{"role":"user","content":"Say hello."}]}`
+
+// benchFronts starts one upstream and two proxies to it on loopback: a bare
+// httputil.ReverseProxy with a buffer pool, and the admission server with
+// fair queuing on and every limit configured but far from exhausted.
+func benchFronts(b *testing.B) (bare, fq string, client *http.Client) {
+	b.Helper()
+	up := httptest.NewServer(fakeupstream.New(fakeupstream.Options{}))
+	b.Cleanup(up.Close)
+	target, _ := url.Parse(up.URL)
+
+	bareTr := proxy.NewTransport()
+	b.Cleanup(bareTr.CloseIdleConnections)
+	pool := &sync.Pool{New: func() any { buf := make([]byte, 32<<10); return &buf }}
+	bareProxy := &httputil.ReverseProxy{
+		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.SetXForwarded() },
+		Transport:  bareTr,
+		BufferPool: benchPool{pool},
+	}
+	bareFront := httptest.NewServer(bareProxy)
+	b.Cleanup(bareFront.Close)
+
+	cfg := baseConfig(up.URL)
+	cfg.Identity.TrustHeaders = true
+	big := limit(1<<40, 1<<40, time.Second)
+	cfg.RateLimits = config.RateLimits{Global: big, PerClient: big, PerAPIKey: big, PerUser: big, PerTeam: big,
+		PerModel: &config.ModelLimits{Default: big}, PerBackend: big}
+	cfg.FairQueuing.Enabled = true
+	cfg.Timeouts.RequestTotal = dur(time.Minute)
+	fqTr := proxy.NewTransport()
+	b.Cleanup(fqTr.CloseIdleConnections)
+	srv, err := New(Options{Logger: logr.Discard(), HashKey: testKey, Transport: fqTr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Load(cfg, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.rt.Load().close() })
+	fqFront := httptest.NewServer(srv)
+	b.Cleanup(fqFront.Close)
+
+	ct := &http.Transport{MaxIdleConnsPerHost: 64}
+	b.Cleanup(ct.CloseIdleConnections)
+	return bareFront.URL, fqFront.URL, &http.Client{Transport: ct}
+}
+
+type benchPool struct{ p *sync.Pool }
+
+func (bp benchPool) Get() []byte  { return *bp.p.Get().(*[]byte) }
+func (bp benchPool) Put(b []byte) { bp.p.Put(&b) }
+
+func benchRequest(b *testing.B, client *http.Client, base string) {
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(benchBody))
+	req.Header.Set("Authorization", "Bearer sk-bench-key")
+	req.Header.Set("X-User", "bench-user")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// BenchmarkLoopbackThroughput drives both proxies with concurrent clients,
+// each client alternating between them so both see the same load and the
+// same noise from other processes. At equal concurrency throughput is the
+// inverse of the mean time per request, so the throughput ratio (admission
+// server over bare proxy) is the bare mean over the admission server's mean.
+func BenchmarkLoopbackThroughput(b *testing.B) {
+	bare, fq, client := benchFronts(b)
+	var bareNS, fqNS atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			t0 := time.Now()
+			benchRequest(b, client, bare)
+			t1 := time.Now()
+			benchRequest(b, client, fq)
+			bareNS.Add(int64(t1.Sub(t0)))
+			fqNS.Add(int64(time.Since(t1)))
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(bareNS.Load())/float64(b.N)/1e3, "bare-mean-µs")
+	b.ReportMetric(float64(fqNS.Load())/float64(b.N)/1e3, "fairqueue-mean-µs")
+	b.ReportMetric(float64(bareNS.Load())/float64(fqNS.Load()), "throughput-ratio")
+}
+
+// BenchmarkLoopbackLatency sends one request at a time, alternating between
+// the bare proxy and the admission server so both see the same machine
+// noise, and reports each median and the added median latency.
+func BenchmarkLoopbackLatency(b *testing.B) {
+	bare, fq, client := benchFronts(b)
+	for range 200 { // warm up connections and pools
+		benchRequest(b, client, bare)
+		benchRequest(b, client, fq)
+	}
+	bareLat := make([]time.Duration, 0, b.N)
+	fqLat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		benchRequest(b, client, bare)
+		t1 := time.Now()
+		benchRequest(b, client, fq)
+		bareLat = append(bareLat, t1.Sub(t0))
+		fqLat = append(fqLat, time.Since(t1))
+	}
+	b.StopTimer()
+	slices.Sort(bareLat)
+	slices.Sort(fqLat)
+	p50 := func(l []time.Duration) float64 { return float64(l[len(l)/2].Nanoseconds()) / 1e3 }
+	b.ReportMetric(p50(bareLat), "bare-p50-µs")
+	b.ReportMetric(p50(fqLat), "fairqueue-p50-µs")
+	b.ReportMetric(p50(fqLat)-p50(bareLat), "added-p50-µs")
+}
