@@ -24,9 +24,13 @@ import (
 	"github.com/fairqueue/fairqueue/internal/testenv"
 )
 
-// faultNamespace is hidden from the shared manager, so that fault-injection
-// tests drive their own reconciler there without the manager racing them.
-const faultNamespace = "faults"
+// faultNamespace and rbacNamespace are hidden from the shared manager, so
+// that the fault-injection and RBAC tests run their own reconcilers there
+// without the shared one racing them.
+const (
+	faultNamespace = "faults"
+	rbacNamespace  = "rbac"
+)
 
 var (
 	env *testenv.Env
@@ -57,7 +61,10 @@ func run(m *testing.M) int {
 	k8s = env.Client
 
 	cacheOpts := CacheOptions(nil)
-	cacheOpts.DefaultFieldSelector = fields.OneTermNotEqualSelector("metadata.namespace", faultNamespace)
+	cacheOpts.DefaultFieldSelector = fields.AndSelectors(
+		fields.OneTermNotEqualSelector("metadata.namespace", faultNamespace),
+		fields.OneTermNotEqualSelector("metadata.namespace", rbacNamespace),
+	)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Cache:                  cacheOpts,
