@@ -101,8 +101,8 @@ type Limiter struct {
 // resolved is a Config flattened for the request path.
 type resolved struct {
 	on        [NumDimensions]bool
-	limits    [NumDimensions]Limit
-	overrides map[string]Limit
+	limits    [NumDimensions]shaped
+	overrides map[string]shaped
 }
 
 // New returns a Limiter for cfg, or an error naming the invalid limit.
@@ -128,14 +128,14 @@ func (l *Limiter) SetConfig(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid rate limits, keeping the previous ones: %w", err)
 	}
-	r := &resolved{overrides: make(map[string]Limit, len(cfg.ModelOverrides))}
+	r := &resolved{overrides: make(map[string]shaped, len(cfg.ModelOverrides))}
 	for d, lim := range cfg.limits() {
 		if lim != nil {
-			r.on[d], r.limits[d] = true, *lim
+			r.on[d], r.limits[d] = true, shapeOf(*lim)
 		}
 	}
 	for m, lim := range cfg.ModelOverrides {
-		r.overrides[m] = lim
+		r.overrides[m] = shapeOf(lim)
 	}
 	l.cfg.Store(r)
 	return nil
@@ -148,10 +148,10 @@ func (l *Limiter) TakePreAuth(now time.Time, client string) (Decision, error) {
 	r := l.cfg.Load()
 	var b Batch
 	if r.on[DimensionGlobal] {
-		b.Add(DimensionGlobal, "", r.limits[DimensionGlobal])
+		b.add(DimensionGlobal, "", r.limits[DimensionGlobal])
 	}
 	if r.on[DimensionClient] && client != "" {
-		b.Add(DimensionClient, client, r.limits[DimensionClient])
+		b.add(DimensionClient, client, r.limits[DimensionClient])
 	}
 	return l.take(now, b)
 }
@@ -171,19 +171,19 @@ func (l *Limiter) identityBatch(k Keys) Batch {
 	r := l.cfg.Load()
 	var b Batch
 	if r.on[DimensionAPIKey] && k.APIKey != "" {
-		b.Add(DimensionAPIKey, k.APIKey, r.limits[DimensionAPIKey])
+		b.add(DimensionAPIKey, k.APIKey, r.limits[DimensionAPIKey])
 	}
 	if r.on[DimensionUser] && k.User != "" {
-		b.Add(DimensionUser, k.User, r.limits[DimensionUser])
+		b.add(DimensionUser, k.User, r.limits[DimensionUser])
 	}
 	if r.on[DimensionTeam] && k.Team != "" {
-		b.Add(DimensionTeam, k.Team, r.limits[DimensionTeam])
+		b.add(DimensionTeam, k.Team, r.limits[DimensionTeam])
 	}
 	if k.Model != "" {
 		if lim, ok := r.overrides[k.Model]; ok {
-			b.Add(DimensionModel, k.Model, lim)
+			b.add(DimensionModel, k.Model, lim)
 		} else if r.on[DimensionModel] {
-			b.Add(DimensionModel, k.Model, r.limits[DimensionModel])
+			b.add(DimensionModel, k.Model, r.limits[DimensionModel])
 		}
 	}
 	return b
@@ -206,7 +206,7 @@ func (l *Limiter) backendBatch(name string) Batch {
 	r := l.cfg.Load()
 	var b Batch
 	if r.on[DimensionBackend] {
-		b.Add(DimensionBackend, name, r.limits[DimensionBackend])
+		b.add(DimensionBackend, name, r.limits[DimensionBackend])
 	}
 	return b
 }

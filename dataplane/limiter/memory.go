@@ -118,16 +118,24 @@ func (s *MemoryStore) Peek(now time.Time, b Batch) (Decision, error) {
 	return s.decide(now, &b, false), nil
 }
 
-// shape returns the GCRA interval and window of l, saturating the window so
-// that additions to a timestamp cannot overflow.
-func shape(l Limit) (interval, window int64) {
-	interval = l.interval()
-	c := l.capacity()
-	if c > math.MaxInt64/4/interval {
-		return interval, math.MaxInt64 / 4
-	}
-	return interval, c * interval
+// shaped is a Limit with its GCRA shape computed once.
+type shaped struct {
+	Limit
+	interval, window int64
 }
+
+// shapeOf returns l with its GCRA interval and window, saturating the window
+// so that additions to a timestamp cannot overflow.
+func shapeOf(l Limit) shaped {
+	s := shaped{Limit: l, interval: l.interval()}
+	if c := l.capacity(); c > math.MaxInt64/4/s.interval {
+		s.window = math.MaxInt64 / 4
+	} else {
+		s.window = c * s.interval
+	}
+	return s
+}
+
 
 func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 	s.mu.Lock()
@@ -145,7 +153,7 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 	d.Allowed = true
 	for i := 0; i < b.n; i++ {
 		r := &b.reqs[i]
-		interval, window := shape(r.Limit)
+		interval, window := r.interval, r.window
 		cur := t // a fresh or untracked bucket is full
 		slot[i] = -1
 		tb := &s.tables[r.Dimension]
@@ -159,7 +167,7 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 		}
 		next := cur + interval
 		tat[i] = next
-		capacity := window / interval
+		capacity := r.Limit.capacity()
 		if over := next - t - window; over > 0 {
 			// No whole token: the wait is until the deficit has refilled.
 			wait := time.Duration(over)
@@ -192,7 +200,7 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 	for i := 0; i < b.n; i++ {
 		if slot[i] < 0 {
 			r := &b.reqs[i]
-			interval, window := shape(r.Limit)
+			interval, window := r.interval, r.window
 			s.insert(&s.tables[r.Dimension], t, bucket{key: r.Key, tat: tat[i], interval: interval, window: window})
 		}
 	}

@@ -37,6 +37,10 @@ type Request struct {
 	Dimension Dimension
 	Key       string
 	Limit     Limit
+
+	// interval and window cache Limit's GCRA shape (see shapeOf), set by
+	// Batch.Add, so the in-memory store need not divide on every request.
+	interval, window int64
 }
 
 // Batch is a fixed-capacity list of up to MaxBatch requests, at most one per
@@ -49,7 +53,11 @@ type Batch struct {
 
 // Add appends a request. It panics when the batch is full, a programming error.
 func (b *Batch) Add(d Dimension, key string, l Limit) {
-	b.reqs[b.n] = Request{Dimension: d, Key: key, Limit: l}
+	b.add(d, key, shapeOf(l))
+}
+
+func (b *Batch) add(d Dimension, key string, s shaped) {
+	b.reqs[b.n] = Request{Dimension: d, Key: key, Limit: s.Limit, interval: s.interval, window: s.window}
 	b.n++
 }
 
