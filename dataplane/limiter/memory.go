@@ -136,7 +136,6 @@ func shapeOf(l Limit) shaped {
 	return s
 }
 
-
 func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 	s.mu.Lock()
 	defer s.mu.Unlock()
