@@ -136,6 +136,9 @@ func shapeOf(l Limit) shaped {
 	return s
 }
 
+// decide checks every bucket of b under one lock and, when charge is set and
+// all have a token, charges them all; otherwise it changes nothing but the
+// lazy rescaling of buckets whose limit was hot-swapped.
 func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 	s.mu.Lock()
 	defer s.mu.Unlock()
