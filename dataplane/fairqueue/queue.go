@@ -234,15 +234,17 @@ func (q *Queue) run() {
 				continue
 			}
 		}
+		var tc <-chan time.Time
+		if ok {
+			// Arm the timer before anyone can see the scheduler asleep, so
+			// a clock step right after cannot slip past it.
+			timer.Reset(d)
+			tc = timer.C()
+		}
 		q.sleeping, q.hasWake, q.wakeAt = true, ok, wake
 		q.idle.Broadcast()
 		q.mu.Unlock()
 
-		var tc <-chan time.Time
-		if ok {
-			timer.Reset(d)
-			tc = timer.C()
-		}
 		select {
 		case <-q.kick:
 		case <-tc:
@@ -262,9 +264,18 @@ func (q *Queue) run() {
 // waitIdle blocks until the scheduler has processed every event and no attempt
 // is running, so tests driving a fake clock can assert a settled state.
 func (q *Queue) waitIdle() {
+	q.waitUntil(func() bool {
+		return q.sleeping && !q.dirty && q.s.inFlight == 0 && (!q.hasWake || q.now() < q.wakeAt)
+	})
+}
+
+// waitUntil blocks until pred, evaluated with mu held after each scheduler
+// pass, returns true or the Queue is closed with no attempt running. Tests
+// only.
+func (q *Queue) waitUntil(pred func() bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for !(q.sleeping && !q.dirty && q.s.inFlight == 0 && (!q.hasWake || q.now() < q.wakeAt)) {
+	for !pred() {
 		if q.closed && q.s.inFlight == 0 {
 			return
 		}

@@ -1,0 +1,359 @@
+package fairqueue
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// waitResult is the outcome of one Wait call run in a goroutine.
+type waitResult struct {
+	res Result
+	err error
+}
+
+// startWait runs q.Wait in a goroutine and waits until the request is queued
+// or answered, so the caller knows it arrived before anything it does next.
+func startWait(t *testing.T, q *Queue, ctx context.Context, r Request) <-chan waitResult {
+	t.Helper()
+	ch := make(chan waitResult, 1)
+	depth, _ := q.Stats()
+	go func() {
+		res, err := q.Wait(ctx, r)
+		ch <- waitResult{res, err}
+	}()
+	q.waitUntil(func() bool { return q.s.depth > depth || len(ch) > 0 })
+	q.waitIdle()
+	return ch
+}
+
+func mustPending(t *testing.T, ch <-chan waitResult) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("Wait returned early: %+v, %v", r.res, r.err)
+	default:
+	}
+}
+
+// fakeBucket is a token bucket with burst 1 on a fake clock.
+type fakeBucket struct {
+	mu       sync.Mutex
+	clk      *clocktesting.FakeClock
+	interval time.Duration
+	avail    time.Time
+}
+
+func (b *fakeBucket) take() (bool, time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clk.Now()
+	if !now.Before(b.avail) {
+		b.avail = now.Add(b.interval)
+		return true, 0
+	}
+	return false, b.avail.Sub(now)
+}
+
+func (b *fakeBucket) attempt() (bool, time.Duration, error) {
+	ok, ra := b.take()
+	return ok, ra, nil
+}
+
+func TestQueueAdmitsAfterRetryAfter(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{}, Weights{}, nil)
+	defer q.Close()
+	b := &fakeBucket{clk: clk, interval: time.Second, avail: epoch.Add(100 * time.Millisecond)}
+
+	ch := startWait(t, q, context.Background(), Request{Tenant: "a", Dimension: "user", LimitKeys: []string{"model:m"}, RetryAfter: 100 * time.Millisecond, Attempt: b.attempt})
+	if !q.HasWaiters("model:m") || q.HasWaiters("model:other") {
+		t.Errorf("HasWaiters does not reflect the queued request")
+	}
+	clk.Step(99 * time.Millisecond)
+	q.waitIdle()
+	mustPending(t, ch)
+	clk.Step(time.Millisecond)
+	r := <-ch
+	if r.err != nil || !r.res.Admitted {
+		t.Fatalf("want admitted, got %+v, %v", r.res, r.err)
+	}
+	want := Result{Admitted: true, Position: 1, Waited: 100 * time.Millisecond, Estimate: 100 * time.Millisecond, RetryAfter: 100 * time.Millisecond}
+	if r.res != want {
+		t.Errorf("result = %+v, want %+v", r.res, want)
+	}
+	if q.HasWaiters("model:m") {
+		t.Errorf("HasWaiters still true after admission")
+	}
+	if d, n := q.Stats(); d != 0 || n != 0 {
+		t.Errorf("Stats = %d, %d after admission, want 0, 0", d, n)
+	}
+}
+
+func TestQueueRefusals(t *testing.T) {
+	never := func() (bool, time.Duration, error) { return false, time.Hour, nil }
+	cases := []struct {
+		name    string
+		bounds  Bounds
+		setup   func(q *Queue)
+		req     Request
+		want    Reason
+		wantPos int
+	}{
+		{
+			name:    "tenant queue full",
+			bounds:  Bounds{MaxQueueDepthPerTenant: 1},
+			req:     Request{Tenant: "a", RetryAfter: time.Second},
+			want:    ReasonTenantQueueFull,
+			wantPos: 2,
+		},
+		{
+			name:    "queue full",
+			bounds:  Bounds{MaxTotalQueued: 1},
+			req:     Request{Tenant: "b", RetryAfter: time.Second},
+			want:    ReasonQueueFull,
+			wantPos: 2,
+		},
+		{
+			name:    "tenant table full",
+			bounds:  Bounds{MaxTenants: 1},
+			req:     Request{Tenant: "b", RetryAfter: time.Second},
+			want:    ReasonTenantTableFull,
+			wantPos: 2,
+		},
+		{
+			name:    "retry-after does not fit the request deadline",
+			req:     Request{Tenant: "b", RetryAfter: time.Second, Deadline: epoch.Add(time.Second)},
+			want:    ReasonWaitExceedsBudget,
+			wantPos: 2,
+		},
+		{
+			name:    "disabled",
+			setup:   func(q *Queue) { q.Disable() },
+			req:     Request{Tenant: "b", RetryAfter: time.Second},
+			want:    ReasonDisabled,
+			wantPos: 0,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(epoch)
+			obs := &recordingObserver{}
+			q := New(clk, tc.bounds, Weights{}, obs)
+			defer q.Close()
+			first := startWait(t, q, context.Background(), Request{Tenant: "a", Dimension: "user", RetryAfter: time.Second, Attempt: never})
+			if tc.setup != nil {
+				tc.setup(q)
+			}
+			tc.req.Attempt, tc.req.Dimension = never, "user"
+			res, err := q.Wait(context.Background(), tc.req)
+			if err != nil || res.Admitted || res.Reason != tc.want || res.Position != tc.wantPos {
+				t.Fatalf("got %+v, %v; want reason %q at position %d", res, err, tc.want, tc.wantPos)
+			}
+			if got := obs.refused(tc.want); got != 1 {
+				t.Errorf("observer saw %d refusals with %q, want 1", got, tc.want)
+			}
+			if tc.want != ReasonDisabled {
+				mustPending(t, first)
+			}
+			q.Close()
+			if r := <-first; r.res.Reason != ReasonShutdown && r.res.Reason != ReasonDisabled {
+				t.Errorf("queued request after Close: %+v", r.res)
+			}
+		})
+	}
+}
+
+func TestQueueDeadlineExceeded(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{}, Weights{}, nil)
+	defer q.Close()
+	refuse := func() (bool, time.Duration, error) { return false, 30 * time.Millisecond, nil }
+	// The head keeps being refused, so the request behind it never gets a
+	// turn and its 50ms budget runs out while queued.
+	startWait(t, q, context.Background(), Request{Tenant: "a", Attempt: refuse})
+	ch := startWait(t, q, context.Background(), Request{Tenant: "a", Attempt: refuse, Deadline: epoch.Add(50 * time.Millisecond)})
+	for range 49 {
+		clk.Step(time.Millisecond)
+		q.waitIdle()
+	}
+	mustPending(t, ch)
+	clk.Step(time.Millisecond)
+	r := <-ch
+	if r.err != nil || r.res.Reason != ReasonDeadlineExceeded || r.res.Waited != 50*time.Millisecond || r.res.Position != 2 {
+		t.Fatalf("got %+v, %v; want deadline_exceeded after exactly 50ms at position 2", r.res, r.err)
+	}
+}
+
+func TestQueueRequeueBeyondBudget(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{MaxWait: 100 * time.Millisecond}, Weights{}, nil)
+	defer q.Close()
+	attempts := 0
+	refuse := func() (bool, time.Duration, error) { attempts++; return false, 60 * time.Millisecond, nil }
+	ch := startWait(t, q, context.Background(), Request{Tenant: "a", Attempt: refuse, RetryAfter: 10 * time.Millisecond})
+	clk.Step(10 * time.Millisecond) // attempt 1 fails: ready again at 70ms
+	q.waitIdle()
+	mustPending(t, ch)
+	clk.Step(60 * time.Millisecond) // attempt 2 fails: 130ms is past the 100ms budget
+	r := <-ch
+	if r.res.Reason != ReasonWaitExceedsBudget || attempts != 2 || r.res.RetryAfter != 60*time.Millisecond {
+		t.Fatalf("got %+v after %d attempts; want wait_exceeds_budget after 2", r.res, attempts)
+	}
+}
+
+func TestQueueCancellation(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{}, Weights{}, nil)
+	defer q.Close()
+	refuse := func() (bool, time.Duration, error) { return false, time.Second, nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	head := startWait(t, q, context.Background(), Request{Tenant: "a", LimitKeys: []string{"k"}, RetryAfter: time.Second, Attempt: refuse})
+	ch := startWait(t, q, ctx, Request{Tenant: "a", LimitKeys: []string{"k2"}, RetryAfter: time.Second, Attempt: refuse})
+	cancel()
+	r := <-ch
+	if !errors.Is(r.err, context.Canceled) || r.res.Admitted || r.res.Position != 2 {
+		t.Fatalf("got %+v, %v; want context.Canceled at position 2", r.res, r.err)
+	}
+	if q.HasWaiters("k2") {
+		t.Errorf("cancelled request still counted as a waiter")
+	}
+	if d, _ := q.Stats(); d != 1 {
+		t.Errorf("depth %d after cancellation, want 1", d)
+	}
+	mustPending(t, head)
+}
+
+func TestQueueAttemptError(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{}, Weights{}, nil)
+	defer q.Close()
+	errStore := errors.New("limiter store unavailable")
+	ch := startWait(t, q, context.Background(), Request{Tenant: "a", Attempt: func() (bool, time.Duration, error) { return false, 0, errStore }, RetryAfter: time.Millisecond})
+	clk.Step(time.Millisecond)
+	r := <-ch
+	if !errors.Is(r.err, errStore) || r.res.Admitted {
+		t.Fatalf("got %+v, %v; want the store error", r.res, r.err)
+	}
+	if d, n := q.Stats(); d != 0 || n != 0 {
+		t.Errorf("Stats = %d, %d after the error", d, n)
+	}
+}
+
+func TestQueueDisableAnswersEveryWaiter(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{}, Weights{}, nil)
+	defer q.Close()
+	refuse := func() (bool, time.Duration, error) { return false, time.Second, nil }
+	var chs []<-chan waitResult
+	for _, tn := range []string{"a", "a", "b"} {
+		chs = append(chs, startWait(t, q, context.Background(), Request{Tenant: tn, RetryAfter: time.Second, Attempt: refuse}))
+	}
+	q.Disable()
+	for i, ch := range chs {
+		if r := <-ch; r.res.Reason != ReasonDisabled || r.err != nil {
+			t.Errorf("waiter %d: got %+v, %v; want disabled", i, r.res, r.err)
+		}
+	}
+	q.Enable()
+	ch := startWait(t, q, context.Background(), Request{Tenant: "a", RetryAfter: time.Second, Attempt: refuse})
+	mustPending(t, ch)
+	q.Close()
+	if r := <-ch; r.res.Reason != ReasonShutdown {
+		t.Errorf("after Close: %+v, want shutdown", r.res)
+	}
+	if res, _ := q.Wait(context.Background(), Request{Tenant: "a", Attempt: refuse}); res.Reason != ReasonShutdown {
+		t.Errorf("Wait after Close: %+v, want shutdown", res)
+	}
+}
+
+// TestQueueWeightedFairness runs the weights 1,2,5 case through the real
+// Queue with concurrent waiters: attempts on the shared key must reach the
+// limiter in fair order, so each tenant's lag stays within 2 grants.
+func TestQueueWeightedFairness(t *testing.T) {
+	ws := []int{1, 2, 5}
+	const perTenant, grants = 600, 800
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{MaxQueueDepthPerTenant: perTenant, MaxTotalQueued: 3 * perTenant, MaxWait: time.Hour}, weightsFor(ws), nil)
+	b := &fakeBucket{clk: clk, interval: time.Millisecond, avail: epoch.Add(time.Millisecond)}
+	rb := newReportBuilder(ws)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range ws {
+		attempt := func() (bool, time.Duration, error) {
+			ok, ra := b.take()
+			if ok {
+				mu.Lock()
+				rb.grant(i)
+				mu.Unlock()
+			}
+			return ok, ra, nil
+		}
+		for range perTenant {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				q.Wait(context.Background(), Request{Tenant: tenantName(i), LimitKeys: []string{"model:m"}, RetryAfter: time.Millisecond, Attempt: attempt})
+			}()
+		}
+	}
+	q.waitUntil(func() bool { return q.s.depth == len(ws)*perTenant })
+	for {
+		q.waitIdle()
+		mu.Lock()
+		n := rb.n
+		mu.Unlock()
+		if n >= grants {
+			break
+		}
+		clk.Step(time.Millisecond)
+	}
+	q.Close()
+	wg.Wait()
+	r := rb.report()
+	t.Logf("grants %d shares %v maxLag %.2f", r.grants, r.shares, r.maxLag)
+	if err := r.check(0.03, 0.99, 2); err != nil {
+		t.Error(err)
+	}
+}
+
+// recordingObserver counts Observer events.
+type recordingObserver struct {
+	mu      sync.Mutex
+	refusal map[Reason]int
+	grants  int
+}
+
+func (o *recordingObserver) QueueChanged(int, int) {}
+
+func (o *recordingObserver) Granted(string, time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.grants++
+}
+
+func (o *recordingObserver) Refused(_ string, r Reason) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.refusal == nil {
+		o.refusal = map[Reason]int{}
+	}
+	o.refusal[r]++
+}
+
+func (o *recordingObserver) refused(r Reason) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.refusal[r]
+}
