@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -446,4 +447,54 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("canonical form is not stable: %v\n%s\n%s", err, out, out2)
 		}
 	})
+}
+
+// largeConfig is a config at the API's limits: 1024 weights, 1000 registry
+// entries and 64 model overrides and timeouts.
+func largeConfig() *Config {
+	c := validConfig()
+	c.FairQueuing.Weights = nil
+	for i := range 1024 {
+		c.FairQueuing.Weights = append(c.FairQueuing.Weights, Weight{TenantHash: h("tenant-" + strconv.Itoa(i)), Weight: int32(i%MaxWeight + 1)})
+	}
+	c.Identity.KeyRegistry.Entries = nil
+	for i := range 1000 {
+		c.Identity.KeyRegistry.Entries = append(c.Identity.KeyRegistry.Entries, KeyRegistryEntry{
+			APIKeyHash: h("key-" + strconv.Itoa(i)), UserHash: h("user-" + strconv.Itoa(i)), TeamHash: h("team"),
+		})
+	}
+	c.RateLimits.PerModel.Overrides = nil
+	c.Timeouts.Models = nil
+	for i := range 64 {
+		m := "model-" + strconv.Itoa(i)
+		c.RateLimits.PerModel.Overrides = append(c.RateLimits.PerModel.Overrides, ModelOverride{Model: m, Limit: Limit{Requests: 1, Period: dur(time.Second), Burst: 1}})
+		c.Timeouts.Models = append(c.Timeouts.Models, ModelTimeout{Model: m, Total: dur(time.Minute)})
+	}
+	return c
+}
+
+// BenchmarkParse measures a data-plane reload of a config at the API's limits.
+func BenchmarkParse(b *testing.B) {
+	data, err := Marshal(largeConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMarshal measures the operator's canonical encoding of the same.
+func BenchmarkMarshal(b *testing.B) {
+	c := largeConfig()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Marshal(c); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

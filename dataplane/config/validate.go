@@ -9,11 +9,21 @@ import (
 	"strings"
 )
 
-var (
-	hashPattern        = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	fingerprintPattern = regexp.MustCompile(`^[0-9a-f]{16}$`)
-	dnsLabelPattern    = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-)
+var dnsLabelPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// isLowerHex reports whether s is n lowercase hex digits. It replaces a
+// regular expression on the reload path, where thousands of hashes are checked.
+func isLowerHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // maxModelNameLen bounds model names so per-model maps stay small.
 const maxModelNameLen = 256
@@ -60,7 +70,7 @@ func (s *HashKeySecret) validate(errs *fieldErrors) {
 	if s.Key == "" {
 		errs.add("hashKeySecret.key", "must name the Secret data key holding the hash key")
 	}
-	if !fingerprintPattern.MatchString(s.Fingerprint) {
+	if !isLowerHex(s.Fingerprint, 16) {
 		errs.add("hashKeySecret.fingerprint", "must be 16 lowercase hex digits (see KeyFingerprint), got %q", s.Fingerprint)
 	}
 }
@@ -254,7 +264,7 @@ func validateBackends(backends []Backend, errs *fieldErrors) {
 }
 
 func requireHash(path, v string, errs *fieldErrors) {
-	if !hashPattern.MatchString(v) {
+	if !isLowerHex(v, 64) {
 		errs.add(path, "must be a 64-digit lowercase hex HMAC-SHA256, got %s", describe(v))
 	}
 }
