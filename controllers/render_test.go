@@ -3,6 +3,7 @@ package controllers
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -224,4 +225,38 @@ func TestNames(t *testing.T) {
 	p.Spec.HashKeySecretRef = &fqv1alpha1.LocalSecretReference{Name: "shared-key"}
 	g.Expect(HashKeySecretName(p)).To(Equal("shared-key"))
 	g.Expect(managedLabels(strings.Repeat("a", 64))).NotTo(HaveKey(config.PolicyLabel), "an invalid label value is left out")
+}
+
+// BenchmarkRender renders a policy at the API's limits: 1024 weights resolved
+// from a Secret and a 1000-entry key registry.
+func BenchmarkRender(b *testing.B) {
+	p := unitPolicy()
+	ids := map[string]string{}
+	p.Spec.FairQueuing.Weights = nil
+	for i := range 1024 {
+		name := fmt.Sprintf("TENANT_%d", i)
+		ids[name] = fmt.Sprintf("sk-tenant-%d", i)
+		p.Spec.FairQueuing.Weights = append(p.Spec.FairQueuing.Weights, fqv1alpha1.TenantWeight{Identity: "${" + name + "}", Weight: int32(i%1000 + 1)})
+	}
+	var reg strings.Builder
+	reg.WriteString("[")
+	for i := range 1000 {
+		if i > 0 {
+			reg.WriteString(",")
+		}
+		fmt.Fprintf(&reg, `{"apiKey":"sk-reg-%d","user":"user-%d","team":"team-%d"}`, i, i, i%10)
+	}
+	reg.WriteString("]")
+	secrets := map[string]*corev1.Secret{
+		"ids-a":    secret("ids-a", ids),
+		"ids-b":    secret("ids-b", nil),
+		"registry": secret("registry", map[string]string{"keys.json": reg.String()}),
+	}
+	in := renderInput{policy: p, hashKey: unitKey, hashKeySecret: "k", secrets: secrets}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := render(in); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
