@@ -55,7 +55,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt.identity.modelHeader != "" {
 		id.model = headerValue(r.Header, rt.identity.modelHeader)
 	} else if rt.needModel {
-		id.model = modelFromJSON(body)
+		id.model = modelFromJSON(body, rt.models)
 	}
 
 	total := rt.timeout(id.model)

@@ -129,27 +129,38 @@ func headerValue(h http.Header, canonical string) string {
 	return ""
 }
 
-// hasher computes identity.Hash with pooled HMAC states, avoiding the
-// allocations of a fresh HMAC per request.
+// hasher computes identity.Hash with pooled HMAC states, so hashing an
+// identity costs one allocation (the returned string) instead of a fresh
+// HMAC per request.
 type hasher struct {
 	pool sync.Pool
 }
 
+// hmacState is one pooled HMAC with scratch space that stays on the heap
+// with it, so nothing escapes per call.
+type hmacState struct {
+	mac hash.Hash
+	in  []byte
+	sum [sha256.Size]byte
+}
+
 func newHasher(key []byte) *hasher {
 	key = bytes.Clone(key)
-	return &hasher{pool: sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
+	return &hasher{pool: sync.Pool{New: func() any { return &hmacState{mac: hmac.New(sha256.New, key)} }}}
 }
 
 // sum returns identity.Hash(key, value); TestHasherMatchesIdentityHash keeps
 // the two equal.
 func (h *hasher) sum(value string) string {
-	m := h.pool.Get().(hash.Hash)
-	m.Reset()
-	io.WriteString(m, value)
-	var sum [sha256.Size]byte
+	st := h.pool.Get().(*hmacState)
+	st.mac.Reset()
+	st.in = append(st.in[:0], value...)
+	st.mac.Write(st.in)
 	var hexSum [2 * sha256.Size]byte
-	hex.Encode(hexSum[:], m.Sum(sum[:0]))
-	h.pool.Put(m)
+	hex.Encode(hexSum[:], st.mac.Sum(st.sum[:0]))
+	if cap(st.in) <= 4<<10 { // do not pin a rare huge identity
+		h.pool.Put(st)
+	}
 	return string(hexSum[:])
 }
 
@@ -200,22 +211,103 @@ func readBody(r *http.Request, limit int64) (data []byte, release func(), err er
 	return buf.Bytes(), release, nil
 }
 
-// modelField is the only part of a request body the server reads.
-type modelField struct {
-	Model string `json:"model"`
+// modelFromJSON returns the top-level "model" string of a JSON body, or ""
+// when the body is not valid JSON, not an object, or has no string model
+// (the last one wins, as with encoding/json). known interns the model names
+// the config mentions, so that for them no string is allocated; it may be nil.
+// The body is scanned in place, with no decoding into values.
+func modelFromJSON(body []byte, known map[string]string) string {
+	if len(body) == 0 || !json.Valid(body) {
+		return ""
+	}
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return ""
+	}
+	model := ""
+	for i = skipSpace(body, i+1); body[i] != '}'; i = skipSpace(body, i+1) {
+		keyEnd := scanString(body, i)
+		isModel := string(body[i:keyEnd]) == `"model"`
+		i = skipSpace(body, skipSpace(body, keyEnd)+1) // past ':'
+		end := skipValue(body, i)
+		if isModel {
+			model = ""
+			if body[i] == '"' {
+				model = stringValue(body[i:end], known)
+			}
+		}
+		i = skipSpace(body, end)
+		if body[i] != ',' {
+			break // '}': valid JSON leaves no other choice
+		}
+	}
+	return model
 }
 
-// modelFromJSON returns the top-level "model" string of a JSON body, or ""
-// when the body is not a JSON object with a string model.
-func modelFromJSON(body []byte) string {
-	if len(body) == 0 {
-		return ""
+// stringValue returns the value of the JSON string literal lit.
+func stringValue(lit []byte, known map[string]string) string {
+	raw := lit[1 : len(lit)-1]
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		var v string
+		if json.Unmarshal(lit, &v) != nil {
+			return ""
+		}
+		return v
 	}
-	var m modelField
-	if err := json.Unmarshal(body, &m); err != nil {
-		return ""
+	if v, ok := known[string(raw)]; ok {
+		return v
 	}
-	return m.Model
+	return string(raw)
+}
+
+// skipSpace returns the index of the first non-whitespace byte at or after i.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// scanString returns the index just past the string literal starting at i.
+func scanString(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index just past the JSON value starting at i, which
+// must be part of a valid document.
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return scanString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				j = scanString(b, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(b)
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
+		j++
+	}
+	return j
 }
 
 // trustedProxies decides the client address of a request.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -107,17 +108,70 @@ func TestResolveIdentity(t *testing.T) {
 }
 
 func TestModelFromJSON(t *testing.T) {
+	known := map[string]string{"llama": "llama"}
 	tests := []struct{ body, want string }{
 		{`{"model":"gpt-4o","messages":[]}`, "gpt-4o"},
+		{`{"model":"llama"}`, "llama"},
+		{` { "model" : "spaced" } `, "spaced"},
 		{`{"messages":[{"model":"inner"}],"model":"outer"}`, "outer"},
+		{`{"meta":{"model":"inner","x":[1,{"model":"deeper"}]},"n":1.5e3,"ok":true,"z":null}`, ""},
+		{`{"s":"a \"model\": \"fake\" }","model":"real"}`, "real"},
+		{`{"model":"first","model":"last"}`, "last"},
+		{`{"MODEL":"upper"}`, ""},
+		{`{"model":"gpt\u002d4"}`, "gpt-4"},
 		{`{"model":42}`, ""},
 		{`{"model":"m",`, ""},
+		{`{"model":"m"} trailing`, ""},
 		{`[]`, ""},
+		{`"model"`, ""},
+		{`{}`, ""},
 		{``, ""},
 	}
 	for _, tc := range tests {
-		if got := modelFromJSON([]byte(tc.body)); got != tc.want {
+		got := modelFromJSON([]byte(tc.body), known)
+		if got != tc.want {
 			t.Errorf("modelFromJSON(%q) = %q, want %q", tc.body, got, tc.want)
+		}
+		if ref, ok := referenceModel([]byte(tc.body)); ok && ref != got {
+			t.Errorf("modelFromJSON(%q) = %q, encoding/json says %q", tc.body, got, ref)
+		}
+	}
+}
+
+// referenceModel decodes body with encoding/json: the "model" key matched
+// exactly (as OpenAI-compatible servers do), the last duplicate winning. ok is
+// false when body is not a JSON object.
+func referenceModel(body []byte) (model string, ok bool) {
+	var m map[string]any
+	if json.Unmarshal(body, &m) != nil || m == nil {
+		return "", false
+	}
+	s, _ := m["model"].(string)
+	return s, true
+}
+
+func FuzzModelFromJSON(f *testing.F) {
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	f.Add([]byte(`{"a":[1,2,{"b":"\\"}],"model":"x\"y"}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got := modelFromJSON(body, nil)
+		ref, ok := referenceModel(body)
+		if !ok && got != "" {
+			t.Fatalf("body %q is not a JSON object but gave model %q", body, got)
+		}
+		if ok && ref != got {
+			t.Fatalf("modelFromJSON(%q) = %q, encoding/json says %q", body, got, ref)
+		}
+	})
+}
+
+func BenchmarkModelFromJSON(b *testing.B) {
+	body := []byte(benchBody)
+	known := map[string]string{"llama": "llama"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if modelFromJSON(body, known) != "llama" {
+			b.Fatal("wrong model")
 		}
 	}
 }

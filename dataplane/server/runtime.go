@@ -29,6 +29,8 @@ type runtime struct {
 	// means none.
 	defaultTimeout time.Duration
 	modelTimeouts  map[string]time.Duration
+	// models interns the model names the config mentions.
+	models map[string]string
 	// needModel is false when neither a limit nor a timeout depends on the
 	// model, so bodies are streamed through without being read.
 	needModel bool
@@ -82,6 +84,15 @@ func (s *Server) newRuntime(cfg *config.Config) (*runtime, error) {
 		}
 	}
 	rt.needModel = cfg.RateLimits.PerModel != nil || len(cfg.Timeouts.Models) > 0
+	rt.models = make(map[string]string)
+	if m := cfg.RateLimits.PerModel; m != nil {
+		for _, o := range m.Overrides {
+			rt.models[o.Model] = o.Model
+		}
+	}
+	for _, m := range cfg.Timeouts.Models {
+		rt.models[m.Model] = m.Model
+	}
 	if cfg.RateLimits.PerBackend != nil {
 		rt.take = s.takeBackend(rt)
 	}
