@@ -116,7 +116,11 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 		q.mu.Unlock()
 		return Result{Reason: ReasonDisabled, RetryAfter: r.RetryAfter}, nil
 	}
-	w, reason, pos, est := q.s.enqueue(now, r.Tenant, r.Dimension, r.LimitKeys, q.toSched(r.Deadline), int64(r.RetryAfter))
+	deadline := q.toSched(r.Deadline)
+	if d, ok := ctx.Deadline(); ok {
+		deadline = min(deadline, q.toSched(d))
+	}
+	w, reason, pos, est := q.s.enqueue(now, r.Tenant, r.Dimension, r.LimitKeys, deadline, int64(r.RetryAfter))
 	if w == nil {
 		q.obs.Refused(r.Dimension, reason)
 		q.mu.Unlock()

@@ -357,3 +357,39 @@ func (o *recordingObserver) refused(r Reason) int {
 	defer o.mu.Unlock()
 	return o.refusal[r]
 }
+
+func TestQueueUsesContextDeadline(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{}, Weights{}, nil)
+	defer q.Close()
+	ctx, cancel := context.WithDeadline(context.Background(), epoch.Add(time.Second))
+	defer cancel()
+	never := func() (bool, time.Duration, error) { return false, time.Hour, nil }
+	res, err := q.Wait(ctx, Request{Tenant: "a", RetryAfter: 2 * time.Second, Attempt: never})
+	if err != nil || res.Reason != ReasonWaitExceedsBudget {
+		t.Fatalf("got %+v, %v; want wait_exceeds_budget from the context deadline", res, err)
+	}
+}
+
+func TestQueueHasWaitersAllocationFree(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{}, Weights{}, nil)
+	defer q.Close()
+	keys := []string{"user:x", "model:m"}
+	if a := testing.AllocsPerRun(100, func() { q.HasWaitersAny(keys) }); a != 0 {
+		t.Errorf("HasWaitersAny allocates %.1f times per call", a)
+	}
+}
+
+// BenchmarkHasWaiters measures the no-barging check every fresh request makes.
+func BenchmarkHasWaiters(b *testing.B) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{}, Weights{}, nil)
+	defer q.Close()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			q.HasWaiters("model:m")
+		}
+	})
+}

@@ -55,6 +55,7 @@ type waiter struct {
 	dlIdx      int
 
 	keys       []string
+	ks         []*keyState // ks[i] counts keys[i]; the slice is reused with the node
 	dim        string
 	enqueuedAt int64
 	readyAt    int64
@@ -215,8 +216,11 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []string, deadlin
 	}
 	t.depth++
 	s.depth++
+	w.ks = w.ks[:0]
 	for _, key := range keys {
-		s.keyRef(key).waiters++
+		ks := s.keyRef(key)
+		ks.waiters++
+		w.ks = append(w.ks, ks)
 	}
 	s.deadlines.push(w)
 	if t.place == placeNone {
@@ -273,8 +277,8 @@ func (s *sched) next(now int64) *waiter {
 	}
 	t := s.ready.top()
 	w := t.head
-	for _, key := range w.keys {
-		if s.keys[key].inFlight > 0 {
+	for _, ks := range w.ks {
+		if ks.inFlight > 0 {
 			return nil
 		}
 	}
@@ -283,8 +287,8 @@ func (s *sched) next(now int64) *waiter {
 	s.deadlines.remove(w.dlIdx)
 	w.state = stateGranted
 	s.inFlight++
-	for _, key := range w.keys {
-		s.keys[key].inFlight++
+	for _, ks := range w.ks {
+		ks.inFlight++
 	}
 	return w
 }
@@ -297,8 +301,8 @@ func (s *sched) next(now int64) *waiter {
 func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err error) outcome {
 	t := w.t
 	s.inFlight--
-	for _, key := range w.keys {
-		s.keys[key].inFlight--
+	for _, ks := range w.ks {
+		ks.inFlight--
 	}
 	switch {
 	case err != nil:
@@ -341,8 +345,8 @@ func (s *sched) cancel(now int64, w *waiter) {
 		s.deadlines.remove(w.dlIdx)
 	case stateGranted:
 		s.inFlight--
-		for _, key := range w.keys {
-			s.keys[key].inFlight--
+		for _, ks := range w.ks {
+			ks.inFlight--
 		}
 	default:
 		return
@@ -388,11 +392,10 @@ func (s *sched) finish(w *waiter, now int64, admitted bool, reason Reason) {
 	w.prev, w.next, w.t = nil, nil, nil
 	t.depth--
 	s.depth--
-	for _, key := range w.keys {
-		ks := s.keys[key]
+	for i, ks := range w.ks {
 		ks.waiters--
 		if ks.waiters == 0 {
-			delete(s.keys, key)
+			delete(s.keys, w.keys[i])
 			s.freeK = append(s.freeK, ks)
 		}
 	}
@@ -426,7 +429,8 @@ func (s *sched) release(w *waiter) {
 		default:
 		}
 	}
-	*w = waiter{signal: sig, state: stateFree, next: s.freeW}
+	clear(w.ks)
+	*w = waiter{signal: sig, ks: w.ks[:0], state: stateFree, next: s.freeW}
 	s.freeW = w
 }
 

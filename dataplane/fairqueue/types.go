@@ -90,19 +90,24 @@ func (b Bounds) withDefaults() Bounds {
 // Weights gives each tenant its relative share of admissions while backlogged.
 type Weights struct {
 	// Default applies to every tenant without an entry in ByTenant; values
-	// below 1 mean 1.
+	// below 1 mean 1, values above MaxWeight mean MaxWeight.
 	Default int
-	// ByTenant maps a tenant key (an identity hash) to its weight; values below
-	// 1 mean 1. The map is copied by New and SetWeights.
+	// ByTenant maps a tenant key (an identity hash) to its weight, clamped like
+	// Default. The map is copied by New and SetWeights.
 	ByTenant map[string]int
 }
 
-// weightOf returns the effective weight of tenant.
+// MaxWeight is the largest weight the scheduler distinguishes; larger weights
+// count as MaxWeight.
+const MaxWeight = 1 << 20
+
+// weightOf returns the effective weight of tenant, within [1, MaxWeight].
 func (w *Weights) weightOf(tenant string) int {
-	if v, ok := w.ByTenant[tenant]; ok {
-		return max(v, 1)
+	v, ok := w.ByTenant[tenant]
+	if !ok {
+		v = w.Default
 	}
-	return max(w.Default, 1)
+	return min(max(v, 1), MaxWeight)
 }
 
 // clone returns a copy that does not alias the caller's map.
@@ -134,7 +139,8 @@ type Request struct {
 	// (no barging) and serialize attempts that compete for the same tokens.
 	LimitKeys []string
 	// Deadline is the absolute end of the request's admission budget; the zero
-	// time means none. The Queue also applies Bounds.MaxWait from enqueue.
+	// time means none. The Queue also applies Bounds.MaxWait from enqueue and
+	// the deadline of the context passed to Wait, whichever is earliest.
 	Deadline time.Time
 	// RetryAfter is the Retry-After of the refusal that sent the request here,
 	// or 0 when it is queued only to avoid barging.
