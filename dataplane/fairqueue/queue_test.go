@@ -359,13 +359,15 @@ func (o *recordingObserver) refused(r Reason) int {
 }
 
 func TestQueueUsesContextDeadline(t *testing.T) {
-	clk := clocktesting.NewFakeClock(epoch)
-	q := New(clk, Bounds{}, Weights{}, nil)
+	// Context deadlines run on the real clock, so start the fake one at the
+	// real time.
+	clk := clocktesting.NewFakeClock(time.Now())
+	q := New(clk, Bounds{MaxWait: 10 * time.Hour}, Weights{}, nil)
 	defer q.Close()
-	ctx, cancel := context.WithDeadline(context.Background(), epoch.Add(time.Second))
+	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(time.Hour))
 	defer cancel()
 	never := func() (bool, time.Duration, error) { return false, time.Hour, nil }
-	res, err := q.Wait(ctx, Request{Tenant: "a", RetryAfter: 2 * time.Second, Attempt: never})
+	res, err := q.Wait(ctx, Request{Tenant: "a", RetryAfter: 2 * time.Hour, Attempt: never})
 	if err != nil || res.Reason != ReasonWaitExceedsBudget {
 		t.Fatalf("got %+v, %v; want wait_exceeds_budget from the context deadline", res, err)
 	}
