@@ -254,6 +254,18 @@ func TestHashKeyRotationReRenders(t *testing.T) {
 	}).Should(Succeed())
 	g.Expect(parseConfigMap(t, getConfigMap(t, p)).FairQueuing.Weights).NotTo(ContainElements(before.FairQueuing.Weights))
 
+	// Deleting the operator-created key Secret rotates the key: a new random
+	// key is created and everything re-hashed with it.
+	g.Expect(k8s.Delete(ctx(t), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "llm-hash-key"}})).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		s := &corev1.Secret{}
+		g.Expect(k8s.Get(ctx(t), client.ObjectKey{Namespace: p.Namespace, Name: "llm-hash-key"}, s)).To(Succeed())
+		fresh := s.Data[HashKeySecretKey]
+		g.Expect(fresh).To(HaveLen(identity.HashKeyLen))
+		g.Expect(fresh).NotTo(Equal(newKey))
+		g.Expect(parseConfigMap(t, getConfigMap(t, p)).HashKeySecret.Fingerprint).To(Equal(config.KeyFingerprint(fresh)))
+	}).Should(Succeed())
+
 	// A key too short to be safe is refused, keeping the last good config.
 	cm = getConfigMap(t, p)
 	updateSecret(t, p.Namespace, "llm-hash-key", func(s *corev1.Secret) { s.Data[HashKeySecretKey] = []byte("short") })
