@@ -34,11 +34,16 @@ const (
 
 // Default bounds from the product specification.
 const (
+	// DefaultMaxQueueDepthPerTenant is the default Bounds.MaxQueueDepthPerTenant.
 	DefaultMaxQueueDepthPerTenant = 32
-	DefaultMaxTotalQueued         = 4096
-	DefaultMaxTenants             = 1024
-	DefaultMaxInFlight            = 8
-	DefaultMaxWait                = 5 * time.Second
+	// DefaultMaxTotalQueued is the default Bounds.MaxTotalQueued.
+	DefaultMaxTotalQueued = 4096
+	// DefaultMaxTenants is the default Bounds.MaxTenants.
+	DefaultMaxTenants = 1024
+	// DefaultMaxInFlight is the default Bounds.MaxInFlight.
+	DefaultMaxInFlight = 8
+	// DefaultMaxWait is the default Bounds.MaxWait.
+	DefaultMaxWait = 5 * time.Second
 )
 
 // Bounds limits the memory and time the queue may spend. A zero field means
@@ -178,9 +183,12 @@ type Observer interface {
 	// QueueChanged reports the requests queued and the tenant queues tracked
 	// after a change.
 	QueueChanged(depth, tenants int)
-	// Granted reports an admitted request and the time it spent queued.
+	// Granted reports a request admitted from the queue (its attempt passed
+	// the limiter) and the time it spent queued.
 	Granted(dimension string, waited time.Duration)
-	// Refused reports a request refused at enqueue or after waiting.
+	// Refused reports a request refused at enqueue or after waiting. Besides
+	// the five specification reasons, reason may be ReasonDisabled or
+	// ReasonShutdown; cancellations and Attempt errors are not reported.
 	Refused(dimension string, reason Reason)
 }
 
