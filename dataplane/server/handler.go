@@ -44,18 +44,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The body is read (bounded) before admission even when the model comes
 	// from a header: net/http notices a client hanging up only once the body
 	// is consumed, and a queued request must leave the queue at once then.
-	body, release, err := readBody(r, s.maxBody)
+	body, err := readBody(r, s.maxBody)
 	if err != nil {
 		if !s.preAuthRefused(w, r, rt, client) {
 			s.bodyError(w, err)
 		}
 		return
 	}
-	defer release()
+	defer body.release()
 	if rt.identity.modelHeader != "" {
 		id.model = headerValue(r.Header, rt.identity.modelHeader)
-	} else if rt.needModel {
-		id.model = modelFromJSON(body, rt.models)
+	} else if rt.needModel && body != nil {
+		id.model = modelFromJSON(body.data, rt.models)
 	}
 
 	total := rt.timeout(id.model)

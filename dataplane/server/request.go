@@ -164,51 +164,76 @@ func (h *hasher) sum(value string) string {
 	return string(hexSum[:])
 }
 
-// bodyBuffers recycles the buffers that hold request bodies read for the model.
-var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// maxPooledBody is the largest body buffer kept for reuse, so one rare huge
+// body does not pin its memory in the pool.
+const maxPooledBody = 1 << 20
 
-// bufferedBody is a request body read into a pooled buffer; Close returns the
-// buffer to the pool once the proxy is done with it.
+// bodyPool recycles the buffers that hold request bodies.
+var bodyPool = sync.Pool{New: func() any { return &bufferedBody{data: make([]byte, 0, 4<<10)} }}
+
+// bufferedBody is a request body read into a pooled buffer. It replaces
+// r.Body so the body is forwarded unchanged; release returns it to the pool
+// once the request is finished.
 type bufferedBody struct {
-	bytes.Reader
-	buf *bytes.Buffer
+	data []byte
+	rd   bytes.Reader
 }
 
+// Read reads the buffered body.
+func (b *bufferedBody) Read(p []byte) (int, error) { return b.rd.Read(p) }
+
 // Close is a no-op: the handler releases the buffer after the proxy returns,
-// because the transport may close the body before it is done reading.
+// because the transport may close the body before it is done with it.
 func (b *bufferedBody) Close() error { return nil }
 
+// release returns b to the pool; b must not be used afterwards.
+func (b *bufferedBody) release() {
+	if b == nil || cap(b.data) > maxPooledBody {
+		return
+	}
+	b.rd.Reset(nil)
+	b.data = b.data[:0]
+	bodyPool.Put(b)
+}
+
 // readBody reads r's body (at most limit bytes) into a pooled buffer and
-// replaces r.Body with a reader over it, so the body is forwarded unchanged.
-// The caller must call release when the request is finished.
-func readBody(r *http.Request, limit int64) (data []byte, release func(), err error) {
+// replaces r.Body with a reader over it. It returns nil for a request without
+// a body, and errBodyTooLarge past the limit. The caller releases the result
+// when the request is finished.
+func readBody(r *http.Request, limit int64) (*bufferedBody, error) {
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, func() {}, nil
+		return nil, nil
 	}
 	if r.ContentLength > limit {
-		return nil, func() {}, errBodyTooLarge
+		return nil, errBodyTooLarge
 	}
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	buf.Reset()
-	release = func() {
-		if buf.Cap() <= 1<<20 { // do not pin rare huge bodies in the pool
-			bodyBuffers.Put(buf)
+	b := bodyPool.Get().(*bufferedBody)
+	data := b.data[:0]
+	for {
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+		n, err := r.Body.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if int64(len(data)) > limit {
+			b.data = data
+			b.release()
+			return nil, errBodyTooLarge
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			b.data = data
+			b.release()
+			return nil, err
 		}
 	}
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		release()
-		return nil, func() {}, err
-	}
-	if n > limit {
-		release()
-		return nil, func() {}, errBodyTooLarge
-	}
-	body := &bufferedBody{buf: buf}
-	body.Reset(buf.Bytes())
-	r.Body = body
-	r.ContentLength = n
-	return buf.Bytes(), release, nil
+	b.data = data
+	b.rd.Reset(data)
+	r.Body = b
+	r.ContentLength = int64(len(data))
+	return b, nil
 }
 
 // modelFromJSON returns the top-level "model" string of a JSON body, or ""

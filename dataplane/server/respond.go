@@ -130,9 +130,12 @@ func writeQueueHeaders(h http.Header, q *queueInfo) {
 
 // writeQuotaHeaders sets the OpenAI-style x-ratelimit-* headers.
 func writeQuotaHeaders(h http.Header, q quota) {
-	h.Set(headerRateLimitLimit, strconv.FormatInt(q.limit, 10))
-	h.Set(headerRateLimitRemaining, strconv.FormatInt(q.remaining, 10))
-	h.Set(headerRateLimitReset, formatReset(q.reset))
+	// One backing array for the three values: the names are canonical.
+	vals := [...]string{strconv.FormatInt(q.limit, 10), strconv.FormatInt(q.remaining, 10), formatReset(q.reset)}
+	all := vals[:]
+	h[headerRateLimitLimit] = all[0:1:1]
+	h[headerRateLimitRemaining] = all[1:2:2]
+	h[headerRateLimitReset] = all[2:3:3]
 }
 
 // formatReset writes a reset time the way OpenAI does ("1s", "6m0s",
