@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
 )
 
 func TestRefusals(t *testing.T) {
@@ -301,4 +301,44 @@ func TestLoadRejectsWrongHashKey(t *testing.T) {
 	}
 }
 
-var _ = context.Background
+// downStore is a limiter store whose backing state cannot be reached.
+type downStore struct{}
+
+func (downStore) Take(time.Time, limiter.Batch) (limiter.Decision, error) {
+	return limiter.Decision{}, limiter.ErrStoreUnavailable
+}
+
+func (downStore) Peek(time.Time, limiter.Batch) (limiter.Decision, error) {
+	return limiter.Decision{}, limiter.ErrStoreUnavailable
+}
+
+func TestStoreOutageAnswers503AtOnce(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*config.Config)
+	}{
+		{name: "pre-auth limit", mutate: func(c *config.Config) { c.RateLimits.Global = limit(10, 10, time.Second) }},
+		{name: "identity limit with fair queuing on", mutate: perUserQueueing},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			up := fakeupstream.New(fakeupstream.Options{})
+			hs := newHarness(t, up, tc.mutate, func(o *Options) { o.Store = downStore{} })
+			resp := hs.do(`{"model":"m"}`, map[string]string{"X-User": "alice"})
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				t.Fatalf("status = %d, want 503: %s", resp.StatusCode, readAll(t, resp))
+			}
+			if resp.Header.Get("Retry-After") != "1" || resp.Header.Get("X-Fair-Queue-Position") != "" {
+				t.Errorf("Retry-After %q, x-fair-queue-position %q; want 1 and no queue header",
+					resp.Header.Get("Retry-After"), resp.Header.Get("X-Fair-Queue-Position"))
+			}
+			e := decodeError(t, resp)
+			if e.Error.Type != "service_unavailable" || e.Error.Code != "rate_limit_store_unavailable" {
+				t.Errorf("error = %+v, want service_unavailable/rate_limit_store_unavailable", e.Error)
+			}
+			if up.Count() != 0 {
+				t.Errorf("upstream saw %d requests during a store outage, want 0", up.Count())
+			}
+		})
+	}
+}

@@ -58,7 +58,7 @@ type harness struct {
 
 // newHarness starts an upstream with handler, builds a config from
 // baseConfig(upstream) changed by mutate, and serves it.
-func newHarness(t *testing.T, upstream http.Handler, mutate func(*config.Config)) *harness {
+func newHarness(t *testing.T, upstream http.Handler, mutate func(*config.Config), opts ...func(*Options)) *harness {
 	t.Helper()
 	up := httptest.NewServer(upstream)
 	t.Cleanup(up.Close)
@@ -72,8 +72,12 @@ func newHarness(t *testing.T, upstream http.Handler, mutate func(*config.Config)
 	hs := &harness{t: t, clk: testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), reg: prometheus.NewRegistry()}
 	tr := proxy.NewTransport()
 	t.Cleanup(tr.CloseIdleConnections)
-	srv, err := New(Options{Logger: testr.New(t), Clock: hs.clk, HashKey: testKey, Transport: tr,
-		Registerer: hs.reg, Gatherer: hs.reg, MaxBodyBytes: 1 << 10})
+	o := Options{Logger: testr.New(t), Clock: hs.clk, HashKey: testKey, Transport: tr,
+		Registerer: hs.reg, Gatherer: hs.reg, MaxBodyBytes: 1 << 10}
+	for _, f := range opts {
+		f(&o)
+	}
+	srv, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func (s *Server) newRuntime(cfg *config.Config) (*runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	lim, err := limiter.New(limiterConfig(cfg.RateLimits), limiter.Options{Observer: s.metrics})
+	lim, err := limiter.New(limiterConfig(cfg.RateLimits), limiter.Options{Store: s.store, Observer: s.metrics})
 	if err != nil {
 		return nil, fmt.Errorf("rateLimits: %w", err)
 	}

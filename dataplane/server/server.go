@@ -26,6 +26,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
 )
@@ -64,6 +65,9 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Transport sends requests upstream; nil means proxy.NewTransport().
 	Transport http.RoundTripper
+	// Store holds rate-limit bucket state; nil means a per-replica
+	// in-memory store.
+	Store limiter.Store
 	// ShutdownGrace bounds how long admitted requests may finish after
 	// shutdown starts. Zero means DefaultShutdownGrace.
 	ShutdownGrace time.Duration
@@ -82,6 +86,7 @@ type Server struct {
 	reg      prometheus.Registerer
 	gatherer prometheus.Gatherer
 	tr       http.RoundTripper
+	store    limiter.Store
 	grace    time.Duration
 
 	metrics    *metrics.Metrics
@@ -107,6 +112,7 @@ func New(opts Options) (*Server, error) {
 		reg:      opts.Registerer,
 		gatherer: opts.Gatherer,
 		tr:       opts.Transport,
+		store:    opts.Store,
 		grace:    opts.ShutdownGrace,
 	}
 	if s.clock == nil {
