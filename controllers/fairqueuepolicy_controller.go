@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -172,7 +173,7 @@ func (r *FairQueuePolicyReconciler) policiesForSecret(ctx context.Context, s cli
 	var list fqv1alpha1.FairQueuePolicyList
 	if err := r.Client.List(ctx, &list, client.InNamespace(s.GetNamespace()), client.MatchingFields{SecretRefsIndex: s.GetName()}); err != nil {
 		logf.FromContext(ctx).Error(err, "Listing policies that reference a Secret; they re-render on their next event",
-			"secret", klogRef(s.GetNamespace(), s.GetName()))
+			"secret", klog.KRef(s.GetNamespace(), s.GetName()))
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))
@@ -304,7 +305,7 @@ func (r *FairQueuePolicyReconciler) createHashKey(ctx context.Context, p *fqv1al
 		// attempt reads its key.
 		return nil, fmt.Errorf("creating hash key Secret %s/%s: %w", p.Namespace, name, err)
 	}
-	logf.FromContext(ctx).Info("Created hash key Secret", "secret", klogRef(p.Namespace, name), "fingerprint", config.KeyFingerprint(key))
+	logf.FromContext(ctx).Info("Created hash key Secret", "secret", klog.KRef(p.Namespace, name), "fingerprint", config.KeyFingerprint(key))
 	return key, nil
 }
 
@@ -415,6 +416,3 @@ func setStatus(p *fqv1alpha1.FairQueuePolicy, out *rendered, rerr *renderError) 
 	meta.SetStatusCondition(&p.Status.Conditions, resolved)
 	meta.SetStatusCondition(&p.Status.Conditions, ready)
 }
-
-// klogRef formats a namespaced name for a structured log value.
-func klogRef(namespace, name string) string { return namespace + "/" + name }
