@@ -32,9 +32,12 @@ func ParseDimension(s string) (Dimension, error) {
 // empty field means the identity is absent; the HTTP layer maps a placeholder
 // team (empty or the configured "no team" value) to absent before hashing.
 type Set struct {
+	// APIKey is the hash of the request's API key.
 	APIKey string
-	User   string
-	Team   string
+	// User is the hash of the request's user id.
+	User string
+	// Team is the hash of the request's team id.
+	Team string
 }
 
 // get returns the hash held for d.

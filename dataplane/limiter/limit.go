@@ -115,12 +115,19 @@ func (l Limit) interval() int64 {
 // Config holds the limit of every dimension; a nil limit switches that
 // dimension off.
 type Config struct {
-	Global  *Limit
-	Client  *Limit
-	APIKey  *Limit
-	User    *Limit
-	Team    *Limit
-	Model   *Limit
+	// Global is the one bucket every request shares, checked before authentication.
+	Global *Limit
+	// Client is per client address, checked before authentication.
+	Client *Limit
+	// APIKey is per hashed API key.
+	APIKey *Limit
+	// User is per hashed user id.
+	User *Limit
+	// Team is per hashed team id.
+	Team *Limit
+	// Model is per model name, unless ModelOverrides names the model.
+	Model *Limit
+	// Backend is per backend name, charged at dispatch.
 	Backend *Limit
 	// ModelOverrides replaces Model for the named models. An override applies
 	// even when Model is nil.

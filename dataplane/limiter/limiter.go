@@ -74,10 +74,14 @@ type Observer interface {
 // the hashed identity or the model name; empty means the request lacks it and
 // the dimension does not apply.
 type Keys struct {
+	// APIKey is the hashed API key.
 	APIKey string
-	User   string
-	Team   string
-	Model  string
+	// User is the hashed user id.
+	User string
+	// Team is the hashed team id.
+	Team string
+	// Model is the model name.
+	Model string
 }
 
 // Options tunes a Limiter.

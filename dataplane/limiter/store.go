@@ -34,9 +34,12 @@ const MaxBatch = 4
 // The store keeps bucket state; the limit travels with every request so a
 // changed limit takes effect on the next call without a separate sync.
 type Request struct {
+	// Dimension selects the bucket table.
 	Dimension Dimension
-	Key       string
-	Limit     Limit
+	// Key names the bucket within the dimension ("" for global).
+	Key string
+	// Limit is the bucket's current shape.
+	Limit Limit
 
 	// interval and window cache Limit's GCRA shape (see shapeOf), set by
 	// Batch.Add, so the in-memory store need not divide on every request.

@@ -35,12 +35,18 @@ import (
 
 // Metric names, exactly as in the product specification.
 const (
-	QueueDepthName   = "rate_limit_fair_queue_depth"
+	// QueueDepthName is the gauge of requests held in the queues now.
+	QueueDepthName = "rate_limit_fair_queue_depth"
+	// QueueTenantsName is the gauge of tenant queues tracked now.
 	QueueTenantsName = "rate_limit_fair_queue_tenants"
-	QueueWaitName    = "rate_limit_fair_queue_wait_seconds"
-	QueueGrantsName  = "rate_limit_fair_queue_grants_total"
+	// QueueWaitName is the histogram of time queued before a granted attempt, by tenant_dimension.
+	QueueWaitName = "rate_limit_fair_queue_wait_seconds"
+	// QueueGrantsName counts queued requests admitted, by tenant_dimension.
+	QueueGrantsName = "rate_limit_fair_queue_grants_total"
+	// QueueRefusedName counts queue refusals, by tenant_dimension and reason.
 	QueueRefusedName = "rate_limit_fair_queue_refused_total"
-	DecisionsName    = "rate_limit_decisions_total"
+	// DecisionsName counts limiter bucket checks, by dimension and outcome.
+	DecisionsName = "rate_limit_decisions_total"
 )
 
 // WaitBuckets are the wait histogram's upper bounds in seconds: 1ms to 10m,
