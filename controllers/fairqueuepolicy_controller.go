@@ -4,12 +4,14 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -104,7 +106,14 @@ type FairQueuePolicyReconciler struct {
 	Recorder events.EventRecorder
 	// Rand is the source of new hash keys. Defaults to crypto/rand.
 	Rand io.Reader
+	// UnwatchedRetry is how often a policy blocked by an object the operator
+	// does not watch (a foreign ConfigMap under the rendered name) is
+	// retried. Defaults to DefaultUnwatchedRetry.
+	UnwatchedRetry time.Duration
 }
+
+// DefaultUnwatchedRetry is the default of UnwatchedRetry.
+const DefaultUnwatchedRetry = 30 * time.Second
 
 // CacheOptions returns the manager cache settings the reconciler is designed
 // for: the given namespaces only (all when empty), and of ConfigMaps only those
@@ -222,14 +231,19 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		out = nil
 	}
 
+	var result ctrl.Result
+	if rerr != nil && rerr.unwatched {
+		// No watch event will tell us when this is fixed.
+		result.RequeueAfter = cmp.Or(r.UnwatchedRetry, DefaultUnwatchedRetry)
+	}
 	setStatus(policy, out, rerr)
 	if equality.Semantic.DeepEqual(orig.Status, policy.Status) {
-		return ctrl.Result{}, nil
+		return result, nil
 	}
 	if err := r.Client.Status().Patch(ctx, policy, client.MergeFrom(orig)); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	return ctrl.Result{}, nil
+	return result, nil
 }
 
 // renderPolicy reads the hash key and referenced Secrets and renders p. It
@@ -337,6 +351,13 @@ func (r *FairQueuePolicyReconciler) applyConfigMap(ctx context.Context, p *fqv1a
 	}
 	if err != nil {
 		return false, fmt.Errorf("reading ConfigMap %s: %w", key, err)
+	}
+	if !metav1.IsControlledBy(cm, p) && cm.Labels[config.ManagedByLabel] != config.ManagedByValue {
+		// Never overwrite a ConfigMap someone else created under our name.
+		rerr := invalid(fqv1alpha1.ReasonInvalid,
+			"ConfigMap %q already exists and is not managed by fairqueue; delete or rename it so the policy can be rendered", key.Name)
+		rerr.unwatched = true
+		return false, rerr
 	}
 	before := cm.DeepCopy()
 	if err := r.desiredConfigMap(p, cm, out); err != nil {

@@ -442,3 +442,29 @@ func TestHashKeySecretRefUsedWhenItAppears(t *testing.T) {
 	g.Expect(c.HashKeySecret.Name).To(Equal("byo-key"))
 	g.Expect(c.FairQueuing.Weights).To(ContainElement(config.Weight{TenantHash: identity.Hash(key, rawAcmeKey), Weight: 3}))
 }
+
+func TestForeignConfigMapIsNotOverwritten(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	for _, s := range newSecrets(ns) {
+		g.Expect(k8s.Create(ctx(t), s)).To(Succeed())
+	}
+	foreign := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ConfigMapName("llm")},
+		Data:       map[string]string{"app.conf": "someone else's"},
+	}
+	g.Expect(k8s.Create(ctx(t), foreign)).To(Succeed())
+
+	p := newPolicy(ns)
+	g.Expect(k8s.Create(ctx(t), p)).To(Succeed())
+	failed := waitCondition(t, p, fqv1alpha1.ConditionReady, metav1.ConditionFalse, fqv1alpha1.ReasonInvalid)
+	g.Expect(meta.FindStatusCondition(failed.Status.Conditions, fqv1alpha1.ConditionReady).Message).
+		To(ContainSubstring(`ConfigMap "llm-dataplane" already exists and is not managed by fairqueue`))
+	got := getConfigMap(t, p)
+	g.Expect(got.ResourceVersion).To(Equal(foreign.ResourceVersion))
+	g.Expect(got.OwnerReferences).To(BeEmpty())
+
+	// Once it is out of the way, the policy renders.
+	g.Expect(k8s.Delete(ctx(t), foreign)).To(Succeed())
+	waitReady(t, p)
+}

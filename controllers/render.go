@@ -25,7 +25,10 @@ type renderError struct {
 	// secretsResolved is false when the error is a missing Secret, key or
 	// variable, which sets the SecretsResolved condition False as well.
 	secretsResolved bool
-	msg             string
+	// unwatched is true when the cause is an object no watch covers, so
+	// the policy must be retried on a timer.
+	unwatched bool
+	msg       string
 }
 
 func (e *renderError) Error() string { return e.msg }

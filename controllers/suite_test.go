@@ -78,7 +78,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := (&FairQueuePolicyReconciler{}).SetupWithManager(ctx, mgr, controller.Options{}); err != nil {
+	if err := (&FairQueuePolicyReconciler{UnwatchedRetry: time.Second}).SetupWithManager(ctx, mgr, controller.Options{}); err != nil {
 		cancel()
 		fmt.Fprintln(os.Stderr, "setting up reconciler:", err)
 		stopEnv()
