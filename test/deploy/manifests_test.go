@@ -1,0 +1,289 @@
+package deploy
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fairqueue/fairqueue/internal/testenv"
+)
+
+// namespace is where config/default installs everything.
+const namespace = "fairqueue-system"
+
+// render runs `kubectl kustomize config/default` and returns its output.
+func render(t *testing.T, kubectlPath, root string) []byte {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(root, "config", "rbac", "role.yaml")); err != nil {
+		t.Fatalf("config/rbac/role.yaml is missing: run `make manifests` to generate the operator's RBAC from the controllers' markers: %v", err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(kubectlPath, "kustomize", filepath.Join(root, "config", "default"))
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl kustomize config/default: %v\n%s", err, stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// decode splits rendered YAML into typed objects.
+func decode(t *testing.T, rendered []byte) []runtime.Object {
+	t.Helper()
+	var objs []runtime.Object
+	for _, doc := range strings.Split(string(rendered), "\n---\n") {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("rendered document does not decode as a Kubernetes object: %v\n%s", err, doc)
+		}
+		objs = append(objs, obj)
+	}
+	return objs
+}
+
+// key names an object for comparisons and messages.
+func key(obj runtime.Object) string {
+	o := obj.(client.Object)
+	kind := obj.GetObjectKind().GroupVersionKind().Kind
+	if o.GetNamespace() == "" {
+		return kind + "/" + o.GetName()
+	}
+	return kind + "/" + o.GetNamespace() + "/" + o.GetName()
+}
+
+func find[T runtime.Object](t *testing.T, objs []runtime.Object, want string) T {
+	t.Helper()
+	for _, o := range objs {
+		if key(o) == want {
+			if typed, ok := o.(T); ok {
+				return typed
+			}
+		}
+	}
+	t.Fatalf("rendered output has no %s", want)
+	var zero T
+	return zero
+}
+
+// TestKustomizeRendersDeployment checks that config/default renders exactly
+// the expected objects, with the properties a production cluster needs.
+func TestKustomizeRendersDeployment(t *testing.T) {
+	root := repoRoot(t)
+	objs := decode(t, render(t, kubectl(t, root), root))
+
+	var got []string
+	for _, o := range objs {
+		got = append(got, key(o))
+	}
+	want := []string{
+		"Namespace/fairqueue-system",
+		"ServiceAccount/fairqueue-system/fairqueue-controller-manager",
+		"ServiceAccount/fairqueue-system/fairqueue-dataplane",
+		"Role/fairqueue-system/fairqueue-dataplane-config-reader",
+		"Role/fairqueue-system/fairqueue-leader-election-role",
+		"Role/fairqueue-system/fairqueue-manager-role",
+		"ClusterRole/fairqueue-manager-role",
+		"RoleBinding/fairqueue-system/fairqueue-dataplane-config-reader",
+		"RoleBinding/fairqueue-system/fairqueue-leader-election-rolebinding",
+		"RoleBinding/fairqueue-system/fairqueue-manager-rolebinding",
+		"ClusterRoleBinding/fairqueue-manager-rolebinding",
+		"Service/fairqueue-system/fairqueue-dataplane",
+		"Deployment/fairqueue-system/fairqueue-controller-manager",
+		"Deployment/fairqueue-system/fairqueue-dataplane",
+		"PodDisruptionBudget/fairqueue-system/fairqueue-dataplane",
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("rendered objects:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+
+	t.Run("hardened pods", func(t *testing.T) {
+		images := map[string]string{
+			"fairqueue-controller-manager": "ghcr.io/fairqueue/manager:dev",
+			"fairqueue-dataplane":          "ghcr.io/fairqueue/dataplane:dev",
+		}
+		for name, image := range images {
+			d := find[*appsv1.Deployment](t, objs, "Deployment/"+namespace+"/"+name)
+			checkHardenedPod(t, name, &d.Spec.Template.Spec, image)
+		}
+	})
+
+	t.Run("data plane is highly available", func(t *testing.T) {
+		d := find[*appsv1.Deployment](t, objs, "Deployment/"+namespace+"/fairqueue-dataplane")
+		if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+			t.Errorf("data plane replicas %v, want 2", d.Spec.Replicas)
+		}
+		pods := labels.Set(d.Spec.Template.Labels)
+		pdb := find[*policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget/"+namespace+"/fairqueue-dataplane")
+		if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 {
+			t.Errorf("PodDisruptionBudget minAvailable %v, want 1", pdb.Spec.MinAvailable)
+		}
+		if sel := labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels); !sel.Matches(pods) {
+			t.Errorf("PodDisruptionBudget selector %v does not select the data-plane pods %v", sel, pods)
+		}
+		svc := find[*corev1.Service](t, objs, "Service/"+namespace+"/fairqueue-dataplane")
+		if sel := labels.SelectorFromSet(svc.Spec.Selector); !sel.Matches(pods) {
+			t.Errorf("Service selector %v does not select the data-plane pods %v", sel, pods)
+		}
+		mgr := find[*appsv1.Deployment](t, objs, "Deployment/"+namespace+"/fairqueue-controller-manager")
+		if sel := labels.SelectorFromSet(svc.Spec.Selector); sel.Matches(labels.Set(mgr.Spec.Template.Labels)) {
+			t.Error("the data-plane Service also selects the operator's pods")
+		}
+	})
+
+	t.Run("data plane reads only its ConfigMap and hash-key Secret", func(t *testing.T) {
+		role := find[*rbacv1.Role](t, objs, "Role/"+namespace+"/fairqueue-dataplane-config-reader")
+		wantRules := []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"default-dataplane"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"default-hash-key"}, Verbs: []string{"get"}},
+		}
+		if !slices.EqualFunc(role.Rules, wantRules, ruleEqual) {
+			t.Errorf("data-plane rules %+v, want exactly %+v", role.Rules, wantRules)
+		}
+		d := find[*appsv1.Deployment](t, objs, "Deployment/"+namespace+"/fairqueue-dataplane")
+		if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--configmap=default-dataplane") {
+			t.Errorf("data-plane args %v do not name the ConfigMap the Role grants", d.Spec.Template.Spec.Containers[0].Args)
+		}
+	})
+
+	t.Run("bindings name existing service accounts and roles", func(t *testing.T) {
+		have := map[string]bool{}
+		for _, o := range objs {
+			have[key(o)] = true
+		}
+		for _, o := range objs {
+			var ref rbacv1.RoleRef
+			var subjects []rbacv1.Subject
+			ns := namespace
+			switch b := o.(type) {
+			case *rbacv1.RoleBinding:
+				ref, subjects = b.RoleRef, b.Subjects
+			case *rbacv1.ClusterRoleBinding:
+				ref, subjects, ns = b.RoleRef, b.Subjects, ""
+			default:
+				continue
+			}
+			roleKey := ref.Kind + "/" + ref.Name
+			if ns != "" && ref.Kind == "Role" {
+				roleKey = ref.Kind + "/" + ns + "/" + ref.Name
+			}
+			if !have[roleKey] {
+				t.Errorf("%s refers to %s, which is not rendered", key(o), roleKey)
+			}
+			for _, s := range subjects {
+				if sa := "ServiceAccount/" + s.Namespace + "/" + s.Name; s.Kind != "ServiceAccount" || !have[sa] {
+					t.Errorf("%s binds %s %s/%s, which is not a rendered ServiceAccount", key(o), s.Kind, s.Namespace, s.Name)
+				}
+			}
+		}
+	})
+}
+
+func ruleEqual(a, b rbacv1.PolicyRule) bool {
+	return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) &&
+		slices.Equal(a.ResourceNames, b.ResourceNames) && slices.Equal(a.Verbs, b.Verbs)
+}
+
+// checkHardenedPod asserts the restricted pod security profile, probes,
+// resources and the released image on every container.
+func checkHardenedPod(t *testing.T, name string, pod *corev1.PodSpec, image string) {
+	t.Helper()
+	psc := pod.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+		t.Errorf("%s: pod does not set runAsNonRoot", name)
+	}
+	if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: pod seccomp profile is not RuntimeDefault", name)
+	}
+	if pod.ServiceAccountName == "" {
+		t.Errorf("%s: pod runs as the default ServiceAccount", name)
+	}
+	for _, c := range pod.Containers {
+		sc := c.SecurityContext
+		switch {
+		case sc == nil:
+			t.Errorf("%s/%s: no container securityContext", name, c.Name)
+			continue
+		case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+			t.Errorf("%s/%s: root file system is writable", name, c.Name)
+		case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+			t.Errorf("%s/%s: privilege escalation is allowed", name, c.Name)
+		case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}):
+			t.Errorf("%s/%s: capabilities are not all dropped", name, c.Name)
+		}
+		if c.Image != image {
+			t.Errorf("%s/%s: image %q, want %q", name, c.Name, c.Image, image)
+		}
+		if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+			t.Errorf("%s/%s: no liveness probe on /healthz", name, c.Name)
+		}
+		if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+			t.Errorf("%s/%s: no readiness probe on /readyz", name, c.Name)
+		}
+		for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if _, ok := c.Resources.Requests[res]; !ok {
+				t.Errorf("%s/%s: no %s request", name, c.Name, res)
+			}
+			if _, ok := c.Resources.Limits[res]; !ok {
+				t.Errorf("%s/%s: no %s limit", name, c.Name, res)
+			}
+		}
+	}
+}
+
+// TestServerDryRunAcceptsEveryObject applies the rendered manifests with a
+// server-side dry run against a real API server with the CRDs installed,
+// so schema errors, admission (Pod Security "restricted" included) and RBAC
+// escalation checks are the API server's own.
+func TestServerDryRunAcceptsEveryObject(t *testing.T) {
+	root := repoRoot(t)
+	kc := kubectl(t, root)
+	rendered := render(t, kc, root)
+	objs := decode(t, rendered)
+	env := testenv.Start(t)
+
+	// Namespaced objects can only be dry-run into a namespace that exists, and
+	// Pod Security admission reads the labels of the stored namespace: create
+	// the rendered one for real first.
+	ns := find[*corev1.Namespace](t, objs, "Namespace/"+namespace)
+	if err := env.Client.Create(t.Context(), ns); err != nil {
+		t.Fatalf("creating namespace %s: %v", namespace, err)
+	}
+
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(t.Context(), kc, "--kubeconfig", env.Kubeconfig,
+		"apply", "--server-side", "--field-manager=fairqueue-deploy-test", "--dry-run=server", "-f", "-")
+	cmd.Stdin = bytes.NewReader(rendered)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the API server refused the rendered manifests: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	if strings.Contains(stderr.String(), "Warning:") {
+		t.Errorf("the API server warned about the rendered manifests:\n%s", stderr.String())
+	}
+	applied := 0
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if strings.HasSuffix(line, "serverside-applied (server dry run)") {
+			applied++
+		}
+	}
+	if applied != len(objs) {
+		t.Errorf("%d objects accepted, want all %d:\n%s", applied, len(objs), stdout.String())
+	}
+}
