@@ -147,8 +147,12 @@ func checkInvariants(t *testing.T, s *sched, live map[*waiter]bool, granted int)
 				inFlight++
 			case stateQueued:
 				queued++
-				if s.deadlines.items[w.dlIdx].w != w {
-					t.Fatalf("queued waiter missing from the deadline heap")
+				if w.dlIdx == inDeadlineList {
+					if (w.dlPrev == nil) != (s.deadlines.head == w) || (w.dlPrev != nil && w.dlPrev.deadline > w.deadline) {
+						t.Fatalf("deadline list out of order")
+					}
+				} else if s.deadlines.heap.items[w.dlIdx].w != w {
+					t.Fatalf("queued waiter missing from the deadline index")
 				}
 			default:
 				t.Fatalf("waiter in a tenant queue with state %d", w.state)
@@ -185,6 +189,18 @@ func checkInvariants(t *testing.T, s *sched, live map[*waiter]bool, granted int)
 	}
 	if s.ready.len()+s.pending.len()+inFlight != len(s.tenants) {
 		t.Fatalf("heaps hold %d+%d tenants plus %d in flight, %d tracked", s.ready.len(), s.pending.len(), inFlight, len(s.tenants))
+	}
+	for _, h := range []*tenantHeap{&s.ready, &s.pending} {
+		for i := 1; i < h.len(); i++ {
+			if h.items[i].less(&h.items[(i-1)/4]) {
+				t.Fatalf("tenant heap out of order at %d", i)
+			}
+		}
+	}
+	for i := 1; i < s.deadlines.heap.len(); i++ {
+		if s.deadlines.heap.items[i].deadline < s.deadlines.heap.items[(i-1)/2].deadline {
+			t.Fatalf("deadline heap out of order at %d", i)
+		}
 	}
 	if len(keys) != len(s.keys) {
 		t.Fatalf("key table has %d keys, waiters need %d", len(s.keys), len(keys))

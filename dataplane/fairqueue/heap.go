@@ -21,7 +21,8 @@ func (a *tenantEntry) less(b *tenantEntry) bool {
 	return a.seq < b.seq
 }
 
-// tenantHeap is a min-heap of tenants by (key, arrival).
+// tenantHeap is a 4-ary min-heap of tenants by (key, arrival): half the depth
+// of a binary heap, which matters for the pop on every grant.
 type tenantHeap struct {
 	items []tenantEntry
 }
@@ -65,7 +66,10 @@ func (h *tenantHeap) rekey(keyOf func(*tenant) uint64) {
 	for i := range h.items {
 		h.items[i].key = keyOf(h.items[i].t)
 	}
-	for i := len(h.items)/2 - 1; i >= 0; i-- {
+	if len(h.items) < 2 {
+		return
+	}
+	for i := (len(h.items) - 2) / 4; i >= 0; i-- {
 		h.down(i)
 	}
 }
@@ -73,7 +77,7 @@ func (h *tenantHeap) rekey(keyOf func(*tenant) uint64) {
 func (h *tenantHeap) up(i int) {
 	e := h.items[i]
 	for i > 0 {
-		p := (i - 1) / 2
+		p := (i - 1) / 4
 		if !e.less(&h.items[p]) {
 			break
 		}
@@ -90,13 +94,15 @@ func (h *tenantHeap) down(i0 int) bool {
 	i, n := i0, len(h.items)
 	e := h.items[i]
 	for {
-		l := 2*i + 1
-		if l >= n {
+		first := 4*i + 1
+		if first >= n {
 			break
 		}
-		c := l
-		if r := l + 1; r < n && h.items[r].less(&h.items[l]) {
-			c = r
+		c := first
+		for j := first + 1; j < min(first+4, n); j++ {
+			if h.items[j].less(&h.items[c]) {
+				c = j
+			}
 		}
 		if !h.items[c].less(&e) {
 			break
@@ -129,8 +135,6 @@ func (h *waiterHeap) push(w *waiter) {
 	h.items = append(h.items, waiterEntry{deadline: w.deadline, w: w})
 	h.up(len(h.items) - 1)
 }
-
-func (h *waiterHeap) pop() *waiter { return h.remove(0) }
 
 // remove deletes and returns the waiter at index i.
 func (h *waiterHeap) remove(i int) *waiter {

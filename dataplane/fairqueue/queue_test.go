@@ -3,6 +3,7 @@ package fairqueue
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -394,4 +395,50 @@ func BenchmarkHasWaiters(b *testing.B) {
 			q.HasWaiters("model:m")
 		}
 	})
+}
+
+// TestQueueReconfigureKeepsWaiters: tightened bounds refuse new arrivals but
+// keep every waiter, and new weights apply to the next decision.
+func TestQueueReconfigureKeepsWaiters(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{}, Weights{Default: 1}, nil)
+	defer q.Close()
+	b := &fakeBucket{clk: clk, interval: time.Millisecond, avail: epoch.Add(time.Millisecond)}
+	var mu sync.Mutex
+	var order []string
+	attempt := func(tenant string) Attempt {
+		return func() (bool, time.Duration, error) {
+			ok, ra := b.take()
+			if ok {
+				mu.Lock()
+				order = append(order, tenant)
+				mu.Unlock()
+			}
+			return ok, ra, nil
+		}
+	}
+	var chs []<-chan waitResult
+	for _, tn := range []string{"a", "a", "b", "b"} {
+		chs = append(chs, startWait(t, q, context.Background(), Request{Tenant: tn, LimitKeys: []string{"m"}, RetryAfter: time.Millisecond, Attempt: attempt(tn)}))
+	}
+	q.SetBounds(Bounds{MaxTotalQueued: 2})
+	if d, _ := q.Stats(); d != 4 {
+		t.Fatalf("tightening bounds evicted waiters: depth %d", d)
+	}
+	if res, _ := q.Wait(context.Background(), Request{Tenant: "c", RetryAfter: time.Millisecond, Attempt: attempt("c")}); res.Reason != ReasonQueueFull {
+		t.Fatalf("new arrival after tightening: %+v, want queue_full", res)
+	}
+	q.SetWeights(Weights{Default: 1, ByTenant: map[string]int{"b": 100}})
+	for range 4 {
+		clk.Step(time.Millisecond)
+		q.waitIdle()
+	}
+	for i, ch := range chs {
+		if r := <-ch; !r.res.Admitted {
+			t.Errorf("waiter %d not admitted: %+v", i, r.res)
+		}
+	}
+	if got := strings.Join(order, ""); got != "bbaa" {
+		t.Errorf("admission order %q, want bbaa (b reweighted to 100 goes first)", got)
+	}
 }

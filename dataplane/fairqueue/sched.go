@@ -52,7 +52,9 @@ type waiter struct {
 	t          *tenant // nil once done: the tenant may be recycled
 	tenant     string
 	prev, next *waiter
-	dlIdx      int
+	dlIdx      int     // index in the deadline heap, or inDeadlineList
+	dlPrev     *waiter // neighbours in the deadline list
+	dlNext     *waiter
 
 	keys       []string
 	ks         []*keyState // ks[i] counts keys[i]; the slice is reused with the node
@@ -127,9 +129,9 @@ type sched struct {
 
 	tenants   map[string]*tenant
 	keys      map[string]*keyState
-	ready     tenantHeap // by finish tag, then arrival
-	pending   tenantHeap // by head ready time, then arrival
-	deadlines waiterHeap // queued (not granted) waiters by deadline
+	ready     tenantHeap    // by finish tag, then arrival
+	pending   tenantHeap    // by head ready time, then arrival
+	deadlines deadlineIndex // queued (not granted) waiters by deadline
 
 	depth      int // waiters held, granted ones included
 	inFlight   int // granted waiters whose attempt is running
@@ -284,7 +286,7 @@ func (s *sched) next(now int64) *waiter {
 	}
 	s.ready.pop()
 	t.place = placeInFlight
-	s.deadlines.remove(w.dlIdx)
+	s.deadlines.remove(w)
 	w.state = stateGranted
 	s.inFlight++
 	for _, ks := range w.ks {
@@ -342,7 +344,7 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 func (s *sched) cancel(now int64, w *waiter) {
 	switch w.state {
 	case stateQueued:
-		s.deadlines.remove(w.dlIdx)
+		s.deadlines.remove(w)
 	case stateGranted:
 		s.inFlight--
 		for _, ks := range w.ks {
@@ -357,8 +359,8 @@ func (s *sched) cancel(now int64, w *waiter) {
 // expire finishes every queued waiter whose deadline is not after now with
 // ReasonDeadlineExceeded.
 func (s *sched) expire(now int64) {
-	for s.deadlines.len() > 0 && s.deadlines.items[0].deadline <= now {
-		w := s.deadlines.pop()
+	for w := s.deadlines.earliest(); w != nil && w.deadline <= now; w = s.deadlines.earliest() {
+		s.deadlines.remove(w)
 		s.finish(w, now, false, ReasonDeadlineExceeded)
 		s.onDone(w)
 	}
@@ -367,8 +369,8 @@ func (s *sched) expire(now int64) {
 // drain finishes every queued waiter with reason. Granted waiters keep
 // running; their attempt's outcome decides.
 func (s *sched) drain(now int64, reason Reason) {
-	for s.deadlines.len() > 0 {
-		w := s.deadlines.pop()
+	for w := s.deadlines.earliest(); w != nil; w = s.deadlines.earliest() {
+		s.deadlines.remove(w)
 		s.finish(w, now, false, reason)
 		s.onDone(w)
 	}
@@ -510,8 +512,8 @@ func (s *sched) nextWake() (int64, bool) {
 	if s.pending.len() > 0 {
 		wake, ok = int64(s.pending.topKey()), true
 	}
-	if s.deadlines.len() > 0 && s.deadlines.items[0].deadline < wake {
-		wake, ok = s.deadlines.items[0].deadline, true
+	if w := s.deadlines.earliest(); w != nil && w.deadline < wake {
+		wake, ok = w.deadline, true
 	}
 	return wake, ok
 }
