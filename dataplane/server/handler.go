@@ -51,7 +51,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	defer body.release()
 	if rt.identity.modelHeader != "" {
 		id.model = headerValue(r.Header, rt.identity.modelHeader)
 	} else if rt.needModel && body != nil {

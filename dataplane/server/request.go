@@ -164,16 +164,13 @@ func (h *hasher) sum(value string) string {
 	return string(hexSum[:])
 }
 
-// maxPooledBody is the largest body buffer kept for reuse, so one rare huge
-// body does not pin its memory in the pool.
-const maxPooledBody = 1 << 20
-
-// bodyPool recycles the buffers that hold request bodies.
-var bodyPool = sync.Pool{New: func() any { return &bufferedBody{data: make([]byte, 0, 4<<10)} }}
-
-// bufferedBody is a request body read into a pooled buffer. It replaces
-// r.Body so the body is forwarded unchanged; release returns it to the pool
-// once the request is finished.
+// bufferedBody is a request body read into memory. It replaces r.Body so
+// the body is forwarded unchanged.
+//
+// It is deliberately not pooled: the transport may still be writing a body
+// upstream after the handler returns (RoundTrip may close it "in a separate
+// goroutine even after RoundTrip returns"), so reusing the buffer for
+// another request could send one request's bytes with another's.
 type bufferedBody struct {
 	data []byte
 	rd   bytes.Reader
@@ -182,24 +179,12 @@ type bufferedBody struct {
 // Read reads the buffered body.
 func (b *bufferedBody) Read(p []byte) (int, error) { return b.rd.Read(p) }
 
-// Close is a no-op: the handler releases the buffer after the proxy returns,
-// because the transport may close the body before it is done with it.
+// Close is a no-op; the memory is left to the garbage collector.
 func (b *bufferedBody) Close() error { return nil }
 
-// release returns b to the pool; b must not be used afterwards.
-func (b *bufferedBody) release() {
-	if b == nil || cap(b.data) > maxPooledBody {
-		return
-	}
-	b.rd.Reset(nil)
-	b.data = b.data[:0]
-	bodyPool.Put(b)
-}
-
-// readBody reads r's body (at most limit bytes) into a pooled buffer and
-// replaces r.Body with a reader over it. It returns nil for a request without
-// a body, and errBodyTooLarge past the limit. The caller releases the result
-// when the request is finished.
+// readBody reads r's body (at most limit bytes) into memory and replaces
+// r.Body with a reader over it. It returns nil for a request without a body,
+// and errBodyTooLarge past the limit.
 func readBody(r *http.Request, limit int64) (*bufferedBody, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
@@ -207,8 +192,12 @@ func readBody(r *http.Request, limit int64) (*bufferedBody, error) {
 	if r.ContentLength > limit {
 		return nil, errBodyTooLarge
 	}
-	b := bodyPool.Get().(*bufferedBody)
-	data := b.data[:0]
+	size := int64(512)
+	if r.ContentLength > 0 {
+		size = r.ContentLength + 1 // +1 so a correct length ends in one read with io.EOF
+	}
+	b := &bufferedBody{data: make([]byte, 0, size)}
+	data := b.data
 	for {
 		if len(data) == cap(data) {
 			data = append(data, 0)[:len(data)]
@@ -216,16 +205,12 @@ func readBody(r *http.Request, limit int64) (*bufferedBody, error) {
 		n, err := r.Body.Read(data[len(data):cap(data)])
 		data = data[:len(data)+n]
 		if int64(len(data)) > limit {
-			b.data = data
-			b.release()
 			return nil, errBodyTooLarge
 		}
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			b.data = data
-			b.release()
 			return nil, err
 		}
 	}
