@@ -1,14 +1,13 @@
 package controllers
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	kjson "sigs.k8s.io/json"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/dataplane/config"
@@ -246,12 +245,11 @@ func renderKeyRegistry(r *fqv1alpha1.KeyRegistry, key []byte, secrets map[string
 		return nil, unresolved(fqv1alpha1.ReasonSecretKeyNotFound,
 			"key registry Secret %q has no data key %q; add it, or set spec.identity.keyRegistry.key", s.Name, dataKey)
 	}
+	// Strict like the rendered config: field names match case-sensitively,
+	// unknown and duplicate fields are refused. The decoder's own errors can
+	// quote the input, which holds API keys, so they are not passed on.
 	var entries []registryEntry
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	// The decoder's own errors can quote the input, which holds API keys:
-	// report only where the problem is.
-	if err := dec.Decode(&entries); err != nil || dec.More() {
+	if strict, err := kjson.UnmarshalStrict(raw, &entries); err != nil || len(strict) > 0 {
 		return nil, invalid(fqv1alpha1.ReasonInvalid,
 			"key registry Secret %q key %q is not a JSON array of {\"apiKey\", \"user\", \"team\"} objects", s.Name, dataKey)
 	}

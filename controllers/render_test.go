@@ -173,6 +173,13 @@ func TestRenderFailures(t *testing.T) {
 			wantReason: fqv1alpha1.ReasonInvalid, wantResolved: true, wantMessage: []string{`key registry Secret "registry" key "keys.json" is not a JSON array`},
 		},
 		{
+			name: "key registry field names are case-sensitive",
+			mutate: func(_ *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) {
+				s["registry"] = secret("registry", map[string]string{"keys.json": `[{"apikey":"sk-secret-value"}]`})
+			},
+			wantReason: fqv1alpha1.ReasonInvalid, wantResolved: true, wantMessage: []string{`is not a JSON array`},
+		},
+		{
 			name: "duplicate key registry entry",
 			mutate: func(_ *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) {
 				s["registry"] = secret("registry", map[string]string{"keys.json": `[{"apiKey":"sk-secret-value"},{"apiKey":"sk-secret-value","user":"u"}]`})
