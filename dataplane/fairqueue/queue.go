@@ -153,9 +153,8 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 
 		q.mu.Lock()
 		if w.state == stateGranted {
-			attempt := w.attempt
 			q.mu.Unlock()
-			ok, retryAfter, err := attempt()
+			ok, retryAfter, err := q.runAttempt(w)
 			q.mu.Lock()
 			now := q.now()
 			if !ok && err == nil && (q.disabled || q.closed) {
@@ -193,6 +192,26 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 		q.mu.Unlock()
 		return res, err
 	}
+}
+
+// runAttempt runs w's attempt. If the attempt panics, w leaves the queue and
+// frees its attempt slot before the panic continues, so one bad attempt
+// cannot stall the requests sharing its limit keys.
+func (q *Queue) runAttempt(w *waiter) (ok bool, retryAfter time.Duration, err error) {
+	done := false
+	defer func() {
+		if done {
+			return
+		}
+		q.mu.Lock()
+		q.s.cancel(q.now(), w)
+		q.s.release(w)
+		q.kickLocked()
+		q.mu.Unlock()
+	}()
+	ok, retryAfter, err = w.attempt()
+	done = true
+	return ok, retryAfter, err
 }
 
 // resultLocked builds the Result of a waiter that is done or being cancelled.

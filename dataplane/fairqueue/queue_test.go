@@ -442,3 +442,27 @@ func TestQueueReconfigureKeepsWaiters(t *testing.T) {
 		t.Errorf("admission order %q, want bbaa (b reweighted to 100 goes first)", got)
 	}
 }
+
+// TestQueueAttemptPanicFreesSlot: a panicking attempt propagates its panic
+// but leaves the queue, so requests sharing its key are still served.
+func TestQueueAttemptPanicFreesSlot(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{}, Weights{}, nil)
+	defer q.Close()
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		q.Wait(context.Background(), Request{Tenant: "a", LimitKeys: []string{"k"}, Attempt: func() (bool, time.Duration, error) { panic("limiter bug") }})
+	}()
+	if p := <-panicked; p != "limiter bug" {
+		t.Fatalf("recovered %v, want the attempt's panic", p)
+	}
+	q.waitIdle()
+	if q.HasWaiters("k") {
+		t.Fatalf("panicked request still holds its key")
+	}
+	ok := func() (bool, time.Duration, error) { return true, 0, nil }
+	if res, err := q.Wait(context.Background(), Request{Tenant: "b", LimitKeys: []string{"k"}, Attempt: ok}); err != nil || !res.Admitted {
+		t.Fatalf("request on the same key after the panic: %+v, %v", res, err)
+	}
+}
