@@ -71,8 +71,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	b, retry := rt.pool.Pick(rt.take)
 	if b == nil {
+		// Backend capacity is never queued, so the refusal carries no queue
+		// details even when the request waited for its identity limits.
 		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: "backend", RetryAfter: retry,
-			Quota: dec.Quota, HasQuota: dec.HasQuota, Queue: dec.Queue}
+			Quota: dec.Quota, HasQuota: dec.HasQuota}
 		s.refuse(w, r, &dec, &id)
 		return
 	}
@@ -140,7 +142,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 		if dec.Err != nil {
 			s.log.Info("Rate-limit store unavailable, answering 503", "error", dec.Err.Error())
 		}
-	case q.Queued:
+	case q.Queued && q.Reason != "":
 		e.errType, e.code = errorTypeRateLimit, string(q.Reason)
 		e.message = "fair queue refused the request (" + string(q.Reason) + ") while the " + dec.LimitType +
 			" limit was exhausted; retry after the indicated time"

@@ -144,6 +144,55 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+func TestAdmittedResponseCarriesQuotaHeaders(t *testing.T) {
+	hs := newHarness(t, fakeupstream.New(fakeupstream.Options{}), func(c *config.Config) {
+		c.RateLimits.PerAPIKey = limit(10, 5, time.Second)
+		c.RateLimits.PerModel = &config.ModelLimits{Default: limit(10, 3, time.Second)}
+	})
+	for i, wantRemaining := range []string{"2", "1"} {
+		resp := hs.do(`{"model":"m"}`, map[string]string{"Authorization": "Bearer k"})
+		readAll(t, resp)
+		// The model bucket (burst 3) is tighter than the API-key one (burst 5).
+		if resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Limit-Requests") != "3" ||
+			resp.Header.Get("X-Ratelimit-Remaining-Requests") != wantRemaining || resp.Header.Get("X-Ratelimit-Reset-Requests") == "" {
+			t.Errorf("request %d: status %d, x-ratelimit limit/remaining/reset = %q/%q/%q; want 200, 3/%s/a reset time", i,
+				resp.StatusCode, resp.Header.Get("X-Ratelimit-Limit-Requests"), resp.Header.Get("X-Ratelimit-Remaining-Requests"),
+				resp.Header.Get("X-Ratelimit-Reset-Requests"), wantRemaining)
+		}
+		if resp.Header.Get("X-Fair-Queue-Position") != "" {
+			t.Errorf("request %d was never queued but carries x-fair-queue-position", i)
+		}
+	}
+}
+
+func TestPreAuthLimitsApplyBeforeAuthentication(t *testing.T) {
+	hs := newHarness(t, fakeupstream.New(fakeupstream.Options{}), func(c *config.Config) {
+		c.RateLimits.Global = limit(1, 1, time.Second)
+		c.Identity.KeyRegistry = &config.KeyRegistry{Enforce: true, Entries: []config.KeyRegistryEntry{{APIKeyHash: h("good")}}}
+	})
+	unknown := map[string]string{"Authorization": "Bearer unknown"}
+	if resp := hs.do(`{}`, unknown); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("first unknown key: status %d, want 401", resp.StatusCode)
+	} else {
+		readAll(t, resp)
+	}
+	// The 401 spent the global token: the next request, even with a good
+	// key, is refused by the global limit.
+	resp := hs.do(`{}`, map[string]string{"Authorization": "Bearer good"})
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("status = %d, want 429 from the global limit", resp.StatusCode)
+	}
+	if e := decodeError(t, resp); e.Error.Details == nil || e.Error.Details.LimitType != "global" {
+		t.Errorf("details = %+v, want limit_type global", e.Error.Details)
+	}
+	hs.clk.Step(time.Second)
+	if resp := hs.do(`{}`, unknown); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("after the refill: status %d, want 401", resp.StatusCode)
+	} else {
+		readAll(t, resp)
+	}
+}
+
 func TestBodyAndIdentityForwardedUnchanged(t *testing.T) {
 	tests := []struct {
 		name string
