@@ -508,7 +508,11 @@ func (ts *tenantState) record(o outcome, second int) {
 		return
 	}
 	s.completed++
-	s.status = addCount(s.status, strconv.Itoa(o.status))
+	if s.status == nil {
+		s.status = map[int]uint64{}
+	}
+	// Bounded: net/http only accepts three-digit status codes.
+	s.status[o.status]++
 	s.latency.record(o.latency)
 	if o.hasWait {
 		s.wait.record(o.wait)

@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"strconv"
 	"time"
 )
 
@@ -83,8 +84,8 @@ type Percentiles struct {
 type tenantStats struct {
 	offered, sent, dropped, completed uint64
 	admitted, refused                 uint64
-	status, reasons, limitTypes       map[string]uint64
-	errors                            map[string]uint64
+	status                            map[int]uint64
+	reasons, limitTypes, errors       map[string]uint64
 	latency, wait                     histogram
 }
 
@@ -109,7 +110,7 @@ func (g *generator) summary(interrupted bool) *Summary {
 			Sent:               st.sent,
 			DroppedClientSide:  st.dropped,
 			Completed:          st.completed,
-			Status:             nonNil(st.status),
+			Status:             statusKeys(st.status),
 			Admitted:           st.admitted,
 			Refused:            st.refused,
 			RefusedByReason:    nonNil(st.reasons),
@@ -123,6 +124,15 @@ func (g *generator) summary(interrupted bool) *Summary {
 		ts.mu.Unlock()
 	}
 	return s
+}
+
+// statusKeys returns the status counts keyed by the code as text, for JSON.
+func statusKeys(m map[int]uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(m))
+	for code, n := range m {
+		out[strconv.Itoa(code)] = n
+	}
+	return out
 }
 
 // nonNil returns m, or an empty map so the JSON shows {} rather than null.
