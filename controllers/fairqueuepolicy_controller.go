@@ -121,6 +121,9 @@ const DefaultUnwatchedRetry = 30 * time.Second
 // metadata only and read through the API reader; pair with ClientOptions.
 func CacheOptions(namespaces []string) cache.Options {
 	opts := cache.Options{
+		// A cached read of a type nothing watches fails instead of quietly
+		// starting a cluster-wide informer (for Secrets, caching their data).
+		ReaderFailOnMissingInformer: true,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{config.ManagedByLabel: config.ManagedByValue})},
 		},
