@@ -159,12 +159,12 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 	}
 	e.write(w)
 	if log := s.log.V(1); log.Enabled() {
-		kv := []any{"status", dec.Status, "code", e.code, "limitType", dec.LimitType, "retryAfter", dec.RetryAfter, "path", r.URL.Path}
+		kv := []any{"status", dec.Status, "code", e.code, "limitType", dec.LimitType, "retryAfter", dec.RetryAfter.String(), "path", r.URL.Path}
 		if id != nil {
 			kv = append(kv, "apiKey", shortHash(id.apiKeyHash), "user", shortHash(id.userHash), "team", shortHash(id.teamHash))
 		}
 		if q.Queued {
-			kv = append(kv, "reason", q.Reason, "position", q.Position, "waited", q.Waited)
+			kv = append(kv, "reason", q.Reason, "position", q.Position, "waited", q.Waited.String())
 		}
 		log.Info("Refused request", kv...)
 	}

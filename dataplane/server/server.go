@@ -240,7 +240,7 @@ func (s *Server) Run(ctx context.Context, trafficLn, opsLn net.Listener) error {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
-	s.log.Info("Shutting down", "grace", s.grace)
+	s.log.Info("Shutting down", "grace", s.grace.String())
 	s.draining.Store(true)
 	if rt := s.rt.Load(); rt != nil {
 		rt.close() // queued requests are answered 503 now, not dropped
@@ -248,11 +248,12 @@ func (s *Server) Run(ctx context.Context, trafficLn, opsLn net.Listener) error {
 	graceCtx, cancel := context.WithTimeout(context.Background(), s.grace)
 	defer cancel()
 	if err := traffic.Shutdown(graceCtx); err != nil {
-		s.log.Info("Grace period over, closing remaining connections", "grace", s.grace)
+		s.log.Info("Grace period over, closing remaining connections", "grace", s.grace.String())
 		_ = traffic.Close()
 	}
 	_ = ops.Close()
 	wg.Wait()
+	s.log.Info("Shut down")
 	return runErr
 }
 
