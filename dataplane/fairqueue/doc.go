@@ -13,11 +13,19 @@
 // and the ready tenant with the smallest tag goes next. Tenants live in two
 // min-heaps, one of ready tenants keyed by finish tag and one of tenants whose
 // head is still waiting out its Retry-After keyed by ready time, so a grant
-// costs O(log tenants) and the interleaving is as smooth as smooth weighted
-// round-robin (each tenant's lag stays within about one grant). A tenant is
-// charged only for attempts that are admitted, so a refused retry never costs
-// it its turn. The goroutine sleeps on an injected clock until the earliest
-// ready time or deadline, or until an event arrives; it never polls.
+// costs O(log tenants) without allocating, and the interleaving is as smooth
+// as smooth weighted round-robin (each tenant's lag stays within about one
+// grant). A tenant is charged only for attempts that are admitted, so a
+// refused retry never costs it its turn. Deadlines are kept in an O(1) list
+// for the common case of equal budgets, with a heap for the rest. The
+// goroutine sleeps on an injected clock until the earliest ready time or
+// deadline, or until an event arrives; it never polls.
+//
+// Position and estimate: the k-th waiter of a tenant of weight w, while the
+// tracked tenants weigh W in total, has position ceil(k*W/w) (the grants
+// expected up to and including it), and its estimate at enqueue is its
+// Retry-After plus (k*W/w - 1) times the measured spacing between grants (an
+// EWMA taken while the queue is backlogged).
 //
 // No barging: while a limit key has waiters (Queue.HasWaiters), a fresh request
 // needing that key must queue behind them. Attempts that share a limit key are
