@@ -524,6 +524,10 @@ func (ts *tenantState) record(o outcome, second int) {
 	case o.status >= 200 && o.status < 300:
 		s.admitted++
 		ts.admitted[second]++
+		s.admittedLatency.record(o.latency)
+		if o.hasWait {
+			s.admittedWait.record(o.wait)
+		}
 	case isRefusal(o.status):
 		s.refused++
 		ts.refused[second]++

@@ -298,6 +298,13 @@ func TestClassifiesAnswers(t *testing.T) {
 			if got.WaitMS.Count != tc.waitCount || !within(got.WaitMS.P50, tc.waitP50, 0.01) {
 				t.Errorf("wait %+v, want count %d p50 %v", got.WaitMS, tc.waitCount, tc.waitP50)
 			}
+			// The admitted-only summaries count exactly the admitted answers.
+			if got.AdmittedLatencyMS.Count != tc.admitted {
+				t.Errorf("admitted latency count %d, want %d", got.AdmittedLatencyMS.Count, tc.admitted)
+			}
+			if wantAdmittedWait := tc.admitted * tc.waitCount; got.AdmittedWaitMS.Count != wantAdmittedWait {
+				t.Errorf("admitted wait count %d, want %d", got.AdmittedWaitMS.Count, wantAdmittedWait)
+			}
 		})
 	}
 }

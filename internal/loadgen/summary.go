@@ -57,9 +57,14 @@ type TenantSummary struct {
 	Errors map[string]uint64 `json:"errors"`
 	// LatencyMS summarises the time from send to the end of the body.
 	LatencyMS Percentiles `json:"latency_ms"`
+	// AdmittedLatencyMS is LatencyMS of the admitted (2xx) answers only.
+	AdmittedLatencyMS Percentiles `json:"admitted_latency_ms"`
 	// WaitMS summarises the x-fair-queue-wait-ms header of the answers that
-	// carried one (admitted after queueing, or refused after waiting).
+	// carried one (admitted after queueing, or refused by the queue).
 	WaitMS Percentiles `json:"wait_ms"`
+	// AdmittedWaitMS is WaitMS of the admitted answers only: how long the
+	// requests that got through spent queued.
+	AdmittedWaitMS Percentiles `json:"admitted_wait_ms"`
 	// AdmittedPerSecond counts admitted answers by the second of the run
 	// they arrived in.
 	AdmittedPerSecond []uint64 `json:"admitted_per_second"`
@@ -87,6 +92,7 @@ type tenantStats struct {
 	status                            map[int]uint64
 	reasons, limitTypes, errors       map[string]uint64
 	latency, wait                     histogram
+	admittedLatency, admittedWait     histogram
 }
 
 // summary snapshots the run. Call it after run returned.
@@ -117,7 +123,9 @@ func (g *generator) summary(interrupted bool) *Summary {
 			RefusedByLimitType: nonNil(st.limitTypes),
 			Errors:             nonNil(st.errors),
 			LatencyMS:          st.latency.summary(),
+			AdmittedLatencyMS:  st.admittedLatency.summary(),
 			WaitMS:             st.wait.summary(),
+			AdmittedWaitMS:     st.admittedWait.summary(),
 			AdmittedPerSecond:  append([]uint64(nil), ts.admitted[:last+1]...),
 			RefusedPerSecond:   append([]uint64(nil), ts.refused[:last+1]...),
 		})
