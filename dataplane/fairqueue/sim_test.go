@@ -34,6 +34,7 @@ type sim struct {
 	key      []string
 	admitted func(w *waiter) // called before the node is recycled
 	refused  func(w *waiter)
+	attempt  func(w *waiter) (bool, int64) // nil: take from bucket
 	attempts int
 }
 
@@ -72,7 +73,13 @@ func (m *sim) runUntil(pred func() bool) {
 	for {
 		for w := m.s.next(m.now); w != nil; w = m.s.next(m.now) {
 			m.attempts++
-			ok, ra := m.bucket.take(m.now)
+			var ok bool
+			var ra int64
+			if m.attempt != nil {
+				ok, ra = m.attempt(w)
+			} else {
+				ok, ra = m.bucket.take(m.now)
+			}
 			switch m.s.complete(m.now, w, ok, ra, nil) {
 			case outcomeAdmitted:
 				if m.admitted != nil {
