@@ -65,22 +65,22 @@ const (
 // Tenant is one simulated client: who it claims to be and how fast it sends.
 type Tenant struct {
 	// Name labels the tenant in the summary; it is never sent.
-	Name string `json:"name"`
+	Name string
 	// Rate is the offered load in requests per second.
-	Rate float64 `json:"rate"`
+	Rate float64
 	// APIKey, if set, is sent as "Authorization: Bearer <APIKey>".
-	APIKey string `json:"apiKey,omitempty"`
+	APIKey string
 	// User, if set, is sent in Config.UserHeader.
-	User string `json:"user,omitempty"`
+	User string
 	// Team, if set, is sent in Config.TeamHeader.
-	Team string `json:"team,omitempty"`
+	Team string
 	// Headers are extra request headers.
-	Headers map[string]string `json:"headers,omitempty"`
+	Headers map[string]string
 	// Start delays the tenant's first request by this much after the run starts.
-	Start time.Duration `json:"start,omitempty"`
+	Start time.Duration
 	// Stop, if positive, ends the tenant's arrivals at this offset, before the
 	// run's Duration.
-	Stop time.Duration `json:"stop,omitempty"`
+	Stop time.Duration
 }
 
 // Config describes one run.
