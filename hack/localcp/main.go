@@ -147,6 +147,10 @@ func run(ctx context.Context, o options, stdout io.Writer, logger logr.Logger) (
 		}
 	}()
 
+	if ctx.Err() != nil {
+		// Interrupted while starting: stop without claiming readiness.
+		return nil
+	}
 	fmt.Fprintf(stdout, "kubeconfig: %s\nserver: %s\nready\n", o.kubeconfig, cfg.Host)
 	logger.Info("control plane ready; press Ctrl-C to stop", "kubeconfig", o.kubeconfig, "server", cfg.Host)
 
