@@ -250,6 +250,7 @@ func newGenerator(cfg Config) *generator {
 	if g.client == nil {
 		g.ownClient = true
 		g.client = &http.Client{Transport: &http.Transport{
+			// No HTTP_PROXY: load goes straight to the data plane.
 			Proxy:               nil,
 			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConns:        cfg.MaxOutstanding,
@@ -290,8 +291,6 @@ func newGenerator(cfg Config) *generator {
 // run fires arrivals on schedule until none is left or ctx ends, then waits
 // for the requests in flight.
 func (g *generator) run(ctx context.Context) {
-	reqCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	g.start = g.clk.Now()
 	defer g.wg.Wait()
 	for {
@@ -316,7 +315,7 @@ func (g *generator) run(ctx context.Context) {
 			return
 		}
 		ts.sched.next++
-		g.fire(reqCtx, ts)
+		g.fire(ctx, ts)
 	}
 }
 
