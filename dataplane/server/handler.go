@@ -69,6 +69,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// A request that waited through a reload goes to the backends in force
+	// now, not to those of the config it arrived under.
+	rt = s.rt.Load()
 	b, retry := rt.pool.Pick(rt.take)
 	if b == nil {
 		// Backend capacity is never queued, so the refusal carries no queue

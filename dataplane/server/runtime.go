@@ -36,7 +36,13 @@ type runtime struct {
 	needModel bool
 }
 
-func (s *Server) newRuntime(cfg *config.Config) (*runtime, error) {
+// newRuntime builds the runtime for cfg. With prev set (a reload) the
+// limiter, queue and admission controller are kept and updated in place, so
+// bucket state and queued requests survive: weights apply to the next
+// scheduling decision and tightened bounds refuse new arrivals without
+// stranding a waiter. Everything that can fail is checked before anything is
+// applied, so a refused config leaves prev fully in force.
+func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error) {
 	targets := make([]proxy.Target, len(cfg.Backends))
 	for i, b := range cfg.Backends {
 		targets[i] = proxy.Target{Name: b.Name, URL: b.URL, Weight: int(b.Weight)}
@@ -45,37 +51,53 @@ func (s *Server) newRuntime(cfg *config.Config) (*runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	lim, err := limiter.New(limiterConfig(cfg.RateLimits), limiter.Options{Store: s.store, Observer: s.metrics})
-	if err != nil {
+	limits := limiterConfig(cfg.RateLimits)
+	if err := limits.Validate(); err != nil {
 		return nil, fmt.Errorf("rateLimits: %w", err)
 	}
 	fq := cfg.FairQueuing
+	dim, err := identity.ParseDimension(fq.TenantDimension)
+	if err != nil {
+		return nil, fmt.Errorf("fairQueuing.tenantDimension: %w", err)
+	}
+	settings := admission.Settings{Enabled: fq.Enabled, TenantDimension: dim}
 	weights := fairqueue.Weights{Default: int(fq.DefaultWeight), ByTenant: make(map[string]int, len(fq.Weights))}
 	for _, w := range fq.Weights {
 		weights.ByTenant[w.TenantHash] = int(w.Weight)
 	}
-	queue := fairqueue.New(s.clock, fairqueue.Bounds{
+	bounds := fairqueue.Bounds{
 		MaxQueueDepthPerTenant: int(fq.Bounds.MaxQueueDepthPerTenant),
 		MaxTotalQueued:         int(fq.Bounds.MaxTotalQueued),
 		MaxTenants:             int(fq.Bounds.MaxTenants),
 		MaxInFlight:            int(fq.Bounds.MaxInFlight),
 		MaxWait:                fq.Bounds.MaxWait.Duration,
-	}, weights, s.metrics)
-	ctrl, err := admission.New(s.clock, lim, queue, admission.Settings{
-		Enabled: fq.Enabled, TenantDimension: identity.Dimension(fq.TenantDimension),
-	}, s.log.WithName("admission"))
-	if err != nil {
-		queue.Close()
-		return nil, fmt.Errorf("fairQueuing: %w", err)
 	}
+
 	rt := &runtime{
 		cfg:            cfg,
 		identity:       newIdentityRules(cfg.Identity, s.hasher),
-		lim:            lim,
-		queue:          queue,
-		admit:          ctrl,
 		pool:           pool,
 		defaultTimeout: cfg.Timeouts.RequestTotal.Duration,
+	}
+	if prev == nil {
+		if rt.lim, err = limiter.New(limits, limiter.Options{Store: s.store, Observer: s.metrics}); err != nil {
+			return nil, fmt.Errorf("rateLimits: %w", err)
+		}
+		rt.queue = fairqueue.New(s.clock, bounds, weights, s.metrics)
+		if rt.admit, err = admission.New(s.clock, rt.lim, rt.queue, settings, s.log.WithName("admission")); err != nil {
+			rt.queue.Close()
+			return nil, fmt.Errorf("fairQueuing: %w", err)
+		}
+	} else {
+		rt.lim, rt.queue, rt.admit = prev.lim, prev.queue, prev.admit
+		if err := rt.lim.SetConfig(limits); err != nil {
+			return nil, fmt.Errorf("rateLimits: %w", err)
+		}
+		rt.queue.SetBounds(bounds)
+		rt.queue.SetWeights(weights)
+		if err := rt.admit.SetSettings(settings); err != nil {
+			return nil, fmt.Errorf("fairQueuing: %w", err)
+		}
 	}
 	if len(cfg.Timeouts.Models) > 0 {
 		rt.modelTimeouts = make(map[string]time.Duration, len(cfg.Timeouts.Models))

@@ -148,22 +148,21 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Load builds the runtime for cfg (limiter, queues, backends) and puts it in
-// force. A config is refused, keeping the previous one, when its hash key
-// fingerprint does not match the server's key or a backend is unusable.
-// Hot reload with queue hand-over is not implemented yet: a second Load is
-// refused.
+// Load puts cfg in force. The first Load builds the limiter, queue and
+// backends; a later Load (a reload) updates the limiter, queue and admission
+// settings in place, so bucket state and queued requests survive, and swaps
+// in new identity rules, backends and timeouts for the next request. A config
+// is refused, keeping the previous one in force, when its hash key
+// fingerprint does not match the server's key or a value cannot be applied.
 func (s *Server) Load(cfg *config.Config, configHash string) error {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
-	if s.rt.Load() != nil {
-		return errors.New("server: a config is already loaded; hot reload is not supported yet, restart to apply a new config")
-	}
 	if got := config.KeyFingerprint(s.hashKey); got != cfg.HashKeySecret.Fingerprint {
 		return fmt.Errorf("hashKeySecret.fingerprint: the config was rendered with key fingerprint %q but --hash-key-file has fingerprint %q; mount the key from Secret %s/%s",
 			cfg.HashKeySecret.Fingerprint, got, cfg.HashKeySecret.Namespace, cfg.HashKeySecret.Name)
 	}
-	rt, err := s.newRuntime(cfg)
+	prev := s.rt.Load()
+	rt, err := s.newRuntime(cfg, prev)
 	if err != nil {
 		return err
 	}
@@ -173,7 +172,7 @@ func (s *Server) Load(cfg *config.Config, configHash string) error {
 	s.configInfo.WithLabelValues(configHash, strconv.FormatInt(cfg.Policy.Generation, 10)).Set(1)
 	s.log.Info("Loaded config", "policy", cfg.Policy.Namespace+"/"+cfg.Policy.Name,
 		"generation", cfg.Policy.Generation, "configHash", configHash, "backends", rt.pool.Len(),
-		"fairQueuing", cfg.FairQueuing.Enabled)
+		"fairQueuing", cfg.FairQueuing.Enabled, "reload", prev != nil)
 	return nil
 }
 
