@@ -147,11 +147,12 @@ func TestKustomizeRendersDeployment(t *testing.T) {
 		}
 	})
 
-	t.Run("data plane reads only its ConfigMap and hash-key Secret", func(t *testing.T) {
+	t.Run("data plane reads only its ConfigMap and hash-key Secret and writes only Leases", func(t *testing.T) {
 		role := find[*rbacv1.Role](t, objs, "Role/"+namespace+"/fairqueue-dataplane-config-reader")
 		wantRules := []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"default-dataplane"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"default-hash-key"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update", "delete"}},
 		}
 		if !slices.EqualFunc(role.Rules, wantRules, ruleEqual) {
 			t.Errorf("data-plane rules %+v, want exactly %+v", role.Rules, wantRules)
