@@ -1,9 +1,13 @@
 package fairqueue
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // benchSched returns a core with n tenants of mixed weights, each backlogged
@@ -98,4 +102,24 @@ func TestGrantAllocationFree(t *testing.T) {
 	if a := testing.AllocsPerRun(100, func() { grantLoop(t, s, keys, 10) }); a != 0 {
 		t.Errorf("grant path allocates %.1f times per 10 grants; want 0", a)
 	}
+}
+
+// BenchmarkQueueWait measures a full round trip through the Queue shell on
+// the real clock: enqueue, grant by the scheduling goroutine, attempt,
+// admission, from parallel callers spread over 64 tenants.
+func BenchmarkQueueWait(b *testing.B) {
+	q := New(clock.RealClock{}, Bounds{MaxTotalQueued: 1 << 16, MaxQueueDepthPerTenant: 1 << 10}, Weights{Default: 1}, nil)
+	defer q.Close()
+	ok := func() (bool, time.Duration, error) { return true, 0, nil }
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := next.Add(1)
+		r := Request{Tenant: tenantName(int(i % 64)), LimitKeys: []string{tenantName(int(i % 64))}, Attempt: ok}
+		for pb.Next() {
+			if res, err := q.Wait(context.Background(), r); err != nil || !res.Admitted {
+				b.Fatalf("not admitted: %+v, %v", res, err)
+			}
+		}
+	})
 }
