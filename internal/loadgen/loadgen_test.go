@@ -71,6 +71,18 @@ func driveUntilScheduled(t *testing.T, fc *clocktesting.FakeClock, step time.Dur
 	}
 }
 
+// awaitWaiter returns once something (the scheduler) waits on fc.
+func awaitWaiter(t *testing.T, fc *clocktesting.FakeClock) {
+	t.Helper()
+	deadline := time.Now().Add(safety)
+	for !fc.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing waits on the fake clock after %v of real time", safety)
+		}
+		runtime.Gosched()
+	}
+}
+
 // expectArrivals reads exactly n arrivals from s, failing on fewer.
 func expectArrivals(t *testing.T, s *blockingServer, n int) {
 	t.Helper()
@@ -197,9 +209,7 @@ func TestCancelStopsSchedulingAndRequests(t *testing.T) {
 	// Let the first three arrivals (offsets 0, 100ms, 200ms) go out.
 	expectArrivals(t, srv, 1)
 	for range 2 {
-		for !fc.HasWaiters() {
-			runtime.Gosched()
-		}
+		awaitWaiter(t, fc)
 		fc.Step(100 * time.Millisecond)
 		expectArrivals(t, srv, 1)
 	}
