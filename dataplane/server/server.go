@@ -157,6 +157,9 @@ func New(opts Options) (*Server, error) {
 func (s *Server) Load(cfg *config.Config, configHash string) error {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
+	if s.draining.Load() {
+		return errors.New("server: shutting down, not loading a new config")
+	}
 	if got := config.KeyFingerprint(s.hashKey); got != cfg.HashKeySecret.Fingerprint {
 		return fmt.Errorf("hashKeySecret.fingerprint: the config was rendered with key fingerprint %q but --hash-key-file has fingerprint %q; mount the key from Secret %s/%s",
 			cfg.HashKeySecret.Fingerprint, got, cfg.HashKeySecret.Namespace, cfg.HashKeySecret.Name)
@@ -213,7 +216,8 @@ func (s *Server) OpsHandler() http.Handler {
 // until ctx ends, then shuts down gracefully: readiness fails, queued
 // requests are answered 503, listeners stop accepting, and admitted requests
 // get ShutdownGrace to finish before their connections are closed. It returns
-// nil after a clean shutdown, or the first serving error.
+// nil after a clean shutdown, or the first serving error. Run is meant to be
+// called once per Server.
 func (s *Server) Run(ctx context.Context, trafficLn, opsLn net.Listener) error {
 	traffic := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	ops := &http.Server{Handler: s.OpsHandler(), ReadHeaderTimeout: 5 * time.Second}
