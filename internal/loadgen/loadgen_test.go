@@ -342,8 +342,10 @@ func TestSendsIdentitiesRoundRobin(t *testing.T) {
 	defer b.Close()
 
 	// 4 arrivals at offsets 0, 1, 2, 3 ms within a 4ms window.
+	// The second target carries credentials, which the summary must mask.
+	bURL := strings.Replace(b.URL, "http://", "http://fq:s3cret@", 1)
 	s, err := Run(context.Background(), Config{
-		Targets:  []string{a.URL, b.URL + "/"},
+		Targets:  []string{a.URL, bURL + "/"},
 		Tenants:  []Tenant{{Name: "acme", Rate: 1000, APIKey: "sk-acme", User: "alice", Team: "research", Headers: map[string]string{"x-extra": "1"}}},
 		Duration: 4 * time.Millisecond,
 	})
@@ -352,6 +354,9 @@ func TestSendsIdentitiesRoundRobin(t *testing.T) {
 	}
 	if s.Tenants[0].Admitted != 4 {
 		t.Fatalf("admitted %d, want 4", s.Tenants[0].Admitted)
+	}
+	if got := strings.Join(s.Targets, " "); strings.Contains(got, "s3cret") {
+		t.Errorf("summary targets %q show the password", got)
 	}
 	want := "POST /v1/chat/completions Bearer sk-acme alice research 1"
 	for _, name := range []string{"a", "b"} {

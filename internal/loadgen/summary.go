@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"net/url"
 	"strconv"
 	"time"
 )
@@ -15,7 +16,7 @@ type Summary struct {
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
 	// Interrupted is set when the run was cancelled before its end.
 	Interrupted bool `json:"interrupted,omitempty"`
-	// Targets are the base URLs requests were spread over.
+	// Targets are the base URLs requests were spread over, passwords masked.
 	Targets []string `json:"targets"`
 	// MaxOutstanding is the bound on requests in flight.
 	MaxOutstanding int `json:"max_outstanding"`
@@ -102,7 +103,7 @@ func (g *generator) summary(interrupted bool) *Summary {
 		DurationSeconds: g.cfg.Duration.Seconds(),
 		ElapsedSeconds:  g.clk.Since(g.start).Seconds(),
 		Interrupted:     interrupted,
-		Targets:         g.cfg.Targets,
+		Targets:         redactTargets(g.cfg.Targets),
 		MaxOutstanding:  g.cfg.MaxOutstanding,
 	}
 	last := g.bucket()
@@ -132,6 +133,18 @@ func (g *generator) summary(interrupted bool) *Summary {
 		ts.mu.Unlock()
 	}
 	return s
+}
+
+// redactTargets returns the targets with any password in them masked.
+func redactTargets(targets []string) []string {
+	out := make([]string, len(targets))
+	for i, t := range targets {
+		out[i] = t
+		if u, err := url.Parse(t); err == nil {
+			out[i] = u.Redacted()
+		}
+	}
+	return out
 }
 
 // statusKeys returns the status counts keyed by the code as text, for JSON.
