@@ -312,3 +312,48 @@ func TestShutdownAnswersQueuedAndFinishesAdmitted(t *testing.T) {
 		t.Errorf("Run() = %v, want nil after a clean shutdown", runErr)
 	}
 }
+
+func TestRefusedAfterWaitingCarriesQueueHeaders(t *testing.T) {
+	hs := newHarness(t, fakeupstream.New(fakeupstream.Options{}), func(c *config.Config) {
+		c.Identity.TrustHeaders = true
+		c.RateLimits.PerModel = &config.ModelLimits{Default: limit(1, 1, time.Second)}
+		c.FairQueuing.Enabled = true
+		c.Timeouts.RequestTotal = dur(1500 * time.Millisecond)
+	})
+	wait(t, hs.start(context.Background(), `{"model":"m"}`, alice))
+	// Both fit their 1.5s budget when queued (Retry-After 1s), but only one
+	// token arrives in time; the other is refused after waiting.
+	first := hs.start(context.Background(), `{"model":"m"}`, alice)
+	hs.queued(1)
+	second := hs.start(context.Background(), `{"model":"m"}`, map[string]string{"X-User": "bob"})
+	hs.queued(2)
+	hs.clk.Step(time.Second)
+	var admitted, refused int
+	for _, c := range []<-chan result{first, second} {
+		r := <-c
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		switch r.resp.StatusCode {
+		case 200:
+			admitted++
+		case 429:
+			refused++
+			if got := r.resp.Header.Get("X-Fair-Queue-Wait-Ms"); got != "1000" {
+				t.Errorf("x-fair-queue-wait-ms = %q, want 1000 for a request refused after waiting", got)
+			}
+			if r.resp.Header.Get("X-Fair-Queue-Position") == "" {
+				t.Error("refused-after-waiting response lacks x-fair-queue-position")
+			}
+			if !strings.Contains(r.body, `"waited_ms":1000`) ||
+				!(strings.Contains(r.body, `"reason":"wait_exceeds_budget"`) || strings.Contains(r.body, `"reason":"deadline_exceeded"`)) {
+				t.Errorf("body %s, want fair_queue with waited_ms 1000 and a budget reason", r.body)
+			}
+		default:
+			t.Errorf("status %d, want 200 or 429: %s", r.resp.StatusCode, r.body)
+		}
+	}
+	if admitted != 1 || refused != 1 {
+		t.Errorf("admitted %d, refused %d; want one of each", admitted, refused)
+	}
+}
