@@ -61,7 +61,8 @@ type Options struct {
 	// Registerer receives the data plane's Prometheus collectors; nil means
 	// a private registry.
 	Registerer prometheus.Registerer
-	// Gatherer is served on /metrics; nil means prometheus.DefaultGatherer.
+	// Gatherer is served on /metrics; nil means the Registerer when it is
+	// also a Gatherer (a *prometheus.Registry), else prometheus.DefaultGatherer.
 	Gatherer prometheus.Gatherer
 	// Transport sends requests upstream; nil means proxy.NewTransport().
 	Transport http.RoundTripper
@@ -121,9 +122,6 @@ func New(opts Options) (*Server, error) {
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
-	if s.gatherer == nil {
-		s.gatherer = prometheus.DefaultGatherer
-	}
 	if s.tr == nil {
 		s.tr = proxy.NewTransport()
 	}
@@ -132,6 +130,13 @@ func New(opts Options) (*Server, error) {
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
+	}
+	if s.gatherer == nil {
+		if g, ok := s.reg.(prometheus.Gatherer); ok {
+			s.gatherer = g // a *prometheus.Registry serves what it holds
+		} else {
+			s.gatherer = prometheus.DefaultGatherer
+		}
 	}
 	m, err := metrics.New(s.reg)
 	if err != nil {
