@@ -13,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -78,8 +80,9 @@ func HashKeySecretName(p *fqv1alpha1.FairQueuePolicy) string {
 // reference); Secrets are only created (the default hash key), never changed.
 // finalizers/update lets the owner reference block owner deletion. The
 // ClusterRole is meant to be bound per watched namespace with RoleBindings
-// when --namespaces is set. Leader election is confined to the operator's
-// namespace: a Lease plus the core Events the elector records.
+// when --namespaces is set. Data-plane report Leases are only read. Leader
+// election writes are confined to the operator's namespace: a Lease plus the
+// core Events the elector records.
 //
 // +kubebuilder:rbac:groups=fairqueue.dev,resources=fairqueuepolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=fairqueue.dev,resources=fairqueuepolicies/status,verbs=get;patch
@@ -87,6 +90,7 @@ func HashKeySecretName(p *fqv1alpha1.FairQueuePolicy) string {
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=fairqueue-system
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=fairqueue-system
 
@@ -110,6 +114,8 @@ type FairQueuePolicyReconciler struct {
 	// does not watch (a foreign ConfigMap under the rendered name) is
 	// retried. Defaults to DefaultUnwatchedRetry.
 	UnwatchedRetry time.Duration
+	// Clock tells data-plane Leases' expiry. Defaults to the real clock.
+	Clock clock.PassiveClock
 }
 
 // DefaultUnwatchedRetry is the default of UnwatchedRetry.
@@ -117,7 +123,8 @@ const DefaultUnwatchedRetry = 30 * time.Second
 
 // CacheOptions returns the manager cache settings the reconciler is designed
 // for: the given namespaces only (all when empty), and of ConfigMaps only those
-// the operator manages, so the cache stays small. Secrets are watched as
+// the operator manages and of Leases only data-plane reports, so the cache
+// stays small. Secrets are watched as
 // metadata only and read through the API reader; pair with ClientOptions.
 func CacheOptions(namespaces []string) cache.Options {
 	opts := cache.Options{
@@ -125,7 +132,8 @@ func CacheOptions(namespaces []string) cache.Options {
 		// starting a cluster-wide informer (for Secrets, caching their data).
 		ReaderFailOnMissingInformer: true,
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{config.ManagedByLabel: config.ManagedByValue})},
+			&corev1.ConfigMap{}:     {Label: labels.SelectorFromSet(labels.Set{config.ManagedByLabel: config.ManagedByValue})},
+			&coordinationv1.Lease{}: {Label: labels.SelectorFromSet(labels.Set{DataPlaneComponentLabel: DataPlaneComponentValue})},
 		},
 	}
 	if len(namespaces) > 0 {
@@ -144,8 +152,9 @@ func ClientOptions() client.Options {
 }
 
 // SetupWithManager registers the Secret field index and the controller: it
-// watches policies (spec changes only), the ConfigMaps they own, and the
-// metadata of Secrets, mapped back to the policies that reference them.
+// watches policies (spec changes only), the ConfigMaps they own, the metadata
+// of Secrets, mapped back to the policies that reference them, and the
+// data-plane report Leases, mapped to the policy they report on.
 func (r *FairQueuePolicyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
@@ -164,6 +173,12 @@ func (r *FairQueuePolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 		For(&fqv1alpha1.FairQueuePolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.ConfigMap{}).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.policiesForSecret)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, l client.Object) []reconcile.Request {
+			if key, ok := policyForLease(l); ok {
+				return []reconcile.Request{{NamespacedName: key}}
+			}
+			return nil
+		}), builder.WithPredicates(leaseReportChanged())).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -240,6 +255,22 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		result.RequeueAfter = cmp.Or(r.UnwatchedRetry, DefaultUnwatchedRetry)
 	}
 	setStatus(policy, out, rerr)
+
+	var leases coordinationv1.LeaseList
+	if err := r.Client.List(ctx, &leases, client.InNamespace(policy.Namespace),
+		client.MatchingLabels{DataPlaneComponentLabel: DataPlaneComponentValue, config.PolicyLabel: policy.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing data-plane Leases of %s: %w", req.NamespacedName, err)
+	}
+	replicas := countReplicas(leases.Items, policy.Status.ConfigHash, r.clock().Now())
+	policy.Status.DataPlaneReplicas, policy.Status.UpdatedReplicas = replicas.replicas, replicas.updated
+	if replicas.nextExpiry > 0 {
+		// Recount when the first Lease would expire unrenewed; expiry
+		// produces no watch event. The second of slack lets a renewal land.
+		recount := replicas.nextExpiry + time.Second
+		if result.RequeueAfter == 0 || recount < result.RequeueAfter {
+			result.RequeueAfter = recount
+		}
+	}
 	if equality.Semantic.DeepEqual(orig.Status, policy.Status) {
 		return result, nil
 	}
@@ -247,6 +278,13 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	return result, nil
+}
+
+func (r *FairQueuePolicyReconciler) clock() clock.PassiveClock {
+	if r.Clock == nil {
+		return clock.RealClock{}
+	}
+	return r.Clock
 }
 
 // renderPolicy reads the hash key and referenced Secrets and renders p. It
