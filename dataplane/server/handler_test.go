@@ -58,6 +58,15 @@ func TestRefusals(t *testing.T) {
 			wantStatus: 429, wantType: "rate_limit_exceeded", wantLimitType: "model", wantRetryMS: 1000, wantQuota: "1",
 		},
 		{
+			name: "per-model limit reads the model from the configured header",
+			mutate: func(c *config.Config) {
+				c.Identity.ModelHeader = "X-Model"
+				c.RateLimits.PerModel = &config.ModelLimits{Overrides: []config.ModelOverride{{Model: "big", Limit: *limit(1, 1, time.Second)}}}
+			},
+			warmup: 1, body: `{"model":"small"}`, header: map[string]string{"X-Model": "big"},
+			wantStatus: 429, wantType: "rate_limit_exceeded", wantLimitType: "model", wantRetryMS: 1000, wantQuota: "1",
+		},
+		{
 			name:   "per-backend limit when every backend is exhausted",
 			mutate: func(c *config.Config) { c.RateLimits.PerBackend = limit(1, 1, 2*time.Second) },
 			warmup: 1, body: `{"model":"m"}`, header: alice,
