@@ -27,6 +27,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/stdr"
 	"k8s.io/client-go/discovery"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -158,26 +159,26 @@ func run(ctx context.Context, o options, stdout io.Writer, logger logr.Logger) (
 	if err != nil {
 		return fmt.Errorf("building a health-check client: %w", err)
 	}
-	return watchHealth(ctx, o.healthEvery, func(ctx context.Context) error {
+	return watchHealth(ctx, clock.RealClock{}, o.healthEvery, func(ctx context.Context) error {
 		return health.RESTClient().Get().AbsPath("/livez").Do(ctx).Error()
 	})
 }
 
 // watchHealth blocks until ctx ends, returning nil, or until check fails
 // three times in a row, returning the last failure.
-func watchHealth(ctx context.Context, every time.Duration, check func(context.Context) error) error {
+func watchHealth(ctx context.Context, clk clock.WithTicker, every time.Duration, check func(context.Context) error) error {
 	if every <= 0 {
 		<-ctx.Done()
 		return nil
 	}
-	ticker := time.NewTicker(every)
+	ticker := clk.NewTicker(every)
 	defer ticker.Stop()
 	failures := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 		checkCtx, cancel := context.WithTimeout(ctx, every)
 		err := check(checkCtx)
