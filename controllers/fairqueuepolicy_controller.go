@@ -245,7 +245,11 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	if rerr != nil {
 		log.Info("Policy not rendered; the last good ConfigMap stays in force", "reason", rerr.reason, "message", rerr.msg)
-		r.Recorder.Eventf(policy, nil, corev1.EventTypeWarning, rerr.reason, "Render", "%s", rerr.msg)
+		// One Warning per new failure: timed requeues (Lease expiry, a
+		// foreign ConfigMap) must not repeat it while nothing changed.
+		if !sameFailure(meta.FindStatusCondition(orig.Status.Conditions, fqv1alpha1.ConditionReady), policy.Generation, rerr) {
+			r.Recorder.Eventf(policy, nil, corev1.EventTypeWarning, rerr.reason, "Render", "%s", rerr.msg)
+		}
 		out = nil
 	}
 
@@ -451,6 +455,17 @@ func managedLabels(policy string) map[string]string {
 	return l
 }
 
+// sameFailure reports whether ready, the Ready condition before this
+// reconcile, already records rerr for generation gen.
+func sameFailure(ready *metav1.Condition, gen int64, rerr *renderError) bool {
+	return ready != nil && ready.Status == metav1.ConditionFalse && ready.ObservedGeneration == gen &&
+		ready.Reason == rerr.reason && ready.Message == readyFailureMessage(rerr)
+}
+
+func readyFailureMessage(rerr *renderError) string {
+	return rerr.msg + "; the last good ConfigMap stays in force"
+}
+
 // setStatus records the outcome of one reconcile in p.Status. On failure the
 // ConfigMap name and hash keep describing the last good render, which is the
 // one in force.
@@ -467,7 +482,7 @@ func setStatus(p *fqv1alpha1.FairQueuePolicy, out *rendered, rerr *renderError) 
 			resolved.Status, resolved.Reason, resolved.Message = metav1.ConditionFalse, rerr.reason, rerr.msg
 		}
 		ready.Status, ready.Reason = metav1.ConditionFalse, rerr.reason
-		ready.Message = rerr.msg + "; the last good ConfigMap stays in force"
+		ready.Message = readyFailureMessage(rerr)
 	} else {
 		p.Status.ConfigMapName = ConfigMapName(p.Name)
 		p.Status.ConfigHash = out.hash

@@ -246,3 +246,36 @@ func assertNoConfigMap(t *testing.T, p *fqv1alpha1.FairQueuePolicy) {
 	err := k8s.Get(context.Background(), client.ObjectKey{Namespace: p.Namespace, Name: ConfigMapName(p.Name)}, &corev1.ConfigMap{})
 	NewWithT(t).Expect(apierrors.IsNotFound(err)).To(BeTrue(), "nothing may be rendered before every input was read")
 }
+
+// TestRepeatedFailureWarnsOnce checks that reconciling a policy that keeps
+// failing the same way (timed requeues do that) emits one Warning, and a new
+// failure another.
+func TestRepeatedFailureWarnsOnce(t *testing.T) {
+	g := NewWithT(t)
+	ensureFaultNamespace(t)
+	p := newPolicy(faultNamespace)
+	p.Name = "warn-once"
+	p.Spec.Identity.KeyRegistry = nil
+	p.Spec.FairQueuing.WeightsFrom = []fqv1alpha1.WeightsSource{{SecretRef: fqv1alpha1.LocalSecretReference{Name: "absent"}}}
+	g.Expect(k8s.Create(ctx(t), p)).To(Succeed())
+
+	direct, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	rec := events.NewFakeRecorder(16)
+	r := &FairQueuePolicyReconciler{Client: direct, APIReader: direct, Recorder: rec}
+	reconcileN := func(n int) {
+		for range n {
+			_, err := r.Reconcile(ctx(t), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)})
+			g.Expect(err).NotTo(HaveOccurred())
+		}
+	}
+	reconcileN(3)
+	g.Expect(rec.Events).To(HaveLen(1))
+	g.Expect(<-rec.Events).To(HavePrefix("Warning SecretNotFound"))
+
+	// The Secret appears but lacks a variable: a different failure.
+	g.Expect(k8s.Create(ctx(t), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: faultNamespace, Name: "absent"}})).To(Succeed())
+	reconcileN(2)
+	g.Expect(rec.Events).To(HaveLen(1))
+	g.Expect(<-rec.Events).To(HavePrefix("Warning VariableUnresolved"))
+}
