@@ -259,21 +259,12 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		result.RequeueAfter = cmp.Or(r.UnwatchedRetry, DefaultUnwatchedRetry)
 	}
 	setStatus(policy, out, rerr)
-
-	var leases coordinationv1.LeaseList
-	if err := r.Client.List(ctx, &leases, client.InNamespace(policy.Namespace),
-		client.MatchingLabels{DataPlaneComponentLabel: DataPlaneComponentValue, config.PolicyLabel: policy.Name}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing data-plane Leases of %s: %w", req.NamespacedName, err)
+	recount, err := r.setReplicaStatus(ctx, policy)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	replicas := countReplicas(leases.Items, policy.Status.ConfigHash, r.clock().Now())
-	policy.Status.DataPlaneReplicas, policy.Status.UpdatedReplicas = replicas.replicas, replicas.updated
-	if replicas.nextExpiry > 0 {
-		// Recount when the first Lease would expire unrenewed; expiry
-		// produces no watch event. The second of slack lets a renewal land.
-		recount := replicas.nextExpiry + time.Second
-		if result.RequeueAfter == 0 || recount < result.RequeueAfter {
-			result.RequeueAfter = recount
-		}
+	if recount > 0 && (result.RequeueAfter == 0 || recount < result.RequeueAfter) {
+		result.RequeueAfter = recount
 	}
 	if equality.Semantic.DeepEqual(orig.Status, policy.Status) {
 		return result, nil
@@ -282,6 +273,24 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	return result, nil
+}
+
+// setReplicaStatus counts p's data-plane replicas from their report Leases
+// into p.Status and returns when to count again (zero for never): when the
+// first Lease would expire unrenewed, since expiry produces no watch event.
+func (r *FairQueuePolicyReconciler) setReplicaStatus(ctx context.Context, p *fqv1alpha1.FairQueuePolicy) (time.Duration, error) {
+	var leases coordinationv1.LeaseList
+	if err := r.Client.List(ctx, &leases, client.InNamespace(p.Namespace),
+		client.MatchingLabels{DataPlaneComponentLabel: DataPlaneComponentValue, config.PolicyLabel: p.Name}); err != nil {
+		return 0, fmt.Errorf("listing data-plane Leases of %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	n := countReplicas(leases.Items, p.Status.ConfigHash, r.clock().Now())
+	p.Status.DataPlaneReplicas, p.Status.UpdatedReplicas = n.replicas, n.updated
+	if n.nextExpiry == 0 {
+		return 0, nil
+	}
+	// A second of slack lets a renewal due at expiry land first.
+	return n.nextExpiry + time.Second, nil
 }
 
 func (r *FairQueuePolicyReconciler) clock() clock.PassiveClock {
