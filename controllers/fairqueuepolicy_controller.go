@@ -1,6 +1,22 @@
 // Package controllers holds the fairqueue operator: the reconciler that turns
 // each FairQueuePolicy, with the Secrets it references, into the rendered
 // data-plane ConfigMap, and reports the outcome in the policy's status.
+//
+// Behaviour worth knowing:
+//   - Every identity (weights entries after ${VAR} expansion, key registry
+//     API keys, users and teams) is hashed with identity.Hash under the
+//     policy's hash key; the ConfigMap, status, Events and logs hold only
+//     hashes and names. Variable values are trimmed of surrounding
+//     whitespace (a trailing newline from --from-file is no part of a key).
+//   - Weights and weightsFrom are ignored while fair queuing is disabled, as
+//     the API promises, so their Secrets are not required then.
+//   - A failure (missing Secret, key or variable, duplicate identity, invalid
+//     registry, foreign ConfigMap) sets Ready=False with a reason, emits one
+//     Warning Event, and leaves the last good ConfigMap untouched.
+//   - The ConfigMap <policy>-dataplane is written only when its bytes change
+//     and is repaired when edited, relabelled or deleted.
+//   - The default hash key Secret <policy>-hash-key is created with 32 random
+//     bytes and is not owned by the policy; deleting it rotates the key.
 package controllers
 
 import (
