@@ -76,8 +76,17 @@ func (s *Shares) Plot() (*plot.Plot, error) {
 	p.Legend.Top = true
 	p.Legend.Left = true
 
+	dashes := []vg.Length{vg.Points(6), vg.Points(4)}
 	for i, t := range s.Tenants {
 		c := plotutil.Color(i)
+		if pts := steps(t.Weighted); len(pts) > 0 {
+			l, err := plotter.NewLine(pts)
+			if err != nil {
+				return nil, fmt.Errorf("tenant %s weighted share: %w", t.Name, err)
+			}
+			l.Color, l.Width, l.Dashes = c, vg.Points(1.5), dashes
+			p.Add(l)
+		}
 		if pts := points(t.Share); len(pts) > 0 {
 			l, err := plotter.NewLine(pts)
 			if err != nil {
@@ -87,17 +96,14 @@ func (s *Shares) Plot() (*plot.Plot, error) {
 			p.Add(l)
 			p.Legend.Add(t.Name, l)
 		}
-		if pts := points(t.Weighted); len(pts) > 0 {
-			l, err := plotter.NewLine(pts)
-			if err != nil {
-				return nil, fmt.Errorf("tenant %s weighted share: %w", t.Name, err)
-			}
-			l.Color, l.Width = c, vg.Points(1)
-			l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
-			p.Add(l)
-			p.Legend.Add(t.Name+" weighted", l)
-		}
 	}
+	// One legend entry explains every dashed line.
+	key, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}})
+	if err != nil {
+		return nil, err
+	}
+	key.Color, key.Width, key.Dashes = color.Gray{Y: 80}, vg.Points(1.5), dashes
+	p.Legend.Add("weighted share (dashed)", key)
 	for _, m := range s.Markers {
 		l, err := plotter.NewLine(plotter.XYs{{X: m.At, Y: 0}, {X: m.At, Y: 1}})
 		if err != nil {
@@ -121,6 +127,19 @@ func (s *Shares) WritePNG(path string) error {
 		return fmt.Errorf("writing chart %s: %w", path, err)
 	}
 	return nil
+}
+
+// steps turns per-second values into a step line: each value holds from
+// the start to the end of its second, skipping NaN seconds.
+func steps(v []float64) plotter.XYs {
+	pts := make(plotter.XYs, 0, 2*len(v))
+	for i, y := range v {
+		if math.IsNaN(y) || math.IsInf(y, 0) {
+			continue
+		}
+		pts = append(pts, plotter.XY{X: float64(i), Y: y}, plotter.XY{X: float64(i + 1), Y: y})
+	}
+	return pts
 }
 
 // points turns per-second values into plot points at the middle of each

@@ -1,0 +1,559 @@
+// Package demo runs fairqueue's demonstration scenario on one machine and
+// reports what happened: a local control plane (hack/localcp), the operator,
+// a fake OpenAI-compatible upstream and two data-plane replicas run as local
+// processes; the demo applies a FairQueuePolicy with kubectl, offers load
+// from three tenants (one flooding, weights 1:1:3) through both replicas,
+// changes the weights midway by patching a Secret, and measures each
+// tenant's share of admitted requests against its weighted share.
+//
+// hack/demo prints the live table and writes the chart; test/e2e runs the
+// same scenario headless and asserts on the Result.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
+
+	"github.com/fairqueue/fairqueue/internal/loadgen"
+)
+
+var nan = math.NaN()
+
+// Tenant is one of the scenario's simulated clients.
+type Tenant struct {
+	// Name labels the tenant in the table and chart.
+	Name string
+	// APIKey identifies the tenant to the data plane.
+	APIKey string
+	// Rate is the tenant's offered load in requests per second.
+	Rate float64
+}
+
+// Tenants are the scenario's clients: acme floods, and all three offer more
+// than their weighted share of the capacity, so all three stay backlogged
+// and the scheduler alone decides the shares.
+var Tenants = []Tenant{
+	{Name: "acme", APIKey: "sk-demo-acme-00000000000000000000", Rate: 150},
+	{Name: "globex", APIKey: "sk-demo-globex-000000000000000000", Rate: 60},
+	{Name: "initech", APIKey: "sk-demo-initech-00000000000000000", Rate: 90},
+}
+
+// Weights before and after the change, indexed like Tenants: PRIORITY_TENANT
+// first names initech, then acme.
+var (
+	WeightsBefore = []float64{1, 1, 3}
+	WeightsAfter  = []float64{3, 1, 1}
+	priorityBefore, priorityAfter = 2, 0
+)
+
+// Replicas is the number of data-plane replicas.
+const Replicas = 2
+
+// Options configure one run.
+type Options struct {
+	// RepoDir is the repository root; default the current directory.
+	RepoDir string
+	// BinDir holds the binaries, and bin/k8s the control plane's; default
+	// RepoDir/bin.
+	BinDir string
+	// Build builds the binaries into BinDir first.
+	Build bool
+	// WorkDir receives the logs, kubeconfig and config files; default a new
+	// temporary directory. It is removed at the end unless KeepWorkDir is set
+	// or the run failed.
+	WorkDir string
+	// KeepWorkDir keeps WorkDir after a successful run.
+	KeepWorkDir bool
+	// Duration is how long load is offered; default 60s.
+	Duration time.Duration
+	// ChangeAt is when, after the load started, the weights change; default
+	// half of Duration.
+	ChangeAt time.Duration
+	// PerModel is each replica's model limit in requests per second; default 50.
+	PerModel int
+	// Out receives progress lines and, with Live, the table; default io.Discard.
+	Out io.Writer
+	// Live prints the per-tenant table every second.
+	Live bool
+}
+
+func (o *Options) defaults() error {
+	if o.RepoDir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		o.RepoDir = wd
+	}
+	if o.BinDir == "" {
+		o.BinDir = filepath.Join(o.RepoDir, "bin")
+	}
+	if o.Duration == 0 {
+		o.Duration = 60 * time.Second
+	}
+	if o.ChangeAt == 0 {
+		o.ChangeAt = o.Duration / 2
+	}
+	if o.PerModel == 0 {
+		o.PerModel = 50
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	switch {
+	case o.Duration < 10*time.Second || o.Duration > 30*time.Minute:
+		return fmt.Errorf("duration %v: give between 10s and 30m", o.Duration)
+	case o.ChangeAt < 3*time.Second || o.ChangeAt > o.Duration-3*time.Second:
+		return fmt.Errorf("change at %v: give a time at least 3s after the start and 3s before the end of the %v load", o.ChangeAt, o.Duration)
+	case o.PerModel < 1 || o.PerModel > 10000:
+		return fmt.Errorf("per-model limit %d: give between 1 and 10000 requests per second", o.PerModel)
+	}
+	return nil
+}
+
+// Result is what one run measured.
+type Result struct {
+	// Duration is how long load was offered.
+	Duration time.Duration
+	// Admitted[i][k] counts tenant i's admitted answers in tick k (Tick long)
+	// after the load started.
+	Admitted [][]uint64
+	// Summary is the load generator's report.
+	Summary *loadgen.Summary
+	// PatchStart and PatchDone bracket the kubectl patch of the Secret,
+	// measured from the start of the load.
+	PatchStart, PatchDone time.Duration
+	// Moved is when the shares first moved to the new weights (see
+	// MovedAfter), or -1 if they never did.
+	Moved time.Duration
+	// ReplicaLoaded is when each data-plane replica reported the new config
+	// hash, or -1 if it never did.
+	ReplicaLoaded []time.Duration
+	// DataPlanes are the replicas' counters, scraped after the load.
+	DataPlanes []DataPlaneCounts
+	// ShutdownErr reports processes that did not exit cleanly.
+	ShutdownErr error
+	// OpenPorts lists loopback addresses still accepting connections after
+	// shutdown.
+	OpenPorts []string
+	// WorkDir is where the logs were, if kept.
+	WorkDir string
+}
+
+// Shares returns each tenant's share of the answers admitted in [from, to).
+func (r *Result) Shares(from, to time.Duration) []float64 {
+	counts := make([]float64, len(r.Admitted))
+	total := 0.0
+	for i, s := range r.Admitted {
+		for k := max(int(from/Tick), 0); k < int(to/Tick) && k < len(s); k++ {
+			counts[i] += float64(s[k])
+		}
+		total += counts[i]
+	}
+	for i := range counts {
+		if total == 0 {
+			counts[i] = nan
+		} else {
+			counts[i] /= total
+		}
+	}
+	return counts
+}
+
+// WeightedShares returns each tenant's weighted share under weights.
+func WeightedShares(weights []float64) []float64 {
+	sum := 0.0
+	for _, w := range weights {
+		sum += w
+	}
+	out := make([]float64, len(weights))
+	for i, w := range weights {
+		out[i] = w / sum
+	}
+	return out
+}
+
+// movedWindow is the sliding window in which shares are compared to tell
+// when they moved.
+const movedWindow = 5 * Tick
+
+// MovedAfter returns the end of the first sliding window, starting at or
+// after from and ending by until, in which every tenant whose weighted share
+// changed is closer to its new weighted share than to its old one; -1 when
+// there is none.
+func MovedAfter(admitted [][]uint64, from, until time.Duration) time.Duration {
+	r := Result{Admitted: admitted}
+	before, after := WeightedShares(WeightsBefore), WeightedShares(WeightsAfter)
+	n := 0
+	for _, s := range admitted {
+		n = max(n, len(s))
+	}
+	for end := from + movedWindow; end <= min(time.Duration(n)*Tick, until); end += Tick {
+		shares := r.Shares(end-movedWindow, end)
+		moved := true
+		for i, s := range shares {
+			if before[i] != after[i] && !(math.Abs(s-after[i]) < math.Abs(s-before[i])) {
+				moved = false
+			}
+		}
+		if moved {
+			return end
+		}
+	}
+	return -1
+}
+
+// Run runs the scenario and returns what it measured. It returns an error
+// when the scenario could not run at all; what it measured is for the caller
+// to judge. Every process it started is stopped before it returns.
+func Run(ctx context.Context, o Options) (res *Result, err error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	p := &progress{out: o.Out}
+	work := o.WorkDir
+	if work == "" {
+		if work, err = os.MkdirTemp("", "fairqueue-demo-"); err != nil {
+			return nil, err
+		}
+	}
+	res = &Result{Duration: o.Duration, Moved: -1, WorkDir: work}
+	defer func() {
+		if err != nil || o.KeepWorkDir {
+			p.printf("Logs and files kept in %s\n", work)
+			return
+		}
+		if rmErr := os.RemoveAll(work); rmErr != nil {
+			err = errors.Join(err, rmErr)
+		}
+		res.WorkDir = ""
+	}()
+
+	if o.Build {
+		if err := p.step("Building the operator, data plane, fake upstream and local control plane into "+o.BinDir, func() error {
+			cmd := exec.CommandContext(ctx, "go", "build", "-o", o.BinDir+string(filepath.Separator),
+				"./cmd/manager", "./cmd/dataplane", "./cmd/fakeupstream", "./hack/localcp")
+			cmd.Dir = o.RepoDir
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("go build: %w\n%s", err, out)
+			}
+			return nil
+		}); err != nil {
+			return res, err
+		}
+	}
+	kubectlPath, err := findKubectl(o.BinDir)
+	if err != nil {
+		return res, err
+	}
+
+	sup := NewSupervisor(work, 15*time.Second)
+	var addrs []string // loopback addresses that must be closed after shutdown
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = sup.StopAll()
+		}
+	}()
+
+	// The control plane.
+	kubeconfig := filepath.Join(work, "kubeconfig")
+	var cp *Process
+	if err := p.step("Starting etcd and kube-apiserver (hack/localcp)", func() error {
+		cp, err = sup.Start(ctx, "localcp", filepath.Join(o.BinDir, "localcp"),
+			"--dir", filepath.Join(work, "controlplane"), "--kubeconfig", kubeconfig,
+			"--assets", filepath.Join(o.BinDir, "k8s"), "--crds", filepath.Join(o.RepoDir, "config", "crd", "bases"))
+		if err != nil {
+			return err
+		}
+		p.printf("    log: %s\n", cp.LogPath)
+		return waitForLine(ctx, cp, "ready", 3*time.Minute)
+	}); err != nil {
+		return res, err
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return res, fmt.Errorf("reading the kubeconfig localcp wrote: %w", err)
+	}
+	if u, err := url.Parse(restCfg.Host); err == nil {
+		addrs = append(addrs, u.Host)
+	}
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return res, err
+	}
+	kc := kubectl{path: kubectlPath, kubeconfig: kubeconfig}
+
+	// The fake upstream and the operator.
+	upstreamAddr, err := p.startServer(ctx, sup, "fakeupstream", func(addr string) []string {
+		return []string{filepath.Join(o.BinDir, "fakeupstream"), "--listen", addr, "--latency", "5ms", "--models", loadgen.DefaultModel}
+	}, "")
+	if err != nil {
+		return res, err
+	}
+	addrs = append(addrs, upstreamAddr)
+	probeAddr, err := p.startServer(ctx, sup, "manager", func(addr string) []string {
+		return []string{filepath.Join(o.BinDir, "manager"), "--kubeconfig", kubeconfig, "--leader-elect=false",
+			"--metrics-bind-address", "0", "--health-probe-bind-address", addr}
+	}, "/readyz")
+	if err != nil {
+		return res, err
+	}
+	addrs = append(addrs, probeAddr)
+
+	// The policy.
+	manifestPath := filepath.Join(work, "demo.yaml")
+	if err := os.WriteFile(manifestPath, manifests(Tenants[priorityBefore].APIKey, "http://"+upstreamAddr, o.PerModel), 0o600); err != nil {
+		return res, err
+	}
+	var rend *rendered
+	if err := p.step(fmt.Sprintf("kubectl apply -f %s (Secret %s, FairQueuePolicy %s) and wait for the operator to render it", manifestPath, TenantsSecret, PolicyName), func() error {
+		out, err := kc.run(ctx, nil, "apply", "-f", manifestPath)
+		if err != nil {
+			return err
+		}
+		p.printf("    %s\n", strings.ReplaceAll(out, "\n", "\n    "))
+		rend, err = waitRendered(ctx, kube, time.Minute)
+		return err
+	}); err != nil {
+		return res, err
+	}
+	p.printf("    ConfigMap %s/%s rendered, config hash %s\n", Namespace, configMapName, rend.hash)
+
+	// The data planes load the rendered ConfigMap from a file that the demo
+	// keeps in sync, as a kubelet keeps a mounted ConfigMap in sync.
+	configPath, keyPath := filepath.Join(work, "config.json"), filepath.Join(work, "hash.key")
+	if err := os.WriteFile(configPath, rend.config, 0o600); err != nil {
+		return res, err
+	}
+	if err := os.WriteFile(keyPath, rend.hashKey, 0o600); err != nil {
+		return res, err
+	}
+	syncCtx, stopSync := context.WithCancel(ctx)
+	var syncWG sync.WaitGroup
+	defer func() { stopSync(); syncWG.Wait() }()
+	syncWG.Add(1)
+	go func() {
+		defer syncWG.Done()
+		syncConfig(syncCtx, kube, configPath, rend.hash, func(h string) {
+			p.printf("    ConfigMap changed: wrote config hash %s to %s\n", h, configPath)
+		})
+	}()
+
+	var targets, metricsURLs []string
+	for i := range Replicas {
+		name := fmt.Sprintf("dataplane-%d", i+1)
+		metricsAddr := ""
+		trafficAddr, err := p.startServer(ctx, sup, name, func(addr string) []string {
+			port, perr := freePort()
+			if perr != nil {
+				return nil
+			}
+			metricsAddr = loopback(port)
+			return []string{filepath.Join(o.BinDir, "dataplane"), "--config", configPath, "--hash-key-file", keyPath,
+				"--listen", addr, "--metrics-listen", metricsAddr, "--shutdown-grace", "5s"}
+		}, "")
+		if err != nil {
+			return res, err
+		}
+		if err := waitHTTP(ctx, "http://"+metricsAddr+"/readyz", 30*time.Second); err != nil {
+			return res, fmt.Errorf("%s never became ready: %w", name, err)
+		}
+		addrs = append(addrs, trafficAddr, metricsAddr)
+		targets = append(targets, "http://"+trafficAddr)
+		metricsURLs = append(metricsURLs, "http://"+metricsAddr+"/metrics")
+	}
+
+	// The load.
+	loadRes, err := runLoad(ctx, o, p, kc, targets, metricsURLs, rend.hash)
+	if loadRes != nil {
+		res.Admitted, res.Summary = loadRes.admitted, loadRes.summary
+		res.PatchStart, res.PatchDone, res.ReplicaLoaded = loadRes.patchStart, loadRes.patchDone, loadRes.loaded
+		res.Moved = MovedAfter(res.Admitted, res.PatchStart, o.Duration)
+	}
+	if err != nil {
+		return res, err
+	}
+	httpc := &http.Client{Timeout: 5 * time.Second}
+	for _, u := range metricsURLs {
+		c, err := scrape(ctx, httpc, u)
+		if err != nil {
+			return res, err
+		}
+		res.DataPlanes = append(res.DataPlanes, *c)
+	}
+	httpc.CloseIdleConnections()
+
+	// Shutdown: the data planes first (they drain), the control plane last.
+	stopSync()
+	syncWG.Wait()
+	_ = p.step("Stopping the data planes, operator, fake upstream and control plane", func() error {
+		stopped = true
+		res.ShutdownErr = sup.StopAll()
+		return res.ShutdownErr
+	})
+	for _, a := range addrs {
+		if !portClosed(a) {
+			res.OpenPorts = append(res.OpenPorts, a)
+		}
+	}
+	return res, nil
+}
+
+// startServer starts a process listening on a free loopback port, given by
+// args(addr), and waits until it accepts connections (and, with readyPath,
+// answers 200 there). It returns the address.
+func (p *progress) startServer(ctx context.Context, sup *Supervisor, name string, args func(addr string) []string, readyPath string) (string, error) {
+	var addr string
+	err := p.step("Starting "+name, func() error {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		addr = loopback(port)
+		argv := args(addr)
+		if len(argv) == 0 {
+			return fmt.Errorf("no free port for %s", name)
+		}
+		proc, err := sup.Start(ctx, name, argv[0], argv[1:]...)
+		if err != nil {
+			return err
+		}
+		p.printf("    %s on %s, log: %s\n", name, addr, proc.LogPath)
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if exited, err := proc.Exited(); exited {
+				return fmt.Errorf("%s exited at start (%v): see %s", name, err, proc.LogPath)
+			}
+			if readyPath == "" {
+				if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+					c.Close()
+					return nil
+				}
+			} else if waitHTTP(ctx, "http://"+addr+readyPath, 200*time.Millisecond) == nil {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s did not listen on %s within a minute: see %s", name, addr, proc.LogPath)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	})
+	return addr, err
+}
+
+// waitHTTP polls url until it answers 200 or timeout passes.
+func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c := &http.Client{Timeout: time.Second}
+	defer c.CloseIdleConnections()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not answer 200 within %v: %w", url, timeout, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// waitForLine waits until the process's log holds line on a line by itself.
+func waitForLine(ctx context.Context, proc *Process, line string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		data, err := os.ReadFile(proc.LogPath)
+		if err == nil && strings.Contains("\n"+string(data), "\n"+line+"\n") {
+			return nil
+		}
+		if exited, err := proc.Exited(); exited {
+			return fmt.Errorf("%s exited before printing %q (%v): see %s", proc.Name, line, err, proc.LogPath)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not print %q within %v: see %s", proc.Name, line, timeout, proc.LogPath)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// progress prints what the demo is doing and for how long.
+type progress struct {
+	mu  sync.Mutex
+	out io.Writer
+}
+
+func (p *progress) printf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.out, format, args...)
+}
+
+// step prints what, runs f, and prints how long it took; while f runs, it
+// prints a line every 5 seconds so a slow step is never silent.
+func (p *progress) step(what string, f func() error) error {
+	start := time.Now()
+	p.printf("==> %s\n", what)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				p.printf("    ... still at it (%s)\n", time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	err := f()
+	close(done)
+	wg.Wait()
+	if err != nil {
+		p.printf("    FAILED after %s: %v\n", time.Since(start).Round(100*time.Millisecond), err)
+		return err
+	}
+	p.printf("    done in %s\n", time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// clk is the clock of the load and the observer.
+var clk clock.Clock = clock.RealClock{}

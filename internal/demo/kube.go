@@ -1,0 +1,191 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
+)
+
+// Names of the objects the demo creates.
+const (
+	// Namespace holds the demo's objects.
+	Namespace = "default"
+	// PolicyName is the demo's FairQueuePolicy.
+	PolicyName = "demo"
+	// TenantsSecret holds the ${VAR} values of the policy's weights.
+	TenantsSecret = "demo-tenants"
+	// PriorityVar is the Secret variable naming the tenant at weight 3.
+	PriorityVar = "PRIORITY_TENANT"
+	// configMapName is the ConfigMap the operator renders for PolicyName.
+	configMapName = PolicyName + "-dataplane"
+	// hashKeySecret is the hash-key Secret the operator creates for PolicyName.
+	hashKeySecret = PolicyName + "-hash-key"
+	// hashKeyDataKey is the data key of the hash key in hashKeySecret.
+	hashKeyDataKey = "key"
+)
+
+// manifests returns the demo's Secret and FairQueuePolicy: requests for the
+// model are limited per replica, fair queuing is on with API keys as
+// tenants, and the tenant whose key PRIORITY_TENANT holds has weight 3.
+func manifests(priorityKey, backendURL string, perModel int) []byte {
+	return fmt.Appendf(nil, `apiVersion: v1
+kind: Secret
+metadata:
+  name: %[1]s
+  namespace: %[2]s
+type: Opaque
+stringData:
+  %[3]s: %[4]s
+---
+apiVersion: fairqueue.dev/v1alpha1
+kind: FairQueuePolicy
+metadata:
+  name: %[5]s
+  namespace: %[2]s
+spec:
+  rateLimits:
+    perModel: {requests: %[6]d, period: 1s, burst: 5}
+  fairQueuing:
+    enabled: true
+    tenantDimension: apiKey
+    defaultWeight: 1
+    weights:
+    - identity: ${%[3]s}
+      weight: 3
+    weightsFrom:
+    - secretRef: {name: %[1]s}
+    bounds: {maxQueueDepthPerTenant: 32, maxInFlight: 8, maxWait: 5s}
+  timeouts:
+    request:
+      default: {total: 30s}
+  backends:
+  - name: fakeupstream
+    url: %[7]s
+`, TenantsSecret, Namespace, PriorityVar, priorityKey, PolicyName, perModel, backendURL)
+}
+
+// kubectl runs the kubectl binary against the demo's control plane.
+type kubectl struct {
+	path, kubeconfig string
+}
+
+// run runs kubectl with args, feeding it stdin, and returns its output.
+func (k kubectl) run(ctx context.Context, stdin []byte, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, k.path, append([]string{"--kubeconfig", k.kubeconfig}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %v: %w: %s", args, err, bytes.TrimSpace(out))
+	}
+	return string(bytes.TrimSpace(out)), nil
+}
+
+// findKubectl returns kubectl from PATH, else the one `make envtest` built.
+func findKubectl(binDir string) (string, error) {
+	if p, err := exec.LookPath("kubectl"); err == nil {
+		return p, nil
+	}
+	p := filepath.Join(binDir, "k8s", "kubectl")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("no kubectl on PATH nor at %s: install kubectl or run `make envtest`", p)
+	}
+	return p, nil
+}
+
+// rendered is the data plane's view of the policy: the rendered config and
+// the hash key it was rendered with.
+type rendered struct {
+	config  []byte
+	hash    string
+	hashKey []byte
+}
+
+// waitRendered polls until the operator has rendered the policy's ConfigMap
+// and created its hash-key Secret.
+func waitRendered(ctx context.Context, c kubernetes.Interface, timeout time.Duration) (*rendered, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		r, err := readRendered(ctx, c)
+		if err == nil {
+			return r, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the operator did not render policy %s/%s within %v (is the manager running? see its log): %w", Namespace, PolicyName, timeout, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func readRendered(ctx context.Context, c kubernetes.Interface) (*rendered, error) {
+	cm, err := c.CoreV1().ConfigMaps(Namespace).Get(ctx, configMapName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading ConfigMap %s: %w", configMapName, err)
+	}
+	data, ok := cm.Data[config.ConfigMapKey]
+	if !ok {
+		return nil, fmt.Errorf("ConfigMap %s has no %s key yet", configMapName, config.ConfigMapKey)
+	}
+	sec, err := c.CoreV1().Secrets(Namespace).Get(ctx, hashKeySecret, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading Secret %s: %w", hashKeySecret, err)
+	}
+	key := sec.Data[hashKeyDataKey]
+	if len(key) == 0 {
+		return nil, fmt.Errorf("secret %s has no %q key yet", hashKeySecret, hashKeyDataKey)
+	}
+	return &rendered{config: []byte(data), hash: config.Hash([]byte(data)), hashKey: key}, nil
+}
+
+// syncConfig copies the rendered ConfigMap to path whenever its content
+// changes, replacing the file atomically, until ctx ends; onChange is called
+// with each new config hash. It is the local stand-in for a kubelet volume
+// mount.
+func syncConfig(ctx context.Context, c kubernetes.Interface, path, current string, onChange func(hash string)) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cm, err := c.CoreV1().ConfigMaps(Namespace).Get(ctx, configMapName, metav1.GetOptions{})
+		if err != nil {
+			continue // the next tick retries; the API server is local
+		}
+		data := []byte(cm.Data[config.ConfigMapKey])
+		if h := config.Hash(data); len(data) > 0 && h != current {
+			if err := writeAtomic(path, data); err != nil {
+				continue
+			}
+			current = h
+			onChange(h)
+		}
+	}
+}
+
+// writeAtomic replaces path with data so a reader never sees a partial file.
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

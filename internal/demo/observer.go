@@ -1,0 +1,239 @@
+package demo
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Tick is the resolution of the live per-tenant series.
+const Tick = 100 * time.Millisecond
+
+// Bounds of the observer's buffers.
+const (
+	// maxTicks bounds the series length: an hour of ticks.
+	maxTicks = int(time.Hour / Tick)
+	// maxWaitSamples bounds the wait samples kept per tenant per tick.
+	maxWaitSamples = 1024
+	// maxErrorBody is how much of a refusal body is read to find its reason.
+	maxErrorBody = 64 << 10
+)
+
+// Refusal reasons counted by the observer besides the fair queue's own.
+const (
+	// ReasonImmediate is a refusal that did not involve the queue.
+	ReasonImmediate = "immediate"
+	// ReasonOther is a refusal whose reason is unknown or unreadable.
+	ReasonOther = "other"
+	// ReasonTransport is a request that got no HTTP answer.
+	ReasonTransport = "transport_error"
+)
+
+// reasons are the refusal reasons tracked, in display order; anything else
+// counts as ReasonOther, so the counts stay bounded.
+var reasons = []string{
+	"tenant_queue_full", "queue_full", "tenant_table_full", "wait_exceeds_budget",
+	"deadline_exceeded", "shutdown", ReasonImmediate, ReasonTransport, ReasonOther,
+}
+
+// Counts is what one tenant got during one or more ticks.
+type Counts struct {
+	// Admitted counts 2xx answers.
+	Admitted uint64
+	// Refused counts refusals (429 or 503) by reason, indexed like Reasons().
+	Refused []uint64
+	// Waits holds the x-fair-queue-wait-ms of admitted answers that waited,
+	// in milliseconds (sampled: at most maxWaitSamples per tick).
+	Waits []float64
+}
+
+// Reasons returns the refusal reasons in the order of Counts.Refused.
+func Reasons() []string { return slices.Clone(reasons) }
+
+func (c *Counts) add(o *Counts) {
+	c.Admitted += o.Admitted
+	if c.Refused == nil {
+		c.Refused = make([]uint64, len(reasons))
+	}
+	for i, n := range o.Refused {
+		c.Refused[i] += n
+	}
+	c.Waits = append(c.Waits, o.Waits...)
+}
+
+// Observer is an http.RoundTripper that watches the load generator's
+// answers as they arrive and counts them per tenant per Tick, so the demo
+// can print a live table while the run is still going.
+type Observer struct {
+	next     http.RoundTripper
+	clk      clock.PassiveClock
+	tenantOf map[string]int // Authorization header value -> tenant index
+
+	mu    sync.Mutex
+	start time.Time
+	ticks [][]Counts // [tenant][tick]
+}
+
+// NewObserver watches answers to requests carrying "Authorization: Bearer
+// <apiKeys[i]>" as tenant i, passing every request on to next.
+func NewObserver(next http.RoundTripper, clk clock.PassiveClock, apiKeys []string) *Observer {
+	o := &Observer{next: next, clk: clk, tenantOf: make(map[string]int, len(apiKeys)), ticks: make([][]Counts, len(apiKeys))}
+	for i, k := range apiKeys {
+		o.tenantOf["Bearer "+k] = i
+	}
+	o.start = clk.Now()
+	return o
+}
+
+// Restart makes now tick 0 and forgets everything counted so far.
+func (o *Observer) Restart() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.start = o.clk.Now()
+	for i := range o.ticks {
+		o.ticks[i] = nil
+	}
+}
+
+// Elapsed returns the time since tick 0.
+func (o *Observer) Elapsed() time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.clk.Since(o.start)
+}
+
+// RoundTrip implements http.RoundTripper.
+func (o *Observer) RoundTrip(req *http.Request) (*http.Response, error) {
+	tenant, known := o.tenantOf[req.Header.Get("Authorization")]
+	resp, err := o.next.RoundTrip(req)
+	if !known {
+		return resp, err
+	}
+	if err != nil {
+		o.record(tenant, func(c *Counts) { c.Refused[reasonIndex(ReasonTransport)]++ })
+		return resp, err
+	}
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		wait, waited := waitMillis(resp.Header)
+		o.record(tenant, func(c *Counts) {
+			c.Admitted++
+			if waited && len(c.Waits) < maxWaitSamples {
+				c.Waits = append(c.Waits, wait)
+			}
+		})
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		resp.Body = readCloser{io.MultiReader(bytes.NewReader(data), resp.Body), resp.Body}
+		reason := refusalReason(data)
+		o.record(tenant, func(c *Counts) { c.Refused[reasonIndex(reason)]++ })
+	}
+	return resp, nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// record applies f to the counts of tenant's current tick.
+func (o *Observer) record(tenant int, f func(*Counts)) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	tick := int(o.clk.Since(o.start) / Tick)
+	if tick < 0 || tick >= maxTicks {
+		return
+	}
+	s := o.ticks[tenant]
+	for len(s) <= tick {
+		s = append(s, Counts{Refused: make([]uint64, len(reasons))})
+	}
+	o.ticks[tenant] = s
+	f(&s[tick])
+}
+
+// Window sums each tenant's counts over the ticks in [from, to).
+func (o *Observer) Window(from, to time.Duration) []Counts {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]Counts, len(o.ticks))
+	lo, hi := int(from/Tick), int(to/Tick)
+	for i, s := range o.ticks {
+		out[i].Refused = make([]uint64, len(reasons))
+		for t := max(lo, 0); t < hi && t < len(s); t++ {
+			out[i].add(&s[t])
+		}
+	}
+	return out
+}
+
+// waitMillis reads the x-fair-queue-wait-ms header.
+func waitMillis(h http.Header) (float64, bool) {
+	v := h.Get("x-fair-queue-wait-ms")
+	if v == "" {
+		return 0, false
+	}
+	ms, err := strconv.ParseFloat(v, 64)
+	return ms, err == nil && ms >= 0
+}
+
+// refusalReason returns error.details.fair_queue.reason of an OpenAI-style
+// error body, ReasonImmediate when the queue was not involved and
+// ReasonOther when the body is not the expected JSON.
+func refusalReason(data []byte) string {
+	var body struct {
+		Error struct {
+			Details struct {
+				FairQueue *struct {
+					Reason string `json:"reason"`
+				} `json:"fair_queue"`
+			} `json:"details"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(data, &body); err != nil {
+		return ReasonOther
+	}
+	if fq := body.Error.Details.FairQueue; fq != nil && fq.Reason != "" {
+		return fq.Reason
+	}
+	return ReasonImmediate
+}
+
+// reasonIndex returns the index of reason in reasons, or that of ReasonOther.
+func reasonIndex(reason string) int {
+	if i := slices.Index(reasons, reason); i >= 0 {
+		return i
+	}
+	return len(reasons) - 1
+}
+
+// quantile returns the q-quantile of v (sorted in place), or NaN when empty.
+func quantile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return nan
+	}
+	slices.Sort(v)
+	i := int(q * float64(len(v)-1))
+	return v[i]
+}
+
+// Admitted returns a copy of each tenant's admitted count per tick.
+func (o *Observer) Admitted() [][]uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([][]uint64, len(o.ticks))
+	for i, s := range o.ticks {
+		out[i] = make([]uint64, len(s))
+		for k := range s {
+			out[i][k] = s[k].Admitted
+		}
+	}
+	return out
+}
