@@ -57,8 +57,8 @@ var Tenants = []Tenant{
 // Weights before and after the change, indexed like Tenants: PRIORITY_TENANT
 // first names initech, then acme.
 var (
-	WeightsBefore = []float64{1, 1, 3}
-	WeightsAfter  = []float64{3, 1, 1}
+	WeightsBefore                 = []float64{1, 1, 3}
+	WeightsAfter                  = []float64{3, 1, 1}
 	priorityBefore, priorityAfter = 2, 0
 )
 
