@@ -73,6 +73,14 @@ test: vet envtest ## Run all unit and envtest tests against a real API server.
 bench: ## Run the benchmarks quoted in the README.
 	$(GO) test -run '^$$' -bench . -benchmem ./dataplane/...
 
+.PHONY: demo
+demo: envtest ## Build everything and run the three-tenant fair-share demo on local processes (about 90s; DEMO_FLAGS="--duration 30s").
+	$(GO) run ./hack/demo $(DEMO_FLAGS)
+
+.PHONY: test-e2e
+test-e2e: envtest ## Run the demo's scenario headless with assertions through the whole stack.
+	$(GO) test -tags e2e -count=1 -timeout=6m -v ./test/e2e/
+
 ##@ Build
 
 .PHONY: build

@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string) error {
 	)
 	fs.DurationVar(&o.Duration, "duration", 60*time.Second, "how long load is offered (10s to 30m)")
 	fs.DurationVar(&o.ChangeAt, "change-at", 0, "when, after the load starts, the weights change (default half of --duration)")
-	fs.IntVar(&o.PerModel, "per-model", 50, "each replica's model limit in requests per second")
+	fs.IntVar(&o.PerModel, "per-model", 45, "each replica's model limit in requests per second")
 	fs.StringVar(&o.BinDir, "bin-dir", "bin", "`directory` of the binaries; bin-dir/k8s must hold etcd and kube-apiserver (make envtest)")
 	fs.BoolVar(&noBuild, "no-build", false, "use the binaries already in --bin-dir instead of building them")
 	fs.BoolVar(&o.KeepWorkDir, "keep", false, "keep the temporary directory with the logs, kubeconfig and config after a successful run")

@@ -92,7 +92,9 @@ func (s *Shares) Plot() (*plot.Plot, error) {
 			if err != nil {
 				return nil, fmt.Errorf("tenant %s share: %w", t.Name, err)
 			}
-			l.Color, l.Width = c, vg.Points(2)
+			// Earlier tenants are drawn wider, so a line that coincides
+			// with a later one still shows at its edges.
+			l.Color, l.Width = c, vg.Points(2+1.5*float64(len(s.Tenants)-1-i))
 			p.Add(l)
 			p.Legend.Add(t.Name, l)
 		}

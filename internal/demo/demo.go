@@ -54,13 +54,17 @@ var Tenants = []Tenant{
 	{Name: "initech", APIKey: "sk-demo-initech-00000000000000000", Rate: 90},
 }
 
-// Weights before and after the change, indexed like Tenants: PRIORITY_TENANT
-// first names initech, then acme.
+// Weights before and after the change, indexed like Tenants.
 var (
-	WeightsBefore                 = []float64{1, 1, 3}
-	WeightsAfter                  = []float64{3, 1, 1}
-	priorityBefore, priorityAfter = 2, 0
+	// WeightsBefore hold while PRIORITY_TENANT names initech.
+	WeightsBefore = []float64{1, 1, 3}
+	// WeightsAfter hold once the patch makes PRIORITY_TENANT name acme.
+	WeightsAfter = []float64{3, 1, 1}
 )
+
+// The indexes in Tenants of the tenant PRIORITY_TENANT names before and after
+// the change.
+const priorityBefore, priorityAfter = 2, 0
 
 // Replicas is the number of data-plane replicas.
 const Replicas = 2
@@ -85,7 +89,7 @@ type Options struct {
 	// ChangeAt is when, after the load started, the weights change; default
 	// half of Duration.
 	ChangeAt time.Duration
-	// PerModel is each replica's model limit in requests per second; default 50.
+	// PerModel is each replica's model limit in requests per second; default 45.
 	PerModel int
 	// Out receives progress lines and, with Live, the table; default io.Discard.
 	Out io.Writer
@@ -111,7 +115,7 @@ func (o *Options) defaults() error {
 		o.ChangeAt = o.Duration / 2
 	}
 	if o.PerModel == 0 {
-		o.PerModel = 50
+		o.PerModel = 45
 	}
 	if o.Out == nil {
 		o.Out = io.Discard

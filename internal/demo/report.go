@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/fairqueue/fairqueue/internal/chart"
@@ -49,7 +50,9 @@ func (r *Result) DataPlaneAdmitted() float64 {
 
 // WriteReport prints the shares in the steady windows, the weight change's
 // timing and the request accounting.
-func (r *Result) WriteReport(w io.Writer) {
+func (r *Result) WriteReport(out io.Writer) {
+	w := &strings.Builder{}
+	defer func() { _, _ = io.WriteString(out, w.String()) }()
 	before, after := r.SteadyWindows()
 	fmt.Fprintf(w, "\n==> Shares in the steady windows\n")
 	fmt.Fprintf(w, "    %-8s  %-22s %-22s\n", "tenant", fmt.Sprintf("%s-%s", before[0], before[1].Round(time.Second)), fmt.Sprintf("%s-%s", after[0].Round(time.Second), after[1]))
@@ -115,7 +118,7 @@ func (r *Result) Chart() *chart.Shares {
 			from := time.Duration(s) * time.Second
 			ct.Share = append(ct.Share, r.Shares(from, from+time.Second)[i])
 			weights := WeightsBefore
-			if r.PatchStart >= 0 && from >= r.PatchStart {
+			if r.PatchStart >= 0 && from+time.Second/2 >= r.PatchStart {
 				weights = WeightsAfter
 			}
 			ct.Weighted = append(ct.Weighted, WeightedShares(weights)[i])
