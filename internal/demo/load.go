@@ -148,7 +148,7 @@ func watchReload(ctx context.Context, obs *Observer, metricsURLs []string, initi
 			if done[i] {
 				continue
 			}
-			if m, err := scrape(ctx, c, u); err == nil && m.ConfigHash != "" && m.ConfigHash != initial {
+			if m, err := scrape(ctx, c, u); err == nil && m.Loaded(initial) {
 				done[i] = true
 				left--
 				loaded(i, obs.Elapsed())

@@ -12,8 +12,23 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// maxMetricsBody bounds a scraped /metrics page.
-const maxMetricsBody = 8 << 20
+// Bounds of what scrape reads.
+const (
+	// maxMetricsBody bounds a scraped /metrics page.
+	maxMetricsBody = 8 << 20
+	// maxHashes bounds the config hashes kept from one page.
+	maxHashes = 8
+)
+
+// Loaded reports whether the replica reports a config hash other than old.
+func (c *DataPlaneCounts) Loaded(old string) bool {
+	for _, h := range c.ConfigHashes {
+		if h != "" && h != old {
+			return true
+		}
+	}
+	return false
+}
 
 // DataPlaneCounts is what one data-plane replica's /metrics reports.
 type DataPlaneCounts struct {
@@ -25,8 +40,9 @@ type DataPlaneCounts struct {
 	Grants float64
 	// QueueRefused counts queue refusals (rate_limit_fair_queue_refused_total).
 	QueueRefused float64
-	// ConfigHash is the config_hash label of fairqueue_dataplane_config_info.
-	ConfigHash string
+	// ConfigHashes are the config_hash labels of fairqueue_dataplane_config_info
+	// series at 1: the loaded config's hash.
+	ConfigHashes []string
 }
 
 // scrape reads and parses the /metrics page at url.
@@ -63,8 +79,8 @@ func scrape(ctx context.Context, client *http.Client, url string) (*DataPlaneCou
 		c.QueueRefused += m.GetCounter().GetValue()
 	}
 	for _, m := range families["fairqueue_dataplane_config_info"].GetMetric() {
-		if m.GetGauge().GetValue() == 1 {
-			c.ConfigHash = label(m, "config_hash")
+		if m.GetGauge().GetValue() == 1 && len(c.ConfigHashes) < maxHashes {
+			c.ConfigHashes = append(c.ConfigHashes, label(m, "config_hash"))
 		}
 	}
 	return c, nil
