@@ -26,12 +26,18 @@ import (
 	"github.com/fairqueue/fairqueue/internal/demo"
 )
 
+// errInterrupted ends a run stopped by Ctrl-C or SIGTERM.
+var errInterrupted = errors.New("interrupted")
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		switch {
+		case errors.Is(err, flag.ErrHelp):
 			return
+		case errors.Is(err, errInterrupted):
+			os.Exit(130)
 		}
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
@@ -66,6 +72,10 @@ func run(ctx context.Context, args []string) error {
 
 	start := time.Now()
 	res, err := demo.Run(ctx, o)
+	if ctx.Err() != nil {
+		fmt.Println("==> Interrupted: every process the demo started has been stopped")
+		return errInterrupted
+	}
 	if res != nil && res.Summary != nil {
 		res.WriteReport(os.Stdout)
 		if chart != "" {

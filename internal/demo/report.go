@@ -17,7 +17,11 @@ const Settle = 3 * time.Second
 // SteadyWindows returns the windows in which shares are compared with the
 // weighted shares: from Settle after the start until the patch, and from
 // Settle after the patch until the end of the load.
+// Without a patch, the first window runs to the end and the second is empty.
 func (r *Result) SteadyWindows() (before, after [2]time.Duration) {
+	if r.PatchStart < 0 {
+		return [2]time.Duration{Settle, r.Duration}, [2]time.Duration{r.Duration, r.Duration}
+	}
 	return [2]time.Duration{Settle, r.PatchStart}, [2]time.Duration{r.PatchStart + Settle, r.Duration}
 }
 
