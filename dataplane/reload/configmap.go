@@ -66,7 +66,9 @@ func (s *ConfigMapSource) Run(ctx context.Context, sink Sink) error {
 	}
 	// Handlers of a non-shared informer run one at a time, in event order.
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
+		// Like generated informers, ask the client whether it streams the
+		// initial list (fake clients in tests do not).
+		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, s.client),
 		ObjectType:    &corev1.ConfigMap{},
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    deliver,

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
@@ -65,4 +67,9 @@ func (s *recordingSink) snapshot() (updates [][]byte, rejects []error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([][]byte(nil), s.updates...), append([]error(nil), s.rejects...)
+}
+
+// testLogger logs through t, so output shows only for failing tests.
+func testLogger(t *testing.T) logr.Logger {
+	return funcr.New(func(prefix, args string) { t.Log(prefix, args) }, funcr.Options{Verbosity: 2})
 }
