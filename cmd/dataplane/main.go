@@ -20,14 +20,18 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/dataplane/server"
 )
 
@@ -58,7 +62,18 @@ type options struct {
 	logLevel       string
 	trustedProxies string
 	maxBodyBytes   int64
+	configSource   string
+	configMap      string
+	kubeconfig     string
+	podName        string
+	podUID         string
 }
+
+// Config sources for --config-source.
+const (
+	sourceFile       = "file"
+	sourceKubernetes = "kubernetes"
+)
 
 // parseFlags reads flags from args, falling back to FAIRQUEUE_* variables
 // from getenv for every flag not given on the command line.
@@ -68,8 +83,16 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.SetOutput(out)
 	fs.StringVar(&o.listen, "listen", ":8080", "address for proxied API traffic")
 	fs.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address for /metrics, /healthz and /readyz")
-	fs.StringVar(&o.configFile, "config", "", "file holding the rendered config (the config.json key of the policy's ConfigMap); "+
-		"without it the data plane stays unready")
+	fs.StringVar(&o.configFile, "config", "", "file holding the rendered config (the config.json key of the policy's ConfigMap), "+
+		"watched for changes; it must be valid at startup")
+	fs.StringVar(&o.configSource, "config-source", "", "where the config comes from: file (--config) or kubernetes (--configmap, watched through the API); "+
+		"empty means file when --config is set, else kubernetes when --configmap is set")
+	fs.StringVar(&o.configMap, "configmap", "", "NAMESPACE/NAME of the policy's rendered ConfigMap (<policy>-dataplane), watched through the Kubernetes API; "+
+		"the data plane is unready until it holds a valid config")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file for the Kubernetes API; empty means the in-cluster service account")
+	fs.StringVar(&o.podName, "pod-name", "", "this replica's Pod name (POD_NAME from the downward API also works); with the kubernetes source, "+
+		"the loaded config hash is reported on Lease <policy>-dataplane-<pod> for the operator's status")
+	fs.StringVar(&o.podUID, "pod-uid", "", "this replica's Pod UID (POD_UID also works); makes the Pod own its report Lease so it is deleted with the Pod")
 	fs.StringVar(&o.hashKeyFile, "hash-key-file", "", "file holding the policy's HMAC hash key (the key of the policy's hash-key Secret); required")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long admitted requests may finish; queued ones are answered 503 at once")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log verbosity: error, info, debug, or a number (higher is more verbose)")
@@ -100,6 +123,30 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 			}
 		}
 	})
+	if o.podName == "" {
+		o.podName = getenv("POD_NAME")
+	}
+	if o.podUID == "" {
+		o.podUID = getenv("POD_UID")
+	}
+	switch o.configSource {
+	case "":
+		if o.configFile != "" {
+			o.configSource = sourceFile
+		} else if o.configMap != "" {
+			o.configSource = sourceKubernetes
+		}
+	case sourceFile:
+		if o.configFile == "" {
+			errs = append(errs, errors.New("--config-source=file needs --config FILE"))
+		}
+	case sourceKubernetes:
+		if o.configMap == "" {
+			errs = append(errs, errors.New("--config-source=kubernetes needs --configmap NAMESPACE/NAME"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--config-source %q: use file or kubernetes", o.configSource))
+	}
 	return o, errors.Join(errs...)
 }
 
@@ -162,16 +209,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	if o.configFile != "" {
-		cfg, hash, err := loadConfig(o.configFile)
+	reporter, source, err := configSource(o, log)
+	if err != nil {
+		return err
+	}
+	var onLoaded func(reload.Loaded)
+	if reporter != nil {
+		onLoaded = reporter.OnLoaded
+	}
+	reloader, err := reload.New(srv.Load, reload.Options{Logger: log.WithName("reload"), Registerer: reg, OnLoaded: onLoaded})
+	if err != nil {
+		return err
+	}
+	if o.configSource == sourceFile {
+		// A file named on the command line must be usable at startup; later
+		// edits are followed, and a bad one keeps this config in force.
+		data, err := os.ReadFile(o.configFile)
 		if err != nil {
+			return fmt.Errorf("reading --config: %w", err)
+		}
+		if err := reloader.Update(source.String(), data); err != nil {
 			return err
 		}
-		if err := srv.Load(cfg, hash); err != nil {
-			return fmt.Errorf("config %s: %w", o.configFile, err)
-		}
-	} else {
-		log.Info("No --config given: not ready until a config is loaded")
+	}
+	if source == nil {
+		log.Info("No --config or --configmap given: not ready until a config is loaded")
 	}
 
 	trafficLn, err := net.Listen("tcp", o.listen)
@@ -183,19 +245,57 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		trafficLn.Close()
 		return fmt.Errorf("--metrics-listen: %w", err)
 	}
-	return srv.Run(ctx, trafficLn, opsLn)
+
+	// The source and reporter stop with ctx; Run returns after shutdown, and
+	// we wait for both so nothing outlives run.
+	bg, stopBG := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	if source != nil {
+		wg.Go(func() {
+			if err := source.Run(bg, reloader); err != nil {
+				log.Error(err, "Config source stopped; the config in force stays until restart", "source", source.String())
+			}
+		})
+	}
+	if reporter != nil {
+		wg.Go(func() { _ = reporter.Run(bg) })
+	}
+	err = srv.Run(ctx, trafficLn, opsLn)
+	stopBG()
+	wg.Wait()
+	return err
 }
 
-// loadConfig reads and validates a rendered config file; errors name the
-// offending JSON field.
-func loadConfig(path string) (*config.Config, string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, "", fmt.Errorf("reading --config: %w", err)
+// configSource builds the config source the flags select, and the Lease
+// reporter when the Kubernetes API is in use and the Pod name is known.
+func configSource(o *options, log logr.Logger) (*reload.LeaseReporter, reload.Source, error) {
+	switch o.configSource {
+	case sourceFile:
+		return nil, reload.NewFileSource(o.configFile, reload.FileOptions{Logger: log.WithName("config-file")}), nil
+	case sourceKubernetes:
+		ns, name, ok := strings.Cut(o.configMap, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return nil, nil, fmt.Errorf("--configmap %q: use NAMESPACE/NAME, e.g. team-a/llm-dataplane", o.configMap)
+		}
+		rc, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+		if err != nil {
+			return nil, nil, fmt.Errorf("connecting to the Kubernetes API (set --kubeconfig outside a cluster): %w", err)
+		}
+		rc.UserAgent = "fairqueue-dataplane"
+		client, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return nil, nil, fmt.Errorf("building the Kubernetes client: %w", err)
+		}
+		src := reload.NewConfigMapSource(client, ns, name, log.WithName("configmap"))
+		if o.podName == "" {
+			log.Info("No --pod-name or POD_NAME: the loaded config hash is not reported to the operator")
+			return nil, src, nil
+		}
+		rep, err := reload.NewLeaseReporter(client, reload.LeaseOptions{PodName: o.podName, PodUID: types.UID(o.podUID), Logger: log.WithName("lease")})
+		if err != nil {
+			return nil, nil, err
+		}
+		return rep, src, nil
 	}
-	cfg, err := config.Parse(data)
-	if err != nil {
-		return nil, "", fmt.Errorf("config %s is invalid: %w", path, err)
-	}
-	return cfg, config.Hash(data), nil
+	return nil, nil, nil
 }

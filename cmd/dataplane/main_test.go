@@ -69,6 +69,12 @@ func TestStartupErrors(t *testing.T) {
 			wantErr: `--trusted-proxies: trusted proxy "bogus"`},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, wantErr: "--log-level"},
 		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
+		{name: "unknown config source", args: []string{"--config-source", "etcd"}, wantErr: `--config-source "etcd": use file or kubernetes`},
+		{name: "file source without a file", args: []string{"--config-source", "file"}, wantErr: "--config-source=file needs --config FILE"},
+		{name: "kubernetes source without a ConfigMap", args: []string{"--config-source", "kubernetes"}, wantErr: "needs --configmap NAMESPACE/NAME"},
+		{name: "ConfigMap without namespace", args: []string{"--hash-key-file", keyFile, "--configmap", "llm-dataplane"}, wantErr: "use NAMESPACE/NAME"},
+		{name: "unreachable kubeconfig", args: []string{"--hash-key-file", keyFile, "--configmap", "ns/llm-dataplane", "--kubeconfig", "/nonexistent/kubeconfig"},
+			wantErr: "set --kubeconfig outside a cluster"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,7 +93,8 @@ func TestHelpDocumentsFlagsAndEnvironment(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("run(--help) error = %v, want flag.ErrHelp", err)
 	}
-	for _, want := range []string{"-listen", "-metrics-listen", "-config", "-hash-key-file", "-shutdown-grace", "-log-level", "-trusted-proxies", "FAIRQUEUE_HASH_KEY_FILE"} {
+	for _, want := range []string{"-listen", "-metrics-listen", "-config", "-hash-key-file", "-shutdown-grace", "-log-level", "-trusted-proxies", "FAIRQUEUE_HASH_KEY_FILE",
+		"-config-source", "-configmap", "-kubeconfig", "-pod-name", "POD_NAME"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help does not mention %s:\n%s", want, out.String())
 		}
