@@ -340,26 +340,12 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	}
 	p.printf("    ConfigMap %s/%s rendered, config hash %s\n", Namespace, configMapName, rend.hash)
 
-	// The data planes load the rendered ConfigMap from a file that the demo
-	// keeps in sync, as a kubelet keeps a mounted ConfigMap in sync.
-	configPath, keyPath := filepath.Join(work, "config.json"), filepath.Join(work, "hash.key")
-	if err := os.WriteFile(configPath, rend.config, 0o600); err != nil {
-		return res, err
-	}
+	// The data planes watch the rendered ConfigMap through the API server and
+	// read the hash key from a file, as from a mounted Secret.
+	keyPath := filepath.Join(work, "hash.key")
 	if err := os.WriteFile(keyPath, rend.hashKey, 0o600); err != nil {
 		return res, err
 	}
-	syncCtx, stopSync := context.WithCancel(ctx)
-	var syncWG sync.WaitGroup
-	defer func() { stopSync(); syncWG.Wait() }()
-	syncWG.Add(1)
-	go func() {
-		defer syncWG.Done()
-		syncConfig(syncCtx, kube, configPath, rend.hash, func(h string) {
-			p.printf("    ConfigMap changed: wrote config hash %s to %s\n", h, configPath)
-		})
-	}()
-
 	var targets, metricsURLs []string
 	for i := range Replicas {
 		name := fmt.Sprintf("dataplane-%d", i+1)
@@ -370,8 +356,9 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 				return nil
 			}
 			metricsAddr = loopback(port)
-			return []string{filepath.Join(o.BinDir, "dataplane"), "--config", configPath, "--hash-key-file", keyPath,
-				"--listen", addr, "--metrics-listen", metricsAddr, "--shutdown-grace", "5s"}
+			return []string{filepath.Join(o.BinDir, "dataplane"), "--config-source", "kubernetes",
+				"--configmap", Namespace + "/" + configMapName, "--kubeconfig", kubeconfig, "--pod-name", name,
+				"--hash-key-file", keyPath, "--listen", addr, "--metrics-listen", metricsAddr, "--shutdown-grace", "5s"}
 		}, "")
 		if err != nil {
 			return res, err
@@ -405,8 +392,6 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	httpc.CloseIdleConnections()
 
 	// Shutdown: the data planes first (they drain), the control plane last.
-	stopSync()
-	syncWG.Wait()
 	_ = p.step("Stopping the data planes, operator, fake upstream and control plane", func() error {
 		stopped = true
 		res.ShutdownErr = sup.StopAll()
