@@ -339,6 +339,9 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		return res, err
 	}
 	p.printf("    ConfigMap %s/%s rendered, config hash %s\n", Namespace, configMapName, rend.hash)
+	if status, err := kc.run(ctx, nil, "get", "fqp", PolicyName, "-n", Namespace, "-o", statusColumns); err == nil {
+		p.printf("    kubectl get fqp %s:\n        %s\n", PolicyName, strings.ReplaceAll(status, "\n", "\n        "))
+	}
 
 	// The data planes watch the rendered ConfigMap through the API server and
 	// read the hash key from a file, as from a mounted Secret.

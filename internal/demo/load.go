@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -115,6 +116,9 @@ func runLoad(ctx context.Context, o Options, p *progress, kc kubectl, targets, m
 					mu.Unlock()
 					p.printf("    >>> %5.1fs  dataplane-%d loaded the new config (%s after the patch)\n", at.Seconds(), replica+1, (at - start).Round(time.Millisecond))
 				})
+				if status, err := waitStatus(ctx, kc, len(metricsURLs)); err == nil {
+					p.printf("    >>> %5.1fs  kubectl get fqp %s:\n        %s\n", obs.Elapsed().Seconds(), PolicyName, strings.ReplaceAll(status, "\n", "\n        "))
+				}
 			}()
 		}
 		mu.Lock()
@@ -158,6 +162,27 @@ func watchReload(ctx context.Context, obs *Observer, metricsURLs []string, initi
 		case <-ctx.Done():
 			return
 		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// statusColumns are the FairQueuePolicy status fields the demo shows.
+const statusColumns = `custom-columns=NAME:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,` +
+	`CONFIG-HASH:.status.configHash,REPLICAS:.status.dataPlaneReplicas,UPDATED:.status.updatedReplicas`
+
+// waitStatus waits, for at most 5s, until the policy's status counts
+// replicas updated replicas, and returns `kubectl get fqp` output.
+func waitStatus(ctx context.Context, kc kubectl, replicas int) (string, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := kc.run(ctx, nil, "get", "fqp", PolicyName, "-n", Namespace, "-o", "jsonpath={.status.updatedReplicas}")
+		if (err == nil && n == strconv.Itoa(replicas)) || time.Now().After(deadline) {
+			return kc.run(ctx, nil, "get", "fqp", PolicyName, "-n", Namespace, "-o", statusColumns)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
