@@ -27,7 +27,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -40,6 +42,14 @@ const envPrefix = "FAIRQUEUE_"
 
 // minHashKeyLen is the shortest hash key accepted; the operator generates 32 bytes.
 const minHashKeyLen = 16
+
+// The operator's naming: it renders policy P into ConfigMap P-dataplane and
+// keeps P's hash key in Secret P-hash-key under data key "key".
+const (
+	configMapSuffix     = "-dataplane"
+	hashKeySecretSuffix = "-hash-key"
+	hashKeySecretKey    = "key"
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -67,6 +77,8 @@ type options struct {
 	kubeconfig     string
 	podName        string
 	podUID         string
+	podNamespace   string
+	hashKeySecret  string
 }
 
 // Config sources for --config-source.
@@ -87,13 +99,16 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 		"watched for changes; it must be valid at startup")
 	fs.StringVar(&o.configSource, "config-source", "", "where the config comes from: file (--config) or kubernetes (--configmap, watched through the API); "+
 		"empty means file when --config is set, else kubernetes when --configmap is set")
-	fs.StringVar(&o.configMap, "configmap", "", "NAMESPACE/NAME of the policy's rendered ConfigMap (<policy>-dataplane), watched through the Kubernetes API; "+
-		"the data plane is unready until it holds a valid config")
+	fs.StringVar(&o.configMap, "configmap", "", "NAMESPACE/NAME (or NAME in $POD_NAMESPACE) of the policy's rendered ConfigMap <policy>-dataplane, "+
+		"watched through the Kubernetes API; the data plane is unready until it holds a valid config")
+	fs.StringVar(&o.hashKeySecret, "hash-key-secret", "", "with --configmap and no --hash-key-file, the Secret in the ConfigMap's namespace holding the hash key "+
+		"under data key \"key\"; empty means <policy>-hash-key, the operator's default")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file for the Kubernetes API; empty means the in-cluster service account")
 	fs.StringVar(&o.podName, "pod-name", "", "this replica's Pod name (POD_NAME from the downward API also works); with the kubernetes source, "+
 		"the loaded config hash is reported on Lease <policy>-dataplane-<pod> for the operator's status")
 	fs.StringVar(&o.podUID, "pod-uid", "", "this replica's Pod UID (POD_UID also works); makes the Pod own its report Lease so it is deleted with the Pod")
-	fs.StringVar(&o.hashKeyFile, "hash-key-file", "", "file holding the policy's HMAC hash key (the key of the policy's hash-key Secret); required")
+	fs.StringVar(&o.hashKeyFile, "hash-key-file", "", "file holding the policy's HMAC hash key (the key of the policy's hash-key Secret); "+
+		"required unless --configmap is used, which reads the Secret through the API")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long admitted requests may finish; queued ones are answered 503 at once")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log verbosity: error, info, debug, or a number (higher is more verbose)")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs or addresses of proxies whose X-Forwarded-For decides the client address for the perClient limit")
@@ -129,6 +144,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	if o.podUID == "" {
 		o.podUID = getenv("POD_UID")
 	}
+	o.podNamespace = getenv("POD_NAMESPACE")
 	switch o.configSource {
 	case "":
 		if o.configFile != "" {
@@ -185,15 +201,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	if o.hashKeyFile == "" {
-		return errors.New("--hash-key-file is required: mount the policy's hash-key Secret and point the flag at its key")
+	var kube kubernetes.Interface
+	var cmNamespace, cmName string
+	if o.configSource == sourceKubernetes {
+		if cmNamespace, cmName, err = splitConfigMap(o.configMap, o.podNamespace); err != nil {
+			return err
+		}
+		if kube, err = newKubeClient(o.kubeconfig); err != nil {
+			return err
+		}
 	}
-	key, err := os.ReadFile(o.hashKeyFile)
+	key, err := hashKey(ctx, o, kube, cmNamespace, cmName, log)
 	if err != nil {
-		return fmt.Errorf("reading --hash-key-file: %w", err)
-	}
-	if len(key) < minHashKeyLen {
-		return fmt.Errorf("--hash-key-file %s holds %d bytes; a hash key needs at least %d (the operator generates 32)", o.hashKeyFile, len(key), minHashKeyLen)
+		return err
 	}
 	trusted, err := server.ParseTrustedProxies(o.trustedProxies)
 	if err != nil {
@@ -209,7 +229,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	reporter, source, err := configSource(o, log)
+	reporter, source, err := configSource(o, kube, cmNamespace, cmName, log)
 	if err != nil {
 		return err
 	}
@@ -268,34 +288,92 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 // configSource builds the config source the flags select, and the Lease
 // reporter when the Kubernetes API is in use and the Pod name is known.
-func configSource(o *options, log logr.Logger) (*reload.LeaseReporter, reload.Source, error) {
+func configSource(o *options, kube kubernetes.Interface, namespace, name string, log logr.Logger) (*reload.LeaseReporter, reload.Source, error) {
 	switch o.configSource {
 	case sourceFile:
 		return nil, reload.NewFileSource(o.configFile, reload.FileOptions{Logger: log.WithName("config-file")}), nil
 	case sourceKubernetes:
-		ns, name, ok := strings.Cut(o.configMap, "/")
-		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-			return nil, nil, fmt.Errorf("--configmap %q: use NAMESPACE/NAME, e.g. team-a/llm-dataplane", o.configMap)
-		}
-		rc, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-		if err != nil {
-			return nil, nil, fmt.Errorf("connecting to the Kubernetes API (set --kubeconfig outside a cluster): %w", err)
-		}
-		rc.UserAgent = "fairqueue-dataplane"
-		client, err := kubernetes.NewForConfig(rc)
-		if err != nil {
-			return nil, nil, fmt.Errorf("building the Kubernetes client: %w", err)
-		}
-		src := reload.NewConfigMapSource(client, ns, name, log.WithName("configmap"))
+		src := reload.NewConfigMapSource(kube, namespace, name, log.WithName("configmap"))
 		if o.podName == "" {
 			log.Info("No --pod-name or POD_NAME: the loaded config hash is not reported to the operator")
 			return nil, src, nil
 		}
-		rep, err := reload.NewLeaseReporter(client, reload.LeaseOptions{PodName: o.podName, PodUID: types.UID(o.podUID), Logger: log.WithName("lease")})
+		rep, err := reload.NewLeaseReporter(kube, reload.LeaseOptions{PodName: o.podName, PodUID: types.UID(o.podUID), Logger: log.WithName("lease")})
 		if err != nil {
 			return nil, nil, err
 		}
 		return rep, src, nil
 	}
 	return nil, nil, nil
+}
+
+// splitConfigMap parses --configmap: NAMESPACE/NAME, or NAME in podNamespace.
+func splitConfigMap(v, podNamespace string) (namespace, name string, err error) {
+	namespace, name, ok := strings.Cut(v, "/")
+	if !ok {
+		namespace, name = podNamespace, v
+	}
+	switch {
+	case namespace == "" && !ok:
+		return "", "", fmt.Errorf("--configmap %q: give NAMESPACE/NAME, or set POD_NAMESPACE from the downward API", v)
+	case namespace == "" || name == "" || strings.Contains(name, "/"):
+		return "", "", fmt.Errorf("--configmap %q: use NAMESPACE/NAME, e.g. team-a/llm-dataplane", v)
+	}
+	return namespace, name, nil
+}
+
+// newKubeClient connects to the API server named by kubeconfig, or to the
+// cluster the Pod runs in when kubeconfig is empty.
+func newKubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the Kubernetes API (set --kubeconfig outside a cluster): %w", err)
+	}
+	rc.UserAgent = "fairqueue-dataplane"
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
+	}
+	return c, nil
+}
+
+// hashKey returns the policy's HMAC key: from --hash-key-file, or else, with
+// the kubernetes source, from the hash-key Secret, waiting for the operator
+// to create it.
+func hashKey(ctx context.Context, o *options, kube kubernetes.Interface, namespace, configMap string, log logr.Logger) ([]byte, error) {
+	var key []byte
+	switch {
+	case o.hashKeyFile != "":
+		var err error
+		if key, err = os.ReadFile(o.hashKeyFile); err != nil {
+			return nil, fmt.Errorf("reading --hash-key-file: %w", err)
+		}
+	case kube != nil:
+		name := o.hashKeySecret
+		if name == "" {
+			name = strings.TrimSuffix(configMap, configMapSuffix) + hashKeySecretSuffix
+		}
+		secrets := kube.CoreV1().Secrets(namespace)
+		err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+			s, err := secrets.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				log.Info("Waiting for the hash key Secret", "secret", namespace+"/"+name, "error", err.Error())
+				return false, nil
+			}
+			key = s.Data[hashKeySecretKey]
+			if len(key) == 0 {
+				log.Info("Waiting for the hash key Secret to hold its key", "secret", namespace+"/"+name, "key", hashKeySecretKey)
+			}
+			return len(key) > 0, nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("reading hash key Secret %s/%s: %w", namespace, name, err)
+		}
+	default:
+		return nil, errors.New("--hash-key-file is required: mount the policy's hash-key Secret and point the flag at its key")
+	}
+	if len(key) < minHashKeyLen {
+		return nil, fmt.Errorf("the hash key holds %d bytes; it needs at least %d (the operator generates 32)", len(key), minHashKeyLen)
+	}
+	return key, nil
 }

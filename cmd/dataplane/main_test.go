@@ -11,7 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 )
@@ -72,7 +77,8 @@ func TestStartupErrors(t *testing.T) {
 		{name: "unknown config source", args: []string{"--config-source", "etcd"}, wantErr: `--config-source "etcd": use file or kubernetes`},
 		{name: "file source without a file", args: []string{"--config-source", "file"}, wantErr: "--config-source=file needs --config FILE"},
 		{name: "kubernetes source without a ConfigMap", args: []string{"--config-source", "kubernetes"}, wantErr: "needs --configmap NAMESPACE/NAME"},
-		{name: "ConfigMap without namespace", args: []string{"--hash-key-file", keyFile, "--configmap", "llm-dataplane"}, wantErr: "use NAMESPACE/NAME"},
+		{name: "ConfigMap without namespace", args: []string{"--hash-key-file", keyFile, "--configmap", "llm-dataplane"}, wantErr: "or set POD_NAMESPACE"},
+		{name: "ConfigMap without name", args: []string{"--hash-key-file", keyFile, "--configmap", "ns/"}, wantErr: "use NAMESPACE/NAME"},
 		{name: "unreachable kubeconfig", args: []string{"--hash-key-file", keyFile, "--configmap", "ns/llm-dataplane", "--kubeconfig", "/nonexistent/kubeconfig"},
 			wantErr: "set --kubeconfig outside a cluster"},
 	}
@@ -121,5 +127,38 @@ func TestRunStartsAndStops(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return after its context ended")
+	}
+}
+
+func TestHashKeyFromSecret(t *testing.T) {
+	secret := func(name string, data map[string][]byte) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Data: data}
+	}
+	tests := []struct {
+		name    string
+		flag    string // --hash-key-secret
+		secrets []runtime.Object
+		want    string
+		wantErr string
+	}{
+		{name: "operator default name", secrets: []runtime.Object{secret("llm-hash-key", map[string][]byte{"key": key})}, want: string(key)},
+		{name: "named by flag", flag: "mine", secrets: []runtime.Object{secret("mine", map[string][]byte{"key": key})}, want: string(key)},
+		{name: "too short", secrets: []runtime.Object{secret("llm-hash-key", map[string][]byte{"key": []byte("short")})}, wantErr: "holds 5 bytes"},
+		{name: "missing: waits until stopped", wantErr: "reading hash key Secret ns/llm-hash-key"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			got, err := hashKey(ctx, &options{hashKeySecret: tc.flag}, fake.NewClientset(tc.secrets...), "ns", "llm-dataplane", logr.Discard())
+			switch {
+			case tc.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("hashKey() error = %v, want one containing %q", err, tc.wantErr)
+				}
+			case err != nil || string(got) != tc.want:
+				t.Errorf("hashKey() = %q, %v; want the Secret's key", got, err)
+			}
+		})
 	}
 }
