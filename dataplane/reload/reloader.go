@@ -6,6 +6,23 @@
 // the last good config in force whenever a new one is refused. A LeaseReporter
 // publishes the loaded config's hash on a per-replica Lease so the operator can
 // count the replicas running the current config.
+//
+// # Reporting back: why a Lease per replica
+//
+// Each replica keeps a coordination.k8s.io Lease named
+// <policy>-dataplane-<pod> in the policy's namespace, labelled
+// fairqueue.dev/policy=<policy> and app.kubernetes.io/component=
+// fairqueue-dataplane, annotated fairqueue.dev/config-hash=<hash>, with the Pod
+// as holder (and owner, given its UID). It is rewritten at once after a reload
+// and renewed every 10s with a 30s duration, and deleted on shutdown. The
+// operator lists these Leases by label and counts the unexpired ones
+// (status.dataPlaneReplicas) and those whose hash equals status.configHash
+// (status.updatedReplicas), like a Deployment's updated replicas.
+//
+// A Lease was chosen over a Pod annotation because it needs no write access
+// to Pods (a data plane able to patch Pods could relabel itself out of its
+// Service), it expires on its own when a replica dies without cleaning up, and
+// it is a small object the operator can cache by label without caching Pods.
 package reload
 
 import (
