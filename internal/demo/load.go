@@ -132,7 +132,8 @@ func runLoad(ctx context.Context, o Options, p *progress, kc kubectl, targets, m
 		}
 		if o.Live && time.Duration(second)*time.Second <= o.Duration+time.Second {
 			weights := WeightsBefore
-			if patchStart >= 0 && time.Duration(second-1)*time.Second >= patchStart {
+			// A second shows the weights in force for most of it.
+			if patchStart >= 0 && time.Duration(second)*time.Second-time.Second/2 >= patchStart {
 				weights = WeightsAfter
 			}
 			printSecond(p, second, obs.Window(time.Duration(second-1)*time.Second, time.Duration(second)*time.Second), WeightedShares(weights))
