@@ -38,7 +38,7 @@ func NewConfigMapSource(c kubernetes.Interface, namespace, name string, log logr
 func (s *ConfigMapSource) String() string { return "ConfigMap " + s.namespace + "/" + s.name }
 
 // Run implements Source. The informer retries with backoff while the API
-// server is unreachable or access is denied, logging through klog.
+// server is unreachable or access is denied, logging each failure.
 func (s *ConfigMapSource) Run(ctx context.Context, sink Sink) error {
 	selector := fields.OneTermEqualSelector("metadata.name", s.name).String()
 	cms := s.client.CoreV1().ConfigMaps(s.namespace)
@@ -66,6 +66,9 @@ func (s *ConfigMapSource) Run(ctx context.Context, sink Sink) error {
 	}
 	// Handlers of a non-shared informer run one at a time, in event order.
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+		// List and watch failures (RBAC, connectivity) are logged here and
+		// retried with backoff.
+		Logger: &s.log,
 		// Like generated informers, ask the client whether it streams the
 		// initial list (fake clients in tests do not).
 		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, s.client),

@@ -230,9 +230,17 @@ func FieldsAtFault(err error) []string {
 			}
 			return
 		}
-		if path, _, ok := strings.Cut(e.Error(), ": "); ok && isFieldPath(path) {
+		msg := e.Error()
+		if path, _, ok := strings.Cut(msg, ": "); ok && isFieldPath(path) {
 			out = append(out, path)
 			return
+		}
+		// Strict decoding names a stray field as: unknown field "a.b".
+		if _, rest, ok := strings.Cut(msg, `unknown field "`); ok {
+			if path, _, ok := strings.Cut(rest, `"`); ok && isFieldPath(path) {
+				out = append(out, path)
+				return
+			}
 		}
 		if w := errors.Unwrap(e); w != nil {
 			walk(w)

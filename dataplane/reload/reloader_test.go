@@ -2,6 +2,7 @@ package reload
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -220,6 +221,8 @@ func TestFieldsAtFault(t *testing.T) {
 			[]string{"kind", "fairQueuing.weights[1].weight"}},
 		{"wrapped once with a field prefix", wrap(errors.New("rateLimits: limiter: bad")), []string{"rateLimits"}},
 		{"no field", errors.New("decoding DataPlaneConfig: invalid character"), nil},
+		{"unknown field from strict decoding", wrap(fmt.Errorf("decoding DataPlaneConfig: %w", errors.Join(errors.New(`json: unknown field "fairQueuing.weight"`)))),
+			[]string{"fairQueuing.weight"}},
 		{"message without separator", errors.New("boom"), nil},
 	}
 	for _, tc := range tests {
