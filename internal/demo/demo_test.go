@@ -295,3 +295,34 @@ func TestWaitHTTPAndPortClosed(t *testing.T) {
 		t.Errorf("portClosed(%s) = false after the server closed", addr)
 	}
 }
+
+func TestPrintSecond(t *testing.T) {
+	var out bytes.Buffer
+	p := &progress{out: &out}
+	counts := make([]Counts, len(Tenants))
+	for i := range counts {
+		counts[i].Refused = make([]uint64, len(reasons))
+	}
+	counts[0].Admitted, counts[0].Waits = 1, []float64{30}
+	counts[0].Refused[reasonIndex("tenant_queue_full")] = 7
+	counts[2].Admitted = 3
+	printSecond(p, 11, counts, WeightedShares(WeightsBefore))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 1+len(Tenants) || !strings.Contains(lines[0], "admitted/s") {
+		t.Fatalf("want a header and one row per tenant, got:\n%s", out.String())
+	}
+	for _, want := range []struct {
+		line  int
+		parts []string
+	}{
+		{1, []string{"11s", "acme", " 1 ", "25.0%", "20.0%", "30ms", "tenant_queue_full=7"}},
+		{2, []string{"globex", " 0 ", "0.0%", "20.0%", " - "}},
+		{3, []string{"initech", " 3 ", "75.0%", "60.0%"}},
+	} {
+		for _, part := range want.parts {
+			if !strings.Contains(lines[want.line], part) {
+				t.Errorf("row %q lacks %q", lines[want.line], part)
+			}
+		}
+	}
+}
