@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -161,4 +164,95 @@ func TestHashKeyFromSecret(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunFollowsTheConfigFile checks the binary's wiring: an edited --config
+// is loaded without restart, a bad edit is refused and counted while the
+// last good config stays in force and the replica stays ready.
+func TestRunFollowsTheConfigFile(t *testing.T) {
+	v1, err := config.Marshal(validConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := validConfig()
+	c2.Policy.Generation = 2
+	v2, err := config.Marshal(c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := write(t, "config.json", v1)
+	ops := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var stderr bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"--hash-key-file", write(t, "k", key), "--config", path,
+			"--listen", "127.0.0.1:0", "--metrics-listen", ops, "--shutdown-grace", "1s"}, func(string) string { return "" }, &stderr)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run() = %v; log:\n%s", err, stderr.String())
+		}
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + ops + path)
+		if err != nil {
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	metricsShow := func(what string, want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, body := get("/metrics")
+			missing := ""
+			for _, w := range want {
+				if !strings.Contains(body, w) {
+					missing = w
+				}
+			}
+			if missing == "" {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: /metrics never showed %s:\n%s", what, missing, body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	metricsShow("startup", `fairqueue_config_info{hash="`+config.Hash(v1)+`"} 1`)
+
+	// Replace the file the way editors and config tools do.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, v2, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	metricsShow("an edited file", `fairqueue_config_info{hash="`+config.Hash(v2)+`"} 1`, `fairqueue_config_reloads_total{result="success"} 2`)
+
+	if err := os.WriteFile(path, bytes.Replace(v2, []byte(`"maxInFlight": 8`), []byte(`"maxInFlight": 0`), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	metricsShow("a bad edit", `fairqueue_config_reloads_total{result="failure"} 1`, `fairqueue_config_last_reload_successful 0`,
+		`fairqueue_config_info{hash="`+config.Hash(v2)+`"} 1`)
+	if code, _ := get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz = %d after a refused edit, want 200: the last good config is in force", code)
+	}
+}
+
+// freeAddr returns a loopback address with a port that was free just now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
