@@ -16,10 +16,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/yaml"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 )
@@ -255,4 +257,36 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// TestDeploymentArgsParse keeps config/dataplane/deployment.yaml and the flags
+// in step: its args and downward-API environment select the kubernetes source
+// on the ConfigMap in the Pod's namespace, the Secret-read hash key and a
+// report Lease.
+func TestDeploymentArgsParse(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "dataplane", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict(data, &d); err != nil {
+		t.Fatal(err)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	env := map[string]string{"POD_NAMESPACE": "fairqueue-system", "POD_NAME": "dp-0", "POD_UID": "uid"}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			env[e.Name] = e.Value
+		}
+	}
+	o, err := parseFlags(c.Args, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatalf("the deployment's args %q do not parse: %v", c.Args, err)
+	}
+	if o.configSource != sourceKubernetes || o.hashKeyFile != "" || o.podName != "dp-0" || o.podUID != "uid" {
+		t.Errorf("parsed %+v; want the kubernetes source, the hash key from its Secret, and the Pod's name and UID", o)
+	}
+	if ns, name, err := splitConfigMap(o.configMap, o.podNamespace); err != nil || ns != "fairqueue-system" || name != "default-dataplane" {
+		t.Errorf("--configmap %q resolves to %s/%s (%v), want fairqueue-system/default-dataplane", o.configMap, ns, name, err)
+	}
 }
