@@ -84,6 +84,7 @@ type Reloader struct {
 	onLoaded func(Loaded)
 
 	mu           sync.Mutex // serialises Update and Reject
+	rejected     bool       // the last attempt was refused
 	rejectedHash string     // hash of the last refused bytes, so a resync does not repeat the error
 
 	loaded atomic.Pointer[Loaded]
@@ -154,13 +155,23 @@ func (r *Reloader) Hash() string {
 }
 
 // Update parses, validates and applies data. Bytes equal to the config in
-// force are a no-op. A refused config leaves the one in force untouched; the
+// force are a no-op, except that after a refusal they count as a successful
+// reload (the source was reverted). A refused config leaves the one in force untouched; the
 // refusal is logged with the fields at fault, counted, and returned.
 func (r *Reloader) Update(source string, data []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	hash := config.Hash(data)
 	if cur := r.loaded.Load(); cur != nil && cur.Hash == hash {
+		if r.rejected {
+			// Reverted to the config in force after a refusal: the source
+			// is healthy again, which is what the last-reload gauge tells.
+			r.rejected, r.rejectedHash = false, ""
+			r.lastOK.Set(1)
+			r.reloads.WithLabelValues(resultSuccess).Inc()
+			r.log.Info("Config reverted to the one in force", "source", source, "configHash", hash)
+			return nil
+		}
 		r.log.V(2).Info("Config unchanged", "source", source, "configHash", hash)
 		return nil
 	}
@@ -171,7 +182,7 @@ func (r *Reloader) Update(source string, data []byte) error {
 	if err != nil {
 		return r.refuseLocked(source, hash, err)
 	}
-	r.rejectedHash = ""
+	r.rejected, r.rejectedHash = false, ""
 	l := &Loaded{Config: cfg, Hash: hash}
 	r.loaded.Store(l)
 	r.lastOK.Set(1)
@@ -199,6 +210,7 @@ func (r *Reloader) Reject(source string, err error) {
 func (r *Reloader) refuseLocked(source, hash string, err error) error {
 	err = fmt.Errorf("config from %s refused, keeping %s: %w", source, r.describeCurrent(), err)
 	r.lastOK.Set(0)
+	r.rejected = true
 	if hash != "" && hash == r.rejectedHash {
 		// The same bad bytes again (a resync, a re-read): counted once.
 		return err

@@ -103,6 +103,12 @@ func TestReloaderKeepsLastGoodConfig(t *testing.T) {
 			{data: []byte("{}"), wantErr: "apiVersion", wantHash: h1, wantSucc: 1, wantFail: 1, wantReady: true},
 			{data: v2, wantHash: h2, wantOK: 1, wantSucc: 2, wantFail: 1, wantReady: true},
 		}},
+		{"reverting to the config in force after a refusal is a success", []step{
+			{data: v1, wantHash: h1, wantOK: 1, wantSucc: 1, wantReady: true},
+			{data: badWeight, wantErr: "weight", wantHash: h1, wantSucc: 1, wantFail: 1, wantReady: true},
+			{data: v1, wantHash: h1, wantOK: 1, wantSucc: 2, wantFail: 1, wantReady: true, wantLog: []string{"reverted"}},
+			{data: v1, wantHash: h1, wantOK: 1, wantSucc: 2, wantFail: 1, wantReady: true},
+		}},
 		{"unchanged bytes are a no-op", []step{
 			{data: v1, wantHash: h1, wantOK: 1, wantSucc: 1, wantReady: true},
 			{data: v1, wantHash: h1, wantOK: 1, wantSucc: 1, wantReady: true},
