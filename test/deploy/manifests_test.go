@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,9 +15,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fairqueue/fairqueue/internal/testenv"
@@ -23,6 +27,26 @@ import (
 
 // namespace is where config/default installs everything.
 const namespace = "fairqueue-system"
+
+// managerRole and managerAccount are the rendered names of the operator's
+// generated ClusterRole and of its ServiceAccount.
+const (
+	managerRole    = "fairqueue-manager-role"
+	managerAccount = "fairqueue-controller-manager"
+)
+
+// writeVerbs are the RBAC verbs that change objects.
+var writeVerbs = []string{"create", "update", "patch", "delete", "deletecollection", rbacv1.VerbAll}
+
+// codecs decodes every kind config/default renders: the built-in types and
+// CustomResourceDefinitions.
+var codecs = func() serializer.CodecFactory {
+	s := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(s), apiextensionsv1.AddToScheme(s)); err != nil {
+		panic(err)
+	}
+	return serializer.NewCodecFactory(s)
+}()
 
 // render runs `kubectl kustomize config/default` and returns its output.
 func render(t *testing.T, kubectlPath, root string) []byte {
@@ -47,7 +71,7 @@ func decode(t *testing.T, rendered []byte) []runtime.Object {
 		if strings.TrimSpace(doc) == "" {
 			continue
 		}
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		obj, _, err := codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
 		if err != nil {
 			t.Fatalf("rendered document does not decode as a Kubernetes object: %v\n%s", err, doc)
 		}
@@ -92,16 +116,15 @@ func TestKustomizeRendersDeployment(t *testing.T) {
 	}
 	want := []string{
 		"Namespace/fairqueue-system",
+		"CustomResourceDefinition/fairqueuepolicies.fairqueue.dev",
 		"ServiceAccount/fairqueue-system/fairqueue-controller-manager",
 		"ServiceAccount/fairqueue-system/fairqueue-dataplane",
 		"Role/fairqueue-system/fairqueue-dataplane-config-reader",
-		"Role/fairqueue-system/fairqueue-leader-election-role",
 		"Role/fairqueue-system/fairqueue-manager-role",
 		"ClusterRole/fairqueue-manager-role",
 		"RoleBinding/fairqueue-system/fairqueue-dataplane-config-reader",
 		"RoleBinding/fairqueue-system/fairqueue-leader-election-rolebinding",
 		"RoleBinding/fairqueue-system/fairqueue-manager-rolebinding",
-		"ClusterRoleBinding/fairqueue-manager-rolebinding",
 		"Service/fairqueue-system/fairqueue-dataplane",
 		"Deployment/fairqueue-system/fairqueue-controller-manager",
 		"Deployment/fairqueue-system/fairqueue-dataplane",
@@ -163,6 +186,53 @@ func TestKustomizeRendersDeployment(t *testing.T) {
 		}
 	})
 
+	t.Run("no ClusterRoleBinding grants cluster-wide write", func(t *testing.T) {
+		for _, problem := range clusterWideWrites(objs) {
+			t.Error(problem)
+		}
+	})
+
+	t.Run("operator is granted its ClusterRole in exactly the namespaces it watches", func(t *testing.T) {
+		watched := managerNamespaces(t, objs)
+		if len(watched) == 0 {
+			t.Fatal("the operator has no --namespaces argument: it would watch every namespace, which needs cluster-wide write")
+		}
+		var bound []string
+		for _, o := range objs {
+			if b, ok := o.(*rbacv1.RoleBinding); ok && bindsManagerRole(b) {
+				bound = append(bound, b.Namespace)
+			}
+		}
+		slices.Sort(watched)
+		slices.Sort(bound)
+		if !slices.Equal(watched, bound) {
+			t.Errorf("operator watches %v but its ClusterRole is bound by RoleBindings in %v", watched, bound)
+		}
+	})
+
+	t.Run("operator's own namespace Role grants leader election only", func(t *testing.T) {
+		role := find[*rbacv1.Role](t, objs, "Role/"+namespace+"/"+managerRole)
+		wantRules := []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "update"}},
+		}
+		if !slices.EqualFunc(role.Rules, wantRules, ruleEqual) {
+			t.Errorf("leader-election rules %+v, want exactly %+v", role.Rules, wantRules)
+		}
+	})
+
+	t.Run("watched-namespace example binds the rendered ClusterRole and ServiceAccount", func(t *testing.T) {
+		b := exampleBinding(t, root, "team-a")
+		if b.Namespace != "team-a" {
+			t.Errorf("example RoleBinding is in namespace %q, want the substituted team-a", b.Namespace)
+		}
+		find[*rbacv1.ClusterRole](t, objs, "ClusterRole/"+b.RoleRef.Name)
+		if !bindsManagerRole(b) {
+			t.Errorf("example binds %s %s to %+v, want ClusterRole %s to ServiceAccount %s/%s",
+				b.RoleRef.Kind, b.RoleRef.Name, b.Subjects, managerRole, namespace, managerAccount)
+		}
+	})
+
 	t.Run("bindings name existing service accounts and roles", func(t *testing.T) {
 		have := map[string]bool{}
 		for _, o := range objs {
@@ -193,6 +263,110 @@ func TestKustomizeRendersDeployment(t *testing.T) {
 				}
 			}
 		}
+	})
+}
+
+// clusterWideWrites lists, for every ClusterRoleBinding in objs, the write
+// verbs it grants: any write rule of the ClusterRole it binds, or the binding
+// itself when that ClusterRole is not in objs or is aggregated, since its
+// rules cannot then be checked.
+func clusterWideWrites(objs []runtime.Object) []string {
+	roles := map[string]*rbacv1.ClusterRole{}
+	for _, o := range objs {
+		if r, ok := o.(*rbacv1.ClusterRole); ok {
+			roles[r.Name] = r
+		}
+	}
+	var out []string
+	for _, o := range objs {
+		b, ok := o.(*rbacv1.ClusterRoleBinding)
+		if !ok {
+			continue
+		}
+		role := roles[b.RoleRef.Name]
+		switch {
+		case b.RoleRef.Kind != "ClusterRole" || role == nil:
+			out = append(out, fmt.Sprintf("%s binds %s %s, which is not rendered, so its verbs cannot be checked", key(b), b.RoleRef.Kind, b.RoleRef.Name))
+			continue
+		case role.AggregationRule != nil:
+			out = append(out, fmt.Sprintf("%s binds the aggregated ClusterRole %s, whose verbs cannot be checked", key(b), role.Name))
+			continue
+		}
+		for _, rule := range role.Rules {
+			for _, v := range rule.Verbs {
+				if slices.Contains(writeVerbs, v) {
+					out = append(out, fmt.Sprintf("%s grants %q on %v %v cluster-wide through ClusterRole %s", key(b), v, rule.APIGroups, rule.Resources, role.Name))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestClusterWideWrites checks the check that guards the default deploy
+// against cluster-wide write access.
+func TestClusterWideWrites(t *testing.T) {
+	clusterRole := func(name string, verbs ...string) *rbacv1.ClusterRole {
+		r := &rbacv1.ClusterRole{Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: verbs}}}
+		r.Name, r.Kind = name, "ClusterRole"
+		return r
+	}
+	binding := func(role string) *rbacv1.ClusterRoleBinding {
+		b := &rbacv1.ClusterRoleBinding{RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}}
+		b.Name, b.Kind = "b", "ClusterRoleBinding"
+		return b
+	}
+	roleBinding := &rbacv1.RoleBinding{RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "writer"}}
+	roleBinding.Name, roleBinding.Namespace, roleBinding.Kind = "rb", "ns", "RoleBinding"
+	aggregated := clusterRole("aggregated")
+	aggregated.AggregationRule = &rbacv1.AggregationRule{}
+
+	tests := []struct {
+		name  string
+		objs  []runtime.Object
+		flags int
+	}{
+		{"read-only ClusterRole bound cluster-wide", []runtime.Object{clusterRole("reader", "get", "list", "watch"), binding("reader")}, 0},
+		{"write ClusterRole bound by a RoleBinding only", []runtime.Object{clusterRole("writer", "create", "update"), roleBinding}, 0},
+		{"no bindings", []runtime.Object{clusterRole("writer", "create")}, 0},
+		{"create bound cluster-wide", []runtime.Object{clusterRole("writer", "get", "create"), binding("writer")}, 1},
+		{"every write verb bound cluster-wide", []runtime.Object{clusterRole("writer", writeVerbs...), binding("writer")}, len(writeVerbs)},
+		{"ClusterRole that is not rendered", []runtime.Object{binding("cluster-admin")}, 1},
+		{"aggregated ClusterRole", []runtime.Object{aggregated, binding("aggregated")}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := clusterWideWrites(tc.objs); len(got) != tc.flags {
+				t.Errorf("clusterWideWrites reported %d problems, want %d: %q", len(got), tc.flags, got)
+			}
+		})
+	}
+}
+
+// managerNamespaces returns the namespaces the operator's Deployment watches
+// (its --namespaces argument), or nil when it watches all.
+func managerNamespaces(t *testing.T, objs []runtime.Object) []string {
+	t.Helper()
+	d := find[*appsv1.Deployment](t, objs, "Deployment/"+namespace+"/"+managerAccount)
+	var out []string
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, arg := range c.Args {
+			if v, ok := strings.CutPrefix(arg, "--namespaces="); ok {
+				out = append(out, strings.Split(v, ",")...)
+			}
+		}
+	}
+	return out
+}
+
+// bindsManagerRole reports whether b grants the operator's ClusterRole to the
+// operator's ServiceAccount.
+func bindsManagerRole(b *rbacv1.RoleBinding) bool {
+	if b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != managerRole {
+		return false
+	}
+	return slices.ContainsFunc(b.Subjects, func(s rbacv1.Subject) bool {
+		return s.Kind == "ServiceAccount" && s.Name == managerAccount && s.Namespace == namespace
 	})
 }
 
@@ -247,6 +421,32 @@ func checkHardenedPod(t *testing.T, name string, pod *corev1.PodSpec, image stri
 		}
 	}
 }
+
+// exampleBinding reads config/rbac/watched_namespace_binding.example.yaml
+// with its placeholder replaced by ns.
+func exampleBinding(t *testing.T, root, ns string) *rbacv1.RoleBinding {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(root, "config", "rbac", "watched_namespace_binding.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(raw, []byte(examplePlaceholder)) {
+		t.Fatalf("the watched-namespace example no longer contains the placeholder %s its instructions replace", examplePlaceholder)
+	}
+	objs := decode(t, bytes.ReplaceAll(raw, []byte(examplePlaceholder), []byte(ns)))
+	if len(objs) != 1 {
+		t.Fatalf("the watched-namespace example holds %d objects, want one RoleBinding", len(objs))
+	}
+	b, ok := objs[0].(*rbacv1.RoleBinding)
+	if !ok {
+		t.Fatalf("the watched-namespace example is a %T, want a RoleBinding", objs[0])
+	}
+	return b
+}
+
+// examplePlaceholder is what a user replaces with their namespace in the
+// watched-namespace example.
+const examplePlaceholder = "TEAM-NAMESPACE"
 
 // TestServerDryRunAcceptsEveryObject applies the rendered manifests with a
 // server-side dry run against a real API server with the CRDs installed,
