@@ -2,14 +2,18 @@
 // a change to a FairQueuePolicy or to a weights Secret takes to be in force in
 // a data plane: the operator re-renders the ConfigMap, the data plane's
 // ConfigMapSource sees it, and the Reloader swaps it into a real Server. It
-// also checks the replica's report Lease reaches the policy status.
+// also checks the replica's report Lease reaches the policy status, with the
+// data plane holding only the rights of its deployed Role.
 package latency_test
 
 import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,12 +21,16 @@ import (
 	"github.com/go-logr/logr/testr"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/controllers"
@@ -103,11 +111,15 @@ func TestApplyToEffectiveLatency(t *testing.T) {
 	}
 	mustDo(t, c.Create(ctx, policy))
 
-	// The data plane needs the hash key the operator generated.
+	// The data plane runs with exactly the rights of its deployed Role
+	// (config/dataplane/role.yaml), renamed for this policy.
+	dataPlane := dataPlaneUser(ctx, t, c, env.Config)
+
+	// It reads the hash key the operator generated, as cmd/dataplane does.
 	var key []byte
 	eventually(t, "the hash key Secret", func() bool {
-		var s corev1.Secret
-		if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: controllers.HashKeySecretName(policy)}, &s) != nil {
+		s, err := dataPlane.CoreV1().Secrets(ns).Get(ctx, controllers.HashKeySecretName(policy), metav1.GetOptions{})
+		if err != nil {
 			return false
 		}
 		key = s.Data[controllers.HashKeySecretKey]
@@ -118,8 +130,7 @@ func TestApplyToEffectiveLatency(t *testing.T) {
 	log := testr.New(t)
 	srv, err := server.New(server.Options{Logger: log.WithName("server").V(1), HashKey: key})
 	mustDo(t, err)
-	kc, err := kubernetes.NewForConfig(env.Config)
-	mustDo(t, err)
+	kc := dataPlane
 	rep, err := reload.NewLeaseReporter(kc, reload.LeaseOptions{PodName: "dp-0", Logger: log.WithName("lease")})
 	mustDo(t, err)
 	got := &loads{at: map[string]time.Time{}, ch: make(chan struct{}, 1)}
@@ -203,6 +214,39 @@ func TestApplyToEffectiveLatency(t *testing.T) {
 		mustDo(t, c.Get(ctx, client.ObjectKeyFromObject(policy), &p))
 		return p.Status.ConfigHash == srv.ConfigHash() && p.Status.DataPlaneReplicas == 1 && p.Status.UpdatedReplicas == 1
 	})
+}
+
+// dataPlaneUser binds config/dataplane/role.yaml, with its resource names
+// changed from the "default" policy to "llm", to a user and returns a client
+// acting as that user.
+func dataPlaneUser(ctx context.Context, t *testing.T, c client.Client, admin *rest.Config) kubernetes.Interface {
+	t.Helper()
+	const user = "fairqueue-dataplane-under-test"
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "config", "dataplane", "role.yaml"))
+	mustDo(t, err)
+	var role rbacv1.Role
+	mustDo(t, yaml.UnmarshalStrict(data, &role))
+	for i := range role.Rules {
+		for j, n := range role.Rules[i].ResourceNames {
+			role.Rules[i].ResourceNames[j] = strings.Replace(n, "default-", "llm-", 1)
+		}
+	}
+	role.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: "dataplane"}
+	mustDo(t, c.Create(ctx, &role))
+	mustDo(t, c.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dataplane"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}))
+	cfg := rest.CopyConfig(admin)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	kc, err := kubernetes.NewForConfig(cfg)
+	mustDo(t, err)
+	// The grant is narrow: another ConfigMap is out of reach.
+	if _, err := kc.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the data plane may list every ConfigMap (err %v): the Role is not in force", err)
+	}
+	return kc
 }
 
 // percentile returns the p-th percentile of d by the nearest-rank method.
