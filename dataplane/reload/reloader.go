@@ -41,12 +41,21 @@ import (
 
 // Metric names, following Prometheus' own prometheus_config_* reload metrics.
 const (
-	LastReloadSuccessfulName    = "fairqueue_config_last_reload_successful"
-	LastReloadSuccessTimeName   = "fairqueue_config_last_reload_success_timestamp_seconds"
-	ReloadsTotalName            = "fairqueue_config_reloads_total"
-	ConfigInfoName              = "fairqueue_config_info"
-	resultSuccess, resultFailed = "success", "failure"
+	// LastReloadSuccessfulName is a gauge: 1 when the last reload attempt
+	// succeeded, 0 when it was refused.
+	LastReloadSuccessfulName = "fairqueue_config_last_reload_successful"
+	// LastReloadSuccessTimeName is a gauge: when the last successful reload
+	// happened, in seconds since the epoch.
+	LastReloadSuccessTimeName = "fairqueue_config_last_reload_success_timestamp_seconds"
+	// ReloadsTotalName counts reload attempts by result, "success" or "failure".
+	ReloadsTotalName = "fairqueue_config_reloads_total"
+	// ConfigInfoName is always 1, labelled with the hash of the config in
+	// force, so one query shows every replica's version.
+	ConfigInfoName = "fairqueue_config_info"
 )
+
+// Values of the result label of ReloadsTotalName.
+const resultSuccess, resultFailed = "success", "failure"
 
 // ApplyFunc puts a parsed, valid config in force. hash is config.Hash of the
 // bytes it was parsed from. An error refuses the config and the caller keeps
@@ -63,7 +72,7 @@ type Loaded struct {
 
 // Options configures a Reloader.
 type Options struct {
-	// Logger receives one line per reload; nil-valued means discard.
+	// Logger receives one line per reload; a zero Logger discards them.
 	Logger logr.Logger
 	// Registerer receives the reload metrics; nil means they are not exported.
 	Registerer prometheus.Registerer
