@@ -343,12 +343,8 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		p.printf("    kubectl get fqp %s:\n        %s\n", PolicyName, strings.ReplaceAll(status, "\n", "\n        "))
 	}
 
-	// The data planes watch the rendered ConfigMap through the API server and
-	// read the hash key from a file, as from a mounted Secret.
-	keyPath := filepath.Join(work, "hash.key")
-	if err := os.WriteFile(keyPath, rend.hashKey, 0o600); err != nil {
-		return res, err
-	}
+	// The data planes watch the rendered ConfigMap and read the hash-key
+	// Secret through the API server, as in a cluster.
 	var targets, metricsURLs []string
 	for i := range Replicas {
 		name := fmt.Sprintf("dataplane-%d", i+1)
@@ -361,7 +357,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 			metricsAddr = loopback(port)
 			return []string{filepath.Join(o.BinDir, "dataplane"), "--config-source", "kubernetes",
 				"--configmap", Namespace + "/" + configMapName, "--kubeconfig", kubeconfig, "--pod-name", name,
-				"--hash-key-file", keyPath, "--listen", addr, "--metrics-listen", metricsAddr, "--shutdown-grace", "5s"}
+				"--listen", addr, "--metrics-listen", metricsAddr, "--shutdown-grace", "5s"}
 		}, "")
 		if err != nil {
 			return res, err

@@ -105,16 +105,15 @@ func findKubectl(binDir string) (string, error) {
 	return p, nil
 }
 
-// rendered is the data plane's view of the policy: the rendered config and
-// the hash key it was rendered with.
+// rendered is what the operator made of the policy: the rendered config and
+// its hash.
 type rendered struct {
-	config  []byte
-	hash    string
-	hashKey []byte
+	config []byte
+	hash   string
 }
 
 // waitRendered polls until the operator has rendered the policy's ConfigMap
-// and created its hash-key Secret.
+// and created its hash-key Secret, both of which the data planes read.
 func waitRendered(ctx context.Context, c kubernetes.Interface, timeout time.Duration) (*rendered, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -146,9 +145,8 @@ func readRendered(ctx context.Context, c kubernetes.Interface) (*rendered, error
 	if err != nil {
 		return nil, fmt.Errorf("reading Secret %s: %w", hashKeySecret, err)
 	}
-	key := sec.Data[hashKeyDataKey]
-	if len(key) == 0 {
+	if len(sec.Data[hashKeyDataKey]) == 0 {
 		return nil, fmt.Errorf("secret %s has no %q key yet", hashKeySecret, hashKeyDataKey)
 	}
-	return &rendered{config: []byte(data), hash: config.Hash([]byte(data)), hashKey: key}, nil
+	return &rendered{config: []byte(data), hash: config.Hash([]byte(data))}, nil
 }
