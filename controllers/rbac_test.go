@@ -3,7 +3,9 @@ package controllers
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -49,6 +52,75 @@ func markerRules(t *testing.T) (cluster []rbacv1.PolicyRule, namespaced map[stri
 		t.Fatal("no +kubebuilder:rbac markers found")
 	}
 	return cluster, namespaced
+}
+
+// grant is one permission of a rule set: a verb on a resource of an API
+// group, in a namespace ("" for a ClusterRole's rules).
+type grant struct{ namespace, group, resource, verb string }
+
+// String names g as namespace/group/resource:verb.
+func (g grant) String() string { return g.namespace + "/" + g.group + "/" + g.resource + ":" + g.verb }
+
+// grants expands rules in namespace into single permissions, so rule sets
+// that merge or order rules differently compare equal.
+func grants(namespace string, rules []rbacv1.PolicyRule) []grant {
+	var out []grant
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					out = append(out, grant{namespace, g, res, v})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestGeneratedRoleMatchesMarkers fails when config/rbac/role.yaml, which the
+// deploy binds, grants other permissions than the markers TestRBACMarkersSuffice
+// proves sufficient: a marker changed without `make manifests`.
+func TestGeneratedRoleMatchesMarkers(t *testing.T) {
+	cluster, namespaced := markerRules(t)
+	want := grants("", cluster)
+	for ns, rules := range namespaced {
+		want = append(want, grants(ns, rules)...)
+	}
+
+	path := filepath.Join("..", "config", "rbac", "role.yaml")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []grant
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		if strings.TrimSpace(strings.TrimPrefix(doc, "---")) == "" {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		switch r := obj.(type) {
+		case *rbacv1.ClusterRole:
+			got = append(got, grants("", r.Rules)...)
+		case *rbacv1.Role:
+			got = append(got, grants(r.Namespace, r.Rules)...)
+		default:
+			t.Fatalf("%s holds a %T, want only the generated ClusterRole and Roles", path, obj)
+		}
+	}
+
+	for _, g := range want {
+		if !slices.Contains(got, g) {
+			t.Errorf("%s lacks %s that the markers grant: run `make manifests` and commit it", path, g)
+		}
+	}
+	for _, g := range got {
+		if !slices.Contains(want, g) {
+			t.Errorf("%s grants %s that no marker does: run `make manifests` and commit it", path, g)
+		}
+	}
 }
 
 // TestRBACMarkersSuffice runs the reconciler as a user holding only the
