@@ -266,10 +266,16 @@ func TestSupervisorStopsProcessGroups(t *testing.T) {
 			t.Errorf("%s still runs after StopAll", p.Name)
 		}
 	}
-	if _, err := os.Stat("/proc/" + childPid); err == nil {
-		if b, _ := os.ReadFile("/proc/" + childPid + "/stat"); !strings.Contains(string(b), ") Z") {
-			t.Errorf("the parent's child %s outlived its process group", childPid)
-		}
+	// SIGKILL is delivered asynchronously: give the child a moment to die.
+	alive := func() bool {
+		b, err := os.ReadFile("/proc/" + childPid + "/stat")
+		return err == nil && !strings.Contains(string(b), ") Z")
+	}
+	for deadline := time.Now().Add(5 * time.Second); alive() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if alive() {
+		t.Errorf("the parent's child %s outlived its process group", childPid)
 	}
 }
 
