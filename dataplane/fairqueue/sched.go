@@ -127,8 +127,14 @@ type sched struct {
 	bounds  Bounds
 	weights Weights
 
-	tenants   map[string]*tenant
-	keys      map[string]*keyState
+	tenants map[string]*tenant
+	keys    map[string]*keyState
+	// idle holds the finish tags of tenants whose queue emptied while they
+	// were ahead of the virtual time, so a tenant that drains its queue after
+	// every grant comes back where it left off instead of at vnow (which would
+	// let it win every token while vnow stands still). At most MaxTenants
+	// entries; an entry is useless once vnow has passed it.
+	idle      map[string]uint64
 	ready     tenantHeap    // by finish tag, then arrival
 	pending   tenantHeap    // by head ready time, then arrival
 	deadlines deadlineIndex // queued (not granted) waiters by deadline
@@ -159,6 +165,7 @@ func newSched(b Bounds, w Weights) *sched {
 		weights: w.clone(),
 		tenants: make(map[string]*tenant),
 		keys:    make(map[string]*keyState),
+		idle:    make(map[string]uint64),
 		onDone:  func(*waiter) {},
 	}
 	return s
@@ -454,17 +461,48 @@ func (s *sched) newTenant(key string, weight int) *tenant {
 		t = &tenant{}
 	}
 	s.seq++
-	*t = tenant{key: key, weight: weight, stride: strideScale / uint64(weight), finish: s.vnow, heapIdx: -1, seq: s.seq}
+	finish := s.vnow
+	if f, ok := s.idle[key]; ok {
+		delete(s.idle, key)
+		finish = vmax(finish, f)
+	}
+	*t = tenant{key: key, weight: weight, stride: strideScale / uint64(weight), finish: finish, heapIdx: -1, seq: s.seq}
 	s.tenants[key] = t
 	s.sumWeights += weight
 	return t
 }
 
 func (s *sched) dropTenant(t *tenant) {
+	if vless(s.vnow, t.finish) {
+		s.rememberIdle(t.key, t.finish)
+	}
 	delete(s.tenants, t.key)
 	s.sumWeights -= t.weight
 	*t = tenant{}
 	s.freeT = append(s.freeT, t)
+}
+
+// rememberIdle records the finish tag of a tenant leaving while ahead of the
+// virtual time. When the table is full, entries vnow has passed are dropped
+// and, if that is not enough, arbitrary ones down to half the bound, so the
+// scan is amortised over at least MaxTenants/2 insertions; forgetting an entry
+// costs at most one stride of that tenant's share.
+func (s *sched) rememberIdle(key string, finish uint64) {
+	limit := s.bounds.MaxTenants
+	if len(s.idle) >= limit {
+		for k, f := range s.idle {
+			if !vless(s.vnow, f) {
+				delete(s.idle, k)
+			}
+		}
+		for k := range s.idle {
+			if len(s.idle) <= limit/2 {
+				break
+			}
+			delete(s.idle, k)
+		}
+	}
+	s.idle[key] = finish
 }
 
 func (s *sched) keyRef(key string) *keyState {
