@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,8 +89,7 @@ type Server struct {
 	store    limiter.Store
 	grace    time.Duration
 
-	metrics    *metrics.Metrics
-	configInfo *prometheus.GaugeVec
+	metrics *metrics.Metrics
 
 	rt       atomic.Pointer[runtime]
 	draining atomic.Bool
@@ -143,13 +141,6 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
-	s.configInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fairqueue_dataplane_config_info",
-		Help: "Always 1, labelled with the hash and policy generation of the loaded config.",
-	}, []string{"config_hash", "generation"})
-	if err := s.reg.Register(s.configInfo); err != nil {
-		return nil, fmt.Errorf("registering the config info metric: %w", err)
-	}
 	return s, nil
 }
 
@@ -176,8 +167,6 @@ func (s *Server) Load(cfg *config.Config, configHash string) error {
 	}
 	rt.hash = configHash
 	s.rt.Store(rt)
-	s.configInfo.Reset()
-	s.configInfo.WithLabelValues(configHash, strconv.FormatInt(cfg.Policy.Generation, 10)).Set(1)
 	s.log.Info("Loaded config", "policy", cfg.Policy.Namespace+"/"+cfg.Policy.Name,
 		"generation", cfg.Policy.Generation, "configHash", configHash, "backends", rt.pool.Len(),
 		"fairQueuing", cfg.FairQueuing.Enabled, "reload", prev != nil)

@@ -10,6 +10,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/fairqueue/fairqueue/dataplane/reload"
 )
 
 // Bounds of what scrape reads.
@@ -40,8 +42,8 @@ type DataPlaneCounts struct {
 	Grants float64
 	// QueueRefused counts queue refusals (rate_limit_fair_queue_refused_total).
 	QueueRefused float64
-	// ConfigHashes are the config_hash labels of fairqueue_dataplane_config_info
-	// series at 1: the loaded config's hash.
+	// ConfigHashes are the hash labels of fairqueue_config_info series at 1:
+	// the loaded config's hash.
 	ConfigHashes []string
 }
 
@@ -78,9 +80,9 @@ func scrape(ctx context.Context, client *http.Client, url string) (*DataPlaneCou
 	for _, m := range families["rate_limit_fair_queue_refused_total"].GetMetric() {
 		c.QueueRefused += m.GetCounter().GetValue()
 	}
-	for _, m := range families["fairqueue_dataplane_config_info"].GetMetric() {
+	for _, m := range families[reload.ConfigInfoName].GetMetric() {
 		if m.GetGauge().GetValue() == 1 && len(c.ConfigHashes) < maxHashes {
-			c.ConfigHashes = append(c.ConfigHashes, label(m, "config_hash"))
+			c.ConfigHashes = append(c.ConfigHashes, label(m, "hash"))
 		}
 	}
 	return c, nil

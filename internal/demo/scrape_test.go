@@ -18,9 +18,9 @@ rate_limit_fair_queue_grants_total{tenant_dimension="user"} 0
 # TYPE rate_limit_fair_queue_refused_total counter
 rate_limit_fair_queue_refused_total{tenant_dimension="apiKey",reason="tenant_queue_full"} 7
 rate_limit_fair_queue_refused_total{tenant_dimension="apiKey",reason="queue_full"} 3
-# TYPE fairqueue_dataplane_config_info gauge
-fairqueue_dataplane_config_info{config_hash="old",generation="1"} 0
-fairqueue_dataplane_config_info{config_hash="new",generation="2"} 1
+# TYPE fairqueue_config_info gauge
+fairqueue_config_info{hash="old"} 0
+fairqueue_config_info{hash="new"} 1
 `
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")

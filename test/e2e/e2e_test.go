@@ -99,7 +99,7 @@ func TestDemoScenario(t *testing.T) {
 		}
 		for i, at := range res.ReplicaLoaded {
 			if at < 0 {
-				t.Errorf("dataplane-%d never reported the new config hash in fairqueue_dataplane_config_info: does cmd/dataplane follow changes of its --config file?", i+1)
+				t.Errorf("dataplane-%d never reported the new config hash in fairqueue_config_info: does cmd/dataplane follow changes of its --config file?", i+1)
 			}
 		}
 		if res.Moved < 0 {
