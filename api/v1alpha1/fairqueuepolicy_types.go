@@ -651,7 +651,3 @@ type FairQueuePolicyList struct {
 	// items are the policies.
 	Items []FairQueuePolicy `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&FairQueuePolicy{}, &FairQueuePolicyList{})
-}

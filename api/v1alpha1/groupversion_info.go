@@ -31,18 +31,32 @@ limitations under the License.
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is the API group and version of every type in this package.
 	GroupVersion = schema.GroupVersion{Group: "fairqueue.dev", Version: "v1alpha1"}
 
-	// SchemeBuilder registers the types of this package with a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	// SchemeBuilder collects the functions that register the types of this
+	// package with a runtime.Scheme.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the types of this package to a runtime.Scheme; call it
 	// once when building the scheme of a client or manager.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+// addKnownTypes registers the FairQueuePolicy kinds under GroupVersion, along
+// with the meta/v1 options types (ListOptions, DeleteOptions, ...) that
+// clients send for them.
+func addKnownTypes(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(GroupVersion,
+		&FairQueuePolicy{},
+		&FairQueuePolicyList{},
+	)
+	metav1.AddToGroupVersion(scheme, GroupVersion)
+	return nil
+}
