@@ -3,7 +3,6 @@ package fairqueue
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"time"
 
@@ -63,16 +62,14 @@ func New(clk clock.Clock, b Bounds, w Weights, obs Observer) *Queue {
 // now returns the scheduler time: nanoseconds since the Queue was created.
 func (q *Queue) now() int64 { return int64(q.clk.Since(q.base)) }
 
-// toSched converts an absolute deadline to scheduler time.
+// toSched converts an absolute deadline to scheduler time. A deadline too far
+// ahead to represent saturates to noDeadline, because time.Time.Sub clamps to
+// the largest Duration, which equals noDeadline.
 func (q *Queue) toSched(t time.Time) int64 {
 	if t.IsZero() {
 		return noDeadline
 	}
-	d := t.Sub(q.base)
-	if d >= math.MaxInt64 {
-		return noDeadline
-	}
-	return int64(d)
+	return int64(t.Sub(q.base))
 }
 
 // signal wakes w's goroutine; it never blocks because each waiter has at most

@@ -26,7 +26,7 @@ type waitResult struct {
 
 // startWait runs q.Wait in a goroutine and waits until the request is queued
 // or answered, so the caller knows it arrived before anything it does next.
-func startWait(t *testing.T, q *Queue, ctx context.Context, r Request) <-chan waitResult {
+func startWait(t *testing.T, ctx context.Context, q *Queue, r Request) <-chan waitResult {
 	t.Helper()
 	ch := make(chan waitResult, 1)
 	depth, _ := q.Stats()
@@ -78,7 +78,7 @@ func TestQueueAdmitsAfterRetryAfter(t *testing.T) {
 	defer q.Close()
 	b := &fakeBucket{clk: clk, interval: time.Second, avail: epoch.Add(100 * time.Millisecond)}
 
-	ch := startWait(t, q, context.Background(), Request{Tenant: "a", Dimension: "user", LimitKeys: []string{"model:m"}, RetryAfter: 100 * time.Millisecond, Attempt: b.attempt})
+	ch := startWait(t, context.Background(), q, Request{Tenant: "a", Dimension: "user", LimitKeys: []string{"model:m"}, RetryAfter: 100 * time.Millisecond, Attempt: b.attempt})
 	if !q.HasWaiters("model:m") || q.HasWaiters("model:other") {
 		t.Errorf("HasWaiters does not reflect the queued request")
 	}
@@ -153,7 +153,7 @@ func TestQueueRefusals(t *testing.T) {
 			obs := &recordingObserver{}
 			q := New(clk, tc.bounds, Weights{}, obs)
 			defer q.Close()
-			first := startWait(t, q, context.Background(), Request{Tenant: "a", Dimension: "user", RetryAfter: time.Second, Attempt: never})
+			first := startWait(t, context.Background(), q, Request{Tenant: "a", Dimension: "user", RetryAfter: time.Second, Attempt: never})
 			if tc.setup != nil {
 				tc.setup(q)
 			}
@@ -183,8 +183,8 @@ func TestQueueDeadlineExceeded(t *testing.T) {
 	refuse := func() (bool, time.Duration, error) { return false, 30 * time.Millisecond, nil }
 	// The head keeps being refused, so the request behind it never gets a
 	// turn and its 50ms budget runs out while queued.
-	startWait(t, q, context.Background(), Request{Tenant: "a", Attempt: refuse})
-	ch := startWait(t, q, context.Background(), Request{Tenant: "a", Attempt: refuse, Deadline: epoch.Add(50 * time.Millisecond)})
+	startWait(t, context.Background(), q, Request{Tenant: "a", Attempt: refuse})
+	ch := startWait(t, context.Background(), q, Request{Tenant: "a", Attempt: refuse, Deadline: epoch.Add(50 * time.Millisecond)})
 	for range 49 {
 		clk.Step(time.Millisecond)
 		q.waitIdle()
@@ -203,7 +203,7 @@ func TestQueueRequeueBeyondBudget(t *testing.T) {
 	defer q.Close()
 	attempts := 0
 	refuse := func() (bool, time.Duration, error) { attempts++; return false, 60 * time.Millisecond, nil }
-	ch := startWait(t, q, context.Background(), Request{Tenant: "a", Attempt: refuse, RetryAfter: 10 * time.Millisecond})
+	ch := startWait(t, context.Background(), q, Request{Tenant: "a", Attempt: refuse, RetryAfter: 10 * time.Millisecond})
 	clk.Step(10 * time.Millisecond) // attempt 1 fails: ready again at 70ms
 	q.waitIdle()
 	mustPending(t, ch)
@@ -220,8 +220,8 @@ func TestQueueCancellation(t *testing.T) {
 	defer q.Close()
 	refuse := func() (bool, time.Duration, error) { return false, time.Second, nil }
 	ctx, cancel := context.WithCancel(context.Background())
-	head := startWait(t, q, context.Background(), Request{Tenant: "a", LimitKeys: []string{"k"}, RetryAfter: time.Second, Attempt: refuse})
-	ch := startWait(t, q, ctx, Request{Tenant: "a", LimitKeys: []string{"k2"}, RetryAfter: time.Second, Attempt: refuse})
+	head := startWait(t, context.Background(), q, Request{Tenant: "a", LimitKeys: []string{"k"}, RetryAfter: time.Second, Attempt: refuse})
+	ch := startWait(t, ctx, q, Request{Tenant: "a", LimitKeys: []string{"k2"}, RetryAfter: time.Second, Attempt: refuse})
 	cancel()
 	r := <-ch
 	if !errors.Is(r.err, context.Canceled) || r.res.Admitted || r.res.Position != 2 {
@@ -241,7 +241,7 @@ func TestQueueAttemptError(t *testing.T) {
 	q := New(clk, Bounds{}, Weights{}, nil)
 	defer q.Close()
 	errStore := errors.New("limiter store unavailable")
-	ch := startWait(t, q, context.Background(), Request{Tenant: "a", Attempt: func() (bool, time.Duration, error) { return false, 0, errStore }, RetryAfter: time.Millisecond})
+	ch := startWait(t, context.Background(), q, Request{Tenant: "a", Attempt: func() (bool, time.Duration, error) { return false, 0, errStore }, RetryAfter: time.Millisecond})
 	clk.Step(time.Millisecond)
 	r := <-ch
 	if !errors.Is(r.err, errStore) || r.res.Admitted {
@@ -259,7 +259,7 @@ func TestQueueDisableAnswersEveryWaiter(t *testing.T) {
 	refuse := func() (bool, time.Duration, error) { return false, time.Second, nil }
 	var chs []<-chan waitResult
 	for _, tn := range []string{"a", "a", "b"} {
-		chs = append(chs, startWait(t, q, context.Background(), Request{Tenant: tn, RetryAfter: time.Second, Attempt: refuse}))
+		chs = append(chs, startWait(t, context.Background(), q, Request{Tenant: tn, RetryAfter: time.Second, Attempt: refuse}))
 	}
 	q.Disable()
 	for i, ch := range chs {
@@ -268,7 +268,7 @@ func TestQueueDisableAnswersEveryWaiter(t *testing.T) {
 		}
 	}
 	q.Enable()
-	ch := startWait(t, q, context.Background(), Request{Tenant: "a", RetryAfter: time.Second, Attempt: refuse})
+	ch := startWait(t, context.Background(), q, Request{Tenant: "a", RetryAfter: time.Second, Attempt: refuse})
 	mustPending(t, ch)
 	q.Close()
 	if r := <-ch; r.res.Reason != ReasonShutdown {
@@ -305,7 +305,9 @@ func TestQueueWeightedFairness(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				q.Wait(context.Background(), Request{Tenant: tenantName(i), LimitKeys: []string{"model:m"}, RetryAfter: time.Millisecond, Attempt: attempt})
+				if _, err := q.Wait(context.Background(), Request{Tenant: tenantName(i), LimitKeys: []string{"model:m"}, RetryAfter: time.Millisecond, Attempt: attempt}); err != nil {
+					t.Errorf("Wait for tenant %s: %v", tenantName(i), err)
+				}
 			}()
 		}
 	}
@@ -374,6 +376,32 @@ func TestQueueUsesContextDeadline(t *testing.T) {
 	}
 }
 
+// TestQueueToSched pins the deadline conversion: no deadline and deadlines
+// too far ahead to represent both mean "never", and nothing wraps negative
+// (a wrapped deadline would refuse the request as already expired).
+func TestQueueToSched(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{}, Weights{}, nil)
+	defer q.Close()
+	tests := []struct {
+		name     string
+		deadline time.Time
+		want     int64
+	}{
+		{name: "zero time is no deadline", deadline: time.Time{}, want: noDeadline},
+		{name: "one second ahead", deadline: epoch.Add(time.Second), want: int64(time.Second)},
+		{name: "in the past", deadline: epoch.Add(-time.Second), want: -int64(time.Second)},
+		{name: "beyond the Duration range saturates", deadline: epoch.AddDate(1000, 0, 0), want: noDeadline},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := q.toSched(tc.deadline); got != tc.want {
+				t.Errorf("toSched(%v) = %d, want %d", tc.deadline, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestQueueHasWaitersAllocationFree(t *testing.T) {
 	clk := clocktesting.NewFakeClock(epoch)
 	q := New(clk, Bounds{}, Weights{}, nil)
@@ -419,7 +447,7 @@ func TestQueueReconfigureKeepsWaiters(t *testing.T) {
 	}
 	var chs []<-chan waitResult
 	for _, tn := range []string{"a", "a", "b", "b"} {
-		chs = append(chs, startWait(t, q, context.Background(), Request{Tenant: tn, LimitKeys: []string{"m"}, RetryAfter: time.Millisecond, Attempt: attempt(tn)}))
+		chs = append(chs, startWait(t, context.Background(), q, Request{Tenant: tn, LimitKeys: []string{"m"}, RetryAfter: time.Millisecond, Attempt: attempt(tn)}))
 	}
 	q.SetBounds(Bounds{MaxTotalQueued: 2})
 	if d, _ := q.Stats(); d != 4 {
@@ -452,7 +480,7 @@ func TestQueueAttemptPanicFreesSlot(t *testing.T) {
 	panicked := make(chan any, 1)
 	go func() {
 		defer func() { panicked <- recover() }()
-		q.Wait(context.Background(), Request{Tenant: "a", LimitKeys: []string{"k"}, Attempt: func() (bool, time.Duration, error) { panic("limiter bug") }})
+		_, _ = q.Wait(context.Background(), Request{Tenant: "a", LimitKeys: []string{"k"}, Attempt: func() (bool, time.Duration, error) { panic("limiter bug") }}) // never returns: the attempt panics
 	}()
 	if p := <-panicked; p != "limiter bug" {
 		t.Fatalf("recovered %v, want the attempt's panic", p)

@@ -188,7 +188,8 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []string, deadlin
 	}
 	retryAfter = max(retryAfter, 0)
 	t := s.tenants[tenantKey]
-	weight, k, sumW := 0, 1, s.sumWeights
+	var weight int
+	k, sumW := 1, s.sumWeights
 	if t != nil {
 		weight, k = t.weight, t.depth+1
 	} else {

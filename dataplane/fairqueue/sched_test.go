@@ -289,7 +289,7 @@ func TestConcurrencyLimits(t *testing.T) {
 		keys        func(i int) string
 		wantGrants  int
 	}{
-		{name: "distinct keys run up to maxInFlight", maxInFlight: 3, keys: func(i int) string { return tenantName(i) }, wantGrants: 3},
+		{name: "distinct keys run up to maxInFlight", maxInFlight: 3, keys: tenantName, wantGrants: 3},
 		{name: "a shared key runs one attempt at a time", maxInFlight: 3, keys: func(int) string { return "shared" }, wantGrants: 1},
 	}
 	for _, tc := range cases {
