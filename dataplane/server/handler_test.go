@@ -250,7 +250,7 @@ func TestUpstreamFailures(t *testing.T) {
 	t.Run("slow backend hits the total timeout", func(t *testing.T) {
 		arrived := make(chan struct{})
 		upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body) // lets the server notice the proxy hanging up
+			_, _ = io.Copy(io.Discard, r.Body) // lets the server notice the proxy hanging up
 			close(arrived)
 			<-r.Context().Done() // never answers in time
 		})
@@ -275,7 +275,9 @@ func TestStreamingIsFlushedAsItArrives(t *testing.T) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		rc := http.NewResponseController(w)
 		for i := 0; i < 3; i++ {
-			io.WriteString(w, "data: {\"chunk\":"+itoa(int64(i))+"}\n\n")
+			if _, err := io.WriteString(w, "data: {\"chunk\":"+itoa(int64(i))+"}\n\n"); err != nil {
+				return // the proxy hung up; the client side reports it
+			}
 			_ = rc.Flush()
 			select {
 			case <-next: // the client saw this chunk through the proxy
@@ -283,11 +285,11 @@ func TestStreamingIsFlushedAsItArrives(t *testing.T) {
 				return
 			}
 		}
-		io.WriteString(w, "data: [DONE]\n\n")
+		_, _ = io.WriteString(w, "data: [DONE]\n\n") // a failure shows as a missing [DONE] below
 	})
 	hs := newHarness(t, upstream, nil)
 	resp := hs.do(`{"model":"m","stream":true}`, nil)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("status %d, Content-Type %q; want a 200 event stream", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}

@@ -157,7 +157,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	// Every queued request was admitted (the budget was ample); only
 	// arrivals over the tightened bounds may have been refused.
-	if ok < burst+toQueue || int(up.Count()) != ok {
+	if ok < burst+toQueue || up.Count() != ok {
 		t.Errorf("%d admitted (%d reached the upstream) and %d refused; want all %d queued ones admitted, each forwarded once", ok, up.Count(), tooMany, burst+toQueue)
 	}
 	if d := depth(); d != 0 {

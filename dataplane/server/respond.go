@@ -28,19 +28,20 @@ const (
 	contentTypeOptionsNoSniff = "nosniff"
 )
 
-// queueInfo is what a request experienced in the fair queue.
+// queueInfo is what a refused request experienced in the fair queue. The
+// estimated wait is not part of it: SPEC section 5 sends
+// x-fair-queue-estimated-wait-ms only on admitted requests, which ServeHTTP
+// writes from the admission decision.
 type queueInfo struct {
 	// tenantDimension is the dimension the tenant was chosen by (user, team, api_key).
 	tenantDimension string
-	// reason is the refusal reason (queue_full, ...); empty for admitted requests.
+	// reason is the refusal reason (queue_full, ...).
 	reason string
 	// position is the request's place in its tenant queue (1 is next), or
 	// the place it would have had when refused at enqueue.
 	position int
 	// waited is the time spent queued.
 	waited time.Duration
-	// estimated is the wait estimated at enqueue.
-	estimated time.Duration
 }
 
 // quota is the tightest identity bucket, for the x-ratelimit-* headers.
