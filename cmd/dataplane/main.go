@@ -53,12 +53,11 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "dataplane:", err)
-			os.Exit(1)
-		}
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	stop() // before os.Exit, which skips deferred calls
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "dataplane:", err)
+		os.Exit(1)
 	}
 }
 
@@ -114,7 +113,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs or addresses of proxies whose X-Forwarded-For decides the client address for the perClient limit")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (read to find the model); larger bodies get 413")
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: dataplane [flags]\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
+		_, _ = fmt.Fprintf(out, "Usage: dataplane [flags]\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
 			"Every flag may also be set as %s<FLAG> (upper case, '-' as '_'), e.g. %sHASH_KEY_FILE.\n\nFlags:\n", envPrefix, envPrefix)
 		fs.PrintDefaults()
 	}
@@ -262,7 +261,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	opsLn, err := net.Listen("tcp", o.metricsListen)
 	if err != nil {
-		trafficLn.Close()
+		_ = trafficLn.Close() // never served: nothing to flush
 		return fmt.Errorf("--metrics-listen: %w", err)
 	}
 

@@ -202,7 +202,7 @@ func TestRunFollowsTheConfigFile(t *testing.T) {
 		if err != nil {
 			return 0, ""
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }() // read-only: a close error loses nothing
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
@@ -255,8 +255,11 @@ func freeAddr(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatalf("freeing %s for the test: %v", addr, err)
+	}
+	return addr
 }
 
 // TestDeploymentArgsParse keeps config/dataplane/deployment.yaml and the flags

@@ -35,7 +35,6 @@ func main() {
 		}),
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	go func() {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -43,7 +42,9 @@ func main() {
 		_ = srv.Shutdown(shutdownCtx)
 	}()
 	log.Printf("fake OpenAI upstream listening on %s", *listen)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+	err := srv.ListenAndServe()
+	stop() // before os.Exit, which skips deferred calls
+	if !errors.Is(err, http.ErrServerClosed) {
 		fmt.Fprintln(os.Stderr, "fakeupstream:", err)
 		os.Exit(1)
 	}

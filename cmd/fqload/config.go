@@ -78,7 +78,7 @@ func parse(args []string, stderr io.Writer, getenv func(string) string, readFile
 	fs := flag.NewFlagSet("fqload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usageHeader)
+		_, _ = fmt.Fprint(fs.Output(), usageHeader)
 		fs.PrintDefaults()
 	}
 	var (

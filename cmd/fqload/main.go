@@ -30,8 +30,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv, os.ReadFile))
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv, os.ReadFile)
+	stop() // before os.Exit, which skips deferred calls
+	os.Exit(code)
 }
 
 // run is main with its inputs and outputs injected; it returns the exit code.
@@ -41,22 +42,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "fqload: %v\n", err)
+		_, _ = fmt.Fprintf(stderr, "fqload: %v\n", err)
 		return 2
 	}
 	summary, err := loadgen.Run(ctx, cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "fqload: %v\n", err)
+		_, _ = fmt.Fprintf(stderr, "fqload: %v\n", err)
 		return 2
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(summary); err != nil {
-		fmt.Fprintf(stderr, "fqload: writing the summary: %v\n", err)
+		_, _ = fmt.Fprintf(stderr, "fqload: writing the summary: %v\n", err)
 		return 1
 	}
 	if summary.Interrupted {
-		fmt.Fprintln(stderr, "fqload: interrupted; the summary covers the run so far")
+		_, _ = fmt.Fprintln(stderr, "fqload: interrupted; the summary covers the run so far")
 	}
 	return 0
 }

@@ -31,8 +31,9 @@ var errInterrupted = errors.New("interrupted")
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
+	err := run(ctx, os.Args[1:])
+	stop() // before os.Exit, which skips deferred calls
+	if err != nil {
 		switch {
 		case errors.Is(err, flag.ErrHelp):
 			return

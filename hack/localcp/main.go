@@ -46,18 +46,21 @@ type options struct {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	logger := stdr.New(log.New(os.Stderr, "localcp ", log.LstdFlags))
 	ctrllog.SetLogger(logger.V(1))
 	opts, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		stop()
 		return
 	}
 	if err != nil {
+		stop() // before os.Exit, which skips deferred calls
 		fmt.Fprintf(os.Stderr, "localcp: %v\n", err)
 		os.Exit(2)
 	}
-	if err := run(ctx, opts, os.Stdout, logger); err != nil {
+	err = run(ctx, opts, os.Stdout, logger)
+	stop()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "localcp: %v\n", err)
 		os.Exit(1)
 	}
@@ -67,7 +70,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("localcp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: localcp [--dir DIR] [--kubeconfig FILE] [--assets DIR] [--crds DIR]
+		_, _ = fmt.Fprint(fs.Output(), `Usage: localcp [--dir DIR] [--kubeconfig FILE] [--assets DIR] [--crds DIR]
 
 Starts etcd and kube-apiserver from the envtest binaries, installs the CRDs,
 writes a cluster-admin kubeconfig, prints "ready" and runs until Ctrl-C or
@@ -152,7 +155,11 @@ func run(ctx context.Context, o options, stdout io.Writer, logger logr.Logger) (
 		// Interrupted while starting: stop without claiming readiness.
 		return nil
 	}
-	fmt.Fprintf(stdout, "kubeconfig: %s\nserver: %s\nready\n", o.kubeconfig, cfg.Host)
+	// The ready line is the contract with whoever started us (tests, scripts
+	// waiting for "ready"): failing to write it is fatal.
+	if _, err := fmt.Fprintf(stdout, "kubeconfig: %s\nserver: %s\nready\n", o.kubeconfig, cfg.Host); err != nil {
+		return fmt.Errorf("writing the ready line to stdout: %w", err)
+	}
 	logger.Info("control plane ready; press Ctrl-C to stop", "kubeconfig", o.kubeconfig, "server", cfg.Host)
 
 	health, err := discovery.NewDiscoveryClientForConfig(user.Config())
