@@ -153,14 +153,14 @@ func (u *Upstream) chat(w http.ResponseWriter, r *http.Request) {
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprintf(w, `{"error":{"message":%q,"type":"invalid_request_error"}}`, "invalid JSON body: "+err.Error())
+		_, _ = fmt.Fprintf(w, `{"error":{"message":%q,"type":"invalid_request_error"}}`, "invalid JSON body: "+err.Error()) // fails only when the client left
 		return
 	}
 	if !req.Stream {
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"chatcmpl-fake","object":"chat.completion","model":%q,`+
+		_, _ = fmt.Fprintf(w, `{"id":"chatcmpl-fake","object":"chat.completion","model":%q,`+
 			`"choices":[{"index":0,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}],`+
-			`"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`, req.Model)
+			`"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`, req.Model) // fails only when the client left
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -170,14 +170,15 @@ func (u *Upstream) chat(w http.ResponseWriter, r *http.Request) {
 		if i > 0 && !sleep(r, u.opts.ChunkInterval) {
 			return
 		}
-		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"model\":%q,"+
+		_, err := fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"model\":%q,"+
 			"\"choices\":[{\"index\":0,\"delta\":{\"content\":\"chunk %d\"}}]}\n\n", req.Model, i)
-		if err := rc.Flush(); err != nil {
-			return
+		if err != nil || rc.Flush() != nil {
+			return // the client left: stop streaming
 		}
 	}
-	io.WriteString(w, "data: [DONE]\n\n")
-	_ = rc.Flush()
+	if _, err := io.WriteString(w, "data: [DONE]\n\n"); err == nil {
+		_ = rc.Flush() // the handler returns next, which flushes anyway
+	}
 }
 
 func (u *Upstream) models(w http.ResponseWriter, _ *http.Request) {

@@ -87,7 +87,7 @@ func (f *FileSource) Run(ctx context.Context, sink Sink) error {
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", f.path, err)
 	}
-	defer w.Close()
+	defer func() { _ = w.Close() }() // only releases the inotify descriptor: nothing to report
 	dir, base := filepath.Dir(f.path), filepath.Base(f.path)
 	if err := w.Add(dir); err != nil {
 		return fmt.Errorf("watching directory %s of --config: %w; the directory must exist", dir, err)

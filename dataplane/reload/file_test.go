@@ -222,7 +222,12 @@ func TestFileSourceResyncsWithoutEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx, sink) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run after cancel = %v, want nil", err)
+		}
+	}()
 	waitFor(t, "the source to start", clk.HasWaiters)
 	writeFile(t, target, v2)
 	clk.Step(time.Minute - time.Nanosecond)

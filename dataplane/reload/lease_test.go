@@ -103,7 +103,7 @@ func TestLeaseReporterReportsRenewsAndDeletes(t *testing.T) {
 
 	// The renewal period moves renewTime forward.
 	clk.Step(DefaultLeaseRenew)
-	waitFor(t, "a renewal", func() bool { return get().Spec.RenewTime.Time.After(firstRenew) })
+	waitFor(t, "a renewal", func() bool { return get().Spec.RenewTime.After(firstRenew) })
 
 	// A Lease deleted behind the reporter's back is recreated at the next renewal.
 	if err := leases.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {

@@ -278,10 +278,15 @@ func isFieldPath(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '[' || c == ']') {
+		if !isFieldPathByte(s[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// isFieldPathByte reports whether c may appear in a field path: an ASCII
+// letter or digit, '.', '[' or ']'.
+func isFieldPathByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '[' || c == ']'
 }
