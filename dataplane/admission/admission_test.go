@@ -253,8 +253,9 @@ func TestQueuedRequests(t *testing.T) {
 		settings Settings
 		id       identity.Set
 		budget   time.Duration
-		// then runs after the request is queued (limits may be hot-swapped).
-		then  func(e *env)
+		// then runs after the request is queued (limits may be hot-swapped);
+		// it returns the error of the reconfiguration it makes.
+		then  func(e *env) error
 		steps []time.Duration
 		want  Decision
 	}{{
@@ -284,7 +285,7 @@ func TestQueuedRequests(t *testing.T) {
 		budget:   5 * time.Second,
 		// Quarter the limit: at 500ms the bucket is half used, which now
 		// means 1s until the next token.
-		then:  func(e *env) { e.lim.SetConfig(limiter.Config{User: lim(1, 2*time.Second)}) },
+		then:  func(e *env) error { return e.lim.SetConfig(limiter.Config{User: lim(1, 2*time.Second)}) },
 		steps: []time.Duration{500 * time.Millisecond, time.Second},
 		want: Decision{Allowed: true, Status: StatusOK, HasQuota: true,
 			Quota: limiter.Quota{Dimension: limiter.DimensionUser, Limit: 1, Reset: 2 * time.Second},
@@ -295,7 +296,7 @@ func TestQueuedRequests(t *testing.T) {
 		settings: on,
 		id:       alice,
 		budget:   time.Second,
-		then:     func(e *env) { e.lim.SetConfig(limiter.Config{User: lim(1, 2*time.Second)}) },
+		then:     func(e *env) error { return e.lim.SetConfig(limiter.Config{User: lim(1, 2*time.Second)}) },
 		steps:    []time.Duration{500 * time.Millisecond},
 		want: Decision{Status: StatusTooManyRequests, LimitType: "user", RetryAfter: time.Second, HasQuota: true,
 			Quota: limiter.Quota{Dimension: limiter.DimensionUser, Limit: 1, Reset: time.Second},
@@ -305,7 +306,7 @@ func TestQueuedRequests(t *testing.T) {
 		cfg:      limiter.Config{User: lim(1, time.Second)},
 		settings: on,
 		id:       alice,
-		then:     func(e *env) { e.c.SetSettings(Settings{}) },
+		then:     func(e *env) error { return e.c.SetSettings(Settings{}) },
 		want: Decision{Status: StatusTooManyRequests, LimitType: "user", RetryAfter: time.Second, HasQuota: true,
 			Quota: limiter.Quota{Dimension: limiter.DimensionUser, Limit: 1, Reset: time.Second}},
 	}}
@@ -317,7 +318,9 @@ func TestQueuedRequests(t *testing.T) {
 			ch := e.admitAsync(context.Background(), r)
 			waitFor(t, "the request to be queued", func() bool { return e.depth() == 1 && e.clk.HasWaiters() })
 			if tc.then != nil {
-				tc.then(e)
+				if err := tc.then(e); err != nil {
+					t.Fatalf("reconfiguring while queued: %v", err)
+				}
 			}
 			for i, s := range tc.steps {
 				if i > 0 {

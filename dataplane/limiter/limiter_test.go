@@ -267,8 +267,11 @@ func TestSetConfig(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			l := mustNew(t, Config{User: lim(4, 4*time.Second, 0)}, Options{})
-			l.TakeIdentity(t0, keys)
-			l.TakeIdentity(t0, keys)
+			for range 2 {
+				if _, err := l.TakeIdentity(t0, keys); err != nil {
+					t.Fatalf("TakeIdentity: %v", err)
+				}
+			}
 			err := l.SetConfig(tc.next)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("SetConfig error = %v, want error %v", err, tc.wantErr)
@@ -349,8 +352,11 @@ func TestObserverAndUnavailableStore(t *testing.T) {
 	rec := recorder{}
 	l := mustNew(t, cfg, Options{Observer: rec})
 	keys := Keys{User: "u", Model: "m"}
-	l.TakeIdentity(t0, keys)
-	l.TakeIdentity(t0, keys)
+	for range 2 { // the second is refused by the user bucket
+		if _, err := l.TakeIdentity(t0, keys); err != nil {
+			t.Fatalf("TakeIdentity: %v", err)
+		}
+	}
 	want := recorder{"user/allowed": 1, "model/allowed": 1, "user/refused": 1}
 	if fmt.Sprint(rec) != fmt.Sprint(want) {
 		t.Fatalf("observed %v, want %v", rec, want)

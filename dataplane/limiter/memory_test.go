@@ -72,7 +72,9 @@ func TestMemoryStoreNeverEvictsABucketInUse(t *testing.T) {
 	}
 	// Churn far past the cap: "heavy" is not full, so it must stay tracked and refused.
 	for i := 0; i < 1000; i++ {
-		s.Take(t0.Add(time.Duration(i)*time.Second), userBatch(strconv.Itoa(i), *lim(1, time.Millisecond, 0)))
+		if _, err := s.Take(t0.Add(time.Duration(i)*time.Second), userBatch(strconv.Itoa(i), *lim(1, time.Millisecond, 0))); err != nil {
+			t.Fatalf("Take: %v", err)
+		}
 	}
 	if d, _ := s.Take(t0.Add(time.Second*1000), userBatch("heavy", l)); d.Allowed {
 		t.Fatal("churn evicted an exhausted bucket: its limit was forgotten")
@@ -156,7 +158,9 @@ func BenchmarkTakeKeyChurn(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		now = now.Add(time.Microsecond)
-		s.Take(now, userBatch(keys[i%len(keys)], l))
+		if _, err := s.Take(now, userBatch(keys[i%len(keys)], l)); err != nil {
+			b.Fatal(err)
+		}
 		i++
 	}
 	if n := s.Len(DimensionUser); n > 4096 {
