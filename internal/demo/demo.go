@@ -427,11 +427,11 @@ func (p *progress) startServer(ctx context.Context, sup *Supervisor, name string
 		deadline := time.Now().Add(time.Minute)
 		for {
 			if exited, err := proc.Exited(); exited {
-				return fmt.Errorf("%s exited at start (%v): see %s", name, err, proc.LogPath)
+				return fmt.Errorf("%s exited at start (%w): see %s", name, exitError(err), proc.LogPath)
 			}
 			if readyPath == "" {
 				if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-					c.Close()
+					_ = c.Close() // a probe: nothing was sent
 					return nil
 				}
 			} else if waitHTTP(ctx, "http://"+addr+readyPath, 200*time.Millisecond) == nil {
@@ -463,7 +463,7 @@ func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
 		}
 		resp, err := c.Do(req)
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close() // only the status matters
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
@@ -486,7 +486,7 @@ func waitForLine(ctx context.Context, proc *Process, line string, timeout time.D
 			return nil
 		}
 		if exited, err := proc.Exited(); exited {
-			return fmt.Errorf("%s exited before printing %q (%v): see %s", proc.Name, line, err, proc.LogPath)
+			return fmt.Errorf("%s exited before printing %q (%w): see %s", proc.Name, line, exitError(err), proc.LogPath)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s did not print %q within %v: see %s", proc.Name, line, timeout, proc.LogPath)
@@ -508,7 +508,7 @@ type progress struct {
 func (p *progress) printf(format string, args ...any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fmt.Fprintf(p.out, format, args...)
+	_, _ = fmt.Fprintf(p.out, format, args...) // progress only: the demo's outcome does not depend on it
 }
 
 // step prints what, runs f, and prints how long it took; while f runs, it

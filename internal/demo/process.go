@@ -66,7 +66,7 @@ func (s *Supervisor) Start(ctx context.Context, name, path string, args ...strin
 	cmd.Cancel = func() error { return signalGroup(cmd, syscall.SIGTERM) }
 	cmd.WaitDelay = s.grace
 	if err := cmd.Start(); err != nil {
-		logFile.Close()
+		_ = logFile.Close() // still empty: the process never started
 		return nil, fmt.Errorf("starting %s (%s): %w", name, path, err)
 	}
 	p := &Process{Name: name, LogPath: logPath, cmd: cmd, log: logFile, done: make(chan struct{})}
@@ -80,7 +80,9 @@ func (s *Supervisor) Start(ctx context.Context, name, path string, args ...strin
 func (p *Process) wait() {
 	err := p.cmd.Wait()
 	_ = signalGroup(p.cmd, syscall.SIGKILL)
-	p.log.Close()
+	if cerr := p.log.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("closing the log %s: %w", p.LogPath, cerr)
+	}
 	p.err = err
 	close(p.done)
 }
@@ -99,6 +101,15 @@ func signalGroup(cmd *exec.Cmd, sig syscall.Signal) error {
 
 // Done is closed once the process has exited and been reaped.
 func (p *Process) Done() <-chan struct{} { return p.done }
+
+// exitError describes how a process that exited at an unexpected moment
+// ended: err from Exited, or a clean exit status 0 when err is nil.
+func exitError(err error) error {
+	if err == nil {
+		return errors.New("exit status 0")
+	}
+	return err
+}
 
 // Exited reports whether the process has exited, and how.
 func (p *Process) Exited() (bool, error) {
@@ -157,8 +168,11 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("finding a free loopback port: %w", err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := ln.Close(); err != nil {
+		return 0, fmt.Errorf("releasing loopback port %d: %w", port, err)
+	}
+	return port, nil
 }
 
 // loopback returns "127.0.0.1:port".
@@ -170,6 +184,6 @@ func portClosed(addr string) bool {
 	if err != nil {
 		return true
 	}
-	c.Close()
+	_ = c.Close() // a probe: nothing was sent
 	return false
 }
