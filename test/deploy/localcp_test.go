@@ -54,7 +54,7 @@ func TestLocalControlPlaneStartsAndCleansUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stdout.Close()
+	defer func() { _ = stdout.Close() }() // our read end: nothing to flush
 	var stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = stdoutW, &stderr
 	if err := cmd.Start(); err != nil {
@@ -69,10 +69,11 @@ func TestLocalControlPlaneStartsAndCleansUp(t *testing.T) {
 		if !finished {
 			_ = cmd.Process.Signal(os.Interrupt)
 			select {
-			case <-exited:
+			case err := <-exited:
+				t.Logf("localcp exited after SIGINT: %v", err)
 			case <-time.After(startupTimeout):
 				_ = cmd.Process.Kill()
-				<-exited
+				t.Logf("localcp killed after ignoring SIGINT for %v: %v", startupTimeout, <-exited)
 			}
 		}
 	})

@@ -92,16 +92,19 @@ func key(obj runtime.Object) string {
 
 func find[T runtime.Object](t *testing.T, objs []runtime.Object, want string) T {
 	t.Helper()
+	var typed T
+	ok := false
 	for _, o := range objs {
 		if key(o) == want {
-			if typed, ok := o.(T); ok {
-				return typed
+			if typed, ok = o.(T); ok {
+				break
 			}
 		}
 	}
-	t.Fatalf("rendered output has no %s", want)
-	var zero T
-	return zero
+	if !ok {
+		t.Fatalf("rendered output has no %s", want)
+	}
+	return typed
 }
 
 // TestKustomizeRendersDeployment checks that config/default renders exactly
