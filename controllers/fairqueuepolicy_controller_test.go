@@ -198,7 +198,7 @@ func TestCreateRendersHashedConfigMap(t *testing.T) {
 
 func TestSecretRotationAndLoss(t *testing.T) {
 	g := NewWithT(t)
-	p, cm := setup(t)
+	p, _ := setup(t)
 	oldHash := getPolicy(t, p).Status.ConfigHash
 	key := hashKeyOf(t, p)
 
@@ -211,7 +211,7 @@ func TestSecretRotationAndLoss(t *testing.T) {
 	}).WithTimeout(5 * time.Second).Should(Succeed())
 	rotated := waitReady(t, p)
 	g.Expect(rotated.Status.ConfigHash).NotTo(Equal(oldHash))
-	cm = getConfigMap(t, p)
+	cm := getConfigMap(t, p)
 	g.Expect(rotated.Status.ConfigHash).To(Equal(config.Hash([]byte(cm.Data[config.ConfigMapKey]))))
 
 	// Deleting it: Ready=False with the reason, a Warning Event, and the last
@@ -358,14 +358,14 @@ func TestSpecChangeReRendersWithGeneration(t *testing.T) {
 
 func TestRenderFailuresKeepLastGoodConfigMap(t *testing.T) {
 	tests := []struct {
-		name       string
-		break_     func(t *testing.T, p *fqv1alpha1.FairQueuePolicy)
-		wantReason string
-		wantInMsg  string
+		name        string
+		breakPolicy func(t *testing.T, p *fqv1alpha1.FairQueuePolicy)
+		wantReason  string
+		wantInMsg   string
 	}{
 		{
 			name: "two entries resolve to the same identity",
-			break_: func(t *testing.T, p *fqv1alpha1.FairQueuePolicy) {
+			breakPolicy: func(t *testing.T, p *fqv1alpha1.FairQueuePolicy) {
 				updateSecret(t, p.Namespace, "tenant-ids", func(s *corev1.Secret) { s.Data["TEAM"] = []byte(rawAcmeKey) })
 			},
 			wantReason: fqv1alpha1.ReasonDuplicateIdentity,
@@ -373,7 +373,7 @@ func TestRenderFailuresKeepLastGoodConfigMap(t *testing.T) {
 		},
 		{
 			name: "variable removed from the Secret",
-			break_: func(t *testing.T, p *fqv1alpha1.FairQueuePolicy) {
+			breakPolicy: func(t *testing.T, p *fqv1alpha1.FairQueuePolicy) {
 				updateSecret(t, p.Namespace, "tenant-ids", func(s *corev1.Secret) { delete(s.Data, "TEAM") })
 			},
 			wantReason: fqv1alpha1.ReasonVariableUnresolved,
@@ -381,7 +381,7 @@ func TestRenderFailuresKeepLastGoodConfigMap(t *testing.T) {
 		},
 		{
 			name: "key registry data key removed",
-			break_: func(t *testing.T, p *fqv1alpha1.FairQueuePolicy) {
+			breakPolicy: func(t *testing.T, p *fqv1alpha1.FairQueuePolicy) {
 				updateSecret(t, p.Namespace, "registry", func(s *corev1.Secret) { s.Data = map[string][]byte{"other": nil} })
 			},
 			wantReason: fqv1alpha1.ReasonSecretKeyNotFound,
@@ -389,7 +389,7 @@ func TestRenderFailuresKeepLastGoodConfigMap(t *testing.T) {
 		},
 		{
 			name: "hash key Secret reference to a missing Secret",
-			break_: func(t *testing.T, p *fqv1alpha1.FairQueuePolicy) {
+			breakPolicy: func(t *testing.T, p *fqv1alpha1.FairQueuePolicy) {
 				NewWithT(t).Eventually(func() error {
 					cur := getPolicy(t, p)
 					cur.Spec.HashKeySecretRef = &fqv1alpha1.LocalSecretReference{Name: "byo-key"}
@@ -404,7 +404,7 @@ func TestRenderFailuresKeepLastGoodConfigMap(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			p, cm := setup(t)
-			tt.break_(t, p)
+			tt.breakPolicy(t, p)
 			failed := waitCondition(t, p, fqv1alpha1.ConditionReady, metav1.ConditionFalse, tt.wantReason)
 			g.Expect(meta.FindStatusCondition(failed.Status.Conditions, fqv1alpha1.ConditionReady).Message).To(ContainSubstring(tt.wantInMsg))
 			g.Expect(getConfigMap(t, p).ResourceVersion).To(Equal(cm.ResourceVersion), "the last good ConfigMap must stay untouched")

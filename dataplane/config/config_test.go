@@ -236,11 +236,11 @@ func TestParseIsStrict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replace := func(old, new string) []byte {
-		if !bytes.Contains(valid, []byte(old)) {
-			t.Fatalf("test setup: %q not in the marshalled config", old)
+	replace := func(from, to string) []byte {
+		if !bytes.Contains(valid, []byte(from)) {
+			t.Fatalf("test setup: %q not in the marshalled config", from)
 		}
-		return bytes.Replace(valid, []byte(old), []byte(new), 1)
+		return bytes.Replace(valid, []byte(from), []byte(to), 1)
 	}
 	tests := []struct {
 		name string
