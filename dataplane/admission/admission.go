@@ -339,7 +339,9 @@ func (c *Controller) limitKeys(keys limiter.Keys, d limiter.Decision) ([]string,
 	out := make([]string, 0, len(all))
 	first := limiter.Dimension(limiter.NumDimensions)
 	for _, k := range all {
-		if k.key == "" || !(d.RefusedBy.Has(k.dim) || c.queue.HasWaiters(k.key)) {
+		// A key belongs to the wait when its bucket refused the request or
+		// other requests already wait on it (no barging).
+		if k.key == "" || (!d.RefusedBy.Has(k.dim) && !c.queue.HasWaiters(k.key)) {
 			continue
 		}
 		out = append(out, k.key)
