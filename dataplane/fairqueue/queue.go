@@ -284,9 +284,20 @@ func (q *Queue) run() {
 // waitIdle blocks until the scheduler has processed every event and no attempt
 // is running, so tests driving a fake clock can assert a settled state.
 func (q *Queue) waitIdle() {
-	q.waitUntil(func() bool {
-		return q.sleeping && !q.dirty && q.s.inFlight == 0 && (!q.hasWake || q.now() < q.wakeAt)
-	})
+	q.waitUntil(q.settled)
+}
+
+// Settled reports whether the scheduler has handled every event, no attempt
+// is running and nothing is due before its next wake-up. Tests that drive the
+// Queue with a fake clock poll it before stepping the clock again.
+func (q *Queue) Settled() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.settled()
+}
+
+func (q *Queue) settled() bool {
+	return q.sleeping && !q.dirty && q.s.inFlight == 0 && (!q.hasWake || q.now() < q.wakeAt)
 }
 
 // waitUntil blocks until pred, evaluated with mu held after each scheduler
