@@ -137,6 +137,10 @@ type FairQueuePolicyReconciler struct {
 // DefaultUnwatchedRetry is the default of UnwatchedRetry.
 const DefaultUnwatchedRetry = 30 * time.Second
 
+// staleStatusRetry is how soon a policy whose status patch was refused as
+// stale is reconciled again, once the cache has caught up.
+const staleStatusRetry = 200 * time.Millisecond
+
 // CacheOptions returns the manager cache settings the reconciler is designed
 // for: the given namespaces only (all when empty), and of ConfigMaps only those
 // the operator manages and of Leases only data-plane reports, so the cache
@@ -285,7 +289,14 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if equality.Semantic.DeepEqual(orig.Status, policy.Status) {
 		return result, nil
 	}
-	if err := r.Client.Status().Patch(ctx, policy, client.MergeFrom(orig)); err != nil {
+	// The optimistic lock refuses a patch computed from a stale cached policy
+	// (another reconcile's status write not seen yet), which would otherwise
+	// rewrite the status with new condition timestamps; the retry reads the
+	// fresh copy and usually finds nothing to write.
+	if err := r.Client.Status().Patch(ctx, policy, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: staleStatusRetry}, nil
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	return result, nil
