@@ -62,10 +62,6 @@ const (
 	// reporting controller of its Events.
 	ControllerName = "fairqueuepolicy"
 
-	// HashKeySecretKey is the data key of the hash key Secret holding the raw
-	// HMAC key bytes.
-	HashKeySecretKey = "key"
-
 	// SecretRefsIndex is the FairQueuePolicy field index listing the names of
 	// every Secret a policy reads (hash key, key registry, weightsFrom), used
 	// to find the policies to re-render when a Secret changes.
@@ -76,20 +72,11 @@ const (
 // named policyName, in the policy's namespace.
 func ConfigMapName(policyName string) string { return policyName + "-dataplane" }
 
-// HashKeySecretName returns the name of the Secret holding p's hash key:
-// spec.hashKeySecretRef when set, else "<policy>-hash-key", which the operator
-// creates when absent.
-//
-// The operator-created Secret is deliberately not owned by the policy: deleting
-// and re-creating a policy (a GitOps prune, a restore) keeps its identities'
+// The hash key Secret (fqv1alpha1.FairQueuePolicy.HashKeySecretName) that the
+// operator creates is deliberately not owned by the policy: deleting and
+// re-creating a policy (a GitOps prune, a restore) keeps its identities'
 // hashes, and so the data plane's limiter and queue state. It carries the
 // PolicyLabel so it can be found and deleted with the policy by hand.
-func HashKeySecretName(p *fqv1alpha1.FairQueuePolicy) string {
-	if ref := p.Spec.HashKeySecretRef; ref != nil {
-		return ref.Name
-	}
-	return p.Name + "-hash-key"
-}
 
 // RBAC, least privilege. Policies are read-only except status; ConfigMaps are
 // never deleted (the garbage collector does that through the owner
@@ -209,7 +196,7 @@ func secretRefs(obj client.Object) []string {
 	if !ok {
 		return nil
 	}
-	names := append(referencedSecrets(p), HashKeySecretName(p))
+	names := append(referencedSecrets(p), p.HashKeySecretName())
 	slices.Sort(names)
 	return slices.Compact(names)
 }
@@ -335,7 +322,7 @@ func (r *FairQueuePolicyReconciler) renderPolicy(ctx context.Context, p *fqv1alp
 	if err != nil {
 		return nil, err
 	}
-	in := renderInput{policy: p, hashKey: key, hashKeySecret: HashKeySecretName(p), secrets: map[string]*corev1.Secret{}}
+	in := renderInput{policy: p, hashKey: key, hashKeySecret: p.HashKeySecretName(), secrets: map[string]*corev1.Secret{}}
 	for _, name := range referencedSecrets(p) {
 		if _, done := in.secrets[name]; done {
 			continue
@@ -356,27 +343,27 @@ func (r *FairQueuePolicyReconciler) renderPolicy(ctx context.Context, p *fqv1alp
 // hashKey returns p's HMAC key, creating the default hash key Secret with a
 // random key when it does not exist.
 func (r *FairQueuePolicyReconciler) hashKey(ctx context.Context, p *fqv1alpha1.FairQueuePolicy) ([]byte, error) {
-	name := HashKeySecretName(p)
+	name := p.HashKeySecretName()
 	s := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: name}, s)
 	switch {
 	case apierrors.IsNotFound(err) && p.Spec.HashKeySecretRef != nil:
 		return nil, unresolved(fqv1alpha1.ReasonSecretNotFound,
 			"hash key Secret %q named in spec.hashKeySecretRef does not exist; create it with data key %q holding at least %d random bytes, or unset hashKeySecretRef to let the operator create one",
-			name, HashKeySecretKey, identity.HashKeyLen)
+			name, fqv1alpha1.HashKeySecretKey, identity.HashKeyLen)
 	case apierrors.IsNotFound(err):
 		return r.createHashKey(ctx, p, name)
 	case err != nil:
 		return nil, fmt.Errorf("reading hash key Secret %s/%s: %w", p.Namespace, name, err)
 	}
-	key, ok := s.Data[HashKeySecretKey]
+	key, ok := s.Data[fqv1alpha1.HashKeySecretKey]
 	if !ok {
 		return nil, unresolved(fqv1alpha1.ReasonSecretKeyNotFound,
-			"hash key Secret %q has no data key %q; add one holding at least %d random bytes", name, HashKeySecretKey, identity.HashKeyLen)
+			"hash key Secret %q has no data key %q; add one holding at least %d random bytes", name, fqv1alpha1.HashKeySecretKey, identity.HashKeyLen)
 	}
 	if len(key) < identity.HashKeyLen {
 		return nil, invalid(fqv1alpha1.ReasonInvalid,
-			"hash key Secret %q data key %q holds %d bytes; it needs at least %d random bytes", name, HashKeySecretKey, len(key), identity.HashKeyLen)
+			"hash key Secret %q data key %q holds %d bytes; it needs at least %d random bytes", name, fqv1alpha1.HashKeySecretKey, len(key), identity.HashKeyLen)
 	}
 	return key, nil
 }
@@ -393,7 +380,7 @@ func (r *FairQueuePolicyReconciler) createHashKey(ctx context.Context, p *fqv1al
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: name, Labels: managedLabels(p.Name)},
 		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{HashKeySecretKey: key},
+		Data:       map[string][]byte{fqv1alpha1.HashKeySecretKey: key},
 	}
 	if err := r.Client.Create(ctx, s); err != nil {
 		// AlreadyExists included: another writer won the race, and the next

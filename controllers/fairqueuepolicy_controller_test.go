@@ -116,8 +116,8 @@ func waitCondition(t *testing.T, p *fqv1alpha1.FairQueuePolicy, condType string,
 func hashKeyOf(t *testing.T, p *fqv1alpha1.FairQueuePolicy) []byte {
 	t.Helper()
 	s := &corev1.Secret{}
-	NewWithT(t).Expect(k8s.Get(ctx(t), client.ObjectKey{Namespace: p.Namespace, Name: HashKeySecretName(p)}, s)).To(Succeed())
-	return s.Data[HashKeySecretKey]
+	NewWithT(t).Expect(k8s.Get(ctx(t), client.ObjectKey{Namespace: p.Namespace, Name: p.HashKeySecretName()}, s)).To(Succeed())
+	return s.Data[fqv1alpha1.HashKeySecretKey]
 }
 
 func parseConfigMap(t *testing.T, cm *corev1.ConfigMap) *config.Config {
@@ -168,7 +168,7 @@ func TestCreateRendersHashedConfigMap(t *testing.T) {
 	// the policy (re-creating a policy keeps its hashes).
 	hk := &corev1.Secret{}
 	g.Expect(k8s.Get(ctx(t), client.ObjectKey{Namespace: p.Namespace, Name: "llm-hash-key"}, hk)).To(Succeed())
-	key := hk.Data[HashKeySecretKey]
+	key := hk.Data[fqv1alpha1.HashKeySecretKey]
 	g.Expect(key).To(HaveLen(identity.HashKeyLen))
 	g.Expect(hk.OwnerReferences).To(BeEmpty())
 
@@ -246,7 +246,7 @@ func TestHashKeyRotationReRenders(t *testing.T) {
 	before := parseConfigMap(t, cm)
 
 	newKey := []byte(strings.Repeat("k", identity.HashKeyLen))
-	updateSecret(t, p.Namespace, "llm-hash-key", func(s *corev1.Secret) { s.Data[HashKeySecretKey] = newKey })
+	updateSecret(t, p.Namespace, "llm-hash-key", func(s *corev1.Secret) { s.Data[fqv1alpha1.HashKeySecretKey] = newKey })
 	g.Eventually(func(g Gomega) {
 		c := parseConfigMap(t, getConfigMap(t, p))
 		g.Expect(c.HashKeySecret.Fingerprint).To(Equal(config.KeyFingerprint(newKey)))
@@ -260,7 +260,7 @@ func TestHashKeyRotationReRenders(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		s := &corev1.Secret{}
 		g.Expect(k8s.Get(ctx(t), client.ObjectKey{Namespace: p.Namespace, Name: "llm-hash-key"}, s)).To(Succeed())
-		fresh := s.Data[HashKeySecretKey]
+		fresh := s.Data[fqv1alpha1.HashKeySecretKey]
 		g.Expect(fresh).To(HaveLen(identity.HashKeyLen))
 		g.Expect(fresh).NotTo(Equal(newKey))
 		g.Expect(parseConfigMap(t, getConfigMap(t, p)).HashKeySecret.Fingerprint).To(Equal(config.KeyFingerprint(fresh)))
@@ -268,7 +268,7 @@ func TestHashKeyRotationReRenders(t *testing.T) {
 
 	// A key too short to be safe is refused, keeping the last good config.
 	cm = getConfigMap(t, p)
-	updateSecret(t, p.Namespace, "llm-hash-key", func(s *corev1.Secret) { s.Data[HashKeySecretKey] = []byte("short") })
+	updateSecret(t, p.Namespace, "llm-hash-key", func(s *corev1.Secret) { s.Data[fqv1alpha1.HashKeySecretKey] = []byte("short") })
 	waitCondition(t, p, fqv1alpha1.ConditionReady, metav1.ConditionFalse, fqv1alpha1.ReasonInvalid)
 	g.Expect(getConfigMap(t, p).ResourceVersion).To(Equal(cm.ResourceVersion))
 }
@@ -435,7 +435,7 @@ func TestHashKeySecretRefUsedWhenItAppears(t *testing.T) {
 	key := []byte(strings.Repeat("b", identity.HashKeyLen))
 	g.Expect(k8s.Create(ctx(t), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "byo-key"},
-		Data:       map[string][]byte{HashKeySecretKey: key},
+		Data:       map[string][]byte{fqv1alpha1.HashKeySecretKey: key},
 	})).To(Succeed())
 	waitReady(t, p)
 	c := parseConfigMap(t, getConfigMap(t, p))

@@ -84,7 +84,7 @@ func TestFaultsConverge(t *testing.T) {
 				fail := failTimes(1)
 				return interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 					if s, ok := obj.(*corev1.Secret); ok && fail() {
-						other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}, Data: map[string][]byte{HashKeySecretKey: otherKey}}
+						other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}, Data: map[string][]byte{fqv1alpha1.HashKeySecretKey: otherKey}}
 						NewWithT(t).Expect(k8s.Create(ctx, other)).To(Succeed())
 					}
 					return c.Create(ctx, obj, opts...) // AlreadyExists the first time

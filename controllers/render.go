@@ -71,7 +71,7 @@ func render(in renderInput) (*rendered, error) {
 		HashKeySecret: config.HashKeySecret{
 			Namespace:   p.Namespace,
 			Name:        in.hashKeySecret,
-			Key:         HashKeySecretKey,
+			Key:         fqv1alpha1.HashKeySecretKey,
 			Fingerprint: config.KeyFingerprint(in.hashKey),
 		},
 		Identity: config.Identity{

@@ -228,9 +228,9 @@ func TestNames(t *testing.T) {
 	g := NewWithT(t)
 	p := unitPolicy()
 	g.Expect(ConfigMapName(p.Name)).To(Equal("llm-dataplane"))
-	g.Expect(HashKeySecretName(p)).To(Equal("llm-hash-key"))
+	g.Expect(p.HashKeySecretName()).To(Equal("llm-hash-key"))
 	p.Spec.HashKeySecretRef = &fqv1alpha1.LocalSecretReference{Name: "shared-key"}
-	g.Expect(HashKeySecretName(p)).To(Equal("shared-key"))
+	g.Expect(p.HashKeySecretName()).To(Equal("shared-key"))
 	g.Expect(managedLabels(strings.Repeat("a", 64))).NotTo(HaveKey(config.PolicyLabel), "an invalid label value is left out")
 }
 

@@ -118,11 +118,11 @@ func TestApplyToEffectiveLatency(t *testing.T) {
 	// It reads the hash key the operator generated, as cmd/dataplane does.
 	var key []byte
 	eventually(t, "the hash key Secret", func() bool {
-		s, err := dataPlane.CoreV1().Secrets(ns).Get(ctx, controllers.HashKeySecretName(policy), metav1.GetOptions{})
+		s, err := dataPlane.CoreV1().Secrets(ns).Get(ctx, policy.HashKeySecretName(), metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
-		key = s.Data[controllers.HashKeySecretKey]
+		key = s.Data[fqv1alpha1.HashKeySecretKey]
 		return len(key) > 0
 	})
 
