@@ -316,7 +316,7 @@ func TestQueuedRequests(t *testing.T) {
 			r := Request{Identity: tc.id, TotalTimeout: tc.budget}
 			e.exhaust(t, r)
 			ch := e.admitAsync(context.Background(), r)
-			waitFor(t, "the request to be queued", func() bool { return e.depth() == 1 && e.clk.HasWaiters() })
+			waitFor(t, "the request to be queued", func() bool { return e.depth() == 1 && e.queue.Settled() })
 			if tc.then != nil {
 				if err := tc.then(e); err != nil {
 					t.Fatalf("reconfiguring while queued: %v", err)
@@ -324,8 +324,8 @@ func TestQueuedRequests(t *testing.T) {
 			}
 			for i, s := range tc.steps {
 				if i > 0 {
-					// The previous attempt was refused: wait until it is re-queued with a timer.
-					waitFor(t, "the re-queue", func() bool { return e.clk.HasWaiters() })
+					// The previous attempt was refused: wait until it is re-queued.
+					waitFor(t, "the re-queue", e.queue.Settled)
 				}
 				e.clk.Step(s)
 			}
@@ -426,7 +426,7 @@ func TestExpiresExactlyAtItsBudgetBehindItsOwnTenant(t *testing.T) {
 	waitFor(t, "the second waiter", func() bool { return e.depth() == 2 })
 
 	e.clk.Step(499 * time.Millisecond)
-	waitFor(t, "the scheduler to settle", func() bool { return e.clk.HasWaiters() })
+	waitFor(t, "the scheduler to settle", e.queue.Settled)
 	select {
 	case d := <-second:
 		t.Fatalf("answered before its budget ran out: %+v", d)

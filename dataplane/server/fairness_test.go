@@ -64,7 +64,7 @@ func TestFairnessThroughHTTP(t *testing.T) {
 	rt := hs.srv.rt.Load()
 	backlogged := func() bool {
 		depth, _ := rt.queue.Stats()
-		return depth == len(tenants)*clientsPerTenant && hs.clk.HasWaiters()
+		return depth == len(tenants)*clientsPerTenant && rt.queue.Settled()
 	}
 	eventually(t, "every client is queued", backlogged)
 	base := make([]int64, len(tenants))

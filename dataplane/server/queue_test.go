@@ -58,14 +58,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// queued waits until n requests are queued and the scheduler has armed its
-// wake-up timer on the fake clock.
+// queued waits until n requests are queued and the scheduler has settled:
+// nothing is due before its next wake-up on the fake clock.
 func (hs *harness) queued(n int) {
 	hs.t.Helper()
 	rt := hs.srv.rt.Load()
 	eventually(hs.t, "requests are queued", func() bool {
 		depth, _ := rt.queue.Stats()
-		return depth == n && (n == 0 || hs.clk.HasWaiters())
+		return depth == n && rt.queue.Settled()
 	})
 }
 
