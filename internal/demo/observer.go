@@ -2,15 +2,15 @@ package demo
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/fairqueue/fairqueue/internal/loadgen"
 )
 
 // Tick is the resolution of the live per-tenant series.
@@ -29,7 +29,7 @@ const (
 // Refusal reasons counted by the observer besides the fair queue's own.
 const (
 	// ReasonImmediate is a refusal that did not involve the queue.
-	ReasonImmediate = "immediate"
+	ReasonImmediate = loadgen.ReasonImmediate
 	// ReasonOther is a refusal whose reason is unknown or unreadable.
 	ReasonOther = "other"
 	// ReasonTransport is a request that got no HTTP answer.
@@ -122,17 +122,20 @@ func (o *Observer) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		wait, waited := waitMillis(resp.Header)
+		wait, waited := loadgen.WaitHeader(resp.Header)
 		o.record(tenant, func(c *Counts) {
 			c.Admitted++
 			if waited && len(c.Waits) < maxWaitSamples {
-				c.Waits = append(c.Waits, wait)
+				c.Waits = append(c.Waits, float64(wait)/float64(time.Millisecond))
 			}
 		})
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
+	case loadgen.IsRefusal(resp.StatusCode):
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		resp.Body = readCloser{io.MultiReader(bytes.NewReader(data), resp.Body), resp.Body}
-		reason := refusalReason(data)
+		reason, _, ok := loadgen.Classify(data)
+		if !ok {
+			reason = ReasonOther
+		}
 		o.record(tenant, func(c *Counts) { c.Refused[reasonIndex(reason)]++ })
 	}
 	return resp, nil
@@ -172,38 +175,6 @@ func (o *Observer) Window(from, to time.Duration) []Counts {
 		}
 	}
 	return out
-}
-
-// waitMillis reads the x-fair-queue-wait-ms header.
-func waitMillis(h http.Header) (float64, bool) {
-	v := h.Get("x-fair-queue-wait-ms")
-	if v == "" {
-		return 0, false
-	}
-	ms, err := strconv.ParseFloat(v, 64)
-	return ms, err == nil && ms >= 0
-}
-
-// refusalReason returns error.details.fair_queue.reason of an OpenAI-style
-// error body, ReasonImmediate when the queue was not involved and
-// ReasonOther when the body is not the expected JSON.
-func refusalReason(data []byte) string {
-	var body struct {
-		Error struct {
-			Details struct {
-				FairQueue *struct {
-					Reason string `json:"reason"`
-				} `json:"fair_queue"`
-			} `json:"details"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(data, &body); err != nil {
-		return ReasonOther
-	}
-	if fq := body.Error.Details.FairQueue; fq != nil && fq.Reason != "" {
-		return fq.Reason
-	}
-	return ReasonImmediate
 }
 
 // reasonIndex returns the index of reason in reasons, or that of ReasonOther.

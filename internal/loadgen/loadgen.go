@@ -430,15 +430,25 @@ func (g *generator) do(ctx context.Context, ts *tenantState, target string) outc
 	if readErr != nil {
 		o.err = errorKind(ctx, readErr)
 	}
-	if v := resp.Header.Get("x-fair-queue-wait-ms"); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
-			o.wait, o.hasWait = time.Duration(ms*float64(time.Millisecond)), true
-		}
-	}
-	if isRefusal(resp.StatusCode) {
-		o.reason, o.limitType, o.classified = classify(data)
+	o.wait, o.hasWait = WaitHeader(resp.Header)
+	if IsRefusal(resp.StatusCode) {
+		o.reason, o.limitType, o.classified = Classify(data)
 	}
 	return o
+}
+
+// WaitHeader reads the time a data plane says a request spent queued, from
+// its x-fair-queue-wait-ms header.
+func WaitHeader(h http.Header) (time.Duration, bool) {
+	v := h.Get("x-fair-queue-wait-ms")
+	if v == "" {
+		return 0, false
+	}
+	ms, err := strconv.ParseFloat(v, 64)
+	if err != nil || ms < 0 {
+		return 0, false
+	}
+	return time.Duration(ms * float64(time.Millisecond)), true
 }
 
 // errorKind names a transport failure: "timeout" when the request's own
@@ -458,8 +468,8 @@ func errorKind(ctx context.Context, err error) string {
 	}
 }
 
-// isRefusal reports whether status is one the data plane refuses with.
-func isRefusal(status int) bool {
+// IsRefusal reports whether status is one the data plane refuses with.
+func IsRefusal(status int) bool {
 	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
 }
 
@@ -484,8 +494,11 @@ const (
 	ReasonUnparsed = "unparsed"
 )
 
-// classify returns the refusal reason and limit type of an error body.
-func classify(data []byte) (reason, limitType string, ok bool) {
+// Classify returns the refusal reason (error.details.fair_queue.reason, or
+// ReasonImmediate when the queue was not involved) and limit type of a data
+// plane's error body; ok is false, with ReasonUnparsed, when the body is not
+// the expected JSON.
+func Classify(data []byte) (reason, limitType string, ok bool) {
 	var b errorBody
 	if err := json.Unmarshal(data, &b); err != nil {
 		return ReasonUnparsed, "", false
@@ -527,7 +540,7 @@ func (ts *tenantState) record(o outcome, second int) {
 		if o.hasWait {
 			s.admittedWait.record(o.wait)
 		}
-	case isRefusal(o.status):
+	case IsRefusal(o.status):
 		s.refused++
 		ts.refused[second]++
 		s.reasons = addCount(s.reasons, o.reason)
