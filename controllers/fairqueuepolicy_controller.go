@@ -55,6 +55,7 @@ import (
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/render"
 )
 
 const (
@@ -196,7 +197,7 @@ func secretRefs(obj client.Object) []string {
 	if !ok {
 		return nil
 	}
-	names := append(referencedSecrets(p), p.HashKeySecretName())
+	names := append(render.ReferencedSecrets(p), p.HashKeySecretName())
 	slices.Sort(names)
 	return slices.Compact(names)
 }
@@ -233,7 +234,7 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	orig := policy.DeepCopy()
 
 	out, err := r.renderPolicy(ctx, policy)
-	var rerr *renderError
+	var rerr *render.Error
 	if err != nil && !errors.As(err, &rerr) {
 		return ctrl.Result{}, err
 	}
@@ -244,24 +245,24 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		case err != nil:
 			return ctrl.Result{}, err
 		case changed:
-			log.Info("Rendered data-plane ConfigMap", "configMap", ConfigMapName(policy.Name), "configHash", out.hash,
-				"generation", policy.Generation, "weightedTenants", out.weightedTenants)
+			log.Info("Rendered data-plane ConfigMap", "configMap", ConfigMapName(policy.Name), "configHash", out.Hash,
+				"generation", policy.Generation, "weightedTenants", out.WeightedTenants)
 			r.Recorder.Eventf(policy, nil, corev1.EventTypeNormal, fqv1alpha1.ReasonRendered, "Render",
-				"Rendered ConfigMap %s with config hash %s", ConfigMapName(policy.Name), out.hash)
+				"Rendered ConfigMap %s with config hash %s", ConfigMapName(policy.Name), out.Hash)
 		}
 	}
 	if rerr != nil {
-		log.Info("Policy not rendered; the last good ConfigMap stays in force", "reason", rerr.reason, "message", rerr.msg)
+		log.Info("Policy not rendered; the last good ConfigMap stays in force", "reason", rerr.Reason, "message", rerr.Msg)
 		// One Warning per new failure: timed requeues (Lease expiry, a
 		// foreign ConfigMap) must not repeat it while nothing changed.
 		if !sameFailure(meta.FindStatusCondition(orig.Status.Conditions, fqv1alpha1.ConditionReady), policy.Generation, rerr) {
-			r.Recorder.Eventf(policy, nil, corev1.EventTypeWarning, rerr.reason, "Render", "%s", rerr.msg)
+			r.Recorder.Eventf(policy, nil, corev1.EventTypeWarning, rerr.Reason, "Render", "%s", rerr.Msg)
 		}
 		out = nil
 	}
 
 	var result ctrl.Result
-	if rerr != nil && rerr.unwatched {
+	if rerr != nil && rerr.Unwatched {
 		// No watch event will tell us when this is fixed.
 		result.RequeueAfter = cmp.Or(r.UnwatchedRetry, DefaultUnwatchedRetry)
 	}
@@ -315,16 +316,16 @@ func (r *FairQueuePolicyReconciler) clock() clock.PassiveClock {
 }
 
 // renderPolicy reads the hash key and referenced Secrets and renders p. It
-// returns a *renderError for inputs only a user can fix and any other error
+// returns a *render.Error for inputs only a user can fix and any other error
 // for API failures worth retrying.
-func (r *FairQueuePolicyReconciler) renderPolicy(ctx context.Context, p *fqv1alpha1.FairQueuePolicy) (*rendered, error) {
+func (r *FairQueuePolicyReconciler) renderPolicy(ctx context.Context, p *fqv1alpha1.FairQueuePolicy) (*render.Rendered, error) {
 	key, err := r.hashKey(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	in := renderInput{policy: p, hashKey: key, hashKeySecret: p.HashKeySecretName(), secrets: map[string]*corev1.Secret{}}
-	for _, name := range referencedSecrets(p) {
-		if _, done := in.secrets[name]; done {
+	in := render.Input{Policy: p, HashKey: key, HashKeySecret: p.HashKeySecretName(), Secrets: map[string]*corev1.Secret{}}
+	for _, name := range render.ReferencedSecrets(p) {
+		if _, done := in.Secrets[name]; done {
 			continue
 		}
 		s := &corev1.Secret{}
@@ -334,10 +335,10 @@ func (r *FairQueuePolicyReconciler) renderPolicy(ctx context.Context, p *fqv1alp
 		case err != nil:
 			return nil, fmt.Errorf("reading Secret %s/%s: %w", p.Namespace, name, err)
 		default:
-			in.secrets[name] = s
+			in.Secrets[name] = s
 		}
 	}
-	return render(in)
+	return render.Render(in)
 }
 
 // hashKey returns p's HMAC key, creating the default hash key Secret with a
@@ -348,7 +349,7 @@ func (r *FairQueuePolicyReconciler) hashKey(ctx context.Context, p *fqv1alpha1.F
 	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: name}, s)
 	switch {
 	case apierrors.IsNotFound(err) && p.Spec.HashKeySecretRef != nil:
-		return nil, unresolved(fqv1alpha1.ReasonSecretNotFound,
+		return nil, render.Unresolved(fqv1alpha1.ReasonSecretNotFound,
 			"hash key Secret %q named in spec.hashKeySecretRef does not exist; create it with data key %q holding at least %d random bytes, or unset hashKeySecretRef to let the operator create one",
 			name, fqv1alpha1.HashKeySecretKey, identity.HashKeyLen)
 	case apierrors.IsNotFound(err):
@@ -358,11 +359,11 @@ func (r *FairQueuePolicyReconciler) hashKey(ctx context.Context, p *fqv1alpha1.F
 	}
 	key, ok := s.Data[fqv1alpha1.HashKeySecretKey]
 	if !ok {
-		return nil, unresolved(fqv1alpha1.ReasonSecretKeyNotFound,
+		return nil, render.Unresolved(fqv1alpha1.ReasonSecretKeyNotFound,
 			"hash key Secret %q has no data key %q; add one holding at least %d random bytes", name, fqv1alpha1.HashKeySecretKey, identity.HashKeyLen)
 	}
 	if len(key) < identity.HashKeyLen {
-		return nil, invalid(fqv1alpha1.ReasonInvalid,
+		return nil, render.Invalid(fqv1alpha1.ReasonInvalid,
 			"hash key Secret %q data key %q holds %d bytes; it needs at least %d random bytes", name, fqv1alpha1.HashKeySecretKey, len(key), identity.HashKeyLen)
 	}
 	return key, nil
@@ -393,10 +394,10 @@ func (r *FairQueuePolicyReconciler) createHashKey(ctx context.Context, p *fqv1al
 
 // applyConfigMap makes p's ConfigMap hold out, creating it or repairing it,
 // and reports whether it wrote. Labels and annotations others add are kept.
-func (r *FairQueuePolicyReconciler) applyConfigMap(ctx context.Context, p *fqv1alpha1.FairQueuePolicy, out *rendered) (bool, error) {
+func (r *FairQueuePolicyReconciler) applyConfigMap(ctx context.Context, p *fqv1alpha1.FairQueuePolicy, out *render.Rendered) (bool, error) {
 	key := types.NamespacedName{Namespace: p.Namespace, Name: ConfigMapName(p.Name)}
 	if errs := validation.IsDNS1123Subdomain(key.Name); len(errs) > 0 {
-		return false, invalid(fqv1alpha1.ReasonInvalid, "the ConfigMap name %q derived from the policy name is invalid: %v; use a shorter policy name", key.Name, errs)
+		return false, render.Invalid(fqv1alpha1.ReasonInvalid, "the ConfigMap name %q derived from the policy name is invalid: %v; use a shorter policy name", key.Name, errs)
 	}
 	cm := &corev1.ConfigMap{}
 	err := r.Client.Get(ctx, key, cm)
@@ -422,9 +423,9 @@ func (r *FairQueuePolicyReconciler) applyConfigMap(ctx context.Context, p *fqv1a
 	}
 	if !metav1.IsControlledBy(cm, p) && cm.Labels[config.ManagedByLabel] != config.ManagedByValue {
 		// Never overwrite a ConfigMap someone else created under our name.
-		rerr := invalid(fqv1alpha1.ReasonInvalid,
+		rerr := render.Invalid(fqv1alpha1.ReasonInvalid,
 			"ConfigMap %q already exists and is not managed by fairqueue; delete or rename it so the policy can be rendered", key.Name)
-		rerr.unwatched = true
+		rerr.Unwatched = true
 		return false, rerr
 	}
 	before := cm.DeepCopy()
@@ -444,11 +445,11 @@ func (r *FairQueuePolicyReconciler) applyConfigMap(ctx context.Context, p *fqv1a
 
 // desiredConfigMap sets on cm everything the operator owns: its data, labels,
 // hash annotation and controller reference.
-func (r *FairQueuePolicyReconciler) desiredConfigMap(p *fqv1alpha1.FairQueuePolicy, cm *corev1.ConfigMap, out *rendered) error {
+func (r *FairQueuePolicyReconciler) desiredConfigMap(p *fqv1alpha1.FairQueuePolicy, cm *corev1.ConfigMap, out *render.Rendered) error {
 	if err := controllerutil.SetControllerReference(p, cm, r.Client.Scheme()); err != nil {
 		var owned *controllerutil.AlreadyOwnedError
 		if errors.As(err, &owned) {
-			return invalid(fqv1alpha1.ReasonInvalid, "ConfigMap %q is controlled by %s %q, not by this policy; delete it or rename the policy",
+			return render.Invalid(fqv1alpha1.ReasonInvalid, "ConfigMap %q is controlled by %s %q, not by this policy; delete it or rename the policy",
 				cm.Name, owned.Owner.Kind, owned.Owner.Name)
 		}
 		return fmt.Errorf("setting the owner of ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
@@ -462,8 +463,8 @@ func (r *FairQueuePolicyReconciler) desiredConfigMap(p *fqv1alpha1.FairQueuePoli
 	if cm.Annotations == nil {
 		cm.Annotations = map[string]string{}
 	}
-	cm.Annotations[config.ConfigHashAnnotation] = out.hash
-	cm.Data = map[string]string{config.ConfigMapKey: string(out.data)}
+	cm.Annotations[config.ConfigHashAnnotation] = out.Hash
+	cm.Data = map[string]string{config.ConfigMapKey: string(out.Data)}
 	cm.BinaryData = nil
 	return nil
 }
@@ -480,19 +481,19 @@ func managedLabels(policy string) map[string]string {
 
 // sameFailure reports whether ready, the Ready condition before this
 // reconcile, already records rerr for generation gen.
-func sameFailure(ready *metav1.Condition, gen int64, rerr *renderError) bool {
+func sameFailure(ready *metav1.Condition, gen int64, rerr *render.Error) bool {
 	return ready != nil && ready.Status == metav1.ConditionFalse && ready.ObservedGeneration == gen &&
-		ready.Reason == rerr.reason && ready.Message == readyFailureMessage(rerr)
+		ready.Reason == rerr.Reason && ready.Message == readyFailureMessage(rerr)
 }
 
-func readyFailureMessage(rerr *renderError) string {
-	return rerr.msg + "; the last good ConfigMap stays in force"
+func readyFailureMessage(rerr *render.Error) string {
+	return rerr.Msg + "; the last good ConfigMap stays in force"
 }
 
 // setStatus records the outcome of one reconcile in p.Status. On failure the
 // ConfigMap name and hash keep describing the last good render, which is the
 // one in force.
-func setStatus(p *fqv1alpha1.FairQueuePolicy, out *rendered, rerr *renderError) {
+func setStatus(p *fqv1alpha1.FairQueuePolicy, out *render.Rendered, rerr *render.Error) {
 	gen := p.Generation
 	p.Status.ObservedGeneration = gen
 	resolved := metav1.Condition{
@@ -501,15 +502,15 @@ func setStatus(p *fqv1alpha1.FairQueuePolicy, out *rendered, rerr *renderError) 
 	}
 	ready := metav1.Condition{Type: fqv1alpha1.ConditionReady, ObservedGeneration: gen}
 	if rerr != nil {
-		if !rerr.secretsResolved {
-			resolved.Status, resolved.Reason, resolved.Message = metav1.ConditionFalse, rerr.reason, rerr.msg
+		if !rerr.SecretsResolved {
+			resolved.Status, resolved.Reason, resolved.Message = metav1.ConditionFalse, rerr.Reason, rerr.Msg
 		}
-		ready.Status, ready.Reason = metav1.ConditionFalse, rerr.reason
+		ready.Status, ready.Reason = metav1.ConditionFalse, rerr.Reason
 		ready.Message = readyFailureMessage(rerr)
 	} else {
 		p.Status.ConfigMapName = ConfigMapName(p.Name)
-		p.Status.ConfigHash = out.hash
-		p.Status.WeightedTenants = out.weightedTenants
+		p.Status.ConfigHash = out.Hash
+		p.Status.WeightedTenants = out.WeightedTenants
 		ready.Status, ready.Reason = metav1.ConditionTrue, fqv1alpha1.ReasonRendered
 		ready.Message = fmt.Sprintf("Generation %d is rendered into ConfigMap %s", gen, p.Status.ConfigMapName)
 	}

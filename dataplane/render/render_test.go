@@ -1,4 +1,4 @@
-package controllers
+package render
 
 import (
 	"bytes"
@@ -65,12 +65,12 @@ func unitSecrets() map[string]*corev1.Secret {
 
 func TestRenderResolvesAndHashesIdentities(t *testing.T) {
 	g := NewWithT(t)
-	out, err := render(renderInput{policy: unitPolicy(), hashKey: unitKey, hashKeySecret: "llm-hash-key", secrets: unitSecrets()})
+	out, err := Render(Input{Policy: unitPolicy(), HashKey: unitKey, HashKeySecret: "llm-hash-key", Secrets: unitSecrets()})
 	g.Expect(err).NotTo(HaveOccurred())
-	c, err := config.Parse(out.data)
+	c, err := config.Parse(out.Data)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(out.hash).To(Equal(config.Hash(out.data)))
-	g.Expect(out.weightedTenants).To(BeEquivalentTo(3))
+	g.Expect(out.Hash).To(Equal(config.Hash(out.Data)))
+	g.Expect(out.WeightedTenants).To(BeEquivalentTo(3))
 
 	// Variables resolve from the first Secret holding them, trimmed; $$ is a
 	// literal $.
@@ -99,12 +99,12 @@ func TestRenderResolvesAndHashesIdentities(t *testing.T) {
 	g.Expect(c.HashKeySecret).To(Equal(config.HashKeySecret{Namespace: "ns", Name: "llm-hash-key", Key: "key", Fingerprint: config.KeyFingerprint(unitKey)}))
 
 	for _, raw := range []string{"sk-acme-123", "sk-bob", "alice", "research", "cost$center", string(unitKey)} {
-		g.Expect(string(out.data)).NotTo(ContainSubstring(raw), "raw value in the rendered config")
+		g.Expect(string(out.Data)).NotTo(ContainSubstring(raw), "raw value in the Rendered config")
 	}
 
-	again, err := render(renderInput{policy: unitPolicy(), hashKey: unitKey, hashKeySecret: "llm-hash-key", secrets: unitSecrets()})
+	again, err := Render(Input{Policy: unitPolicy(), HashKey: unitKey, HashKeySecret: "llm-hash-key", Secrets: unitSecrets()})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(again.data).To(Equal(out.data), "rendering must be deterministic")
+	g.Expect(again.Data).To(Equal(out.Data), "rendering must be deterministic")
 }
 
 func TestRenderDisabledIgnoresWeights(t *testing.T) {
@@ -113,10 +113,10 @@ func TestRenderDisabledIgnoresWeights(t *testing.T) {
 	p.Spec.FairQueuing.Enabled = false
 	secrets := unitSecrets()
 	delete(secrets, "ids-a") // not needed while disabled
-	out, err := render(renderInput{policy: p, hashKey: unitKey, hashKeySecret: "k", secrets: secrets})
+	out, err := Render(Input{Policy: p, HashKey: unitKey, HashKeySecret: "k", Secrets: secrets})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(out.weightedTenants).To(BeZero())
-	g.Expect(referencedSecrets(p)).To(Equal([]string{"registry"}))
+	g.Expect(out.WeightedTenants).To(BeZero())
+	g.Expect(ReferencedSecrets(p)).To(Equal([]string{"registry"}))
 }
 
 func TestRenderFailures(t *testing.T) {
@@ -199,39 +199,20 @@ func TestRenderFailures(t *testing.T) {
 			g := NewWithT(t)
 			p, s := unitPolicy(), unitSecrets()
 			tt.mutate(p, s)
-			out, err := render(renderInput{policy: p, hashKey: unitKey, hashKeySecret: "k", secrets: s})
+			out, err := Render(Input{Policy: p, HashKey: unitKey, HashKeySecret: "k", Secrets: s})
 			g.Expect(out).To(BeNil(), "a failed render must produce nothing")
-			var rerr *renderError
-			g.Expect(errors.As(err, &rerr)).To(BeTrue(), "want a *renderError, got %v", err)
-			g.Expect(rerr.reason).To(Equal(tt.wantReason))
-			g.Expect(rerr.secretsResolved).To(Equal(tt.wantResolved))
+			var rerr *Error
+			g.Expect(errors.As(err, &rerr)).To(BeTrue(), "want a *Error, got %v", err)
+			g.Expect(rerr.Reason).To(Equal(tt.wantReason))
+			g.Expect(rerr.SecretsResolved).To(Equal(tt.wantResolved))
 			for _, m := range tt.wantMessage {
-				g.Expect(rerr.msg).To(ContainSubstring(m))
+				g.Expect(rerr.Msg).To(ContainSubstring(m))
 			}
 			for _, raw := range []string{"sk-acme-123", "sk-secret-value", "research"} {
-				g.Expect(rerr.msg).NotTo(ContainSubstring(raw), "message leaks a secret value")
+				g.Expect(rerr.Msg).NotTo(ContainSubstring(raw), "message leaks a secret value")
 			}
 		})
 	}
-}
-
-func TestSecretRefsIndex(t *testing.T) {
-	g := NewWithT(t)
-	p := unitPolicy()
-	g.Expect(secretRefs(p)).To(Equal([]string{"ids-a", "ids-b", "llm-hash-key", "registry"}))
-	p.Spec.HashKeySecretRef = &fqv1alpha1.LocalSecretReference{Name: "ids-a"}
-	g.Expect(secretRefs(p)).To(Equal([]string{"ids-a", "ids-b", "registry"}), "names are listed once")
-	g.Expect(secretRefs(&corev1.Secret{})).To(BeNil())
-}
-
-func TestNames(t *testing.T) {
-	g := NewWithT(t)
-	p := unitPolicy()
-	g.Expect(ConfigMapName(p.Name)).To(Equal("llm-dataplane"))
-	g.Expect(p.HashKeySecretName()).To(Equal("llm-hash-key"))
-	p.Spec.HashKeySecretRef = &fqv1alpha1.LocalSecretReference{Name: "shared-key"}
-	g.Expect(p.HashKeySecretName()).To(Equal("shared-key"))
-	g.Expect(managedLabels(strings.Repeat("a", 64))).NotTo(HaveKey(config.PolicyLabel), "an invalid label value is left out")
 }
 
 // BenchmarkRender renders a policy at the API's limits: 1024 weights resolved
@@ -259,10 +240,10 @@ func BenchmarkRender(b *testing.B) {
 		"ids-b":    secret("ids-b", nil),
 		"registry": secret("registry", map[string]string{"keys.json": reg.String()}),
 	}
-	in := renderInput{policy: p, hashKey: unitKey, hashKeySecret: "k", secrets: secrets}
+	in := Input{Policy: p, HashKey: unitKey, HashKeySecret: "k", Secrets: secrets}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := render(in); err != nil {
+		if _, err := Render(in); err != nil {
 			b.Fatal(err)
 		}
 	}

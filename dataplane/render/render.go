@@ -1,4 +1,7 @@
-package controllers
+// Package render turns a FairQueuePolicy and the Secrets it references into
+// the data-plane config. The operator and the standalone data plane both use
+// it, so a policy renders to the same bytes wherever it is rendered.
+package render
 
 import (
 	"errors"
@@ -14,55 +17,65 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 )
 
-// renderError is a reason the policy cannot be rendered that only a change of
-// the policy or of a Secret can fix. It becomes a False condition and a Warning
-// Event; it is not retried with backoff. Its message never holds a secret or
-// raw identity value, only names.
-type renderError struct {
-	// reason is one of the fqv1alpha1.Reason* constants.
-	reason string
-	// secretsResolved is false when the error is a missing Secret, key or
+// Error is a reason the policy cannot be rendered that only a change of the
+// policy or of a Secret can fix. The operator turns it into a False condition
+// and a Warning Event and does not retry it with backoff; the standalone data
+// plane refuses the policy and keeps the last good one. Its message never
+// holds a secret or raw identity value, only names.
+type Error struct {
+	// Reason is one of the fqv1alpha1.Reason* constants.
+	Reason string
+	// SecretsResolved is false when the error is a missing Secret, key or
 	// variable, which sets the SecretsResolved condition False as well.
-	secretsResolved bool
-	// unwatched is true when the cause is an object no watch covers, so
+	SecretsResolved bool
+	// Unwatched is true when the cause is an object no watch covers, so
 	// the policy must be retried on a timer.
-	unwatched bool
-	msg       string
+	Unwatched bool
+	// Msg says what is wrong and what to do.
+	Msg string
 }
 
-func (e *renderError) Error() string { return e.msg }
+func (e *Error) Error() string { return e.Msg }
 
-func unresolved(reason, format string, args ...any) *renderError {
-	return &renderError{reason: reason, msg: fmt.Sprintf(format, args...)}
+// Unresolved returns an Error for a Secret, data key or variable that is
+// missing: it also sets the SecretsResolved condition False.
+func Unresolved(reason, format string, args ...any) *Error {
+	return &Error{Reason: reason, Msg: fmt.Sprintf(format, args...)}
 }
 
-func invalid(reason, format string, args ...any) *renderError {
-	return &renderError{reason: reason, secretsResolved: true, msg: fmt.Sprintf(format, args...)}
+// Invalid returns an Error for inputs that are present but cannot be
+// rendered.
+func Invalid(reason, format string, args ...any) *Error {
+	return &Error{Reason: reason, SecretsResolved: true, Msg: fmt.Sprintf(format, args...)}
 }
 
-// renderInput is everything a policy renders from, read by the reconciler.
-type renderInput struct {
-	policy *fqv1alpha1.FairQueuePolicy
-	// hashKey is the HMAC key; hashKeySecret is the Secret it came from.
-	hashKey       []byte
-	hashKeySecret string
-	// secrets holds the referenced weightsFrom and key registry Secrets by
+// Input is everything a policy renders from.
+type Input struct {
+	// Policy is the policy to render.
+	Policy *fqv1alpha1.FairQueuePolicy
+	// HashKey is the HMAC key; HashKeySecret names the Secret it came from.
+	HashKey       []byte
+	HashKeySecret string
+	// Secrets holds the referenced weightsFrom and key registry Secrets by
 	// name; a name that is absent was not found.
-	secrets map[string]*corev1.Secret
+	Secrets map[string]*corev1.Secret
 }
 
-// rendered is the result of a successful render.
-type rendered struct {
-	data            []byte
-	hash            string
-	weightedTenants int32
+// Rendered is the result of a successful render.
+type Rendered struct {
+	// Data is the canonical JSON of the data-plane config.
+	Data []byte
+	// Hash is config.Hash(Data).
+	Hash string
+	// WeightedTenants is the number of weights entries rendered.
+	WeightedTenants int32
 }
 
-// render turns a policy and its resolved Secrets into the canonical bytes of
+// Render turns a policy and its resolved Secrets into the canonical bytes of
 // its data-plane config. It is deterministic: the same inputs always give the
-// same bytes. Every failure is a *renderError.
-func render(in renderInput) (*rendered, error) {
-	p := in.policy
+// same bytes. Every failure is an *Error.
+func Render(in Input) (*Rendered, error) {
+	p := in.Policy
 	spec := &p.Spec
 	c := &config.Config{
 		APIVersion: config.APIVersion,
@@ -70,9 +83,9 @@ func render(in renderInput) (*rendered, error) {
 		Policy:     config.PolicyRef{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation},
 		HashKeySecret: config.HashKeySecret{
 			Namespace:   p.Namespace,
-			Name:        in.hashKeySecret,
+			Name:        in.HashKeySecret,
 			Key:         fqv1alpha1.HashKeySecretKey,
-			Fingerprint: config.KeyFingerprint(in.hashKey),
+			Fingerprint: config.KeyFingerprint(in.HashKey),
 		},
 		Identity: config.Identity{
 			APIKeyHeaders: spec.Identity.APIKeyHeaders,
@@ -109,7 +122,7 @@ func render(in renderInput) (*rendered, error) {
 	}
 
 	if r := spec.Identity.KeyRegistry; r != nil {
-		reg, err := renderKeyRegistry(r, in.hashKey, in.secrets)
+		reg, err := renderKeyRegistry(r, in.HashKey, in.Secrets)
 		if err != nil {
 			return nil, err
 		}
@@ -118,7 +131,7 @@ func render(in renderInput) (*rendered, error) {
 	// Weights are accepted and ignored while fair queuing is off (the API
 	// promises this, so they can be staged), so their Secrets are not needed.
 	if spec.FairQueuing.Enabled {
-		weights, err := renderWeights(&spec.FairQueuing, in.hashKey, in.secrets)
+		weights, err := renderWeights(&spec.FairQueuing, in.HashKey, in.Secrets)
 		if err != nil {
 			return nil, err
 		}
@@ -129,14 +142,14 @@ func render(in renderInput) (*rendered, error) {
 	if err != nil {
 		// The API server's schema should make this unreachable; say what to
 		// fix rather than failing silently.
-		return nil, invalid(fqv1alpha1.ReasonInvalid, "the policy renders an invalid data-plane config: %v", err)
+		return nil, Invalid(fqv1alpha1.ReasonInvalid, "the policy renders an invalid data-plane config: %v", err)
 	}
-	return &rendered{data: data, hash: config.Hash(data), weightedTenants: int32(len(c.FairQueuing.Weights))}, nil
+	return &Rendered{Data: data, Hash: config.Hash(data), WeightedTenants: int32(len(c.FairQueuing.Weights))}, nil
 }
 
-// referencedSecrets returns the names of the Secrets, besides the hash key,
+// ReferencedSecrets returns the names of the Secrets, besides the hash key,
 // that rendering p needs, in a stable order.
-func referencedSecrets(p *fqv1alpha1.FairQueuePolicy) []string {
+func ReferencedSecrets(p *fqv1alpha1.FairQueuePolicy) []string {
 	var names []string
 	if r := p.Spec.Identity.KeyRegistry; r != nil {
 		names = append(names, r.SecretRef.Name)
@@ -156,7 +169,7 @@ func renderWeights(fq *fqv1alpha1.FairQueuing, key []byte, secrets map[string]*c
 	for _, src := range fq.WeightsFrom {
 		s, ok := secrets[src.SecretRef.Name]
 		if !ok {
-			return nil, unresolved(fqv1alpha1.ReasonSecretNotFound,
+			return nil, Unresolved(fqv1alpha1.ReasonSecretNotFound,
 				"Secret %q named in spec.fairQueuing.weightsFrom does not exist; create it in the policy's namespace", src.SecretRef.Name)
 		}
 		sources = append(sources, s)
@@ -179,18 +192,18 @@ func renderWeights(fq *fqv1alpha1.FairQueuing, key []byte, secrets map[string]*c
 		var uv *fqv1alpha1.UnresolvedVariableError
 		switch {
 		case errors.As(err, &uv):
-			return nil, unresolved(fqv1alpha1.ReasonVariableUnresolved,
+			return nil, Unresolved(fqv1alpha1.ReasonVariableUnresolved,
 				"spec.fairQueuing.weights[%d]: variable %q is in none of the weightsFrom Secrets %s; add it as a data key of one of them",
 				i, uv.Name, secretList(fq.WeightsFrom))
 		case err != nil:
-			return nil, invalid(fqv1alpha1.ReasonInvalid, "spec.fairQueuing.weights[%d].identity: %v", i, err)
+			return nil, Invalid(fqv1alpha1.ReasonInvalid, "spec.fairQueuing.weights[%d].identity: %v", i, err)
 		case id == "":
-			return nil, invalid(fqv1alpha1.ReasonInvalid,
+			return nil, Invalid(fqv1alpha1.ReasonInvalid,
 				"spec.fairQueuing.weights[%d] resolves to an empty identity; check the Secret values it references", i)
 		}
 		h := identity.Hash(key, id)
 		if j, dup := byHash[h]; dup {
-			return nil, invalid(fqv1alpha1.ReasonDuplicateIdentity,
+			return nil, Invalid(fqv1alpha1.ReasonDuplicateIdentity,
 				"spec.fairQueuing.weights[%d] %s and spec.fairQueuing.weights[%d] %s resolve to the same identity; remove one of them",
 				j, describeEntry(fq.Weights[j].Identity), i, describeEntry(w.Identity))
 		}
@@ -233,7 +246,7 @@ const maxRegistryEntries = 4000
 func renderKeyRegistry(r *fqv1alpha1.KeyRegistry, key []byte, secrets map[string]*corev1.Secret) (*config.KeyRegistry, error) {
 	s, ok := secrets[r.SecretRef.Name]
 	if !ok {
-		return nil, unresolved(fqv1alpha1.ReasonSecretNotFound,
+		return nil, Unresolved(fqv1alpha1.ReasonSecretNotFound,
 			"key registry Secret %q named in spec.identity.keyRegistry.secretRef does not exist; create it in the policy's namespace", r.SecretRef.Name)
 	}
 	dataKey := r.Key
@@ -242,30 +255,30 @@ func renderKeyRegistry(r *fqv1alpha1.KeyRegistry, key []byte, secrets map[string
 	}
 	raw, ok := s.Data[dataKey]
 	if !ok {
-		return nil, unresolved(fqv1alpha1.ReasonSecretKeyNotFound,
+		return nil, Unresolved(fqv1alpha1.ReasonSecretKeyNotFound,
 			"key registry Secret %q has no data key %q; add it, or set spec.identity.keyRegistry.key", s.Name, dataKey)
 	}
-	// Strict like the rendered config: field names match case-sensitively,
+	// Strict like the Rendered config: field names match case-sensitively,
 	// unknown and duplicate fields are refused. The decoder's own errors can
 	// quote the input, which holds API keys, so they are not passed on.
 	var entries []registryEntry
 	if strict, err := kjson.UnmarshalStrict(raw, &entries); err != nil || len(strict) > 0 {
-		return nil, invalid(fqv1alpha1.ReasonInvalid,
+		return nil, Invalid(fqv1alpha1.ReasonInvalid,
 			"key registry Secret %q key %q is not a JSON array of {\"apiKey\", \"user\", \"team\"} objects", s.Name, dataKey)
 	}
 	if len(entries) > maxRegistryEntries {
-		return nil, invalid(fqv1alpha1.ReasonInvalid,
+		return nil, Invalid(fqv1alpha1.ReasonInvalid,
 			"key registry Secret %q key %q has %d entries, more than the %d supported", s.Name, dataKey, len(entries), maxRegistryEntries)
 	}
 	reg := &config.KeyRegistry{Enforce: r.Enforce}
 	byHash := make(map[string]int, len(entries))
 	for i, e := range entries {
 		if e.APIKey == "" {
-			return nil, invalid(fqv1alpha1.ReasonInvalid, "key registry Secret %q key %q: entry %d has no apiKey", s.Name, dataKey, i)
+			return nil, Invalid(fqv1alpha1.ReasonInvalid, "key registry Secret %q key %q: entry %d has no apiKey", s.Name, dataKey, i)
 		}
 		h := identity.Hash(key, e.APIKey)
 		if j, dup := byHash[h]; dup {
-			return nil, invalid(fqv1alpha1.ReasonDuplicateIdentity,
+			return nil, Invalid(fqv1alpha1.ReasonDuplicateIdentity,
 				"key registry Secret %q key %q: entries %d and %d have the same apiKey; remove one of them", s.Name, dataKey, j, i)
 		}
 		byHash[h] = i
