@@ -49,4 +49,3 @@ func TestNames(t *testing.T) {
 	g.Expect(p.HashKeySecretName()).To(Equal("shared-key"))
 	g.Expect(managedLabels(strings.Repeat("a", 64))).NotTo(HaveKey(config.PolicyLabel), "an invalid label value is left out")
 }
-
