@@ -374,6 +374,8 @@ func (downStore) Peek(time.Time, limiter.Batch) (limiter.Decision, error) {
 	return limiter.Decision{}, limiter.ErrStoreUnavailable
 }
 
+func (downStore) Refund(time.Time, limiter.Batch) error { return limiter.ErrStoreUnavailable }
+
 func TestStoreOutageAnswers503AtOnce(t *testing.T) {
 	tests := []struct {
 		name   string
