@@ -51,10 +51,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if rt.identity.modelHeader != "" {
-		id.model = headerValue(r.Header, rt.identity.modelHeader)
-	} else if rt.needModel && body != nil {
-		id.model = modelFromJSON(body.data, rt.models)
+	var ok bool
+	if id.model, ok = rt.model(r.Header, body); !ok {
+		if !s.preAuthRefused(w, r, rt, client) {
+			writeModelNotDetermined(w)
+		}
+		return
 	}
 
 	total := rt.timeout(id.model)
@@ -74,6 +76,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt = s.rt.Load()
 	b, retry := rt.pool.Pick(rt.take)
 	if b == nil {
+		s.refundIdentity(rt, &id)
 		// Backend capacity is never queued, so the refusal carries no queue
 		// details even when the request waited for its identity limits.
 		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: "backend", RetryAfter: retry,

@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"hash"
 	"io"
@@ -39,7 +38,6 @@ type identityRules struct {
 	trustHeaders  bool
 	noTeam        string
 	noTeamHash    string
-	modelHeader   string
 	registry      map[string]config.KeyRegistryEntry // by APIKeyHash; nil without a registry
 	enforce       bool
 	hasher        *hasher
@@ -51,7 +49,6 @@ func newIdentityRules(c config.Identity, h *hasher) *identityRules {
 		teamHeader:   http.CanonicalHeaderKey(c.TeamHeader),
 		trustHeaders: c.TrustHeaders,
 		noTeam:       c.NoTeamValue,
-		modelHeader:  http.CanonicalHeaderKey(c.ModelHeader),
 		hasher:       h,
 	}
 	if c.NoTeamValue != "" {
@@ -219,105 +216,6 @@ func readBody(r *http.Request, limit int64) (*bufferedBody, error) {
 	r.Body = b
 	r.ContentLength = int64(len(data))
 	return b, nil
-}
-
-// modelFromJSON returns the top-level "model" string of a JSON body, or ""
-// when the body is not valid JSON, not an object, or has no string model
-// (the last one wins, as with encoding/json). known interns the model names
-// the config mentions, so that for them no string is allocated; it may be nil.
-// The body is scanned in place, with no decoding into values.
-func modelFromJSON(body []byte, known map[string]string) string {
-	if len(body) == 0 || !json.Valid(body) {
-		return ""
-	}
-	i := skipSpace(body, 0)
-	if body[i] != '{' {
-		return ""
-	}
-	model := ""
-	for i = skipSpace(body, i+1); body[i] != '}'; i = skipSpace(body, i+1) {
-		keyEnd := scanString(body, i)
-		isModel := string(body[i:keyEnd]) == `"model"`
-		i = skipSpace(body, skipSpace(body, keyEnd)+1) // past ':'
-		end := skipValue(body, i)
-		if isModel {
-			model = ""
-			if body[i] == '"' {
-				model = stringValue(body[i:end], known)
-			}
-		}
-		i = skipSpace(body, end)
-		if body[i] != ',' {
-			break // '}': valid JSON leaves no other choice
-		}
-	}
-	return model
-}
-
-// stringValue returns the value of the JSON string literal lit.
-func stringValue(lit []byte, known map[string]string) string {
-	raw := lit[1 : len(lit)-1]
-	if bytes.IndexByte(raw, '\\') >= 0 {
-		var v string
-		if json.Unmarshal(lit, &v) != nil {
-			return ""
-		}
-		return v
-	}
-	if v, ok := known[string(raw)]; ok {
-		return v
-	}
-	return string(raw)
-}
-
-// skipSpace returns the index of the first non-whitespace byte at or after i.
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// scanString returns the index just past the string literal starting at i.
-func scanString(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index just past the JSON value starting at i, which
-// must be part of a valid document.
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return scanString(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				j = scanString(b, j) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return len(b)
-	}
-	j := i
-	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
-		j++
-	}
-	return j
 }
 
 // trustedProxies decides the client address of a request.
