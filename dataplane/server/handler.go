@@ -121,7 +121,7 @@ func (s *Server) preAuthRefused(w http.ResponseWriter, r *http.Request, rt *runt
 	case err != nil:
 		dec = admission.Decision{Status: http.StatusServiceUnavailable, RetryAfter: time.Second, Err: err}
 	case !d.Allowed:
-		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: d.LimitType.String(), RetryAfter: d.RetryAfter}
+		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: d.LimitType.String(), RetryAfter: d.RetryAfter, TableFull: d.TableFull != 0}
 	default:
 		return false
 	}
@@ -148,6 +148,10 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 		if dec.Err != nil {
 			s.log.Info("Rate-limit store unavailable, answering 503", "error", dec.Err.Error())
 		}
+	case dec.TableFull:
+		e.errType, e.code = errorTypeRateLimit, dec.LimitType+"_table_full"
+		e.message = "this gateway replica tracks as many " + dec.LimitType + " keys as it may and none has refilled, " +
+			"so a new one cannot be limited yet; retry after the indicated time"
 	case q.Queued && q.Reason != "":
 		e.errType, e.code = errorTypeRateLimit, string(q.Reason)
 		e.message = "fair queue refused the request (" + string(q.Reason) + ") while the " + dec.LimitType +

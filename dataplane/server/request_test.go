@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
 )
 
 func TestHasherMatchesIdentityHash(t *testing.T) {
@@ -400,4 +401,45 @@ func TestClientAddr(t *testing.T) {
 	if _, err := ParseTrustedProxies("10.0.0.0/8,not-an-ip"); err == nil || !strings.Contains(err.Error(), `"not-an-ip"`) {
 		t.Errorf("ParseTrustedProxies(bad) error = %v, want one naming the bad entry", err)
 	}
+}
+
+// TestFullKeyTableRefusesNewKeys: with the per-key table full of buckets
+// still holding debt, a new API key is refused with its own code, at once
+// and without queuing, instead of being admitted untracked; established keys
+// keep their limits.
+func TestFullKeyTableRefusesNewKeys(t *testing.T) {
+	store := limiter.NewMemoryStore(2)
+	hs := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }),
+		func(c *config.Config) {
+			c.RateLimits.PerAPIKey = limit(1, 2, time.Minute)
+			c.FairQueuing.Enabled = true
+			c.FairQueuing.TenantDimension = config.TenantAPIKey
+		}, func(o *Options) { o.Store = store })
+	for _, key := range []string{"key-a", "key-b"} {
+		resp := hs.do(`{"model":"m"}`, map[string]string{"Authorization": "Bearer " + key})
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d: %s", key, resp.StatusCode, readAll(t, resp))
+		}
+		readAll(t, resp)
+	}
+	resp := hs.do(`{"model":"m"}`, map[string]string{"Authorization": "Bearer key-new"})
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("new key at a full table: status %d, want 429: %s", resp.StatusCode, readAll(t, resp))
+	}
+	if got := resp.Header.Get("Retry-After-Ms"); got != "60000" {
+		t.Errorf("Retry-After-Ms = %q, want 60000 (when the first tracked bucket has refilled)", got)
+	}
+	e := decodeError(t, resp)
+	if e.Error.Code != "api_key_table_full" || e.Error.Details == nil || e.Error.Details.LimitType != "api_key" || e.Error.Details.FairQueue != nil {
+		t.Fatalf("refusal %+v, want code api_key_table_full, limit_type api_key, not queued", e.Error)
+	}
+	if store.TableFullRefusals() != 1 {
+		t.Fatalf("TableFullRefusals() = %d, want 1", store.TableFullRefusals())
+	}
+	hs.clk.Step(time.Minute)
+	resp = hs.do(`{"model":"m"}`, map[string]string{"Authorization": "Bearer key-new"})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("new key once a bucket refilled: status %d: %s", resp.StatusCode, readAll(t, resp))
+	}
+	readAll(t, resp)
 }
