@@ -19,6 +19,7 @@ package limiter
 import (
 	"hash/maphash"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,9 +46,13 @@ const (
 // and reset follow with integer arithmetic and no allocation.
 //
 // Concurrency: each dimension's table is split into up to 16 shards by a
-// seeded hash of the key, each with its own mutex. A batch locks the shards
-// of its buckets in a fixed order, so all-or-nothing charging stays atomic
-// while requests for different keys proceed in parallel.
+// seeded hash of the key, each with its own read-write lock. A batch whose
+// buckets all exist (the steady state) read-locks their shards and then
+// spin-locks just those buckets, in a fixed order, for the few nanoseconds
+// of the check and charge: all-or-nothing charging stays atomic, requests
+// for different keys proceed in parallel, and requests sharing a bucket (a
+// model, a team) serialise only on that arithmetic. A batch with a new key
+// write-locks its shards to insert it.
 //
 // Memory bound: each dimension holds at most maxKeysPerDimension buckets of
 // about 170 bytes each (slice, heap and map overhead included) plus the key:
@@ -92,12 +97,15 @@ type bucket struct {
 	window   int64
 	// pos is the bucket's index in its shard's heap.
 	pos int32
+	// busy is a spin lock guarding tat while the shard is only read-locked
+	// (see decideShared); 0 is free.
+	busy uint32
 }
 
 // shard is one locked part of a dimension's bucket table: a dense slice, an
 // index from key to slot, and a min-heap of slots by due.
 type shard struct {
-	mu      sync.Mutex
+	mu      sync.RWMutex
 	index   map[string]int32
 	buckets []bucket
 	heap    []int32
@@ -201,11 +209,16 @@ type lockSet struct {
 	shards [MaxBatch]*shard
 	n      int
 	of     [MaxBatch]int8 // request i's shard in shards
+	shared bool           // read-locked rather than write-locked
 }
 
 func (l *lockSet) unlock() {
 	for i := l.n - 1; i >= 0; i-- {
-		l.shards[i].mu.Unlock()
+		if l.shared {
+			l.shards[i].mu.RUnlock()
+		} else {
+			l.shards[i].mu.Unlock()
+		}
 	}
 }
 
@@ -218,9 +231,13 @@ func (s *MemoryStore) shardIndex(d Dimension, key string) int {
 	return int(d)*maxShards + i
 }
 
-// lock locks the shards of b's requests once each, in ascending table order,
-// so two batches can never wait on each other.
-func (s *MemoryStore) lock(b *Batch, l *lockSet) {
+// lock write-locks the shards of b's requests once each, in ascending table
+// order, so two batches can never wait on each other.
+func (s *MemoryStore) lock(b *Batch, l *lockSet) { s.lockShards(b, l, false) }
+
+// lockShards locks the shards of b's requests, read-locked when shared.
+func (s *MemoryStore) lockShards(b *Batch, l *lockSet, shared bool) {
+	l.shared = shared
 	var order [MaxBatch]int
 	for i := 0; i < b.n; i++ {
 		r := &b.reqs[i]
@@ -248,7 +265,11 @@ func (s *MemoryStore) lock(b *Batch, l *lockSet) {
 	}
 	for k := 0; k < l.n; k++ {
 		l.shards[k] = &s.tables[uniq[k]/maxShards][uniq[k]%maxShards]
-		l.shards[k].mu.Lock()
+		if shared {
+			l.shards[k].mu.RLock()
+		} else {
+			l.shards[k].mu.Lock()
+		}
 	}
 	for i := 0; i < b.n; i++ {
 		for k := 0; k < l.n; k++ {
@@ -283,6 +304,9 @@ func shapeOf(l Limit) shaped {
 // the dropping of refilled buckets.
 func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 	t := s.since(now)
+	if d, ok := s.decideShared(t, b, charge); ok {
+		return d
+	}
 	var locked lockSet
 	s.lock(b, &locked)
 	defer locked.unlock()
@@ -356,6 +380,92 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 		sh.insert(bucket{key: r.Key, tat: tat[i], interval: r.interval, window: r.window})
 	}
 	return d
+}
+
+// decideShared decides b with its shards read-locked when every bucket
+// exists and has its current shape; ok is false otherwise, and the caller
+// takes the write-locked path. The buckets are spin-locked in shard order
+// around the check and charge, which is what makes the batch atomic.
+func (s *MemoryStore) decideShared(t int64, b *Batch, charge bool) (d Decision, ok bool) {
+	var locked lockSet
+	s.lockShards(b, &locked, true)
+	defer locked.unlock()
+	var bks [MaxBatch]*bucket
+	for i := 0; i < b.n; i++ {
+		r := &b.reqs[i]
+		sh := locked.shards[locked.of[i]]
+		idx, found := sh.index[r.Key]
+		if !found {
+			return Decision{}, false
+		}
+		bk := &sh.buckets[idx]
+		if bk.interval != r.interval || bk.window != r.window {
+			return Decision{}, false
+		}
+		bks[i] = bk
+	}
+	// Lock the buckets in shard order: one bucket per shard at most is ours
+	// unless two requests name the same shard, which locks it once.
+	var held [MaxBatch]*bucket
+	nh := 0
+	for k := 0; k < locked.n; k++ {
+		for i := 0; i < b.n; i++ {
+			if int(locked.of[i]) == k && !slicesContains(held[:nh], bks[i]) {
+				spinLock(&bks[i].busy)
+				held[nh] = bks[i]
+				nh++
+			}
+		}
+	}
+	defer func() {
+		for i := nh - 1; i >= 0; i-- {
+			atomic.StoreUint32(&held[i].busy, 0)
+		}
+	}()
+	var tat [MaxBatch]int64
+	d.Allowed = true
+	for i := 0; i < b.n; i++ {
+		r, bk := &b.reqs[i], bks[i]
+		cur := max(bk.tat, t)
+		next := cur + r.interval
+		tat[i] = next
+		capacity := r.Limit.capacity()
+		if over := next - t - r.window; over > 0 {
+			s.refuse(&d, r.Dimension, time.Duration(over))
+			tighten(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: 0, Reset: time.Duration(cur - t)})
+			continue
+		}
+		remaining, reset := (r.window-(next-t))/r.interval, next-t
+		if !charge {
+			remaining, reset = (r.window-(cur-t))/r.interval, cur-t
+		}
+		tighten(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: remaining, Reset: time.Duration(reset)})
+	}
+	if d.Allowed && charge {
+		for i := 0; i < b.n; i++ {
+			bks[i].tat = tat[i]
+		}
+	}
+	return d, true
+}
+
+func slicesContains(s []*bucket, b *bucket) bool {
+	for _, x := range s {
+		if x == b {
+			return true
+		}
+	}
+	return false
+}
+
+// spinLock takes a bucket's spin lock. It is held for a few arithmetic
+// operations, so spinning briefly and then yielding beats parking.
+func spinLock(w *uint32) {
+	for spins := 0; !atomic.CompareAndSwapUint32(w, 0, 1); spins++ {
+		if spins >= 16 {
+			runtime.Gosched()
+		}
+	}
 }
 
 // refuse records a refusal by dim that lasts wait.

@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"hash"
+	"hash/maphash"
 	"io"
 	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 )
@@ -126,12 +128,23 @@ func headerValue(h http.Header, canonical string) string {
 	return ""
 }
 
-// hasher computes identity.Hash with pooled HMAC states, so hashing an
-// identity costs one allocation (the returned string) instead of a fresh
-// HMAC per request.
+// hasher computes identity.Hash with pooled HMAC states, and remembers
+// recent results so a returning identity costs two seeded non-cryptographic
+// hashes and a map lookup instead of an HMAC and an allocation.
+//
+// The cache is keyed by a 128-bit digest of the raw value (two 64-bit
+// maphash sums under random per-process seeds), so raw identities are never
+// kept; it holds at most maxHashCacheEntries results and is cleared when
+// full, so a flood of fresh identities costs an HMAC each, as without it.
 type hasher struct {
-	pool sync.Pool
+	pool         sync.Pool
+	seed1, seed2 maphash.Seed
+	cache        sync.Map // [2]uint64 -> string
+	entries      atomic.Int64
 }
+
+// maxHashCacheEntries bounds the identity hash cache: about 2.5 MiB.
+const maxHashCacheEntries = 16384
 
 // hmacState is one pooled HMAC with scratch space that stays on the heap
 // with it, so nothing escapes per call.
@@ -143,12 +156,31 @@ type hmacState struct {
 
 func newHasher(key []byte) *hasher {
 	key = bytes.Clone(key)
-	return &hasher{pool: sync.Pool{New: func() any { return &hmacState{mac: hmac.New(sha256.New, key)} }}}
+	return &hasher{
+		pool:  sync.Pool{New: func() any { return &hmacState{mac: hmac.New(sha256.New, key)} }},
+		seed1: maphash.MakeSeed(),
+		seed2: maphash.MakeSeed(),
+	}
 }
 
 // sum returns identity.Hash(key, value); TestHasherMatchesIdentityHash keeps
 // the two equal.
 func (h *hasher) sum(value string) string {
+	digest := [2]uint64{maphash.String(h.seed1, value), maphash.String(h.seed2, value)}
+	if v, ok := h.cache.Load(digest); ok {
+		return v.(string)
+	}
+	sum := h.hmac(value)
+	if h.entries.Add(1) > maxHashCacheEntries {
+		h.cache.Clear()
+		h.entries.Store(1)
+	}
+	h.cache.Store(digest, sum)
+	return sum
+}
+
+// hmac computes identity.Hash(key, value) with a pooled HMAC state.
+func (h *hasher) hmac(value string) string {
 	st := h.pool.Get().(*hmacState)
 	st.mac.Reset()
 	st.in = append(st.in[:0], value...)

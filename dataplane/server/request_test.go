@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,11 +19,49 @@ import (
 
 func TestHasherMatchesIdentityHash(t *testing.T) {
 	hs := newHasher(testKey)
-	for _, v := range []string{"", "alice", "sk-" + strings.Repeat("x", 200)} {
-		if got, want := hs.sum(v), identity.Hash(testKey, v); got != want {
-			t.Errorf("sum(%q) = %s, want identity.Hash = %s", v, got, want)
+	for range 2 { // the second round is served from the cache
+		for _, v := range []string{"", "alice", "alicf", "sk-" + strings.Repeat("x", 200)} {
+			if got, want := hs.sum(v), identity.Hash(testKey, v); got != want {
+				t.Errorf("sum(%q) = %s, want identity.Hash = %s", v, got, want)
+			}
 		}
 	}
+}
+
+// TestHasherCacheIsBounded: a flood of fresh identities never grows the
+// cache past its bound, and every result stays exact.
+func TestHasherCacheIsBounded(t *testing.T) {
+	hs := newHasher(testKey)
+	for i := range 3 * maxHashCacheEntries {
+		v := "key-" + strconv.Itoa(i)
+		if got := hs.sum(v); i%4099 == 0 && got != identity.Hash(testKey, v) {
+			t.Fatalf("sum(%q) = %s, want identity.Hash", v, got)
+		}
+		if n := hs.entries.Load(); n > maxHashCacheEntries {
+			t.Fatalf("cache holds %d entries, bound %d", n, maxHashCacheEntries)
+		}
+	}
+	n := 0
+	hs.cache.Range(func(any, any) bool { n++; return true })
+	if n > maxHashCacheEntries {
+		t.Fatalf("cache holds %d entries, bound %d", n, maxHashCacheEntries)
+	}
+}
+
+func BenchmarkHasher(b *testing.B) {
+	hs := newHasher(testKey)
+	b.Run("cached", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = hs.sum("sk-bench-key")
+		}
+	})
+	b.Run("hmac", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = hs.hmac("sk-bench-key")
+		}
+	})
 }
 
 func TestResolveIdentity(t *testing.T) {
