@@ -46,6 +46,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -361,7 +362,7 @@ func drive(o options) error {
 	}
 	w := bufio.NewWriter(os.Stdout)
 	defer func() { _ = w.Flush() }()
-	fmt.Fprintf(w, "bench-http: %d rounds of %s per front, vegeta with %d workers at maximum rate, GOMAXPROCS of each process = %d CPUs\n",
+	fmt.Fprintf(w, "bench-http: %d rounds of %s per front, vegeta with %d workers at maximum rate, %d CPUs per process\n",
 		o.rounds, o.duration, o.workers, numCPU())
 	fmt.Fprintf(w, "%-6s %14s %14s %12s %12s %10s %10s\n", "round", "bare req/s", "dp req/s", "bare CPU/req", "dp CPU/req", "CPU ratio", "tput ratio")
 	var cpuRatios, tputRatios []float64
@@ -403,7 +404,7 @@ func numCPU() int {
 	if n > 0 {
 		return n
 	}
-	return runtimeNumCPU()
+	return runtime.NumCPU()
 }
 
 func median(v []float64) float64 {
