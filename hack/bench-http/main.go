@@ -31,7 +31,6 @@ limitations under the License.
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -360,11 +359,9 @@ func drive(o options) error {
 			return err
 		}
 	}
-	w := bufio.NewWriter(os.Stdout)
-	defer func() { _ = w.Flush() }()
-	fmt.Fprintf(w, "bench-http: %d rounds of %s per front, vegeta with %d workers at maximum rate, %d CPUs per process\n",
+	fmt.Printf("bench-http: %d rounds of %s per front, vegeta with %d workers at maximum rate, %d CPUs per process\n",
 		o.rounds, o.duration, o.workers, numCPU())
-	fmt.Fprintf(w, "%-6s %14s %14s %12s %12s %10s %10s\n", "round", "bare req/s", "dp req/s", "bare CPU/req", "dp CPU/req", "CPU ratio", "tput ratio")
+	fmt.Printf("%-6s %14s %14s %12s %12s %10s %10s\n", "round", "bare req/s", "dp req/s", "bare CPU/req", "dp CPU/req", "CPU ratio", "tput ratio")
 	var cpuRatios, tputRatios []float64
 	for r := range o.rounds {
 		order := []*child{bare, dp}
@@ -380,15 +377,13 @@ func drive(o options) error {
 		b, d := res[bare], res[dp]
 		cpu, tput := d.cpuPerReq/b.cpuPerReq, d.throughput/b.throughput
 		cpuRatios, tputRatios = append(cpuRatios, cpu), append(tputRatios, tput)
-		fmt.Fprintf(w, "%-6d %14.0f %14.0f %10.1fus %10.1fus %10.3f %10.3f\n", r+1, b.throughput, d.throughput,
+		fmt.Printf("%-6d %14.0f %14.0f %10.1fus %10.1fus %10.3f %10.3f\n", r+1, b.throughput, d.throughput,
 			b.cpuPerReq*1e6/clockTicks, d.cpuPerReq*1e6/clockTicks, cpu, tput)
-		_ = w.Flush()
 	}
 	cpu, tput := median(cpuRatios), median(tputRatios)
-	fmt.Fprintf(w, "median: CPU per request %.3fx the bare proxy (target <= %.2f), throughput %.3fx (target >= %.2f); min/max CPU %.3f/%.3f, throughput %.3f/%.3f\n",
+	fmt.Printf("median: CPU per request %.3fx the bare proxy (target <= %.2f), throughput %.3fx (target >= %.2f); min/max CPU %.3f/%.3f, throughput %.3f/%.3f\n",
 		cpu, o.maxCPU, tput, o.minTput, slices.Min(cpuRatios), slices.Max(cpuRatios), slices.Min(tputRatios), slices.Max(tputRatios))
 	if o.check && (cpu > o.maxCPU || tput < o.minTput) {
-		_ = w.Flush()
 		return fmt.Errorf("median ratios miss their targets: CPU %.3f (<= %.2f), throughput %.3f (>= %.2f)", cpu, o.maxCPU, tput, o.minTput)
 	}
 	return nil
