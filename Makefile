@@ -4,10 +4,12 @@
 # Tools are pinned here and installed into bin/ from the Go module proxy.
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+VEGETA_VERSION ?= v12.13.0
 
 LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
+VEGETA ?= $(LOCALBIN)/vegeta
 # envtest binaries (kube-apiserver, etcd, maybe kubectl) built from source by hack/envtest.sh.
 ENVTEST_DIR ?= $(LOCALBIN)/k8s
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(ENVTEST_DIR)/kubectl)
@@ -73,6 +75,29 @@ test: vet envtest ## Run all unit and envtest tests against a real API server.
 bench: ## Run the benchmarks quoted in the README.
 	$(GO) test -run '^$$' -bench . -benchmem ./dataplane/...
 
+.PHONY: bench-http
+bench-http: vegeta ## Drive a bare httputil.ReverseProxy and the data plane with vegeta, side by side, and print CPU-per-request and throughput ratios (BENCH_HTTP_FLAGS="--rounds 3").
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+		$(GO) build -o "$$tmp/dataplane" ./cmd/dataplane && $(GO) build -o "$$tmp/bench-http" ./hack/bench-http && \
+		"$$tmp/bench-http" --dataplane "$$tmp/dataplane" --vegeta $(VEGETA) $(BENCH_HTTP_FLAGS)
+
+.PHONY: bench-check
+bench-check: vegeta ## Run the benchmarks whose ratios the README claims and fail when a median misses its target (about 2 minutes).
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+		$(GO) build -o "$$tmp/dataplane" ./cmd/dataplane && $(GO) build -o "$$tmp/bench-http" ./hack/bench-http && \
+		$(GO) run ./hack/bench-check --bench-http "$$tmp/bench-http" --dataplane "$$tmp/dataplane" --vegeta $(VEGETA)
+
+FUZZ_TIME ?= 10s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target (func Fuzz* in a _test.go file) for FUZZ_TIME each (10s), starting from its checked-in corpus.
+	@set -e; grep -rHo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | grep -v '^./bin/' | sort | \
+	while IFS=: read -r file decl; do \
+		target=$${decl#func }; pkg=./$$(dirname "$${file#./}"); \
+		echo "fuzz: $$pkg $$target ($(FUZZ_TIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZ_TIME) "$$pkg"; \
+	done
+
 .PHONY: demo
 demo: envtest ## Build everything and run the three-tenant fair-share demo on local processes (about 90s; DEMO_FLAGS="--duration 30s").
 	$(GO) run ./hack/demo $(DEMO_FLAGS)
@@ -117,6 +142,11 @@ $(CONTROLLER_GEN): $(LOCALBIN)
 golangci-lint: $(GOLANGCI_LINT)
 $(GOLANGCI_LINT): $(LOCALBIN)
 	$(call go-install-tool,$(GOLANGCI_LINT),github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
+
+.PHONY: vegeta
+vegeta: $(VEGETA)
+$(VEGETA): $(LOCALBIN)
+	$(call go-install-tool,$(VEGETA),github.com/tsenart/vegeta/v12,$(VEGETA_VERSION))
 
 $(LOCALBIN):
 	mkdir -p $(LOCALBIN)

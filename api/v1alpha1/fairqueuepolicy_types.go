@@ -296,6 +296,7 @@ type RateLimit struct {
 // overrides only, models without an override are not limited.
 // +kubebuilder:validation:XValidation:rule="has(self.requests) || (has(self.overrides) && size(self.overrides) > 0)",message="perModel needs requests (a limit for every model), overrides (limits for named models), or both"
 // +kubebuilder:validation:XValidation:rule="!has(self.burst) || has(self.requests)",message="perModel.burst is set without perModel.requests; set requests too, or move the burst into an override"
+// +kubebuilder:validation:XValidation:rule="!has(self.unknownModel) || !has(self.unknownModel.chargeAs) || has(self.requests) || (has(self.overrides) && self.overrides.exists(o, o.model == self.unknownModel.chargeAs))",message="perModel.unknownModel.chargeAs names a model without a limit; add an override for it or set perModel.requests"
 type ModelRateLimit struct {
 	// requests is the number of requests allowed per period for each model
 	// without an override. When unset, only overridden models are limited.
@@ -328,6 +329,46 @@ type ModelRateLimit struct {
 	// +listMapKey=model
 	// +kubebuilder:validation:MaxItems=64
 	Overrides []ModelRateLimitOverride `json:"overrides,omitempty"`
+
+	// unknownModel says what happens to a request with a body whose model
+	// cannot be read: a body that is not a JSON object Go's encoding/json
+	// accepts (for example one containing NaN, which some upstreams accept)
+	// or that has no non-empty string "model". Per-model limits are never
+	// skipped: by default such a request is refused with 400
+	// model_not_determined; with action Charge it is charged to the bucket of
+	// the model named in chargeAs. Requests without a body are not affected.
+	// +optional
+	UnknownModel *UnknownModelPolicy `json:"unknownModel,omitempty"`
+}
+
+// UnknownModelAction is what happens to a request whose model cannot be read.
+// +kubebuilder:validation:Enum=Refuse;Charge
+type UnknownModelAction string
+
+const (
+	// UnknownModelRefuse answers 400 model_not_determined.
+	UnknownModelRefuse UnknownModelAction = "Refuse"
+	// UnknownModelCharge charges the bucket of UnknownModelPolicy.ChargeAs.
+	UnknownModelCharge UnknownModelAction = "Charge"
+)
+
+// UnknownModelPolicy decides how per-model limits apply to a request whose
+// model cannot be read from its body.
+// +kubebuilder:validation:XValidation:rule="(self.action == 'Charge') == has(self.chargeAs)",message="set chargeAs exactly when action is Charge: it names the model whose bucket such requests are charged to"
+type UnknownModelPolicy struct {
+	// action is Refuse (the default: answer 400 model_not_determined) or
+	// Charge (charge the bucket of chargeAs).
+	// +optional
+	// +kubebuilder:default=Refuse
+	Action UnknownModelAction `json:"action,omitempty"`
+
+	// chargeAs is the model whose per-model bucket is charged when action is
+	// Charge, typically the most expensive one. It must have a limit: an
+	// override, or perModel.requests.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	ChargeAs string `json:"chargeAs,omitempty"`
 }
 
 // ModelRateLimitOverride is the rate limit of one named model.

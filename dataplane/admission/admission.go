@@ -126,6 +126,10 @@ type Decision struct {
 	Quota limiter.Quota
 	// HasQuota is false when no identity bucket applied.
 	HasQuota bool
+	// TableFull is true when the refusal is because the LimitType
+	// dimension's key table was full of buckets still holding debt; such a
+	// refusal is never queued.
+	TableFull bool
 	// Queue describes the fair queue's involvement.
 	Queue QueueInfo
 	// Err is the cause of a 503 or 499, for logs; nil otherwise.
@@ -208,7 +212,7 @@ func (c *Controller) Admit(ctx context.Context, r Request) Decision {
 		return unavailable(err)
 	case d.Allowed:
 		return Decision{Allowed: true, Status: StatusOK, Quota: d.Tightest, HasQuota: d.HasQuota}
-	case !queueable || !d.LimitType.Queueable():
+	case !queueable || !d.LimitType.Queueable() || d.TableFull != 0:
 		return refusal(d)
 	}
 	return c.wait(ctx, now, r, keys, tenant, used, d)
@@ -370,7 +374,7 @@ func budget(ctx context.Context, now time.Time, r Request) time.Time {
 
 // refusal is the immediate 429 for a limiter refusal that is not queued.
 func refusal(d limiter.Decision) Decision {
-	dec := Decision{Status: StatusTooManyRequests, LimitType: d.LimitType.String(), RetryAfter: d.RetryAfter}
+	dec := Decision{Status: StatusTooManyRequests, LimitType: d.LimitType.String(), RetryAfter: d.RetryAfter, TableFull: d.TableFull != 0}
 	if d.LimitType.Queueable() {
 		dec.Quota, dec.HasQuota = d.Tightest, d.HasQuota
 	}

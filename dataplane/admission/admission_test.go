@@ -150,6 +150,8 @@ func (downStore) Peek(time.Time, limiter.Batch) (limiter.Decision, error) {
 	return limiter.Decision{}, limiter.ErrStoreUnavailable
 }
 
+func (downStore) Refund(time.Time, limiter.Batch) error { return limiter.ErrStoreUnavailable }
+
 // TestImmediateDecisions covers every path that must answer without waiting.
 func TestImmediateDecisions(t *testing.T) {
 	cases := []struct {

@@ -86,6 +86,7 @@ func TestFloodStaysBounded(t *testing.T) {
 
 	var (
 		floodAllowed atomic.Int64
+		tableFull    atomic.Int64
 		mu           sync.Mutex
 		unexpected   []Decision
 		wg           sync.WaitGroup
@@ -107,6 +108,11 @@ func TestFloodStaysBounded(t *testing.T) {
 					if !churn {
 						floodAllowed.Add(1)
 					}
+				case d.Status == StatusTooManyRequests && d.TableFull && !d.Queue.Queued:
+					// 100,000 fresh API keys per simulated second, each live
+					// for 1s, overflow the 4,096-key table: a new key is
+					// refused, never admitted untracked.
+					tableFull.Add(1)
 				case !churn && d.Status == StatusTooManyRequests && d.Queue.Queued &&
 					(d.Queue.Reason == fairqueue.ReasonTenantQueueFull || d.Queue.Reason == fairqueue.ReasonWaitExceedsBudget || d.Queue.Reason == fairqueue.ReasonDeadlineExceeded):
 				default:
@@ -129,6 +135,10 @@ func TestFloodStaysBounded(t *testing.T) {
 	}
 	if got, most := floodAllowed.Load(), int64(userRate)+int64(elapsed.Seconds()*userRate)+1; got > most {
 		t.Errorf("flood tenant admitted %d times in %s, more than its limit allows (%d)", got, elapsed, most)
+	}
+	// The store also counts the attempts of queued requests that met a full table.
+	if got, counted := uint64(tableFull.Load()), store.TableFullRefusals(); got == 0 || got > counted {
+		t.Errorf("%d table_full refusals answered, the store counted %d", got, counted)
 	}
 	if got := floodAllowed.Load(); got == 0 {
 		t.Error("flood tenant was never admitted")
@@ -153,7 +163,7 @@ func TestFloodStaysBounded(t *testing.T) {
 	if growth := int64(after.HeapAlloc) - int64(before.HeapAlloc); growth > 16<<20 {
 		t.Errorf("heap grew by %d MiB over the flood, want a bound independent of the keys seen", growth>>20)
 	}
-	t.Logf("flood: %s fake time, flood tenant admitted %d, tables api_key=%d user=%d, overflows %d, heap %+d KiB",
-		elapsed, floodAllowed.Load(), store.Len(limiter.DimensionAPIKey), store.Len(limiter.DimensionUser), store.Overflows(),
+	t.Logf("flood: %s fake time, flood tenant admitted %d, tables api_key=%d user=%d, table-full refusals %d, heap %+d KiB",
+		elapsed, floodAllowed.Load(), store.Len(limiter.DimensionAPIKey), store.Len(limiter.DimensionUser), store.TableFullRefusals(),
 		(int64(after.HeapAlloc)-int64(before.HeapAlloc))>>10)
 }

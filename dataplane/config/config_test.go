@@ -144,6 +144,21 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 			`rateLimits.perModel.overrides[2].model: duplicates rateLimits.perModel.overrides[1] ("m")`,
 			"rateLimits.perModel.overrides[2].limit.requests: must be >= 1, got -1",
 		}},
+		{"unknown-model action", func(c *Config) { c.RateLimits.PerModel.UnknownModel = UnknownModel{Action: "Skip"} }, []string{
+			`rateLimits.perModel.unknownModel.action: must be "Refuse" or "Charge", got "Skip"`,
+		}},
+		{"unknown model refused with a chargeAs", func(c *Config) {
+			c.RateLimits.PerModel.UnknownModel = UnknownModel{ChargeAs: "m"}
+		}, []string{`rateLimits.perModel.unknownModel.chargeAs: is set but action is "Refuse"`}},
+		{"unknown model charged without chargeAs", func(c *Config) {
+			c.RateLimits.PerModel.UnknownModel = UnknownModel{Action: UnknownModelCharge}
+		}, []string{"rateLimits.perModel.unknownModel.chargeAs: must be 1 to 256 characters, got 0"}},
+		{"unknown model charged to a model without a limit", func(c *Config) {
+			c.RateLimits.PerModel = &ModelLimits{
+				Overrides:    []ModelOverride{{Model: "big", Limit: Limit{Requests: 1, Period: dur(time.Second), Burst: 1}}},
+				UnknownModel: UnknownModel{Action: UnknownModelCharge, ChargeAs: "small"},
+			}
+		}, []string{`rateLimits.perModel.unknownModel.chargeAs: names "small", which has no limit`}},
 		{"tenant dimension", func(c *Config) { c.FairQueuing.TenantDimension = "org" }, []string{
 			`fairQueuing.tenantDimension: must be one of "user", "apiKey" or "team", got "org"`,
 		}},

@@ -206,6 +206,28 @@ type ModelLimits struct {
 	Default *Limit `json:"default,omitempty"`
 	// Overrides are sorted by Model.
 	Overrides []ModelOverride `json:"overrides,omitempty"`
+	// UnknownModel is what happens to a request with a body whose model
+	// cannot be read (not a JSON object encoding/json accepts, or without a
+	// non-empty string "model"); the zero value refuses it.
+	UnknownModel UnknownModel `json:"unknownModel,omitzero"`
+}
+
+// Unknown-model actions.
+const (
+	// UnknownModelRefuse answers 400 model_not_determined. It is the default.
+	UnknownModelRefuse = "Refuse"
+	// UnknownModelCharge charges the bucket of UnknownModel.ChargeAs.
+	UnknownModelCharge = "Charge"
+)
+
+// UnknownModel says how per-model limits apply to a request whose model
+// cannot be read, so that they are never skipped.
+type UnknownModel struct {
+	// Action is UnknownModelRefuse (also when empty) or UnknownModelCharge.
+	Action string `json:"action,omitempty"`
+	// ChargeAs is the model whose bucket is charged; set exactly when Action
+	// is UnknownModelCharge.
+	ChargeAs string `json:"chargeAs,omitempty"`
 }
 
 // ModelOverride is the limit for one model.

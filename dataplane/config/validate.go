@@ -159,6 +159,20 @@ func (rl *RateLimits) validate(errs *fieldErrors) {
 		}
 		o.Limit.validate(path+".limit", errs)
 	}
+	u := m.UnknownModel
+	switch u.Action {
+	case "", UnknownModelRefuse:
+		if u.ChargeAs != "" {
+			errs.add("rateLimits.perModel.unknownModel.chargeAs", "is set but action is %q; set action %q or drop chargeAs", UnknownModelRefuse, UnknownModelCharge)
+		}
+	case UnknownModelCharge:
+		validateModelName("rateLimits.perModel.unknownModel.chargeAs", u.ChargeAs, errs)
+		if _, overridden := seen[u.ChargeAs]; u.ChargeAs != "" && !overridden && m.Default == nil {
+			errs.add("rateLimits.perModel.unknownModel.chargeAs", "names %q, which has no limit: add an override for it or set rateLimits.perModel.default", u.ChargeAs)
+		}
+	default:
+		errs.add("rateLimits.perModel.unknownModel.action", "must be %q or %q, got %q", UnknownModelRefuse, UnknownModelCharge, u.Action)
+	}
 }
 
 func (l *Limit) validate(path string, errs *fieldErrors) {

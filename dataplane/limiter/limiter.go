@@ -43,12 +43,16 @@ const (
 	OutcomeRefused
 	// OutcomeUnavailable means the store could not be reached.
 	OutcomeUnavailable
+	// OutcomeTableFull means the dimension's key table had no room for a new
+	// key: every tracked bucket still held debt.
+	OutcomeTableFull
 
 	// NumOutcomes is the number of outcomes.
-	NumOutcomes = int(OutcomeUnavailable) + 1
+	NumOutcomes = int(OutcomeTableFull) + 1
 )
 
-// String returns the metric label of o: "allowed", "refused" or "unavailable".
+// String returns the metric label of o: "allowed", "refused", "unavailable"
+// or "table_full".
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeAllowed:
@@ -57,6 +61,8 @@ func (o Outcome) String() string {
 		return "refused"
 	case OutcomeUnavailable:
 		return "unavailable"
+	case OutcomeTableFull:
+		return "table_full"
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
@@ -64,7 +70,8 @@ func (o Outcome) String() string {
 // Observer receives one call per dimension per decision: allowed for each
 // bucket charged, refused for each bucket without a token (the other buckets
 // of a refused batch are neither charged nor reported), unavailable for each
-// bucket of a batch the store could not check. It must be cheap and
+// bucket of a batch the store could not check, table_full for each dimension
+// whose key table had no room for the request's new key. It must be cheap and
 // allocation-free; it is called on the request path.
 type Observer interface {
 	ObserveDecision(d Dimension, o Outcome)
@@ -171,6 +178,21 @@ func (l *Limiter) PeekIdentity(now time.Time, k Keys) (Decision, error) {
 	return l.store.Peek(now, l.identityBatch(k))
 }
 
+// RefundIdentity gives back the identity tokens a TakeIdentity for k charged,
+// for a request that a later stage refused (every backend exhausted), so no
+// token is lost to it (SPEC section 2). Buckets whose limit was switched off
+// since are left alone.
+func (l *Limiter) RefundIdentity(now time.Time, k Keys) error {
+	b := l.identityBatch(k)
+	if b.n == 0 {
+		return nil
+	}
+	if err := l.store.Refund(now, b); err != nil {
+		return fmt.Errorf("rate-limit refund: %w", err)
+	}
+	return nil
+}
+
 func (l *Limiter) identityBatch(k Keys) Batch {
 	r := l.cfg.Load()
 	var b Batch
@@ -231,6 +253,8 @@ func (l *Limiter) take(now time.Time, b Batch) (Decision, error) {
 				o.ObserveDecision(dim, OutcomeUnavailable)
 			case d.Allowed:
 				o.ObserveDecision(dim, OutcomeAllowed)
+			case d.TableFull.Has(dim):
+				o.ObserveDecision(dim, OutcomeTableFull)
 			case d.RefusedBy.Has(dim):
 				o.ObserveDecision(dim, OutcomeRefused)
 			}

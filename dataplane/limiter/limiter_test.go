@@ -347,6 +347,8 @@ func (downStore) Peek(time.Time, Batch) (Decision, error) {
 	return Decision{Allowed: true}, ErrStoreUnavailable
 }
 
+func (downStore) Refund(time.Time, Batch) error { return ErrStoreUnavailable }
+
 func TestObserverAndUnavailableStore(t *testing.T) {
 	cfg := Config{User: lim(1, time.Minute, 0), Model: lim(5, time.Minute, 0)}
 	rec := recorder{}
@@ -369,6 +371,43 @@ func TestObserverAndUnavailableStore(t *testing.T) {
 		t.Fatalf("TakeIdentity with a down store = %+v, %v; want refused with ErrStoreUnavailable", d, err)
 	}
 	if want := (recorder{"user/unavailable": 1, "model/unavailable": 1}); fmt.Sprint(rec) != fmt.Sprint(want) {
+		t.Fatalf("observed %v, want %v", rec, want)
+	}
+}
+
+func TestRefundIdentityGivesBackWhatTakeIdentityCharged(t *testing.T) {
+	cfg := Config{APIKey: lim(1, time.Minute, 0), User: lim(1, time.Minute, 0), Model: lim(1, time.Minute, 0)}
+	l := mustNew(t, cfg, Options{})
+	keys := Keys{APIKey: "k", User: "u", Model: "m"}
+	if d, _ := l.TakeIdentity(t0, keys); !d.Allowed {
+		t.Fatal("first take refused")
+	}
+	if d, _ := l.TakeIdentity(t0, keys); d.Allowed {
+		t.Fatal("second take within the minute allowed")
+	}
+	if err := l.RefundIdentity(t0, keys); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.TakeIdentity(t0, keys); !d.Allowed {
+		t.Fatalf("take after refund refused by %s: the tokens were lost", d.LimitType)
+	}
+	if err := l.RefundIdentity(t0, Keys{}); err != nil {
+		t.Fatalf("refund of an empty batch: %v", err)
+	}
+	if err := mustNew(t, cfg, Options{Store: downStore{}}).RefundIdentity(t0, keys); !errors.Is(err, ErrStoreUnavailable) {
+		t.Fatalf("refund on a down store = %v, want ErrStoreUnavailable", err)
+	}
+}
+
+func TestObserverCountsTableFull(t *testing.T) {
+	rec := recorder{}
+	l := mustNew(t, Config{APIKey: lim(1, time.Hour, 0)}, Options{Observer: rec, MaxKeysPerDimension: 1})
+	for _, k := range []string{"a", "b"} {
+		if _, err := l.TakeIdentity(t0, Keys{APIKey: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := (recorder{"api_key/allowed": 1, "api_key/table_full": 1}); fmt.Sprint(rec) != fmt.Sprint(want) {
 		t.Fatalf("observed %v, want %v", rec, want)
 	}
 }

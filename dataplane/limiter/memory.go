@@ -17,7 +17,9 @@ limitations under the License.
 package limiter
 
 import (
+	"hash/maphash"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,40 +29,56 @@ import (
 const (
 	// DefaultMaxKeysPerDimension is the default cap on buckets tracked per dimension.
 	DefaultMaxKeysPerDimension = 65536
-	// sweepPerInsert is how many buckets the clock hand inspects per new key,
-	// so idle buckets are reclaimed at the rate new ones arrive.
-	sweepPerInsert = 2
-	// sweepAtCap bounds the extra inspection when a table is at its cap.
-	sweepAtCap = 64
+	// maxShards is how many independently locked shards a dimension's table
+	// is split into, so requests for different keys scale with cores.
+	maxShards = 16
+	// minKeysPerShard is the smallest per-shard cap worth sharding for; a
+	// smaller cap keeps one shard so the cap is exact.
+	minKeysPerShard = 256
+	// reclaimPerInsert bounds the heap steps a new key spends dropping
+	// refilled buckets, so idle buckets are reclaimed at the rate new ones
+	// arrive and no insert pays for a long backlog.
+	reclaimPerInsert = 4
 )
 
 // MemoryStore is the default, per-replica Store. Each bucket is a GCRA cell:
-// a single "theoretical arrival time" from which tokens, Retry-After and reset
-// follow with integer arithmetic and no allocation.
+// a single "theoretical arrival time" (tat) from which tokens, Retry-After
+// and reset follow with integer arithmetic and no allocation.
+//
+// Concurrency: each dimension's table is split into up to 16 shards by a
+// seeded hash of the key, each with its own read-write lock. A batch whose
+// buckets all exist (the steady state) read-locks their shards and then
+// spin-locks just those buckets, in a fixed order, for the few nanoseconds
+// of the check and charge: all-or-nothing charging stays atomic, requests
+// for different keys proceed in parallel, and requests sharing a bucket (a
+// model, a team) serialise only on that arithmetic. A batch with a new key
+// write-locks its shards to insert it.
 //
 // Memory bound: each dimension holds at most maxKeysPerDimension buckets of
-// about 150 bytes each (slice and map overhead included) plus the key: with
-// the default cap and 64-byte keys, under 15 MiB per dimension and 75 MiB
-// for the five dimensions keyed by client input (client, api key, user, team,
-// model) in the worst case. A bucket that has refilled completely is indistinguishable from a
-// fresh one, so it may be dropped: every new key advances a clock hand over sweepPerInsert
-// buckets and drops the full ones, amortised O(1) with no full-table scan. In
-// steady churn a table therefore holds about twice the keys seen within one
-// refill window (capacity*period/requests), and never more than the cap.
-// When a table is at its cap and no bucket nearby is full, the new key is
-// treated as a fresh bucket (allowed if the rest of its batch is) but not
-// recorded, and Overflows is incremented. Failing open here is deliberate: a
-// flood of random keys could otherwise lock every new legitimate key out,
-// while a key-rotating client gains nothing it could not get by rotating keys
-// anyway; the global, per-client and per-model limits still bound it.
+// about 170 bytes each (slice, heap and map overhead included) plus the key:
+// with the default cap and 64-byte keys, under 16 MiB per dimension and
+// 80 MiB for the five dimensions keyed by client input (client, api key,
+// user, team, model) in the worst case. With sharding the cap is split
+// evenly, so a shard may reach its part of the cap shortly before the whole
+// table does.
+//
+// A bucket that has refilled completely is indistinguishable from a fresh
+// one, so it may be dropped. Every bucket sits in a min-heap ordered by a
+// lower bound of its tat (refreshed lazily, so charging a known key touches
+// no heap); each new key pops a few refilled buckets off the heap, amortised
+// O(log n). When a shard is at its cap, refilled buckets are evicted first,
+// and only when the heap proves every bucket still holds debt (the smallest
+// lower bound is in the future) is the new key refused: its Decision has
+// TableFull set and a RetryAfter until the first bucket can have refilled.
+// A key is never admitted untracked, so presenting many fresh identities
+// cannot switch a limit off.
 type MemoryStore struct {
-	maxKeys int
-
-	mu        sync.Mutex
-	epoch     time.Time
-	hasEpoch  bool
-	tables    [NumDimensions]table
-	overflows atomic.Uint64
+	perShard int // cap per shard
+	nShards  uint64
+	seed     maphash.Seed
+	epoch    atomic.Pointer[time.Time]
+	full     atomic.Uint64
+	tables   [NumDimensions][maxShards]shard
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -71,17 +89,27 @@ type bucket struct {
 	// tat is the theoretical arrival time: the bucket is full when tat <= now
 	// and holds (window-(tat-now))/interval tokens otherwise.
 	tat int64
+	// due is the bucket's heap priority, a lower bound of tat: charging only
+	// raises tat, and whatever lowers it (refund, rescale) lowers due too.
+	due int64
 	// interval is the time to refill one token; window is capacity*interval.
 	interval int64
 	window   int64
+	// pos is the bucket's index in its shard's heap.
+	pos int32
+	// busy is a spin lock guarding tat while the shard is only read-locked
+	// (see decideShared); 0 is free.
+	busy uint32
 }
 
-// table is the bucket set of one dimension: a dense slice for the clock hand
-// and an index from key to slot.
-type table struct {
+// shard is one locked part of a dimension's bucket table: a dense slice, an
+// index from key to slot, and a min-heap of slots by due.
+type shard struct {
+	mu      sync.RWMutex
 	index   map[string]int32
 	buckets []bucket
-	hand    int
+	heap    []int32
+	_       [64]byte // keep neighbouring shards' locks off this cache line
 }
 
 // NewMemoryStore returns an empty in-memory store holding at most
@@ -90,32 +118,166 @@ func NewMemoryStore(maxKeysPerDimension int) *MemoryStore {
 	if maxKeysPerDimension <= 0 {
 		maxKeysPerDimension = DefaultMaxKeysPerDimension
 	}
-	s := &MemoryStore{maxKeys: maxKeysPerDimension}
-	for i := range s.tables {
-		s.tables[i].index = make(map[string]int32)
+	n := 1
+	if maxKeysPerDimension >= maxShards*minKeysPerShard {
+		n = maxShards
+	}
+	s := &MemoryStore{perShard: maxKeysPerDimension / n, nShards: uint64(n), seed: maphash.MakeSeed()}
+	for d := range s.tables {
+		for i := range n {
+			s.tables[d][i].index = make(map[string]int32)
+		}
 	}
 	return s
 }
 
 // Len returns the number of buckets tracked for d.
 func (s *MemoryStore) Len(d Dimension) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.tables[d].buckets)
+	n := 0
+	for i := range s.nShards {
+		sh := &s.tables[d][i]
+		sh.mu.Lock()
+		n += len(sh.buckets)
+		sh.mu.Unlock()
+	}
+	return n
 }
 
-// Overflows returns how many new keys were admitted untracked because their
-// dimension's table was full.
-func (s *MemoryStore) Overflows() uint64 { return s.overflows.Load() }
+// TableFullRefusals returns how many requests were refused because the table
+// of one of their dimensions was full of buckets that had not refilled.
+func (s *MemoryStore) TableFullRefusals() uint64 { return s.full.Load() }
 
 // Take implements Store.
 func (s *MemoryStore) Take(now time.Time, b Batch) (Decision, error) {
 	return s.decide(now, &b, true), nil
 }
 
-// Peek implements Store.
+// Peek implements Store. It may drop refilled buckets, which changes nothing
+// observable.
 func (s *MemoryStore) Peek(now time.Time, b Batch) (Decision, error) {
 	return s.decide(now, &b, false), nil
+}
+
+// Refund implements Store: each bucket of b that is tracked gets one token
+// back, never more than its capacity.
+func (s *MemoryStore) Refund(now time.Time, b Batch) error {
+	t := s.since(now)
+	var locked lockSet
+	s.lock(&b, &locked)
+	defer locked.unlock()
+	for i := 0; i < b.n; i++ {
+		r := &b.reqs[i]
+		sh := locked.shards[locked.of[i]]
+		idx, ok := sh.index[r.Key]
+		if !ok {
+			continue // never charged, or already refilled and dropped
+		}
+		bk := &sh.buckets[idx]
+		if bk.interval != r.interval || bk.window != r.window {
+			sh.rescale(idx, t, r.interval, r.window)
+		}
+		if bk.tat <= t {
+			continue // full already
+		}
+		bk.tat = max(bk.tat-bk.interval, t)
+		sh.lower(idx)
+	}
+	return nil
+}
+
+// since returns now as nanoseconds since the store's epoch, the first time
+// it saw; the monotonic reading is used when now has one.
+func (s *MemoryStore) since(now time.Time) int64 {
+	e := s.epoch.Load()
+	if e == nil {
+		e = s.setEpoch(now)
+	}
+	return int64(now.Sub(*e))
+}
+
+// setEpoch records the epoch once; it is a separate function so that only
+// the first call moves a time.Time to the heap.
+//
+//go:noinline
+func (s *MemoryStore) setEpoch(now time.Time) *time.Time {
+	s.epoch.CompareAndSwap(nil, &now)
+	return s.epoch.Load()
+}
+
+// lockSet is the shards a batch holds, locked in table order.
+type lockSet struct {
+	shards [MaxBatch]*shard
+	n      int
+	of     [MaxBatch]int8 // request i's shard in shards
+	shared bool           // read-locked rather than write-locked
+}
+
+func (l *lockSet) unlock() {
+	for i := l.n - 1; i >= 0; i-- {
+		if l.shared {
+			l.shards[i].mu.RUnlock()
+		} else {
+			l.shards[i].mu.Unlock()
+		}
+	}
+}
+
+// shardIndex returns the table-wide order of the shard holding (d, key).
+func (s *MemoryStore) shardIndex(d Dimension, key string) int {
+	i := 0
+	if s.nShards > 1 {
+		i = int(maphash.String(s.seed, key) % s.nShards)
+	}
+	return int(d)*maxShards + i
+}
+
+// lock write-locks the shards of b's requests once each, in ascending table
+// order, so two batches can never wait on each other.
+func (s *MemoryStore) lock(b *Batch, l *lockSet) { s.lockShards(b, l, false) }
+
+// lockShards locks the shards of b's requests, read-locked when shared.
+func (s *MemoryStore) lockShards(b *Batch, l *lockSet, shared bool) {
+	l.shared = shared
+	var order [MaxBatch]int
+	for i := 0; i < b.n; i++ {
+		r := &b.reqs[i]
+		order[i] = s.shardIndex(r.Dimension, r.Key)
+	}
+	var uniq [MaxBatch]int
+	for i := 0; i < b.n; i++ {
+		o, j := order[i], l.n
+		dup := false
+		for k := 0; k < l.n; k++ {
+			if uniq[k] == o {
+				dup = true
+				break
+			}
+		}
+		if dup {
+			continue
+		}
+		for j > 0 && uniq[j-1] > o { // insertion sort: at most four shards
+			uniq[j] = uniq[j-1]
+			j--
+		}
+		uniq[j] = o
+		l.n++
+	}
+	for k := 0; k < l.n; k++ {
+		l.shards[k] = &s.tables[uniq[k]/maxShards][uniq[k]%maxShards]
+		if shared {
+			l.shards[k].mu.RLock()
+		} else {
+			l.shards[k].mu.Lock()
+		}
+	}
+	for i := 0; i < b.n; i++ {
+		for k := 0; k < l.n; k++ {
+			if uniq[k] == order[i] {
+				l.of[i] = int8(k)
+			}
+		}
+	}
 }
 
 // shaped is a Limit with its GCRA shape computed once.
@@ -136,34 +298,55 @@ func shapeOf(l Limit) shaped {
 	return s
 }
 
-// decide checks every bucket of b under one lock and, when charge is set and
-// all have a token, charges them all; otherwise it changes nothing but the
-// lazy rescaling of buckets whose limit was hot-swapped.
+// decide checks every bucket of b with their shards locked and, when charge
+// is set and all have a token, charges them all; otherwise it changes
+// nothing but the lazy rescaling of buckets whose limit was hot-swapped and
+// the dropping of refilled buckets.
 func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.hasEpoch {
-		s.epoch, s.hasEpoch = now, true
+	t := s.since(now)
+	if d, ok := s.decideShared(t, b, charge); ok {
+		return d
 	}
-	t := int64(now.Sub(s.epoch))
+	var locked lockSet
+	s.lock(b, &locked)
+	defer locked.unlock()
 
 	var (
 		d    Decision
 		slot [MaxBatch]int32
 		tat  [MaxBatch]int64 // the new theoretical arrival time of each bucket
 	)
+	// A new key needs room in its shard; make it first, since dropping
+	// refilled buckets moves slots.
+	for i := 0; i < b.n; i++ {
+		r := &b.reqs[i]
+		sh := locked.shards[locked.of[i]]
+		if _, ok := sh.index[r.Key]; ok {
+			continue
+		}
+		if wait, ok := sh.room(t, s.perShard); !ok {
+			d.TableFull = d.TableFull.Add(r.Dimension)
+			s.refuse(&d, r.Dimension, time.Duration(wait))
+		}
+	}
+	if d.TableFull != 0 {
+		if charge {
+			s.full.Add(1)
+		}
+		return d
+	}
 	d.Allowed = true
 	for i := 0; i < b.n; i++ {
 		r := &b.reqs[i]
+		sh := locked.shards[locked.of[i]]
 		interval, window := r.interval, r.window
-		cur := t // a fresh or untracked bucket is full
+		cur := t // a fresh bucket is full
 		slot[i] = -1
-		tb := &s.tables[r.Dimension]
-		if idx, ok := tb.index[r.Key]; ok {
+		if idx, ok := sh.index[r.Key]; ok {
 			slot[i] = idx
-			bk := &tb.buckets[idx]
+			bk := &sh.buckets[idx]
 			if bk.interval != interval || bk.window != window {
-				rescale(bk, t, interval, window)
+				sh.rescale(idx, t, interval, window)
 			}
 			cur = max(bk.tat, t)
 		}
@@ -172,14 +355,8 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 		capacity := r.Limit.capacity()
 		if over := next - t - window; over > 0 {
 			// No whole token: the wait is until the deficit has refilled.
-			wait := time.Duration(over)
-			if d.Allowed || wait > d.RetryAfter {
-				d.LimitType = r.Dimension
-			}
-			d.Allowed = false
-			d.RefusedBy = d.RefusedBy.Add(r.Dimension)
-			d.RetryAfter = max(d.RetryAfter, wait)
-			s.tighten(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: 0, Reset: time.Duration(cur - t)})
+			s.refuse(&d, r.Dimension, time.Duration(over))
+			tighten(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: 0, Reset: time.Duration(cur - t)})
 			continue
 		}
 		remaining := (window - (next - t)) / interval
@@ -188,81 +365,258 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 			remaining = (window - (cur - t)) / interval
 			reset = cur - t
 		}
-		s.tighten(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: remaining, Reset: time.Duration(reset)})
+		tighten(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: remaining, Reset: time.Duration(reset)})
 	}
 	if !d.Allowed || !charge {
 		return d
 	}
-	// Charge known buckets first: inserting a new key may move other slots.
 	for i := 0; i < b.n; i++ {
+		sh := locked.shards[locked.of[i]]
 		if slot[i] >= 0 {
-			s.tables[b.reqs[i].Dimension].buckets[slot[i]].tat = tat[i]
+			sh.buckets[slot[i]].tat = tat[i]
+			continue
 		}
-	}
-	for i := 0; i < b.n; i++ {
-		if slot[i] < 0 {
-			r := &b.reqs[i]
-			interval, window := r.interval, r.window
-			s.insert(&s.tables[r.Dimension], t, bucket{key: r.Key, tat: tat[i], interval: interval, window: window})
-		}
+		r := &b.reqs[i]
+		sh.insert(bucket{key: r.Key, tat: tat[i], interval: r.interval, window: r.window})
 	}
 	return d
 }
 
+// decideShared decides b with its shards read-locked when every bucket
+// exists and has its current shape; ok is false otherwise, and the caller
+// takes the write-locked path. The buckets are spin-locked in shard order
+// around the check and charge, which is what makes the batch atomic.
+func (s *MemoryStore) decideShared(t int64, b *Batch, charge bool) (d Decision, ok bool) {
+	var locked lockSet
+	s.lockShards(b, &locked, true)
+	defer locked.unlock()
+	var bks [MaxBatch]*bucket
+	for i := 0; i < b.n; i++ {
+		r := &b.reqs[i]
+		sh := locked.shards[locked.of[i]]
+		idx, found := sh.index[r.Key]
+		if !found {
+			return Decision{}, false
+		}
+		bk := &sh.buckets[idx]
+		if bk.interval != r.interval || bk.window != r.window {
+			return Decision{}, false
+		}
+		bks[i] = bk
+	}
+	// Lock the buckets in shard order: one bucket per shard at most is ours
+	// unless two requests name the same shard, which locks it once.
+	var held [MaxBatch]*bucket
+	nh := 0
+	for k := 0; k < locked.n; k++ {
+		for i := 0; i < b.n; i++ {
+			if int(locked.of[i]) == k && !slicesContains(held[:nh], bks[i]) {
+				spinLock(&bks[i].busy)
+				held[nh] = bks[i]
+				nh++
+			}
+		}
+	}
+	defer func() {
+		for i := nh - 1; i >= 0; i-- {
+			atomic.StoreUint32(&held[i].busy, 0)
+		}
+	}()
+	var tat [MaxBatch]int64
+	d.Allowed = true
+	for i := 0; i < b.n; i++ {
+		r, bk := &b.reqs[i], bks[i]
+		cur := max(bk.tat, t)
+		next := cur + r.interval
+		tat[i] = next
+		capacity := r.Limit.capacity()
+		if over := next - t - r.window; over > 0 {
+			s.refuse(&d, r.Dimension, time.Duration(over))
+			tighten(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: 0, Reset: time.Duration(cur - t)})
+			continue
+		}
+		remaining, reset := (r.window-(next-t))/r.interval, next-t
+		if !charge {
+			remaining, reset = (r.window-(cur-t))/r.interval, cur-t
+		}
+		tighten(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: remaining, Reset: time.Duration(reset)})
+	}
+	if d.Allowed && charge {
+		for i := 0; i < b.n; i++ {
+			bks[i].tat = tat[i]
+		}
+	}
+	return d, true
+}
+
+func slicesContains(s []*bucket, b *bucket) bool {
+	for _, x := range s {
+		if x == b {
+			return true
+		}
+	}
+	return false
+}
+
+// spinLock takes a bucket's spin lock. It is held for a few arithmetic
+// operations, so spinning briefly and then yielding beats parking.
+func spinLock(w *uint32) {
+	for spins := 0; !atomic.CompareAndSwapUint32(w, 0, 1); spins++ {
+		if spins >= 16 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// refuse records a refusal by dim that lasts wait.
+func (s *MemoryStore) refuse(d *Decision, dim Dimension, wait time.Duration) {
+	if d.RefusedBy == 0 || wait > d.RetryAfter {
+		d.LimitType = dim
+	}
+	d.Allowed = false
+	d.RefusedBy = d.RefusedBy.Add(dim)
+	d.RetryAfter = max(d.RetryAfter, wait)
+}
+
 // tighten records q as the decision's quota if it has fewer tokens left.
-func (s *MemoryStore) tighten(d *Decision, q Quota) {
+func tighten(d *Decision, q Quota) {
 	if !d.HasQuota || q.Remaining < d.Tightest.Remaining ||
 		(q.Remaining == d.Tightest.Remaining && q.Reset > d.Tightest.Reset) {
 		d.Tightest, d.HasQuota = q, true
 	}
 }
 
-// rescale converts a bucket to a new limit keeping the fraction of its
-// capacity in use, so a hot-swapped limit neither forgives nor invents debt.
-func rescale(bk *bucket, now, interval, window int64) {
+// rescale converts the bucket at idx to a new limit keeping the fraction of
+// its capacity in use, so a hot-swapped limit neither forgives nor invents
+// debt.
+func (sh *shard) rescale(idx int32, now, interval, window int64) {
+	bk := &sh.buckets[idx]
 	if debt := bk.tat - now; debt > 0 {
 		used := float64(debt) / float64(bk.window)
 		bk.tat = now + int64(math.Min(used, 1)*float64(window))
 	}
 	bk.interval, bk.window = interval, window
+	sh.lower(idx)
 }
 
-// insert adds a bucket for a key not in tb, reclaiming idle buckets first.
-func (s *MemoryStore) insert(tb *table, now int64, bk bucket) {
-	tb.sweep(now, sweepPerInsert)
-	if len(tb.buckets) >= s.maxKeys && tb.sweep(now, sweepAtCap) == 0 {
-		s.overflows.Add(1)
-		return
+// lower restores due <= tat after the bucket's tat went down.
+func (sh *shard) lower(idx int32) {
+	if bk := &sh.buckets[idx]; bk.tat < bk.due {
+		bk.due = bk.tat
+		sh.up(int(bk.pos))
 	}
+}
+
+// room reports whether a new key fits in sh, after dropping a few refilled
+// buckets (more, at the cap, until one is found or none can exist). When it
+// does not fit, wait is the time until the first bucket can have refilled.
+func (sh *shard) room(now int64, limit int) (wait int64, ok bool) {
+	sh.reclaim(now, reclaimPerInsert)
+	for len(sh.buckets) >= limit {
+		if !sh.reclaim(now, 1) {
+			return max(sh.buckets[sh.heap[0]].due-now, 1), false
+		}
+	}
+	return 0, true
+}
+
+// reclaim drops up to n refilled buckets from the top of the heap, moving
+// buckets charged since they were pushed down to their current tat (which
+// does not count against n: each such step pays for one earlier charge). It
+// reports false when the heap proves no bucket has refilled.
+func (sh *shard) reclaim(now int64, n int) bool {
+	for n > 0 && len(sh.heap) > 0 {
+		top := sh.heap[0]
+		bk := &sh.buckets[top]
+		switch {
+		case bk.due > now:
+			return false
+		case bk.tat > now:
+			bk.due = bk.tat
+			sh.down(0)
+		default:
+			sh.remove(top)
+			n--
+		}
+	}
+	return true
+}
+
+// insert adds a bucket for a key not in sh; room must have been made.
+func (sh *shard) insert(bk bucket) {
 	bk.key = strings.Clone(bk.key) // do not pin the caller's buffer
-	tb.index[bk.key] = int32(len(tb.buckets))
-	tb.buckets = append(tb.buckets, bk)
+	bk.due = bk.tat
+	idx := int32(len(sh.buckets))
+	bk.pos = int32(len(sh.heap))
+	sh.index[bk.key] = idx
+	sh.buckets = append(sh.buckets, bk)
+	sh.heap = append(sh.heap, idx)
+	sh.up(int(bk.pos))
 }
 
-// sweep advances the clock hand over up to n buckets, dropping those that have
-// refilled completely, and returns how many it dropped. The hand walks down
-// from the end so a dropped slot is refilled from above the hand (a bucket it
-// has already passed or a newer one) and every step inspects a new bucket.
-func (tb *table) sweep(now int64, n int) int {
-	dropped := 0
-	for ; n > 0 && len(tb.buckets) > 0; n-- {
-		if tb.hand < 0 || tb.hand >= len(tb.buckets) {
-			tb.hand = len(tb.buckets) - 1
-		}
-		h := tb.hand
-		tb.hand--
-		if tb.buckets[h].tat > now {
-			continue
-		}
-		last := len(tb.buckets) - 1
-		delete(tb.index, tb.buckets[h].key)
-		if h != last {
-			tb.buckets[h] = tb.buckets[last]
-			tb.index[tb.buckets[h].key] = int32(h)
-		}
-		tb.buckets[last] = bucket{}
-		tb.buckets = tb.buckets[:last]
-		dropped++
+// remove drops the bucket at idx, moving the last bucket into its slot.
+func (sh *shard) remove(idx int32) {
+	bk := &sh.buckets[idx]
+	delete(sh.index, bk.key)
+	// Take it out of the heap: move the last heap entry into its place.
+	p, lastPos := int(bk.pos), len(sh.heap)-1
+	if p != lastPos {
+		sh.heap[p] = sh.heap[lastPos]
+		sh.buckets[sh.heap[p]].pos = int32(p)
 	}
-	return dropped
+	sh.heap = sh.heap[:lastPos]
+	if p != lastPos {
+		sh.down(p)
+		sh.up(p)
+	}
+	// Take it out of the slice: move the last bucket into its slot.
+	last := int32(len(sh.buckets) - 1)
+	if idx != last {
+		sh.buckets[idx] = sh.buckets[last]
+		moved := &sh.buckets[idx]
+		sh.index[moved.key] = idx
+		sh.heap[moved.pos] = idx
+	}
+	sh.buckets[last] = bucket{}
+	sh.buckets = sh.buckets[:last]
+}
+
+func (sh *shard) less(i, j int) bool {
+	return sh.buckets[sh.heap[i]].due < sh.buckets[sh.heap[j]].due
+}
+
+func (sh *shard) swap(i, j int) {
+	h := sh.heap
+	h[i], h[j] = h[j], h[i]
+	sh.buckets[h[i]].pos = int32(i)
+	sh.buckets[h[j]].pos = int32(j)
+}
+
+func (sh *shard) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !sh.less(i, p) {
+			return
+		}
+		sh.swap(i, p)
+		i = p
+	}
+}
+
+func (sh *shard) down(i int) {
+	n := len(sh.heap)
+	for {
+		c := 2*i + 1
+		if c >= n {
+			return
+		}
+		if c+1 < n && sh.less(c+1, c) {
+			c++
+		}
+		if !sh.less(c, i) {
+			return
+		}
+		sh.swap(i, c)
+		i = c
+	}
 }

@@ -105,6 +105,11 @@ type Decision struct {
 	Tightest Quota
 	// HasQuota is false when no bucket applied.
 	HasQuota bool
+	// TableFull holds the dimensions whose key table had no room for a new
+	// key because every bucket in it still holds debt. Such a refusal is not
+	// the caller's quota running out, so it is never queued; RetryAfter is
+	// the time until the first tracked bucket can have refilled.
+	TableFull DimensionSet
 }
 
 // Store holds token-bucket state. Implementations must be safe for concurrent
@@ -115,4 +120,9 @@ type Store interface {
 	Take(now time.Time, b Batch) (Decision, error)
 	// Peek reports what Take would decide without charging or storing anything.
 	Peek(now time.Time, b Batch) (Decision, error)
+	// Refund gives back one token to each bucket named in b, never raising a
+	// bucket above its capacity; a bucket the store does not hold is left
+	// alone. It undoes a Take whose request was then refused by a later
+	// stage (every backend exhausted), so no token is lost.
+	Refund(now time.Time, b Batch) error
 }

@@ -138,7 +138,7 @@ func TestDecisionsAreCountedByDimensionAndOutcome(t *testing.T) {
 	var b strings.Builder
 	b.WriteString(want)
 	for _, d := range []string{"api_key", "backend", "client", "global", "model", "team", "user"} {
-		for _, o := range []string{"allowed", "refused", "unavailable"} {
+		for _, o := range []string{"allowed", "refused", "table_full", "unavailable"} {
 			v := map[string]string{"user/allowed": "2", "model/refused": "1", "global/unavailable": "1"}[d+"/"+o]
 			if v == "" {
 				v = "0"

@@ -318,6 +318,9 @@ func renderRateLimits(rl *fqv1alpha1.RateLimits) config.RateLimits {
 		for _, o := range m.Overrides {
 			ml.Overrides = append(ml.Overrides, config.ModelOverride{Model: o.Model, Limit: *renderLimit(&o.RateLimit)})
 		}
+		if u := m.UnknownModel; u != nil && u.Action == fqv1alpha1.UnknownModelCharge {
+			ml.UnknownModel = config.UnknownModel{Action: config.UnknownModelCharge, ChargeAs: u.ChargeAs}
+		}
 		out.PerModel = ml
 	}
 	return out

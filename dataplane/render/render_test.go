@@ -95,6 +95,7 @@ func TestRenderResolvesAndHashesIdentities(t *testing.T) {
 	g.Expect(*c.RateLimits.PerUser).To(Equal(config.Limit{Requests: 10, Period: config.Duration{Duration: time.Second}, Burst: 10}))
 	g.Expect(c.RateLimits.PerModel.Default).To(BeNil(), "perModel with overrides only must not limit other models")
 	g.Expect(c.RateLimits.PerModel.Overrides[0].Limit.Burst).To(BeEquivalentTo(4))
+	g.Expect(c.RateLimits.PerModel.UnknownModel).To(BeZero(), "without unknownModel a body whose model cannot be read is refused")
 	g.Expect(c.Backends).To(Equal([]config.Backend{{Name: "vllm", URL: "http://vllm:8000", Weight: 1}}))
 	g.Expect(c.HashKeySecret).To(Equal(config.HashKeySecret{Namespace: "ns", Name: "llm-hash-key", Key: "key", Fingerprint: config.KeyFingerprint(unitKey)}))
 
@@ -246,5 +247,29 @@ func BenchmarkRender(b *testing.B) {
 		if _, err := Render(in); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestRenderUnknownModelPolicy(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy *fqv1alpha1.UnknownModelPolicy
+		want   config.UnknownModel
+	}{
+		{name: "unset refuses", want: config.UnknownModel{}},
+		{name: "explicit refuse", policy: &fqv1alpha1.UnknownModelPolicy{Action: fqv1alpha1.UnknownModelRefuse}, want: config.UnknownModel{}},
+		{name: "charge", policy: &fqv1alpha1.UnknownModelPolicy{Action: fqv1alpha1.UnknownModelCharge, ChargeAs: "big"},
+			want: config.UnknownModel{Action: config.UnknownModelCharge, ChargeAs: "big"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rl := renderRateLimits(&fqv1alpha1.RateLimits{PerModel: &fqv1alpha1.ModelRateLimit{
+				Overrides:    []fqv1alpha1.ModelRateLimitOverride{{Model: "big", RateLimit: fqv1alpha1.RateLimit{Requests: 1}}},
+				UnknownModel: tc.policy,
+			}})
+			if rl.PerModel.UnknownModel != tc.want {
+				t.Fatalf("unknownModel rendered as %+v, want %+v", rl.PerModel.UnknownModel, tc.want)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -162,4 +163,105 @@ func BenchmarkLoopbackLatency(b *testing.B) {
 	b.ReportMetric(p50(bareLat), "bare-p50-µs")
 	b.ReportMetric(p50(fqLat), "fairqueue-p50-µs")
 	b.ReportMetric(p50(fqLat)-p50(bareLat), "added-p50-µs")
+}
+
+// cannedTransport answers every request at once with a small JSON body,
+// reading and closing the request body as a real transport does, so an
+// in-process benchmark measures the proxies and not the network.
+type cannedTransport struct{}
+
+var cannedBody = []byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello"}}]}`)
+
+func (cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+	}
+	return &http.Response{StatusCode: http.StatusOK, ProtoMajor: 1, ProtoMinor: 1, Request: r,
+		Header:        http.Header{"Content-Type": {"application/json"}},
+		Body:          io.NopCloser(bytes.NewReader(cannedBody)),
+		ContentLength: int64(len(cannedBody))}, nil
+}
+
+// discardWriter is a reusable http.ResponseWriter that keeps nothing.
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *discardWriter) WriteHeader(code int)        { w.code = code }
+
+// handlerFronts returns the two handlers of benchFronts in process, both
+// sending upstream through cannedTransport.
+func handlerFronts(b *testing.B) (bare, fq http.Handler) {
+	b.Helper()
+	target, _ := url.Parse("http://upstream.invalid")
+	pool := &sync.Pool{New: func() any { buf := make([]byte, 32<<10); return &buf }}
+	bare = &httputil.ReverseProxy{
+		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.SetXForwarded() },
+		Transport:  cannedTransport{},
+		BufferPool: benchPool{pool},
+	}
+	cfg := baseConfig(target.String())
+	cfg.Identity.TrustHeaders = true
+	big := limit(1<<40, 1<<40, time.Second)
+	cfg.RateLimits = config.RateLimits{Global: big, PerClient: big, PerAPIKey: big, PerUser: big, PerTeam: big,
+		PerModel: &config.ModelLimits{Default: big}, PerBackend: big}
+	cfg.FairQueuing.Enabled = true
+	cfg.Timeouts.RequestTotal = dur(time.Minute)
+	srv, err := New(Options{Logger: logr.Discard(), HashKey: testKey, Transport: cannedTransport{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Load(cfg, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.rt.Load().close() })
+	return bare, srv
+}
+
+// serveOnce sends one chat completion through h, as net/http would hand it
+// over: a fresh request with a body and the client's headers.
+func serveOnce(b *testing.B, h http.Handler, w *discardWriter) {
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(benchBody))
+	r.Header.Set("Authorization", "Bearer sk-bench-key")
+	r.Header.Set("X-User", "bench-user")
+	r.Header.Set("Content-Type", "application/json")
+	r.RemoteAddr = "127.0.0.1:40000"
+	clear(w.h)
+	w.code = 0
+	h.ServeHTTP(w, r)
+	if w.code != http.StatusOK {
+		b.Fatalf("status %d", w.code)
+	}
+}
+
+// BenchmarkHandlerOverhead serves requests in process, alternating between
+// the bare proxy and the admission server, and reports the admission
+// server's time per request over the bare proxy's (overhead-ratio) and the
+// added time. Without network and upstream it isolates the request path's
+// own CPU cost: identity hashing, the body read for the model, the limiter,
+// the fair-queue checks and the headers.
+func BenchmarkHandlerOverhead(b *testing.B) {
+	bare, fq := handlerFronts(b)
+	w := &discardWriter{h: http.Header{}}
+	for range 1000 {
+		serveOnce(b, bare, w)
+		serveOnce(b, fq, w)
+	}
+	var bareTime, fqTime time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		t0 := time.Now()
+		serveOnce(b, bare, w)
+		t1 := time.Now()
+		serveOnce(b, fq, w)
+		bareTime += t1.Sub(t0)
+		fqTime += time.Since(t1)
+	}
+	b.ReportMetric(float64(fqTime)/float64(bareTime), "overhead-ratio")
+	b.ReportMetric(float64(fqTime-bareTime)/float64(b.N), "added-ns/req")
 }

@@ -51,10 +51,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if rt.identity.modelHeader != "" {
-		id.model = headerValue(r.Header, rt.identity.modelHeader)
-	} else if rt.needModel && body != nil {
-		id.model = modelFromJSON(body.data, rt.models)
+	var ok bool
+	if id.model, ok = rt.model(r.Header, body); !ok {
+		if !s.preAuthRefused(w, r, rt, client) {
+			writeModelNotDetermined(w)
+		}
+		return
 	}
 
 	total := rt.timeout(id.model)
@@ -74,6 +76,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt = s.rt.Load()
 	b, retry := rt.pool.Pick(rt.take)
 	if b == nil {
+		s.refundIdentity(rt, &id)
 		// Backend capacity is never queued, so the refusal carries no queue
 		// details even when the request waited for its identity limits.
 		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: "backend", RetryAfter: retry,
@@ -118,7 +121,7 @@ func (s *Server) preAuthRefused(w http.ResponseWriter, r *http.Request, rt *runt
 	case err != nil:
 		dec = admission.Decision{Status: http.StatusServiceUnavailable, RetryAfter: time.Second, Err: err}
 	case !d.Allowed:
-		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: d.LimitType.String(), RetryAfter: d.RetryAfter}
+		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: d.LimitType.String(), RetryAfter: d.RetryAfter, TableFull: d.TableFull != 0}
 	default:
 		return false
 	}
@@ -145,6 +148,10 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 		if dec.Err != nil {
 			s.log.Info("Rate-limit store unavailable, answering 503", "error", dec.Err.Error())
 		}
+	case dec.TableFull:
+		e.errType, e.code = errorTypeRateLimit, dec.LimitType+"_table_full"
+		e.message = "this gateway replica tracks as many " + dec.LimitType + " keys as it may and none has refilled, " +
+			"so a new one cannot be limited yet; retry after the indicated time"
 	case q.Queued && q.Reason != "":
 		e.errType, e.code = errorTypeRateLimit, string(q.Reason)
 		e.message = "fair queue refused the request (" + string(q.Reason) + ") while the " + dec.LimitType +

@@ -215,7 +215,9 @@ func TestBodyAndIdentityForwardedUnchanged(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			up := fakeupstream.New(fakeupstream.Options{Record: 1})
 			hs := newHarness(t, up, func(c *config.Config) {
-				c.RateLimits.PerModel = &config.ModelLimits{Default: limit(100, 100, time.Second)}
+				// A body whose model cannot be read is charged to "m" (the default policy would answer 400).
+				c.RateLimits.PerModel = &config.ModelLimits{Default: limit(100, 100, time.Second),
+					UnknownModel: config.UnknownModel{Action: config.UnknownModelCharge, ChargeAs: "m"}}
 			})
 			resp := hs.do(tc.body, map[string]string{"Authorization": "Bearer sk-secret"})
 			readAll(t, resp)
@@ -373,6 +375,8 @@ func (downStore) Take(time.Time, limiter.Batch) (limiter.Decision, error) {
 func (downStore) Peek(time.Time, limiter.Batch) (limiter.Decision, error) {
 	return limiter.Decision{}, limiter.ErrStoreUnavailable
 }
+
+func (downStore) Refund(time.Time, limiter.Batch) error { return limiter.ErrStoreUnavailable }
 
 func TestStoreOutageAnswers503AtOnce(t *testing.T) {
 	tests := []struct {

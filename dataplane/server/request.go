@@ -5,14 +5,15 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"hash"
+	"hash/maphash"
 	"io"
 	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 )
@@ -39,7 +40,6 @@ type identityRules struct {
 	trustHeaders  bool
 	noTeam        string
 	noTeamHash    string
-	modelHeader   string
 	registry      map[string]config.KeyRegistryEntry // by APIKeyHash; nil without a registry
 	enforce       bool
 	hasher        *hasher
@@ -51,7 +51,6 @@ func newIdentityRules(c config.Identity, h *hasher) *identityRules {
 		teamHeader:   http.CanonicalHeaderKey(c.TeamHeader),
 		trustHeaders: c.TrustHeaders,
 		noTeam:       c.NoTeamValue,
-		modelHeader:  http.CanonicalHeaderKey(c.ModelHeader),
 		hasher:       h,
 	}
 	if c.NoTeamValue != "" {
@@ -129,12 +128,23 @@ func headerValue(h http.Header, canonical string) string {
 	return ""
 }
 
-// hasher computes identity.Hash with pooled HMAC states, so hashing an
-// identity costs one allocation (the returned string) instead of a fresh
-// HMAC per request.
+// hasher computes identity.Hash with pooled HMAC states, and remembers
+// recent results so a returning identity costs two seeded non-cryptographic
+// hashes and a map lookup instead of an HMAC and an allocation.
+//
+// The cache is keyed by a 128-bit digest of the raw value (two 64-bit
+// maphash sums under random per-process seeds), so raw identities are never
+// kept; it holds at most maxHashCacheEntries results and is cleared when
+// full, so a flood of fresh identities costs an HMAC each, as without it.
 type hasher struct {
-	pool sync.Pool
+	pool         sync.Pool
+	seed1, seed2 maphash.Seed
+	cache        sync.Map // [2]uint64 -> string
+	entries      atomic.Int64
 }
+
+// maxHashCacheEntries bounds the identity hash cache: about 2.5 MiB.
+const maxHashCacheEntries = 16384
 
 // hmacState is one pooled HMAC with scratch space that stays on the heap
 // with it, so nothing escapes per call.
@@ -146,12 +156,31 @@ type hmacState struct {
 
 func newHasher(key []byte) *hasher {
 	key = bytes.Clone(key)
-	return &hasher{pool: sync.Pool{New: func() any { return &hmacState{mac: hmac.New(sha256.New, key)} }}}
+	return &hasher{
+		pool:  sync.Pool{New: func() any { return &hmacState{mac: hmac.New(sha256.New, key)} }},
+		seed1: maphash.MakeSeed(),
+		seed2: maphash.MakeSeed(),
+	}
 }
 
 // sum returns identity.Hash(key, value); TestHasherMatchesIdentityHash keeps
 // the two equal.
 func (h *hasher) sum(value string) string {
+	digest := [2]uint64{maphash.String(h.seed1, value), maphash.String(h.seed2, value)}
+	if v, ok := h.cache.Load(digest); ok {
+		return v.(string)
+	}
+	sum := h.hmac(value)
+	if h.entries.Add(1) > maxHashCacheEntries {
+		h.cache.Clear()
+		h.entries.Store(1)
+	}
+	h.cache.Store(digest, sum)
+	return sum
+}
+
+// hmac computes identity.Hash(key, value) with a pooled HMAC state.
+func (h *hasher) hmac(value string) string {
 	st := h.pool.Get().(*hmacState)
 	st.mac.Reset()
 	st.in = append(st.in[:0], value...)
@@ -219,105 +248,6 @@ func readBody(r *http.Request, limit int64) (*bufferedBody, error) {
 	r.Body = b
 	r.ContentLength = int64(len(data))
 	return b, nil
-}
-
-// modelFromJSON returns the top-level "model" string of a JSON body, or ""
-// when the body is not valid JSON, not an object, or has no string model
-// (the last one wins, as with encoding/json). known interns the model names
-// the config mentions, so that for them no string is allocated; it may be nil.
-// The body is scanned in place, with no decoding into values.
-func modelFromJSON(body []byte, known map[string]string) string {
-	if len(body) == 0 || !json.Valid(body) {
-		return ""
-	}
-	i := skipSpace(body, 0)
-	if body[i] != '{' {
-		return ""
-	}
-	model := ""
-	for i = skipSpace(body, i+1); body[i] != '}'; i = skipSpace(body, i+1) {
-		keyEnd := scanString(body, i)
-		isModel := string(body[i:keyEnd]) == `"model"`
-		i = skipSpace(body, skipSpace(body, keyEnd)+1) // past ':'
-		end := skipValue(body, i)
-		if isModel {
-			model = ""
-			if body[i] == '"' {
-				model = stringValue(body[i:end], known)
-			}
-		}
-		i = skipSpace(body, end)
-		if body[i] != ',' {
-			break // '}': valid JSON leaves no other choice
-		}
-	}
-	return model
-}
-
-// stringValue returns the value of the JSON string literal lit.
-func stringValue(lit []byte, known map[string]string) string {
-	raw := lit[1 : len(lit)-1]
-	if bytes.IndexByte(raw, '\\') >= 0 {
-		var v string
-		if json.Unmarshal(lit, &v) != nil {
-			return ""
-		}
-		return v
-	}
-	if v, ok := known[string(raw)]; ok {
-		return v
-	}
-	return string(raw)
-}
-
-// skipSpace returns the index of the first non-whitespace byte at or after i.
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// scanString returns the index just past the string literal starting at i.
-func scanString(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index just past the JSON value starting at i, which
-// must be part of a valid document.
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return scanString(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				j = scanString(b, j) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return len(b)
-	}
-	j := i
-	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
-		j++
-	}
-	return j
 }
 
 // trustedProxies decides the client address of a request.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/admission"
@@ -31,9 +32,8 @@ type runtime struct {
 	modelTimeouts  map[string]time.Duration
 	// models interns the model names the config mentions.
 	models map[string]string
-	// needModel is false when neither a limit nor a timeout depends on the
-	// model, so bodies are streamed through without being read.
-	needModel bool
+	// modelPolicy finds a request's model.
+	modelPolicy modelPolicy
 }
 
 // newRuntime builds the runtime for cfg. With prev set (a reload) the
@@ -105,7 +105,14 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 			rt.modelTimeouts[m.Model] = m.Total.Duration
 		}
 	}
-	rt.needModel = cfg.RateLimits.PerModel != nil || len(cfg.Timeouts.Models) > 0
+	rt.modelPolicy = modelPolicy{
+		header:   http.CanonicalHeaderKey(cfg.Identity.ModelHeader),
+		readBody: cfg.RateLimits.PerModel != nil || len(cfg.Timeouts.Models) > 0,
+		limited:  cfg.RateLimits.PerModel != nil,
+	}
+	if m := cfg.RateLimits.PerModel; m != nil && m.UnknownModel.Action == config.UnknownModelCharge {
+		rt.modelPolicy.chargeAs = m.UnknownModel.ChargeAs
+	}
 	rt.models = make(map[string]string)
 	if m := cfg.RateLimits.PerModel; m != nil {
 		for _, o := range m.Overrides {

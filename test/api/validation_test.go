@@ -240,6 +240,26 @@ func TestValidationRejects(t *testing.T) {
 			spec: "rateLimits: {perModel: {overrides: [{model: m, requests: 1}, {model: m, requests: 2}]}}",
 			want: []string{"spec.rateLimits.perModel.overrides[1]", "Duplicate value"},
 		},
+		{
+			name: "unknownModel charge without chargeAs",
+			spec: "rateLimits: {perModel: {requests: 1, unknownModel: {action: Charge}}}",
+			want: []string{"spec.rateLimits.perModel.unknownModel", "set chargeAs exactly when action is Charge"},
+		},
+		{
+			name: "unknownModel chargeAs with the default action Refuse",
+			spec: "rateLimits: {perModel: {requests: 1, unknownModel: {chargeAs: m}}}",
+			want: []string{"spec.rateLimits.perModel.unknownModel", "set chargeAs exactly when action is Charge"},
+		},
+		{
+			name: "unknownModel action unknown",
+			spec: "rateLimits: {perModel: {requests: 1, unknownModel: {action: Skip}}}",
+			want: []string{"spec.rateLimits.perModel.unknownModel.action", "Unsupported value"},
+		},
+		{
+			name: "unknownModel charged to a model without a limit",
+			spec: "rateLimits: {perModel: {overrides: [{model: big, requests: 1}], unknownModel: {action: Charge, chargeAs: small}}}",
+			want: []string{"spec.rateLimits.perModel", "unknownModel.chargeAs names a model without a limit"},
+		},
 		// Timeouts.
 		{
 			name: "default total zero",
@@ -391,6 +411,9 @@ func TestValidationAccepts(t *testing.T) {
 		{name: "largest bounds", spec: "fairQueuing: {bounds: {maxQueueDepthPerTenant: 65536, maxTotalQueued: 1048576, maxTenants: 65536, maxInFlight: 4096, maxWait: 10m}}"},
 		{name: "durations as Go prints them", spec: "fairQueuing: {bounds: {maxWait: 1m30s}}\nrateLimits: {global: {requests: 1, period: 1.5s}, perUser: {requests: 1, period: 500ms}, perTeam: {requests: 1, period: 24h0m0s}}"},
 		{name: "burst below requests smooths", spec: "rateLimits: {perAPIKey: {requests: 100, burst: 1}}"},
+		{name: "unknownModel charged to an overridden model", spec: "rateLimits: {perModel: {overrides: [{model: big, requests: 1}], unknownModel: {action: Charge, chargeAs: big}}}"},
+		{name: "unknownModel charged under the default limit", spec: "rateLimits: {perModel: {requests: 5, unknownModel: {action: Charge, chargeAs: any}}}"},
+		{name: "unknownModel refused explicitly", spec: "rateLimits: {perModel: {requests: 5, unknownModel: {action: Refuse}}}"},
 		{name: "perModel overrides only", spec: "rateLimits: {perModel: {overrides: [{model: meta-llama/Llama-3.1-8B-Instruct, requests: 5}]}}"},
 		{name: "https backend with a path", spec: "backends: [{name: a, url: 'https://api.example.com/v1'}, {name: b-2, url: 'http://10.0.0.1:8000'}]"},
 		{name: "backend path with an @", spec: "backends: [{name: a, url: 'http://a:8000/v1/@team'}]"},

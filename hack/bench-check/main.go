@@ -1,0 +1,149 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command bench-check runs the benchmarks whose ratios the README claims and
+// fails when a median misses its target. Every ratio is taken against a
+// baseline measured in the same run, over several rounds that alternate
+// the two sides, so a noisy shared machine slows both alike; the median of
+// the rounds is compared with the target.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+func main() {
+	benchHTTP := flag.String("bench-http", "", "the hack/bench-http binary; empty skips the HTTP check")
+	dataplane := flag.String("dataplane", "", "the cmd/dataplane binary, for the HTTP check")
+	vegeta := flag.String("vegeta", "bin/vegeta", "the vegeta binary, for the HTTP check")
+	rounds := flag.Int("rounds", 5, "rounds per check")
+	flag.Parse()
+
+	var failed []string
+	check := func(name string, got float64, op string, target float64) {
+		ok := (op == "<=" && got <= target) || (op == ">=" && got >= target)
+		verdict := "ok"
+		if !ok {
+			verdict = "MISSED"
+			failed = append(failed, name)
+		}
+		fmt.Printf("bench-check: %-58s median %.3f (target %s %.2f) %s\n", name, got, op, target, verdict)
+	}
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "bench-check:", err)
+		os.Exit(1)
+	}
+
+	// The model scanner against encoding/json on the same body.
+	scanner, err := pairRatio("./dataplane/server", "BenchmarkModelFromJSON", "BenchmarkModelFromJSONReference", "1", "1", *rounds)
+	if err != nil {
+		fail(err)
+	}
+	check("model scanner time / encoding/json time", scanner, "<=", 0.25)
+
+	// Admissions per second with two cores over one, parallel goroutines
+	// with their own keys sharing a model.
+	if runtime.NumCPU() >= 2 {
+		scaling, err := pairRatio("./dataplane/limiter", "BenchmarkTakeIdentityParallel", "BenchmarkTakeIdentityParallel", "1", "2", *rounds)
+		if err != nil {
+			fail(err)
+		}
+		check("limiter admissions/s, GOMAXPROCS=2 over 1", scaling, ">=", 1.6)
+	} else {
+		fmt.Println("bench-check: limiter scaling skipped: one CPU")
+	}
+
+	if *benchHTTP != "" {
+		cmd := exec.Command(*benchHTTP, "--dataplane", *dataplane, "--vegeta", *vegeta, "--rounds", strconv.Itoa(*rounds), "--check")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			failed = append(failed, "HTTP CPU per request and throughput against a bare proxy")
+		}
+	}
+	if len(failed) > 0 {
+		fail(fmt.Errorf("%d ratio(s) missed their targets: %s", len(failed), strings.Join(failed, "; ")))
+	}
+}
+
+// pairRatio runs benchmark a (at GOMAXPROCS cpuA) and b (at cpuB) once each
+// per round, alternating which goes first, and returns the median over the
+// rounds of a's ns/op over b's.
+func pairRatio(pkg, a, b, cpuA, cpuB string, rounds int) (float64, error) {
+	test, err := os.CreateTemp("", "bench-check-*.test")
+	if err != nil {
+		return 0, err
+	}
+	_ = test.Close()
+	defer func() { _ = os.Remove(test.Name()) }()
+	if out, err := exec.Command("go", "test", "-c", "-o", test.Name(), pkg).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("building the tests of %s: %w\n%s", pkg, err, out)
+	}
+	run := func(name, cpu string) (float64, error) {
+		out, err := exec.Command(test.Name(), "-test.run", "^$", "-test.bench", "^"+name+"$", "-test.cpu", cpu,
+			"-test.benchtime", "1s", "-test.count", "1").CombinedOutput()
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w\n%s", name, err, out)
+		}
+		return nsPerOp(out, name)
+	}
+	var ratios []float64
+	for r := range rounds {
+		var ta, tb float64
+		if r%2 == 0 {
+			if ta, err = run(a, cpuA); err == nil {
+				tb, err = run(b, cpuB)
+			}
+		} else {
+			if tb, err = run(b, cpuB); err == nil {
+				ta, err = run(a, cpuA)
+			}
+		}
+		if err != nil {
+			return 0, err
+		}
+		ratios = append(ratios, ta/tb)
+	}
+	slices.Sort(ratios)
+	fmt.Printf("bench-check: %s %s@%s / %s@%s per round: %.3f\n", pkg, a, cpuA, b, cpuB, ratios)
+	return ratios[len(ratios)/2], nil
+}
+
+// nsPerOp returns the ns/op of benchmark name in go test output.
+func nsPerOp(out []byte, name string) (float64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || (f[0] != name && !strings.HasPrefix(f[0], name+"-")) {
+			continue
+		}
+		for i := 2; i+1 < len(f); i++ {
+			if f[i+1] == "ns/op" {
+				return strconv.ParseFloat(f[i], 64)
+			}
+		}
+	}
+	return 0, errors.New("no ns/op for " + name + " in:\n" + string(out))
+}
