@@ -125,6 +125,8 @@ type Server struct {
 
 	rt       atomic.Pointer[runtime]
 	draining atomic.Bool
+	// sourceHealth reports the config source's failures on /readyz.
+	sourceHealth atomic.Pointer[func() error]
 	loadMu   sync.Mutex
 }
 
@@ -246,7 +248,8 @@ func (s *Server) ConfigHash() string {
 }
 
 // OpsHandler serves /metrics, /healthz (the process is alive) and /readyz
-// (a valid config is loaded and the server is not shutting down).
+// (a valid config is loaded and the server is not shutting down; the body
+// also says when the config source fails, see SetConfigSourceHealth).
 func (s *Server) OpsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
@@ -260,11 +263,24 @@ func (s *Server) OpsHandler() http.Handler {
 		case s.rt.Load() == nil:
 			http.Error(w, "no valid config loaded yet", http.StatusServiceUnavailable)
 		default:
+			if f := s.sourceHealth.Load(); f != nil {
+				if err := (*f)(); err != nil {
+					// Still ready: the last good config is in force, and a
+					// fleet turning unready together would take the API down.
+					_, _ = w.Write([]byte("ok: serving the last good config; " + err.Error() + "\n"))
+					return
+				}
+			}
 			_, _ = w.Write([]byte("ok\n"))
 		}
 	})
 	return mux
 }
+
+// SetConfigSourceHealth makes /readyz name the config source's failure, as f
+// reports it (nil while healthy). Readiness itself does not change: the
+// replica keeps serving its last good config.
+func (s *Server) SetConfigSourceHealth(f func() error) { s.sourceHealth.Store(&f) }
 
 // Run serves traffic on trafficLn and the operational endpoints on opsLn
 // until ctx ends, then shuts down gracefully: readiness fails at once while
