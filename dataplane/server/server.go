@@ -127,7 +127,7 @@ type Server struct {
 	draining atomic.Bool
 	// sourceHealth reports the config source's failures on /readyz.
 	sourceHealth atomic.Pointer[func() error]
-	loadMu   sync.Mutex
+	loadMu       sync.Mutex
 }
 
 // New returns a Server that is not ready until Load succeeds.
