@@ -125,9 +125,10 @@ type Server struct {
 
 	rt       atomic.Pointer[runtime]
 	draining atomic.Bool
+	loadMu   sync.Mutex
+
 	// sourceHealth reports the config source's failures on /readyz.
 	sourceHealth atomic.Pointer[func() error]
-	loadMu       sync.Mutex
 }
 
 // New returns a Server that is not ready until Load succeeds.
