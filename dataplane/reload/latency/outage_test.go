@@ -3,6 +3,7 @@ package latency_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
@@ -97,6 +99,33 @@ func killAPIServer(t *testing.T, certDir string) {
 	t.Fatalf("no kube-apiserver process with --cert-dir=%s found", certDir)
 }
 
+// writeWhenAnswering polls the API server every 10 ms until it answers a
+// read of the ConfigMap, writes data into it, and returns when it first
+// answered. It gives up after 60 s.
+func writeWhenAnswering(ctx context.Context, cms typedcorev1.ConfigMapInterface, data string) (time.Time, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	var answering time.Time
+	for {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		cm, err := cms.Get(rctx, "llm-dataplane", metav1.GetOptions{})
+		if err == nil {
+			if answering.IsZero() {
+				answering = time.Now()
+			}
+			cm.Data[config.ConfigMapKey] = data
+			_, err = cms.Update(rctx, cm, metav1.UpdateOptions{})
+		}
+		cancel()
+		if err == nil {
+			return answering, nil
+		}
+		if time.Now().After(deadline) {
+			return answering, fmt.Errorf("the API server did not take the change within 60 s: %w", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // outageConfig renders a valid config whose generation tells versions apart.
 func outageConfig(t *testing.T, key []byte, generation int64) string {
 	t.Helper()
@@ -174,25 +203,21 @@ func TestConfigMapChangeServesSoonAfterAnOutage(t *testing.T) {
 		if rest := outage - time.Since(stopped); rest > 0 {
 			time.Sleep(rest) // the outage itself: nothing to wait for but time
 		}
-		mustDo(t, api.Start()) // returns once the API server answers /healthz
-
-		// Change the ConfigMap at once; the first write may race the API
-		// server's last start-up steps, so retry it briefly.
-		answering := time.Now()
+		// Start the API server again and write the change the moment it
+		// first answers; Start itself returns only after /healthz passes,
+		// later than that.
+		started := make(chan error, 1)
+		go func() { started <- api.Start() }()
 		data := outageConfig(t, key, int64(run+1))
 		hash := config.Hash([]byte(data))
-		var werr error
-		for time.Since(answering) < serveLimit {
-			var cm *corev1.ConfigMap
-			if cm, werr = cms.Get(ctx, "llm-dataplane", metav1.GetOptions{}); werr == nil {
-				cm.Data[config.ConfigMapKey] = data
-				if _, werr = cms.Update(ctx, cm, metav1.UpdateOptions{}); werr == nil {
-					break
-				}
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		answering, werr := writeWhenAnswering(ctx, cms, data)
 		mustDo(t, werr)
+		select {
+		case err := <-started:
+			mustDo(t, err)
+		case <-time.After(60 * time.Second):
+			t.Fatal("the API server did not start within 60 s")
+		}
 		var at time.Time
 		deadline := answering.Add(30 * time.Second)
 		for {
