@@ -309,14 +309,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	err = srv.Run(ctx, trafficLn, opsLn)
 	stopBG()
-	stopped := make(chan struct{})
-	go func() { wg.Wait(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(stopWait):
+	if !waitAtMost(&wg, stopWait) {
 		log.Info("The config source or Lease reporter did not stop in time; exiting without them", "waited", stopWait.String())
 	}
 	return err
+}
+
+// waitAtMost waits for wg for at most d and reports whether it finished.
+func waitAtMost(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // configSource builds the config source the flags select, and the Lease

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,5 +308,22 @@ func TestDeploymentArgsParse(t *testing.T) {
 	drain := o.shutdownDelay + o.shutdownGrace + stopWait
 	if tg := d.Spec.Template.Spec.TerminationGracePeriodSeconds; tg == nil || time.Duration(*tg)*time.Second < drain {
 		t.Errorf("terminationGracePeriodSeconds %v is shorter than the drain (delay + grace + stop wait = %s)", tg, drain)
+	}
+}
+
+func TestWaitAtMostBoundsTheStopWait(t *testing.T) {
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	wg.Go(func() { <-release }) // a config source stuck in a client-go call
+	start := time.Now()
+	if waitAtMost(&wg, 20*time.Millisecond) {
+		t.Fatal("waitAtMost reported a stuck goroutine as stopped")
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("waitAtMost(20ms) took %s", waited)
+	}
+	close(release)
+	if !waitAtMost(&wg, 10*time.Second) {
+		t.Error("waitAtMost did not see the goroutine stop")
 	}
 }
