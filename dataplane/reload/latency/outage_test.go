@@ -61,7 +61,7 @@ func restartableAPIServer(t *testing.T) (*envtest.Environment, *envtest.APIServe
 		assets = filepath.Join(root, "bin", "k8s")
 	}
 	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
-		t.Skipf("envtest binaries not found in %s (run `make envtest`): %v", assets, err)
+		t.Fatalf("envtest binary kube-apiserver not found in %s: run `make envtest` (or set KUBEBUILDER_ASSETS): %v", assets, err)
 	}
 	api := &envtest.APIServer{CertDir: t.TempDir()}
 	env := &envtest.Environment{BinaryAssetsDirectory: assets, ControlPlane: envtest.ControlPlane{APIServer: api}}
