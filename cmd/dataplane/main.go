@@ -40,6 +40,10 @@ import (
 // envPrefix prefixes the environment variable of every flag.
 const envPrefix = "FAIRQUEUE_"
 
+// defaultShutdownDelay is --shutdown-delay's default: long enough for
+// kube-proxy and ingress controllers to drop a terminating Pod's endpoint.
+const defaultShutdownDelay = 5 * time.Second
+
 // minHashKeyLen is the shortest hash key accepted; the operator generates 32 bytes.
 const minHashKeyLen = 16
 
@@ -51,8 +55,17 @@ const (
 	hashKeySecretKey    = "key"
 )
 
+// stopWait bounds how long run waits, once the server has stopped, for the
+// config source and the Lease reporter to stop. Whatever still runs after it
+// (a request to an unreachable API server) ends with the process.
+const stopWait = 2 * time.Second
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal ends the process at once, skipping the drain
+	}()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	stop() // before os.Exit, which skips deferred calls
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
@@ -68,9 +81,14 @@ type options struct {
 	configFile     string
 	hashKeyFile    string
 	shutdownGrace  time.Duration
+	shutdownDelay  time.Duration
 	logLevel       string
 	trustedProxies string
 	maxBodyBytes   int64
+	maxBuffered    int64
+	bodyTimeout    time.Duration
+	maxHeaderBytes int
+	headerTimeout  time.Duration
 	configSource   string
 	configMap      string
 	kubeconfig     string
@@ -108,10 +126,17 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.StringVar(&o.podUID, "pod-uid", "", "this replica's Pod UID (POD_UID also works); makes the Pod own its report Lease so it is deleted with the Pod")
 	fs.StringVar(&o.hashKeyFile, "hash-key-file", "", "file holding the policy's HMAC hash key (the key of the policy's hash-key Secret); "+
 		"required unless --configmap is used, which reads the Secret through the API")
-	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long admitted requests may finish; queued ones are answered 503 at once")
+	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, after --shutdown-delay, how long admitted requests may finish; queued ones are answered 503 at once")
+	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", defaultShutdownDelay, "on SIGTERM, how long to keep accepting and serving with /readyz failing, so load balancers stop sending first; "+
+		"a second signal skips it")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log verbosity: error, info, debug, or a number (higher is more verbose)")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs or addresses of proxies whose X-Forwarded-For decides the client address for the perClient limit")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (read to find the model); larger bodies get 413")
+	fs.Int64Var(&o.maxBuffered, "max-buffered-body-bytes", server.DefaultMaxBufferedBytes, "request-body bytes held in memory across all requests at once; "+
+		"a body that would pass it gets 503 request_buffer_full; must be larger than --max-body-bytes")
+	fs.DurationVar(&o.bodyTimeout, "body-read-timeout", server.DefaultBodyReadTimeout, "how long a client may take to send its request body; a slower one gets 408")
+	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request line and headers accepted; larger ones get 431")
+	fs.DurationVar(&o.headerTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "how long a client may take to send its request line and headers")
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(out, "Usage: dataplane [flags]\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
 			"Every flag may also be set as %s<FLAG> (upper case, '-' as '_'), e.g. %sHASH_KEY_FILE.\n\nFlags:\n", envPrefix, envPrefix)
@@ -223,7 +248,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := server.New(server.Options{
 		Logger: log, HashKey: key, TrustedProxies: trusted, MaxBodyBytes: o.maxBodyBytes,
-		Registerer: reg, Gatherer: reg, ShutdownGrace: o.shutdownGrace,
+		Registerer: reg, Gatherer: reg, ShutdownGrace: o.shutdownGrace, ShutdownDelay: o.shutdownDelay,
+		MaxBufferedBodyBytes: o.maxBuffered, BodyReadTimeout: o.bodyTimeout,
+		MaxHeaderBytes: o.maxHeaderBytes, ReadHeaderTimeout: o.headerTimeout,
 	})
 	if err != nil {
 		return err
@@ -240,6 +267,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
+	srv.SetConfigSourceHealth(reloader.SourceHealth)
 	if o.configSource == sourceFile {
 		// A file named on the command line must be usable at startup; later
 		// edits are followed, and a bad one keeps this config in force.
@@ -266,7 +294,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 
 	// The source and reporter stop with ctx; Run returns after shutdown, and
-	// we wait for both so nothing outlives run.
+	// we wait for both, at most stopWait, so a shutdown is always bounded.
 	bg, stopBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if source != nil {
@@ -281,8 +309,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	err = srv.Run(ctx, trafficLn, opsLn)
 	stopBG()
-	wg.Wait()
+	if !waitAtMost(&wg, stopWait) {
+		log.Info("The config source or Lease reporter did not stop in time; exiting without them", "waited", stopWait.String())
+	}
 	return err
+}
+
+// waitAtMost waits for wg for at most d and reports whether it finished.
+func waitAtMost(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // configSource builds the config source the flags select, and the Lease

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,7 +106,8 @@ func TestHelpDocumentsFlagsAndEnvironment(t *testing.T) {
 		t.Fatalf("run(--help) error = %v, want flag.ErrHelp", err)
 	}
 	for _, want := range []string{"-listen", "-metrics-listen", "-config", "-hash-key-file", "-shutdown-grace", "-log-level", "-trusted-proxies", "FAIRQUEUE_HASH_KEY_FILE",
-		"-config-source", "-configmap", "-kubeconfig", "-pod-name", "POD_NAME"} {
+		"-config-source", "-configmap", "-kubeconfig", "-pod-name", "POD_NAME",
+		"-shutdown-delay", "-max-buffered-body-bytes", "-body-read-timeout", "-max-header-bytes", "-read-header-timeout"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help does not mention %s:\n%s", want, out.String())
 		}
@@ -122,7 +124,7 @@ func TestRunStartsAndStops(t *testing.T) {
 	var stderr bytes.Buffer
 	go func() {
 		done <- run(ctx, []string{"--hash-key-file", write(t, "k", key), "--config", write(t, "c.json", good),
-			"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--shutdown-grace", "1s"}, func(string) string { return "" }, &stderr)
+			"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--shutdown-grace", "1s", "--shutdown-delay", "0s"}, func(string) string { return "" }, &stderr)
 	}()
 	cancel()
 	select {
@@ -189,7 +191,7 @@ func TestRunFollowsTheConfigFile(t *testing.T) {
 	var stderr bytes.Buffer
 	go func() {
 		done <- run(ctx, []string{"--hash-key-file", write(t, "k", key), "--config", path,
-			"--listen", "127.0.0.1:0", "--metrics-listen", ops, "--shutdown-grace", "1s"}, func(string) string { return "" }, &stderr)
+			"--listen", "127.0.0.1:0", "--metrics-listen", ops, "--shutdown-grace", "1s", "--shutdown-delay", "0s"}, func(string) string { return "" }, &stderr)
 	}()
 	defer func() {
 		cancel()
@@ -291,5 +293,37 @@ func TestDeploymentArgsParse(t *testing.T) {
 	}
 	if ns, name, err := splitConfigMap(o.configMap, o.podNamespace); err != nil || ns != "fairqueue-system" || name != "default-dataplane" {
 		t.Errorf("--configmap %q resolves to %s/%s (%v), want fairqueue-system/default-dataplane", o.configMap, ns, name, err)
+	}
+
+	// Shutdown: readiness is seen failing before the shutdown delay ends, so
+	// the endpoint is dropped while the replica still accepts connections,
+	// and the kubelet's grace period covers the whole bounded drain.
+	rp := c.ReadinessProbe
+	if rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/readyz" {
+		t.Fatalf("readinessProbe = %+v, want GET /readyz", rp)
+	}
+	if seen := time.Duration(rp.PeriodSeconds*rp.FailureThreshold) * time.Second; seen >= o.shutdownDelay {
+		t.Errorf("readiness failure is seen up to %s after SIGTERM, not before --shutdown-delay %s ends", seen, o.shutdownDelay)
+	}
+	drain := o.shutdownDelay + o.shutdownGrace + stopWait
+	if tg := d.Spec.Template.Spec.TerminationGracePeriodSeconds; tg == nil || time.Duration(*tg)*time.Second < drain {
+		t.Errorf("terminationGracePeriodSeconds %v is shorter than the drain (delay + grace + stop wait = %s)", tg, drain)
+	}
+}
+
+func TestWaitAtMostBoundsTheStopWait(t *testing.T) {
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	wg.Go(func() { <-release }) // a config source stuck in a client-go call
+	start := time.Now()
+	if waitAtMost(&wg, 20*time.Millisecond) {
+		t.Fatal("waitAtMost reported a stuck goroutine as stopped")
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("waitAtMost(20ms) took %s", waited)
+	}
+	close(release)
+	if !waitAtMost(&wg, 10*time.Second) {
+		t.Error("waitAtMost did not see the goroutine stop")
 	}
 }

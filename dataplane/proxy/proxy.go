@@ -7,6 +7,8 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -32,17 +34,69 @@ type Target struct {
 
 // Backend is one parsed upstream with its own reverse proxy.
 type Backend struct {
-	name  string
-	proxy *httputil.ReverseProxy
+	name         string
+	proxy        *httputil.ReverseProxy
+	errorHandler func(http.ResponseWriter, *http.Request, error)
+	bodyError    func(r *http.Request, backend string, err error, committed bool)
 }
 
 // Name returns the backend's configured name.
 func (b *Backend) Name() string { return b.name }
 
+// ErrResponseBrokeOff is what Options.ErrorHandler and
+// Options.ResponseBodyError receive when a backend's response ended before
+// its body was complete (the backend closed or reset the connection).
+var ErrResponseBrokeOff = errors.New("the backend's response ended before its body was complete")
+
 // ServeHTTP proxies r to the backend and streams the response into w.
 // Errors reaching the backend are reported through Options.ErrorHandler.
+//
+// The response status and headers are held back until the first body byte
+// (or a flush), so that a response breaking off before any byte reached
+// the client is answered through Options.ErrorHandler (a 502) instead of a
+// bare connection reset. A response breaking off later is aborted, the only
+// way left to tell the client it is incomplete. Both are reported to
+// Options.ResponseBodyError. This relies on net/http's server: under it,
+// httputil.ReverseProxy signals a broken body by panicking with
+// http.ErrAbortHandler.
 func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b.proxy.ServeHTTP(w, r)
+	rw := &relayWriter{ResponseWriter: w}
+	rw.snapshotHeader()
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler { //nolint:errorlint // ReverseProxy panics with this exact value
+				panic(v)
+			}
+			b.brokeOff(rw, r)
+		}
+	}()
+	b.proxy.ServeHTTP(rw, r)
+	rw.commit() // a response without a body
+}
+
+// brokeOff handles a response whose relay failed (ReverseProxy's
+// ErrAbortHandler panic): an error answer when nothing has reached the
+// client yet, else the abort carries on.
+func (b *Backend) brokeOff(rw *relayWriter, r *http.Request) {
+	// A write error or an ended request context means the client left or
+	// the total timeout ran out: not the backend's doing.
+	upstreamFault := rw.writeErr == nil && r.Context().Err() == nil
+	if rw.committed {
+		if upstreamFault && b.bodyError != nil {
+			b.bodyError(r, b.name, ErrResponseBrokeOff, true)
+		}
+		panic(http.ErrAbortHandler)
+	}
+	rw.restoreHeader()
+	rw.committed = true // the error answer goes straight to the client
+	if b.errorHandler != nil {
+		b.errorHandler(rw.ResponseWriter, r, ErrResponseBrokeOff)
+	} else {
+		rw.ResponseWriter.WriteHeader(http.StatusBadGateway)
+	}
+	if upstreamFault && b.bodyError != nil {
+		b.bodyError(r, b.name, ErrResponseBrokeOff, false)
+	}
 }
 
 // Options tunes the pool's transport and error handling. Zero values pick
@@ -51,8 +105,15 @@ type Options struct {
 	// Transport sends requests upstream; nil means NewTransport().
 	Transport http.RoundTripper
 	// ErrorHandler answers the client when the backend cannot be reached or
-	// fails mid-response; nil means a plain 502.
+	// its response breaks off before any byte reached the client; nil means
+	// a plain 502.
 	ErrorHandler func(http.ResponseWriter, *http.Request, error)
+	// ResponseBodyError, if set, is told about every response the backend
+	// broke off while its body was relayed: committed is false when nothing
+	// had reached the client and ErrorHandler answered instead, true when
+	// the client's response was cut short. It is not called when the client
+	// left or the request's context ended.
+	ResponseBodyError func(r *http.Request, backend string, err error, committed bool)
 }
 
 // Pool is an immutable set of backends with a weighted round-robin cursor.
@@ -95,7 +156,9 @@ func NewPool(targets []Target, opts Options) (*Pool, error) {
 			return nil, fmt.Errorf("proxy: backends[%d].url %q is not an absolute http(s) URL", i, t.URL)
 		}
 		p.backends = append(p.backends, &Backend{
-			name: t.Name,
+			name:         t.Name,
+			errorHandler: opts.ErrorHandler,
+			bodyError:    opts.ResponseBodyError,
 			proxy: &httputil.ReverseProxy{
 				Rewrite: func(pr *httputil.ProxyRequest) {
 					pr.SetURL(u)
@@ -108,6 +171,9 @@ func NewPool(targets []Target, opts Options) (*Pool, error) {
 				// which is what streaming completions use, while whole JSON
 				// bodies are not flushed write by write.
 				ErrorHandler: opts.ErrorHandler,
+				// Every failure reaches ErrorHandler or ResponseBodyError,
+				// which log it in the data plane's structured form.
+				ErrorLog: discardLog,
 			},
 		})
 	}
@@ -204,6 +270,9 @@ func NewTransport() *http.Transport {
 		ExpectContinueTimeout: time.Second,
 	}
 }
+
+// discardLog silences httputil.ReverseProxy's own log lines.
+var discardLog = log.New(io.Discard, "", 0)
 
 // bufferPool recycles response copy buffers between requests.
 type bufferPool struct{ pool sync.Pool }

@@ -114,7 +114,7 @@ func TestPickFollowsWeights(t *testing.T) {
 
 func TestBackendProxiesAndReportsErrors(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, r.URL.Path+" via "+r.Header.Get("X-Forwarded-For")) // a failure shows in the body the test checks
+		_, _ = io.WriteString(w, r.URL.Path+" via "+strings.Join(r.Header["X-Forwarded-For"], "|")) // a failure shows in the body the test checks
 	}))
 	defer up.Close()
 	dead := httptest.NewServer(http.NotFoundHandler())
@@ -137,9 +137,11 @@ func TestBackendProxiesAndReportsErrors(t *testing.T) {
 
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+	req.RemoteAddr = "198.51.100.7:4321"
+	req.Header.Set("X-Forwarded-For", "203.0.113.9") // set by a client: not trusted, replaced
 	p.Backends()[0].ServeHTTP(rec, req)
-	if rec.Code != 200 || !strings.HasPrefix(rec.Body.String(), "/base/v1/models via ") {
-		t.Errorf("proxied answer = %d %q, want 200 with the joined path and X-Forwarded-For", rec.Code, rec.Body)
+	if want := "/base/v1/models via 198.51.100.7"; rec.Code != 200 || rec.Body.String() != want {
+		t.Errorf("proxied answer = %d %q, want 200 %q: the joined path and X-Forwarded-For holding only the peer", rec.Code, rec.Body, want)
 	}
 
 	rec = httptest.NewRecorder()

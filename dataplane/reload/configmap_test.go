@@ -31,12 +31,10 @@ func TestConfigMapSourceFollowsItsConfigMap(t *testing.T) {
 	go func() { done <- src.Run(ctx, sink) }()
 	defer func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run() = %v, want nil after cancel", err)
-		}
+		waitRun(t, done)
 	}()
 
-	<-sink.notified
+	waitNotified(t, sink, "the initial list")
 	assertLast(t, sink, "the initial list", v1)
 
 	// Another ConfigMap in the namespace is ignored, whatever it holds.
@@ -47,7 +45,7 @@ func TestConfigMapSourceFollowsItsConfigMap(t *testing.T) {
 	if _, err := cms.Update(ctx, configMap("llm-dataplane", map[string]string{config.ConfigMapKey: string(v2)}), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	<-sink.notified
+	waitNotified(t, sink, "the update")
 	assertLast(t, sink, "the update", v2)
 	if u, _ := sink.snapshot(); len(u) != 2 {
 		t.Errorf("delivered %d updates, want 2: the other ConfigMap leaked in", len(u))
@@ -57,7 +55,7 @@ func TestConfigMapSourceFollowsItsConfigMap(t *testing.T) {
 	if _, err := cms.Update(ctx, configMap("llm-dataplane", map[string]string{"wrong": "x"}), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	<-sink.notified
+	waitNotified(t, sink, "the rejection")
 	if _, r := sink.snapshot(); len(r) != 1 || !strings.Contains(r[0].Error(), `no "config.json" key`) {
 		t.Errorf("rejections = %v, want one naming the missing key", r)
 	}
@@ -69,7 +67,7 @@ func TestConfigMapSourceFollowsItsConfigMap(t *testing.T) {
 	if _, err := cms.Create(ctx, configMap("llm-dataplane", map[string]string{config.ConfigMapKey: string(v1)}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	<-sink.notified
+	waitNotified(t, sink, "the recreated ConfigMap")
 	assertLast(t, sink, "the recreated ConfigMap", v1)
 	if u, r := sink.snapshot(); len(u) != 3 || len(r) != 1 {
 		t.Errorf("got %d updates and %d rejections, want 3 and 1: the delete was delivered", len(u), len(r))

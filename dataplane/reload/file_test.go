@@ -26,9 +26,7 @@ func runFileSource(t *testing.T, path string) (*recordingSink, *clocktesting.Fak
 	go func() { done <- src.Run(ctx, sink) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run() = %v, want nil after cancel", err)
-		}
+		waitRun(t, done)
 	})
 	// Run has read the file once and armed its timer when the clock has a waiter.
 	waitFor(t, "the source to start", func() bool { return clk.HasWaiters() })
@@ -224,21 +222,20 @@ func TestFileSourceResyncsWithoutEvents(t *testing.T) {
 	go func() { done <- src.Run(ctx, sink) }()
 	defer func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run after cancel = %v, want nil", err)
-		}
+		waitRun(t, done)
 	}()
 	waitFor(t, "the source to start", clk.HasWaiters)
+	waitNotified(t, sink, "the initial read")
 	writeFile(t, target, v2)
+	// Just short of the resync period no timer of the source fires (a fake
+	// clock fires only what is due), so nothing can be on its way: the
+	// resync timer is still pending and only the initial read was delivered.
 	clk.Step(time.Minute - time.Nanosecond)
-	<-sink.notified // the initial read
-	select {
-	case <-sink.notified:
-		t.Fatal("the change was delivered before the resync period")
-	default:
+	if u, _ := sink.snapshot(); len(u) != 1 || !clk.HasWaiters() {
+		t.Fatalf("before the resync period: %d updates, resync pending %v; want 1 and true", len(u), clk.HasWaiters())
 	}
 	clk.Step(time.Nanosecond)
-	<-sink.notified
+	waitNotified(t, sink, "the resync")
 	if u, _ := sink.snapshot(); len(u) != 2 || !bytes.Equal(u[1], v2) {
 		t.Errorf("after one resync period: %d updates, want v1 then v2", len(u))
 	}

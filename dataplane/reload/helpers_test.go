@@ -3,6 +3,7 @@ package reload
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
@@ -72,4 +73,29 @@ func (s *recordingSink) snapshot() (updates [][]byte, rejects []error) {
 // testLogger logs through t, so output shows only for failing tests.
 func testLogger(t *testing.T) logr.Logger {
 	return funcr.New(func(prefix, args string) { t.Log(prefix, args) }, funcr.Options{Verbosity: 2})
+}
+
+// waitNotified waits for the sink's next delivery, failing the test after
+// 10 s so a lost delivery fails fast instead of hanging.
+func waitNotified(t *testing.T, sink *recordingSink, what string) {
+	t.Helper()
+	select {
+	case <-sink.notified:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// waitRun waits for a source's Run to return after its context was
+// cancelled, and checks it returned nil.
+func waitRun(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run() = %v, want nil after cancel", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("Run did not return within 10 s of the cancel")
+	}
 }

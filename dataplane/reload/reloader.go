@@ -97,6 +97,7 @@ type Reloader struct {
 	rejectedHash string     // hash of the last refused bytes, so a resync does not repeat the error
 
 	loaded atomic.Pointer[Loaded]
+	health *sourceHealth
 
 	lastOK   prometheus.Gauge
 	lastTime prometheus.Gauge
@@ -115,6 +116,7 @@ func New(apply ApplyFunc, opts Options) (*Reloader, error) {
 		log:      opts.Logger,
 		clk:      opts.Clock,
 		onLoaded: opts.OnLoaded,
+		health:   newSourceHealth(),
 		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: LastReloadSuccessfulName,
 			Help: "Whether the last configuration reload attempt was successful (1) or refused (0).",
@@ -139,7 +141,7 @@ func New(apply ApplyFunc, opts Options) (*Reloader, error) {
 	r.reloads.WithLabelValues(resultSuccess)
 	r.reloads.WithLabelValues(resultFailed)
 	if opts.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.lastOK, r.lastTime, r.reloads, r.info} {
+		for _, c := range []prometheus.Collector{r.lastOK, r.lastTime, r.reloads, r.info, r.health.up, r.health.errors} {
 			if err := opts.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("reload: registering metrics: %w", err)
 			}

@@ -207,6 +207,12 @@ fairqueue_config_last_reload_successful 0
 # TYPE fairqueue_config_reloads_total counter
 fairqueue_config_reloads_total{result="failure"} 1
 fairqueue_config_reloads_total{result="success"} 2
+# HELP fairqueue_config_source_errors_total Failed reads or watches of the config source; each is retried with a backoff capped at one second.
+# TYPE fairqueue_config_source_errors_total counter
+fairqueue_config_source_errors_total 0
+# HELP fairqueue_config_source_up Whether the config source (the ConfigMap watch) currently reads successfully (1) or fails (0); the last good config stays in force either way.
+# TYPE fairqueue_config_source_up gauge
+fairqueue_config_source_up 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -44,7 +43,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The body is read (bounded) before admission even when the model comes
 	// from a header: net/http notices a client hanging up only once the body
 	// is consumed, and a queued request must leave the queue at once then.
-	body, err := readBody(r, s.maxBody)
+	body, err := s.readBody(w, r)
 	if err != nil {
 		if !s.preAuthRefused(w, r, rt, client) {
 			s.bodyError(w, err)
@@ -184,16 +183,4 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 func writeTimeout(w http.ResponseWriter) {
 	(&apiError{status: http.StatusGatewayTimeout, errType: errorTypeUpstream, code: "upstream_timeout",
 		message: "the request's total timeout ran out before the backend answered; time spent queued counts against it"}).write(w)
-}
-
-// bodyError answers a body that could not be read.
-func (s *Server) bodyError(w http.ResponseWriter, err error) {
-	if errors.Is(err, errBodyTooLarge) {
-		(&apiError{status: http.StatusRequestEntityTooLarge, errType: errorTypeInvalidRequest, code: "request_too_large",
-			message: "the request body is larger than the " + strconv.FormatInt(s.maxBody, 10) + " bytes this gateway accepts"}).write(w)
-		return
-	}
-	s.log.V(1).Info("Reading request body failed", "error", err.Error())
-	(&apiError{status: http.StatusBadRequest, errType: errorTypeInvalidRequest, code: "body_read_failed",
-		message: "the request body could not be read"}).write(w)
 }

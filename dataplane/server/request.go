@@ -8,7 +8,6 @@ import (
 	"errors"
 	"hash"
 	"hash/maphash"
-	"io"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -17,9 +16,6 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 )
-
-// errBodyTooLarge is returned when a request body exceeds the configured bound.
-var errBodyTooLarge = errors.New("request body too large")
 
 // requestIdentity is what the server resolved about a request's caller. Every
 // identity is a keyed hash; the raw values never leave resolveIdentity.
@@ -191,63 +187,6 @@ func (h *hasher) hmac(value string) string {
 		h.pool.Put(st)
 	}
 	return string(hexSum[:])
-}
-
-// bufferedBody is a request body read into memory. It replaces r.Body so
-// the body is forwarded unchanged.
-//
-// It is deliberately not pooled: the transport may still be writing a body
-// upstream after the handler returns (RoundTrip may close it "in a separate
-// goroutine even after RoundTrip returns"), so reusing the buffer for
-// another request could send one request's bytes with another's.
-type bufferedBody struct {
-	data []byte
-	rd   bytes.Reader
-}
-
-// Read reads the buffered body.
-func (b *bufferedBody) Read(p []byte) (int, error) { return b.rd.Read(p) }
-
-// Close is a no-op; the memory is left to the garbage collector.
-func (b *bufferedBody) Close() error { return nil }
-
-// readBody reads r's body (at most limit bytes) into memory and replaces
-// r.Body with a reader over it. It returns nil for a request without a body,
-// and errBodyTooLarge past the limit.
-func readBody(r *http.Request, limit int64) (*bufferedBody, error) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
-	}
-	if r.ContentLength > limit {
-		return nil, errBodyTooLarge
-	}
-	size := int64(512)
-	if r.ContentLength > 0 {
-		size = r.ContentLength + 1 // +1 so a correct length ends in one read with io.EOF
-	}
-	b := &bufferedBody{data: make([]byte, 0, size)}
-	data := b.data
-	for {
-		if len(data) == cap(data) {
-			data = append(data, 0)[:len(data)]
-		}
-		n, err := r.Body.Read(data[len(data):cap(data)])
-		data = data[:len(data)+n]
-		if int64(len(data)) > limit {
-			return nil, errBodyTooLarge
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	b.data = data
-	b.rd.Reset(data)
-	r.Body = b
-	r.ContentLength = int64(len(data))
-	return b, nil
 }
 
 // trustedProxies decides the client address of a request.

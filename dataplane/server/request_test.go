@@ -1,10 +1,7 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -363,47 +360,6 @@ func TestIdentityTokensRefundedWhenEveryBackendIsExhausted(t *testing.T) {
 		t.Fatalf("after the backend refilled: status %d, want 200 (the user still has its second token): %s", resp.StatusCode, readAll(t, resp))
 	} else {
 		readAll(t, resp)
-	}
-}
-
-func TestReadBody(t *testing.T) {
-	tests := []struct {
-		name          string
-		body          string
-		contentLength int64 // -1 for unknown (chunked)
-		limit         int64 // 0 means 16
-		wantErr       error
-	}{
-		{name: "fits", body: "0123456789", contentLength: 10},
-		{name: "exactly the limit", body: strings.Repeat("x", 16), contentLength: 16},
-		{name: "grows past the pooled buffer", body: strings.Repeat("y", 50000), contentLength: -1, limit: 50000},
-		{name: "chunked one byte too large", body: strings.Repeat("y", 50001), contentLength: -1, limit: 50000, wantErr: errBodyTooLarge},
-		{name: "declared too large", body: strings.Repeat("x", 17), contentLength: 17, wantErr: errBodyTooLarge},
-		{name: "chunked too large", body: strings.Repeat("x", 17), contentLength: -1, wantErr: errBodyTooLarge},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := httptest.NewRequest(http.MethodPost, "/", io.NopCloser(strings.NewReader(tc.body)))
-			r.ContentLength = tc.contentLength
-			limit := tc.limit
-			if limit == 0 {
-				limit = 16
-			}
-			got, err := readBody(r, limit)
-			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("readBody() error = %v, want %v", err, tc.wantErr)
-			}
-			if err != nil {
-				return
-			}
-			if string(got.data) != tc.body {
-				t.Errorf("data = %q, want %q", got.data, tc.body)
-			}
-			forwarded, _ := io.ReadAll(r.Body)
-			if !bytes.Equal(forwarded, []byte(tc.body)) || r.ContentLength != int64(len(tc.body)) {
-				t.Errorf("forwarded body %q (length %d), want %q unchanged", forwarded, r.ContentLength, tc.body)
-			}
-		})
 	}
 }
 

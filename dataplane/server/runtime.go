@@ -47,7 +47,8 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 	for i, b := range cfg.Backends {
 		targets[i] = proxy.Target{Name: b.Name, URL: b.URL, Weight: int(b.Weight)}
 	}
-	pool, err := proxy.NewPool(targets, proxy.Options{Transport: s.tr, ErrorHandler: s.proxyError})
+	pool, err := proxy.NewPool(targets, proxy.Options{Transport: s.tr, ErrorHandler: s.proxyError,
+		ResponseBodyError: s.upstreamBrokeOff})
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,12 @@ const (
 	// DefaultShutdownGrace is how long admitted requests may run after
 	// shutdown starts.
 	DefaultShutdownGrace = 10 * time.Second
+	// DefaultMaxHeaderBytes bounds a request's line and headers; net/http
+	// answers 431 past it (allowing itself 4 KiB of slack).
+	DefaultMaxHeaderBytes = 64 << 10
+	// DefaultReadHeaderTimeout bounds the time a client may take to send
+	// its request line and headers.
+	DefaultReadHeaderTimeout = 10 * time.Second
 )
 
 // errTotalTimeout is the cancellation cause of a request whose total timeout
@@ -71,6 +77,24 @@ type Options struct {
 	// ShutdownGrace bounds how long admitted requests may finish after
 	// shutdown starts. Zero means DefaultShutdownGrace.
 	ShutdownGrace time.Duration
+	// ShutdownDelay is how long, once shutdown starts, the server keeps
+	// accepting and serving with readiness failing, so that load balancers
+	// stop sending before the listeners close. Zero means none.
+	ShutdownDelay time.Duration
+	// MaxBufferedBodyBytes bounds the request-body bytes held in memory
+	// across all requests; a body that would pass it gets 503. It must be
+	// larger than MaxBodyBytes. Zero means DefaultMaxBufferedBytes.
+	MaxBufferedBodyBytes int64
+	// BodyReadTimeout bounds the time a client may take to send its body
+	// after its headers; a slower one gets 408. Zero means
+	// DefaultBodyReadTimeout, negative means no bound.
+	BodyReadTimeout time.Duration
+	// MaxHeaderBytes bounds a request's line and headers; larger ones get
+	// 431. Zero means DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+	// ReadHeaderTimeout bounds reading a request's line and headers. Zero
+	// means DefaultReadHeaderTimeout.
+	ReadHeaderTimeout time.Duration
 }
 
 // Server is the admission proxy. Build it with New, give it a config with
@@ -88,12 +112,23 @@ type Server struct {
 	tr       http.RoundTripper
 	store    limiter.Store
 	grace    time.Duration
+	delay    time.Duration
+
+	// Bounds on hostile or slow clients.
+	bodies            *bodyBudget
+	bodyTimeout       time.Duration
+	maxHeaderBytes    int
+	readHeaderTimeout time.Duration
 
 	metrics *metrics.Metrics
+	guards  *metrics.Guards
 
 	rt       atomic.Pointer[runtime]
 	draining atomic.Bool
 	loadMu   sync.Mutex
+
+	// sourceHealth reports the config source's failures on /readyz.
+	sourceHealth atomic.Pointer[func() error]
 }
 
 // New returns a Server that is not ready until Load succeeds.
@@ -113,12 +148,37 @@ func New(opts Options) (*Server, error) {
 		tr:       opts.Transport,
 		store:    opts.Store,
 		grace:    opts.ShutdownGrace,
+		delay:    max(opts.ShutdownDelay, 0),
+
+		bodies:            &bodyBudget{max: opts.MaxBufferedBodyBytes},
+		bodyTimeout:       opts.BodyReadTimeout,
+		maxHeaderBytes:    opts.MaxHeaderBytes,
+		readHeaderTimeout: opts.ReadHeaderTimeout,
 	}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.bodies.max <= 0 {
+		s.bodies.max = DefaultMaxBufferedBytes
+	}
+	if s.bodies.max <= s.maxBody {
+		return nil, fmt.Errorf("server: the buffered-body bound (%d bytes) must be larger than the body bound (%d bytes), or no largest body could ever be read; raise --max-buffered-body-bytes or lower --max-body-bytes",
+			s.bodies.max, s.maxBody)
+	}
+	switch {
+	case s.bodyTimeout == 0:
+		s.bodyTimeout = DefaultBodyReadTimeout
+	case s.bodyTimeout < 0:
+		s.bodyTimeout = 0
+	}
+	if s.maxHeaderBytes <= 0 {
+		s.maxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if s.readHeaderTimeout <= 0 {
+		s.readHeaderTimeout = DefaultReadHeaderTimeout
 	}
 	if s.tr == nil {
 		s.tr = proxy.NewTransport()
@@ -141,6 +201,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if s.guards, err = metrics.NewGuards(s.reg, s.bodies.buffered); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -186,7 +249,8 @@ func (s *Server) ConfigHash() string {
 }
 
 // OpsHandler serves /metrics, /healthz (the process is alive) and /readyz
-// (a valid config is loaded and the server is not shutting down).
+// (a valid config is loaded and the server is not shutting down; the body
+// also says when the config source fails, see SetConfigSourceHealth).
 func (s *Server) OpsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
@@ -200,20 +264,37 @@ func (s *Server) OpsHandler() http.Handler {
 		case s.rt.Load() == nil:
 			http.Error(w, "no valid config loaded yet", http.StatusServiceUnavailable)
 		default:
+			if f := s.sourceHealth.Load(); f != nil {
+				if err := (*f)(); err != nil {
+					// Still ready: the last good config is in force, and a
+					// fleet turning unready together would take the API down.
+					_, _ = w.Write([]byte("ok: serving the last good config; " + err.Error() + "\n"))
+					return
+				}
+			}
 			_, _ = w.Write([]byte("ok\n"))
 		}
 	})
 	return mux
 }
 
+// SetConfigSourceHealth makes /readyz name the config source's failure, as f
+// reports it (nil while healthy). Readiness itself does not change: the
+// replica keeps serving its last good config.
+func (s *Server) SetConfigSourceHealth(f func() error) { s.sourceHealth.Store(&f) }
+
 // Run serves traffic on trafficLn and the operational endpoints on opsLn
-// until ctx ends, then shuts down gracefully: readiness fails, queued
-// requests are answered 503, listeners stop accepting, and admitted requests
-// get ShutdownGrace to finish before their connections are closed. It returns
-// nil after a clean shutdown, or the first serving error. Run is meant to be
-// called once per Server.
+// until ctx ends, then shuts down gracefully: readiness fails at once while
+// traffic is still served for ShutdownDelay (without keep-alive, so clients
+// reconnect to replicas that stay), then queued requests are answered 503,
+// listeners stop accepting, and admitted requests get ShutdownGrace to finish
+// before their connections are closed. Every step is bounded: Run returns at
+// most ShutdownDelay + ShutdownGrace after ctx ends, nil after a clean
+// shutdown, or the first serving error. Run is meant to be called once per
+// Server.
 func (s *Server) Run(ctx context.Context, trafficLn, opsLn net.Listener) error {
-	traffic := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	traffic := &http.Server{Handler: s, ReadHeaderTimeout: s.readHeaderTimeout, MaxHeaderBytes: s.maxHeaderBytes,
+		IdleTimeout: 2 * time.Minute}
 	ops := &http.Server{Handler: s.OpsHandler(), ReadHeaderTimeout: 5 * time.Second}
 
 	errc := make(chan error, 2)
@@ -237,8 +318,18 @@ func (s *Server) Run(ctx context.Context, trafficLn, opsLn net.Listener) error {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
+	s.draining.Store(true) // readiness fails first
+	if s.delay > 0 && runErr == nil {
+		s.log.Info("Shutting down: unready, still serving until load balancers stop sending", "delay", s.delay.String())
+		traffic.SetKeepAlivesEnabled(false) // idle connections close; clients reconnect elsewhere
+		t := s.clock.NewTimer(s.delay)
+		select {
+		case <-t.C():
+		case runErr = <-errc:
+		}
+		t.Stop()
+	}
 	s.log.Info("Shutting down", "grace", s.grace.String())
-	s.draining.Store(true)
 	if rt := s.rt.Load(); rt != nil {
 		rt.close() // queued requests are answered 503 now, not dropped
 	}
@@ -284,4 +375,16 @@ func shortHash(h string) string {
 		return "-"
 	}
 	return identity.Short(h)
+}
+
+// upstreamBrokeOff records an upstream response that broke off while its
+// body was relayed: answered 502 when nothing had reached the client yet,
+// otherwise cut short at the client. Both are logged and counted by backend.
+func (s *Server) upstreamBrokeOff(r *http.Request, backend string, err error, committed bool) {
+	outcome, msg := metrics.UpstreamBadGateway, "Backend response broke off before any byte reached the client; answered 502"
+	if committed {
+		outcome, msg = metrics.UpstreamAborted, "Backend response broke off mid-body; the client's response was cut short"
+	}
+	s.guards.UpstreamResponseError(backend, outcome)
+	s.log.Info(msg, "backend", backend, "path", r.URL.Path, "error", err.Error())
 }

@@ -89,7 +89,7 @@ func TestApplyToEffectiveLatency(t *testing.T) {
 	mustDo(t, err)
 	mustDo(t, (&controllers.FairQueuePolicyReconciler{}).SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: ptrTrue()}))
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer waitGroup(t, &wg, "the operator and the data plane to stop")
 	defer cancel()
 	wg.Go(func() {
 		if err := mgr.Start(ctx); err != nil {
@@ -140,14 +140,23 @@ func TestApplyToEffectiveLatency(t *testing.T) {
 	}})
 	mustDo(t, err)
 	src := reload.NewConfigMapSource(kc, ns, controllers.ConfigMapName(policy.Name), log.WithName("configmap"))
-	wg.Go(func() { mustDo(t, src.Run(ctx, rl)) })
+	// No t.Fatal from these goroutines: they report, the test goroutine stops.
+	wg.Go(func() {
+		if err := src.Run(ctx, rl); err != nil {
+			t.Errorf("config source: %v", err)
+		}
+	})
 	wg.Go(func() { _ = rep.Run(ctx) })
 	// Serve, so shutdown closes the queue like in production.
 	traffic, err := net.Listen("tcp", "127.0.0.1:0")
 	mustDo(t, err)
 	ops, err := net.Listen("tcp", "127.0.0.1:0")
 	mustDo(t, err)
-	wg.Go(func() { mustDo(t, srv.Run(ctx, traffic, ops)) })
+	wg.Go(func() {
+		if err := srv.Run(ctx, traffic, ops); err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
 	eventually(t, "the data plane to load the first config", srv.Ready)
 
 	// weightOf returns the weight the data plane has in force for a raw identity.
@@ -265,6 +274,18 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitGroup waits for wg, failing the test when that takes over 30 s.
+func waitGroup(t *testing.T, wg *sync.WaitGroup, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Errorf("timed out waiting for %s", what)
 	}
 }
 

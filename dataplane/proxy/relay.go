@@ -1,0 +1,113 @@
+package proxy
+
+import "net/http"
+
+// relayWriter is the ResponseWriter a backend's reverse proxy writes into. It
+// holds the response status back until the first body byte or flush, so that
+// until then the answer can still be replaced by an error.
+type relayWriter struct {
+	http.ResponseWriter
+	// status is the held-back status; 0 until WriteHeader.
+	status int
+	// committed is set once the status went to the client.
+	committed bool
+	// writeErr is the first error writing to the client.
+	writeErr error
+
+	// before holds the header names set before the upstream's were copied
+	// in, so an error answer can drop exactly the upstream's. Most requests
+	// fit the array; more spill into extra.
+	before  [8]string
+	nBefore int
+	extra   []string
+}
+
+// snapshotHeader records the header names already set.
+func (w *relayWriter) snapshotHeader() {
+	for k := range w.Header() {
+		if w.nBefore < len(w.before) {
+			w.before[w.nBefore] = k
+			w.nBefore++
+		} else {
+			w.extra = append(w.extra, k)
+		}
+	}
+}
+
+// restoreHeader deletes every header name not recorded by snapshotHeader.
+func (w *relayWriter) restoreHeader() {
+	h := w.Header()
+	for k := range h {
+		if !w.setBefore(k) {
+			delete(h, k)
+		}
+	}
+}
+
+func (w *relayWriter) setBefore(k string) bool {
+	for _, b := range w.before[:w.nBefore] {
+		if b == k {
+			return true
+		}
+	}
+	for _, b := range w.extra {
+		if b == k {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteHeader holds a final status back until the first body byte; an
+// informational (1xx) status goes out at once.
+func (w *relayWriter) WriteHeader(code int) {
+	switch {
+	case w.committed:
+		w.ResponseWriter.WriteHeader(code) // superfluous: net/http reports it
+	case code >= 100 && code < 200 && code != http.StatusSwitchingProtocols:
+		w.ResponseWriter.WriteHeader(code)
+	case w.status == 0:
+		w.status = code
+	}
+}
+
+// Write sends the held-back status, then p.
+func (w *relayWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 && !w.committed {
+		return 0, nil
+	}
+	w.commit()
+	n, err := w.ResponseWriter.Write(p)
+	if err != nil && w.writeErr == nil {
+		w.writeErr = err
+	}
+	return n, err
+}
+
+// commit sends the held-back status, if any.
+func (w *relayWriter) commit() {
+	if w.committed {
+		return
+	}
+	w.committed = true
+	if w.status != 0 {
+		w.ResponseWriter.WriteHeader(w.status)
+	}
+}
+
+// Flush sends the held-back status and flushes, for streamed responses.
+func (w *relayWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is Flush reporting the error, as http.ResponseController uses it.
+func (w *relayWriter) FlushError() error {
+	w.commit()
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	if err != nil && w.writeErr == nil {
+		w.writeErr = err
+	}
+	return err
+}
+
+// Unwrap gives http.ResponseController the underlying writer (hijacking for
+// upgrades, deadlines).
+func (w *relayWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
