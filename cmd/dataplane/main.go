@@ -78,6 +78,7 @@ type options struct {
 	podUID         string
 	podNamespace   string
 	hashKeySecret  string
+	policy         policyOptions
 }
 
 // Config sources for --config-source.
@@ -112,8 +113,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.StringVar(&o.logLevel, "log-level", "info", "log verbosity: error, info, debug, or a number (higher is more verbose)")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs or addresses of proxies whose X-Forwarded-For decides the client address for the perClient limit")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (read to find the model); larger bodies get 413")
+	addPolicyFlags(fs, &o.policy)
 	fs.Usage = func() {
-		_, _ = fmt.Fprintf(out, "Usage: dataplane [flags]\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
+		_, _ = fmt.Fprintf(out, "Usage: dataplane [flags]\n       dataplane render --policy FILE (see dataplane render --help)\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
 			"Every flag may also be set as %s<FLAG> (upper case, '-' as '_'), e.g. %sHASH_KEY_FILE.\n\nFlags:\n", envPrefix, envPrefix)
 		fs.PrintDefaults()
 	}
@@ -146,7 +148,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	o.podNamespace = getenv("POD_NAMESPACE")
 	switch o.configSource {
 	case "":
-		if o.configFile != "" {
+		if o.policy.file != "" {
+			o.configSource = sourcePolicy
+		} else if o.configFile != "" {
 			o.configSource = sourceFile
 		} else if o.configMap != "" {
 			o.configSource = sourceKubernetes
@@ -159,8 +163,12 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 		if o.configMap == "" {
 			errs = append(errs, errors.New("--config-source=kubernetes needs --configmap NAMESPACE/NAME"))
 		}
+	case sourcePolicy:
+		if o.policy.file == "" {
+			errs = append(errs, errors.New("--config-source=policy needs --policy FILE"))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("--config-source %q: use file or kubernetes", o.configSource))
+		errs = append(errs, fmt.Errorf("--config-source %q: use file or kubernetes, or policy with --policy", o.configSource))
 	}
 	return o, errors.Join(errs...)
 }
@@ -192,6 +200,9 @@ func newLogger(level string, out io.Writer) (logr.Logger, error) {
 
 // run starts the data plane and blocks until ctx ends and shutdown is over.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "render" {
+		return runRender(args[1:], getenv, os.Stdout, stderr)
+	}
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		return err
@@ -207,6 +218,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return err
 		}
 		if kube, err = newKubeClient(o.kubeconfig); err != nil {
+			return err
+		}
+	}
+	if o.configSource == sourcePolicy {
+		if err := preparePolicy(o, log); err != nil {
 			return err
 		}
 	}
@@ -229,6 +245,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	reporter, source, err := configSource(o, kube, cmNamespace, cmName, log)
+	if o.configSource == sourcePolicy {
+		source = newPolicySource(o, key, log.WithName("policy"))
+	}
 	if err != nil {
 		return err
 	}
@@ -248,6 +267,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return fmt.Errorf("reading --config: %w", err)
 		}
 		if err := reloader.Update(source.String(), data); err != nil {
+			return yamlHint(data, err)
+		}
+	}
+	if src, ok := source.(*reload.PolicySource); ok {
+		if err := loadPolicyAtStartup(src, reloader); err != nil {
 			return err
 		}
 	}
