@@ -148,11 +148,12 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	o.podNamespace = getenv("POD_NAMESPACE")
 	switch o.configSource {
 	case "":
-		if o.policy.file != "" {
+		switch {
+		case o.policy.file != "":
 			o.configSource = sourcePolicy
-		} else if o.configFile != "" {
+		case o.configFile != "":
 			o.configSource = sourceFile
-		} else if o.configMap != "" {
+		case o.configMap != "":
 			o.configSource = sourceKubernetes
 		}
 	case sourceFile:
