@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
 
+	"github.com/fairqueue/fairqueue/controllers"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/dataplane/server"
 )
@@ -34,7 +35,7 @@ const (
 // export, with where they come from.
 var externalMetrics = map[string]string{
 	"controller_runtime_reconcile_errors_total": "the operator (controller-runtime)",
-	"fairqueue_policy_ready":                    "the operator: Ready condition per policy, labelled with its reason",
+	controllers.PolicyReadyMetricName:           "the operator: controllers.NewPolicyCollector",
 	"rate_limit_store_errors_total":             "the data plane's shared limiter store (Redis), by kind",
 	"up":                                        "Prometheus itself",
 }
