@@ -50,7 +50,7 @@ type verb struct {
 }
 
 func verbs() []*verb {
-	return []*verb{statusVerb(), renderVerb()}
+	return []*verb{statusVerb(), renderVerb(), simulateVerb()}
 }
 
 const usage = `kubectl fairqueue: inspect fairqueue's FairQueuePolicies and their data planes.

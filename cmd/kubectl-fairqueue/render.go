@@ -47,30 +47,9 @@ func runRender(ctx context.Context, g *globals, args []string, diff bool, out io
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	p, err := g.getPolicy(ctx, name)
+	p, r, _, err := g.renderPolicy(ctx, name)
 	if err != nil {
 		return err
-	}
-	key, err := g.secretData(ctx, p.HashKeySecretName(), fqv1alpha1.HashKeySecretKey)
-	if err != nil {
-		return fmt.Errorf("the hash key: %w", err)
-	}
-	in := render.Input{Policy: p, HashKey: key, HashKeySecret: p.HashKeySecretName(), Secrets: map[string]*corev1.Secret{}}
-	for _, s := range render.ReferencedSecrets(p) {
-		sec := &corev1.Secret{}
-		err := g.client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: s}, sec)
-		switch {
-		case client.IgnoreNotFound(err) == nil && err != nil:
-			// Render reports the missing Secret in the operator's words.
-		case err != nil:
-			return fmt.Errorf("reading Secret %s/%s (needs get on secrets): %w", p.Namespace, s, err)
-		default:
-			in.Secrets[s] = sec
-		}
-	}
-	r, err := render.Render(in)
-	if err != nil {
-		return fmt.Errorf("the operator cannot render %s/%s either: %w", p.Namespace, p.Name, err)
 	}
 	if !diff {
 		_, err = out.Write(r.Data)
@@ -104,4 +83,35 @@ func (g *globals) secretData(ctx context.Context, name, key string) ([]byte, err
 		return nil, fmt.Errorf("hash-key Secret %s/%s has no data key %q", g.namespace, name, key)
 	}
 	return v, nil
+}
+
+// renderPolicy reads the named policy, its Secrets and its hash key, and
+// renders it as the operator does.
+func (g *globals) renderPolicy(ctx context.Context, name string) (*fqv1alpha1.FairQueuePolicy, *render.Rendered, []byte, error) {
+	p, err := g.getPolicy(ctx, name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	key, err := g.secretData(ctx, p.HashKeySecretName(), fqv1alpha1.HashKeySecretKey)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("the hash key: %w", err)
+	}
+	in := render.Input{Policy: p, HashKey: key, HashKeySecret: p.HashKeySecretName(), Secrets: map[string]*corev1.Secret{}}
+	for _, s := range render.ReferencedSecrets(p) {
+		sec := &corev1.Secret{}
+		err := g.client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: s}, sec)
+		switch {
+		case client.IgnoreNotFound(err) == nil && err != nil:
+			// Render reports the missing Secret in the operator's words.
+		case err != nil:
+			return nil, nil, nil, fmt.Errorf("reading Secret %s/%s (needs get on secrets): %w", p.Namespace, s, err)
+		default:
+			in.Secrets[s] = sec
+		}
+	}
+	r, err := render.Render(in)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("the operator cannot render %s/%s either: %w", p.Namespace, p.Name, err)
+	}
+	return p, r, key, nil
 }
