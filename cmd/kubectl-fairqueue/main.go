@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,7 +51,7 @@ type verb struct {
 }
 
 func verbs() []*verb {
-	return []*verb{statusVerb(), renderVerb(), simulateVerb()}
+	return []*verb{statusVerb(), topVerb(), renderVerb(), simulateVerb()}
 }
 
 const usage = `kubectl fairqueue: inspect fairqueue's FairQueuePolicies and their data planes.
@@ -73,8 +74,9 @@ type globals struct {
 	namespace, kubeconfig, context string
 	stderr                         io.Writer
 
-	// client is built by connect from the kubeconfig, like kubectl's.
+	// client and kube are built by connect from the kubeconfig, like kubectl's.
 	client client.Client
+	kube   kubernetes.Interface
 }
 
 func addGlobals(fs *flag.FlagSet, g *globals) {
@@ -167,6 +169,9 @@ func (g *globals) connect() error {
 	}
 	c, err := client.New(rc, client.Options{Scheme: scheme})
 	if err != nil {
+		return fmt.Errorf("connecting to the API server: %w", err)
+	}
+	if g.kube, err = kubernetes.NewForConfig(rc); err != nil {
 		return fmt.Errorf("connecting to the API server: %w", err)
 	}
 	g.client = c
