@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -260,4 +261,144 @@ func runBinary(t *testing.T, bin string, args []string) string {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestRunFollowsThePolicyAndSecrets runs the data plane on a policy file and
+// a Secrets directory and checks, through /metrics, that a Secret rotation and
+// a policy edit are rendered and loaded, and that a bad edit is refused and
+// counted while the last good config stays.
+func TestRunFollowsThePolicyAndSecrets(t *testing.T) {
+	dir := t.TempDir()
+	secretsDir := filepath.Join(dir, "secrets")
+	if err := os.Mkdir(secretsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	policy := func(weight string) []byte {
+		return []byte("apiVersion: fairqueue.dev/v1alpha1\nkind: FairQueuePolicy\nmetadata: {name: llm}\nspec:\n" +
+			"  fairQueuing:\n    enabled: true\n    tenantDimension: apiKey\n    weights:\n    - {identity: \"${ACME}\", weight: " + weight + "}\n" +
+			"    weightsFrom:\n    - secretRef: {name: tenants}\n  backends:\n  - {name: b, url: \"http://127.0.0.1:1\"}\n")
+	}
+	secret := func(v string) []byte {
+		return []byte("apiVersion: v1\nkind: Secret\nmetadata: {name: tenants}\nstringData: {ACME: " + v + "}\n")
+	}
+	policyPath := filepath.Join(dir, "policy.yaml")
+	writeAtomically(t, policyPath, policy("3"))
+	writeAtomically(t, filepath.Join(secretsDir, "tenants.yaml"), secret("sk-1"))
+	keyFile := filepath.Join(dir, "key")
+
+	ops := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var stderr syncBuffer
+	go func() {
+		done <- run(ctx, []string{"--policy", policyPath, "--secrets", secretsDir, "--hash-key-file", keyFile,
+			"--listen", "127.0.0.1:0", "--metrics-listen", ops, "--shutdown-grace", "1s"}, noEnv, &stderr)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run() = %v; log:\n%s", err, stderr.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("run() did not return 20s after cancel")
+		}
+	}()
+	// hashOf renders what the data plane should load for the inputs now on disk.
+	hashOf := func() string {
+		t.Helper()
+		k, err := os.ReadFile(keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := reload.NewPolicySource(policyPath, reload.PolicyOptions{SecretsPath: secretsDir, HashKey: k}).Render()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Hash
+	}
+	metricsShow := func(what string, want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			body := ""
+			if resp, err := http.Get("http://" + ops + "/metrics"); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				body = string(b)
+			}
+			missing := ""
+			for _, w := range want {
+				if !strings.Contains(body, w) {
+					missing = w
+				}
+			}
+			if missing == "" {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: /metrics never showed %s:\n%s\nlog:\n%s", what, missing, body, stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFile(t, keyFile)
+	metricsShow("startup", `fairqueue_config_info{hash="`+hashOf()+`"} 1`)
+
+	writeAtomically(t, filepath.Join(secretsDir, "tenants.yaml"), secret("sk-2"))
+	metricsShow("a Secret rotation", `fairqueue_config_info{hash="`+hashOf()+`"} 1`, `fairqueue_config_reloads_total{result="success"} 2`)
+
+	writeAtomically(t, policyPath, policy("5"))
+	good := hashOf()
+	metricsShow("a policy edit", `fairqueue_config_info{hash="`+good+`"} 1`, `fairqueue_config_reloads_total{result="success"} 3`)
+
+	writeAtomically(t, policyPath, policy("0"))
+	metricsShow("a bad edit", `fairqueue_config_reloads_total{result="failure"} 1`, `fairqueue_config_last_reload_successful 0`,
+		`fairqueue_config_info{hash="`+good+`"} 1`)
+}
+
+// writeAtomically replaces path by a rename, as editors and config tools do.
+func writeAtomically(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFile waits up to 10s for path to exist.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not created", path)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
