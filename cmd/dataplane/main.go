@@ -97,8 +97,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address for /metrics, /healthz and /readyz")
 	fs.StringVar(&o.configFile, "config", "", "file holding the rendered config (the config.json key of the policy's ConfigMap), "+
 		"watched for changes; it must be valid at startup")
-	fs.StringVar(&o.configSource, "config-source", "", "where the config comes from: file (--config) or kubernetes (--configmap, watched through the API); "+
-		"empty means file when --config is set, else kubernetes when --configmap is set")
+	fs.StringVar(&o.configSource, "config-source", "", "where the config comes from: file (--config), kubernetes (--configmap, watched through the API) or policy (--policy, rendered in-process); "+
+		"empty means policy when --policy is set, else file when --config is set, else kubernetes when --configmap is set")
 	fs.StringVar(&o.configMap, "configmap", "", "NAMESPACE/NAME (or NAME in $POD_NAMESPACE) of the policy's rendered ConfigMap <policy>-dataplane, "+
 		"watched through the Kubernetes API; the data plane is unready until it holds a valid config")
 	fs.StringVar(&o.hashKeySecret, "hash-key-secret", "", "with --configmap and no --hash-key-file, the Secret in the ConfigMap's namespace holding the hash key "+
@@ -108,7 +108,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 		"the loaded config hash is reported on Lease <policy>-dataplane-<pod> for the operator's status")
 	fs.StringVar(&o.podUID, "pod-uid", "", "this replica's Pod UID (POD_UID also works); makes the Pod own its report Lease so it is deleted with the Pod")
 	fs.StringVar(&o.hashKeyFile, "hash-key-file", "", "file holding the policy's HMAC hash key (the key of the policy's hash-key Secret); "+
-		"required unless --configmap is used, which reads the Secret through the API")
+		"required with --config; with --policy created when absent; with --configmap the Secret is read through the API when unset")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long admitted requests may finish; queued ones are answered 503 at once")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log verbosity: error, info, debug, or a number (higher is more verbose)")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs or addresses of proxies whose X-Forwarded-For decides the client address for the perClient limit")
