@@ -66,6 +66,10 @@ const defaultServiceTime = 50 * time.Millisecond
 // simStep is the fake clock's step: the resolution of simulated time.
 const simStep = time.Millisecond
 
+// maxSettleSpins bounds the polls of one settle (about 0.2s), so a request
+// parked somewhere the simulator does not see slows it but cannot stall it.
+const maxSettleSpins = 10000
+
 // maxSimRequests bounds the requests one simulation offers.
 const maxSimRequests = 2_000_000
 
@@ -249,7 +253,7 @@ func settle(reg *prometheus.Registry, inServe *atomic.Int64, up *simUpstream) {
 			stable = 0
 		}
 		last = cur
-		if spins > 200000 {
+		if spins > maxSettleSpins {
 			return // something is not parked; advance the clock anyway
 		}
 	}
