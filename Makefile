@@ -5,11 +5,15 @@
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 VEGETA_VERSION ?= v12.13.0
+# Go module version of Prometheus (v0.316.0 is Prometheus 3.16.0) for promtool;
+# keep it equal to github.com/prometheus/prometheus in go.mod (the PromQL parser).
+PROMETHEUS_VERSION ?= v0.316.0
 
 LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 VEGETA ?= $(LOCALBIN)/vegeta
+PROMTOOL ?= $(LOCALBIN)/promtool
 # envtest binaries (kube-apiserver, etcd, maybe kubectl) built from source by hack/envtest.sh.
 ENVTEST_DIR ?= $(LOCALBIN)/k8s
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(ENVTEST_DIR)/kubectl)
@@ -68,8 +72,12 @@ verify: manifests generate docs ## Fail when generated code, manifests, docs or 
 	@echo "verify: generated code, manifests and formatting are up to date"
 
 .PHONY: test
-test: vet envtest ## Run all unit and envtest tests against a real API server.
-	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) test $(GOTEST_FLAGS) $(PKGS)
+test: vet envtest promtool ## Run all unit and envtest tests against a real API server (and the alerts' promtool tests).
+	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) PROMTOOL=$(PROMTOOL) $(GO) test $(GOTEST_FLAGS) $(PKGS)
+
+.PHONY: test-alerts
+test-alerts: promtool ## Unit-test config/prometheus with promtool and check every PromQL expression of the kit.
+	PROMTOOL=$(PROMTOOL) $(GO) test -count=1 -v ./test/monitoring/
 
 .PHONY: bench
 bench: ## Run the benchmarks quoted in the README.
@@ -113,6 +121,10 @@ build: ## Build the operator and data-plane binaries into bin/.
 	$(GO) build -o $(LOCALBIN)/manager ./cmd/manager
 	$(GO) build -o $(LOCALBIN)/dataplane ./cmd/dataplane
 
+.PHONY: plugin
+plugin: ## Build the kubectl plugin into bin/kubectl-fairqueue (put it on PATH to use `kubectl fairqueue`).
+	$(GO) build -o $(LOCALBIN)/kubectl-fairqueue ./cmd/kubectl-fairqueue
+
 .PHONY: run
 run: manifests generate ## Run the operator against the cluster of the current kubeconfig.
 	$(GO) run ./cmd/manager
@@ -147,6 +159,10 @@ $(GOLANGCI_LINT): $(LOCALBIN)
 vegeta: $(VEGETA)
 $(VEGETA): $(LOCALBIN)
 	$(call go-install-tool,$(VEGETA),github.com/tsenart/vegeta/v12,$(VEGETA_VERSION))
+.PHONY: promtool
+promtool: $(PROMTOOL) ## Build promtool (pinned by PROMETHEUS_VERSION) into bin/.
+$(PROMTOOL): $(LOCALBIN)
+	$(call go-install-tool,$(PROMTOOL),github.com/prometheus/prometheus/cmd/promtool,$(PROMETHEUS_VERSION))
 
 $(LOCALBIN):
 	mkdir -p $(LOCALBIN)

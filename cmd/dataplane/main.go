@@ -96,6 +96,7 @@ type options struct {
 	podUID         string
 	podNamespace   string
 	hashKeySecret  string
+	policy         policyOptions
 }
 
 // Config sources for --config-source.
@@ -114,8 +115,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address for /metrics, /healthz and /readyz")
 	fs.StringVar(&o.configFile, "config", "", "file holding the rendered config (the config.json key of the policy's ConfigMap), "+
 		"watched for changes; it must be valid at startup")
-	fs.StringVar(&o.configSource, "config-source", "", "where the config comes from: file (--config) or kubernetes (--configmap, watched through the API); "+
-		"empty means file when --config is set, else kubernetes when --configmap is set")
+	fs.StringVar(&o.configSource, "config-source", "", "where the config comes from: file (--config), kubernetes (--configmap, watched through the API) or policy (--policy, rendered in-process); "+
+		"empty means policy when --policy is set, else file when --config is set, else kubernetes when --configmap is set")
 	fs.StringVar(&o.configMap, "configmap", "", "NAMESPACE/NAME (or NAME in $POD_NAMESPACE) of the policy's rendered ConfigMap <policy>-dataplane, "+
 		"watched through the Kubernetes API; the data plane is unready until it holds a valid config")
 	fs.StringVar(&o.hashKeySecret, "hash-key-secret", "", "with --configmap and no --hash-key-file, the Secret in the ConfigMap's namespace holding the hash key "+
@@ -125,7 +126,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 		"the loaded config hash is reported on Lease <policy>-dataplane-<pod> for the operator's status")
 	fs.StringVar(&o.podUID, "pod-uid", "", "this replica's Pod UID (POD_UID also works); makes the Pod own its report Lease so it is deleted with the Pod")
 	fs.StringVar(&o.hashKeyFile, "hash-key-file", "", "file holding the policy's HMAC hash key (the key of the policy's hash-key Secret); "+
-		"required unless --configmap is used, which reads the Secret through the API")
+		"required with --config; with --policy created when absent; with --configmap the Secret is read through the API when unset")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, after --shutdown-delay, how long admitted requests may finish; queued ones are answered 503 at once")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", defaultShutdownDelay, "on SIGTERM, how long to keep accepting and serving with /readyz failing, so load balancers stop sending first; "+
 		"a second signal skips it")
@@ -137,8 +138,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.DurationVar(&o.bodyTimeout, "body-read-timeout", server.DefaultBodyReadTimeout, "how long a client may take to send its request body; a slower one gets 408")
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request line and headers accepted; larger ones get 431")
 	fs.DurationVar(&o.headerTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "how long a client may take to send its request line and headers")
+	addPolicyFlags(fs, &o.policy)
 	fs.Usage = func() {
-		_, _ = fmt.Fprintf(out, "Usage: dataplane [flags]\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
+		_, _ = fmt.Fprintf(out, "Usage: dataplane [flags]\n       dataplane render --policy FILE (see dataplane render --help)\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
 			"Every flag may also be set as %s<FLAG> (upper case, '-' as '_'), e.g. %sHASH_KEY_FILE.\n\nFlags:\n", envPrefix, envPrefix)
 		fs.PrintDefaults()
 	}
@@ -171,9 +173,12 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	o.podNamespace = getenv("POD_NAMESPACE")
 	switch o.configSource {
 	case "":
-		if o.configFile != "" {
+		switch {
+		case o.policy.file != "":
+			o.configSource = sourcePolicy
+		case o.configFile != "":
 			o.configSource = sourceFile
-		} else if o.configMap != "" {
+		case o.configMap != "":
 			o.configSource = sourceKubernetes
 		}
 	case sourceFile:
@@ -184,8 +189,12 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 		if o.configMap == "" {
 			errs = append(errs, errors.New("--config-source=kubernetes needs --configmap NAMESPACE/NAME"))
 		}
+	case sourcePolicy:
+		if o.policy.file == "" {
+			errs = append(errs, errors.New("--config-source=policy needs --policy FILE"))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("--config-source %q: use file or kubernetes", o.configSource))
+		errs = append(errs, fmt.Errorf("--config-source %q: use file or kubernetes, or policy with --policy", o.configSource))
 	}
 	return o, errors.Join(errs...)
 }
@@ -217,6 +226,9 @@ func newLogger(level string, out io.Writer) (logr.Logger, error) {
 
 // run starts the data plane and blocks until ctx ends and shutdown is over.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "render" {
+		return runRender(args[1:], getenv, os.Stdout, stderr)
+	}
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		return err
@@ -232,6 +244,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return err
 		}
 		if kube, err = newKubeClient(o.kubeconfig); err != nil {
+			return err
+		}
+	}
+	if o.configSource == sourcePolicy {
+		if err := preparePolicy(o, log); err != nil {
 			return err
 		}
 	}
@@ -256,6 +273,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	reporter, source, err := configSource(o, kube, cmNamespace, cmName, log)
+	if o.configSource == sourcePolicy {
+		source = newPolicySource(o, key, log.WithName("policy"))
+	}
 	if err != nil {
 		return err
 	}
@@ -276,6 +296,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return fmt.Errorf("reading --config: %w", err)
 		}
 		if err := reloader.Update(source.String(), data); err != nil {
+			return yamlHint(data, err)
+		}
+	}
+	if src, ok := source.(*reload.PolicySource); ok {
+		if err := loadPolicyAtStartup(src, reloader); err != nil {
 			return err
 		}
 	}

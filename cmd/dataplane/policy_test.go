@@ -1,0 +1,404 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/reload"
+	"github.com/fairqueue/fairqueue/dataplane/render"
+)
+
+const samplesDir = "../../config/samples"
+
+func TestEnsureHashKeyFileCreatesOnceWithMode0600(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "key")
+	k1, created, err := ensureHashKeyFile(path)
+	if err != nil || !created {
+		t.Fatalf("first call: created=%v err=%v, want a new key", created, err)
+	}
+	if len(k1) < minHashKeyLen {
+		t.Fatalf("generated key holds %d bytes, want at least %d", len(k1), minHashKeyLen)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode := fi.Mode().Perm(); mode != 0o600 {
+		t.Errorf("key file mode %o, want 600", mode)
+	}
+	k2, created, err := ensureHashKeyFile(path)
+	if err != nil || created || !bytes.Equal(k1, k2) {
+		t.Errorf("second call: created=%v err=%v same=%v, want the existing key", created, err, bytes.Equal(k1, k2))
+	}
+	other, _, err := ensureHashKeyFile(filepath.Join(t.TempDir(), "key"))
+	if err != nil || bytes.Equal(other, k1) {
+		t.Errorf("two new keys are equal (%v); keys must be random", err)
+	}
+}
+
+func TestConfigGivenYAMLSaysWhichFlagToUse(t *testing.T) {
+	keyFile := write(t, "key", key)
+	for _, tc := range []struct{ name, data, want string }{
+		{"policy", readSample(t, "fairqueue_v1alpha1_fairqueuepolicy_minimal.yaml"), "run with --policy FILE instead"},
+		{"configmap", "apiVersion: v1\nkind: ConfigMap\ndata:\n  config.json: '{}'\n", "pass its config.json key"},
+		{"other yaml", "# comment\nfoo: bar\n", "not YAML: for a FairQueuePolicy manifest use --policy FILE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := write(t, "c.yaml", []byte(tc.data))
+			err := run(context.Background(), []string{"--config", path, "--hash-key-file", keyFile}, noEnv, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("run(--config YAML) = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func noEnv(string) string { return "" }
+
+func readSample(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(samplesDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// TestRenderSubcommandWritesTheOperatorsConfig checks that `dataplane render`
+// writes exactly what the operator's renderer gives for the policy, Secrets
+// and key, and that the key file it creates is then reused.
+func TestRenderSubcommandWritesTheOperatorsConfig(t *testing.T) {
+	dir := t.TempDir()
+	keyFile, out := filepath.Join(dir, "key"), filepath.Join(dir, "config.json")
+	policyFile := filepath.Join(samplesDir, "fairqueue_v1alpha1_fairqueuepolicy_full.yaml")
+	args := []string{"render", "--policy", policyFile, "--secrets", samplesDir, "--hash-key-file", keyFile, "-o", out}
+	if err := run(context.Background(), args, noEnv, io.Discard); err != nil {
+		t.Fatalf("dataplane render: %v", err)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatalf("render did not create the hash key file: %v", err)
+	}
+	p, _, err := reload.DecodePolicy([]byte(readSample(t, "fairqueue_v1alpha1_fairqueuepolicy_full.yaml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := reload.ReadSecrets(samplesDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := render.Render(render.Input{Policy: p, HashKey: k, HashKeySecret: "full-hash-key", Secrets: secrets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Data) {
+		t.Errorf("render wrote\n%s\nthe operator's renderer gives\n%s", got, want.Data)
+	}
+	if _, err := config.Parse(got); err != nil {
+		t.Errorf("the written config does not load with --config: %v", err)
+	}
+	// Rendering again reuses the key: same bytes.
+	if err := run(context.Background(), args, noEnv, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := os.ReadFile(out)
+	if !bytes.Equal(again, got) {
+		t.Error("a second render with the same key file gave different bytes")
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"render"}, "--policy FILE is required"},
+		{[]string{"render", "--policy", policyFile, "--hash-key-file", keyFile}, `Secret "api-key-registry" named in spec.identity.keyRegistry.secretRef does not exist`},
+		{[]string{"render", "--policy", policyFile, "extra"}, "unexpected arguments"},
+	} {
+		if err := run(context.Background(), tc.args, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("run(%q) = %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestPolicyFlagsParse(t *testing.T) {
+	o, err := parseFlags([]string{"--policy", "p.yaml", "--secrets", "s", "--backend-url", "a=http://x,b=http://y"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.configSource != sourcePolicy || o.policy.secrets != "s" || o.policy.backendURLs["b"] != "http://y" {
+		t.Errorf("parsed %+v, want the policy source with its secrets and two backend URLs", o)
+	}
+	if _, err := parseFlags([]string{"--config-source", "policy"}, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "needs --policy FILE") {
+		t.Errorf("--config-source=policy without --policy: %v", err)
+	}
+	if _, err := parseFlags([]string{"--backend-url", "novalue"}, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "NAME=URL") {
+		t.Errorf("a bad --backend-url: %v", err)
+	}
+	if err := preparePolicy(&options{policy: policyOptions{file: write(t, "p.yaml", []byte("kind: ConfigMap\nmetadata: {name: x}\n"))}}, logr.Discard()); err == nil ||
+		!strings.Contains(err.Error(), "no document has kind: FairQueuePolicy") {
+		t.Errorf("preparePolicy on a file without a policy: %v", err)
+	}
+}
+
+// TestSamplesRunStandalone runs the built binary on every sample policy,
+// unmodified, with its backends pointed at a fake upstream, and proxies a
+// request through it.
+func TestSamplesRunStandalone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "dataplane")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var hits atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"object":"chat.completion","path":"`+r.URL.Path+`"}`)
+	}))
+	defer upstream.Close()
+
+	samples, err := filepath.Glob(filepath.Join(samplesDir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	for _, f := range samples {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _, err := reload.DecodePolicy(data)
+		if err != nil {
+			continue // a Secret sample
+		}
+		ran++
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			args := []string{"--policy", f, "--secrets", samplesDir, "--hash-key-file", filepath.Join(t.TempDir(), "key")}
+			for _, b := range p.Spec.Backends {
+				args = append(args, "--backend-url", b.Name+"="+upstream.URL)
+			}
+			before := hits.Load()
+			traffic := runBinary(t, bin, args)
+			req, _ := http.NewRequest(http.MethodPost, "http://"+traffic+"/v1/chat/completions",
+				strings.NewReader(`{"model":"meta-llama/Llama-3.1-70B-Instruct","messages":[]}`))
+			req.Header.Set("Authorization", "Bearer sk-example-acme-0000000000000000")
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			var answer struct{ Path string }
+			if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &answer) != nil || answer.Path != "/v1/chat/completions" {
+				t.Fatalf("proxied request: %d %s, want 200 from the fake upstream", resp.StatusCode, body)
+			}
+			if hits.Load() != before+1 {
+				t.Errorf("the fake upstream saw %d requests, want 1", hits.Load()-before)
+			}
+		})
+	}
+	if ran < 2 {
+		t.Fatalf("ran %d sample policies, want the minimal and the full one", ran)
+	}
+}
+
+// runBinary starts the data plane with args on free loopback ports, waits
+// until it is ready and returns its traffic address; it is stopped with
+// SIGTERM when the test ends.
+func runBinary(t *testing.T, bin string, args []string) string {
+	t.Helper()
+	traffic, ops := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	cmd := exec.CommandContext(ctx, bin, append(args, "--listen", traffic, "--metrics-listen", ops)...)
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		cancel()
+		if t.Failed() {
+			t.Logf("data plane log:\n%s", logs.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + ops + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return traffic
+			}
+		}
+		if time.Now().After(deadline) || cmd.ProcessState != nil {
+			t.Fatalf("the data plane did not become ready in 30s:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRunFollowsThePolicyAndSecrets runs the data plane on a policy file and
+// a Secrets directory and checks, through /metrics, that a Secret rotation and
+// a policy edit are rendered and loaded, and that a bad edit is refused and
+// counted while the last good config stays.
+func TestRunFollowsThePolicyAndSecrets(t *testing.T) {
+	dir := t.TempDir()
+	secretsDir := filepath.Join(dir, "secrets")
+	if err := os.Mkdir(secretsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	policy := func(weight string) []byte {
+		return []byte("apiVersion: fairqueue.dev/v1alpha1\nkind: FairQueuePolicy\nmetadata: {name: llm}\nspec:\n" +
+			"  fairQueuing:\n    enabled: true\n    tenantDimension: apiKey\n    weights:\n    - {identity: \"${ACME}\", weight: " + weight + "}\n" +
+			"    weightsFrom:\n    - secretRef: {name: tenants}\n  backends:\n  - {name: b, url: \"http://127.0.0.1:1\"}\n")
+	}
+	secret := func(v string) []byte {
+		return []byte("apiVersion: v1\nkind: Secret\nmetadata: {name: tenants}\nstringData: {ACME: " + v + "}\n")
+	}
+	policyPath := filepath.Join(dir, "policy.yaml")
+	writeAtomically(t, policyPath, policy("3"))
+	writeAtomically(t, filepath.Join(secretsDir, "tenants.yaml"), secret("sk-1"))
+	keyFile := filepath.Join(dir, "key")
+
+	ops := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var stderr syncBuffer
+	go func() {
+		done <- run(ctx, []string{"--policy", policyPath, "--secrets", secretsDir, "--hash-key-file", keyFile,
+			"--listen", "127.0.0.1:0", "--metrics-listen", ops, "--shutdown-grace", "1s"}, noEnv, &stderr)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run() = %v; log:\n%s", err, stderr.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("run() did not return 20s after cancel")
+		}
+	}()
+	// hashOf renders what the data plane should load for the inputs now on disk.
+	hashOf := func() string {
+		t.Helper()
+		k, err := os.ReadFile(keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := reload.NewPolicySource(policyPath, reload.PolicyOptions{SecretsPath: secretsDir, HashKey: k}).Render()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Hash
+	}
+	metricsShow := func(what string, want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			body := ""
+			if resp, err := http.Get("http://" + ops + "/metrics"); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				body = string(b)
+			}
+			missing := ""
+			for _, w := range want {
+				if !strings.Contains(body, w) {
+					missing = w
+				}
+			}
+			if missing == "" {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: /metrics never showed %s:\n%s\nlog:\n%s", what, missing, body, stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFile(t, keyFile)
+	metricsShow("startup", `fairqueue_config_info{hash="`+hashOf()+`"} 1`)
+
+	writeAtomically(t, filepath.Join(secretsDir, "tenants.yaml"), secret("sk-2"))
+	metricsShow("a Secret rotation", `fairqueue_config_info{hash="`+hashOf()+`"} 1`, `fairqueue_config_reloads_total{result="success"} 2`)
+
+	writeAtomically(t, policyPath, policy("5"))
+	good := hashOf()
+	metricsShow("a policy edit", `fairqueue_config_info{hash="`+good+`"} 1`, `fairqueue_config_reloads_total{result="success"} 3`)
+
+	writeAtomically(t, policyPath, policy("0"))
+	metricsShow("a bad edit", `fairqueue_config_reloads_total{result="failure"} 1`, `fairqueue_config_last_reload_successful 0`,
+		`fairqueue_config_info{hash="`+good+`"} 1`)
+}
+
+// writeAtomically replaces path by a rename, as editors and config tools do.
+func writeAtomically(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFile waits up to 10s for path to exist.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not created", path)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
+	"github.com/fairqueue/fairqueue/controllers"
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/reload"
+	"github.com/fairqueue/fairqueue/internal/testenv"
+)
+
+func TestHelpForEveryVerb(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range verbs() {
+		if !strings.Contains(out.String(), "  "+v.name+" ") {
+			t.Errorf("kubectl fairqueue --help does not list %s:\n%s", v.name, out.String())
+		}
+		errOut.Reset()
+		err := run(context.Background(), []string{v.name, "--help"}, &out, &errOut)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%s --help: %v, want flag.ErrHelp", v.name, err)
+		}
+		if !strings.Contains(errOut.String(), "kubectl fairqueue "+v.name+" "+v.args) || !strings.Contains(errOut.String(), "-namespace") {
+			t.Errorf("%s --help does not show its usage and flags:\n%s", v.name, errOut.String())
+		}
+	}
+	if err := run(context.Background(), []string{"frobnicate"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "run kubectl fairqueue --help") {
+		t.Errorf("an unknown verb: %v, want an error pointing at --help", err)
+	}
+}
+
+// startOperator runs the real operator against env until the test ends.
+func startOperator(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme: env.Scheme, Cache: controllers.CacheOptions(nil), Client: controllers.ClientOptions(),
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := (&controllers.FairQueuePolicyReconciler{UnwatchedRetry: time.Second}).SetupWithManager(ctx, mgr, controller.Options{}); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("operator: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("the operator did not stop within 30s")
+		}
+	})
+}
+
+// eventually polls cond for up to 20s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAgainstTheControlPlane runs render and status against a real API server
+// and the real operator, with the full sample policy and its Secrets.
+func TestAgainstTheControlPlane(t *testing.T) {
+	env := testenv.Start(t)
+	startOperator(t, env)
+	ctx := context.Background()
+	const ns = "team-a"
+	c := env.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "fairqueue_v1alpha1_fairqueuepolicy_full.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := reload.DecodePolicy(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Namespace = ns
+	secrets, err := reload.ReadSecrets(filepath.Join("..", "..", "config", "samples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets {
+		s.Namespace = ns
+		if err := c.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hashKey := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "full-hash-key"},
+		Data: map[string][]byte{"key": []byte("0123456789abcdef0123456789abcdef")}}
+	if err := c.Create(ctx, hashKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{}
+	eventually(t, "the operator to render the policy", func() bool {
+		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: controllers.ConfigMapName("full")}, cm) == nil
+	})
+
+	kube := []string{"--kubeconfig", env.Kubeconfig}
+	plugin := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := run(ctx, append(args, kube...), &out, &errOut)
+		return out.String(), err
+	}
+
+	t.Run("render prints the operator's ConfigMap", func(t *testing.T) {
+		out, err := plugin("render", "full", "-n", ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out != cm.Data[config.ConfigMapKey] {
+			t.Errorf("render printed\n%s\nthe operator wrote\n%s", out, cm.Data[config.ConfigMapKey])
+		}
+		out, err = plugin("render", "-n", ns, "full", "--diff")
+		if err != nil || !strings.Contains(out, "up to date") {
+			t.Errorf("render --diff = %q, %v; want up to date", out, err)
+		}
+	})
+
+	t.Run("render errors say what to do", func(t *testing.T) {
+		if _, err := plugin("render", "nope", "-n", ns); err == nil || !strings.Contains(err.Error(), "kubectl get fairqueuepolicies -n "+ns) {
+			t.Errorf("render of a missing policy: %v", err)
+		}
+		if err := c.Delete(ctx, secrets["api-key-registry"]); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			s := secrets["api-key-registry"].DeepCopy()
+			s.ResourceVersion = ""
+			_ = c.Create(ctx, s)
+		}()
+		_, err := plugin("render", "full", "-n", ns)
+		if err == nil || !strings.Contains(err.Error(), `key registry Secret "api-key-registry" named in spec.identity.keyRegistry.secretRef does not exist; create it`) {
+			t.Errorf("render with a missing Secret: %v", err)
+		}
+	})
+
+	t.Run("status shows conditions and every replica", func(t *testing.T) {
+		hash := cm.Annotations[config.ConfigHashAnnotation]
+		eventually(t, "the policy to be Ready again after the Secret came back", func() bool {
+			got := &fqv1alpha1.FairQueuePolicy{}
+			if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "full"}, got) != nil {
+				return false
+			}
+			r := meta.FindStatusCondition(got.Status.Conditions, fqv1alpha1.ConditionReady)
+			return r != nil && r.Status == metav1.ConditionTrue
+		})
+		lease := func(pod, loaded string, renewed time.Duration) *coordinationv1.Lease {
+			return &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "full-dataplane-" + pod,
+					Labels:      map[string]string{reload.LeasePolicyLabel: "full", reload.LeaseComponentLabel: reload.LeaseComponentValue},
+					Annotations: map[string]string{reload.LeaseConfigHashAnnotation: loaded}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(pod), LeaseDurationSeconds: ptr.To[int32](30),
+					RenewTime: &metav1.MicroTime{Time: time.Now().Add(-renewed)}},
+			}
+		}
+		for _, l := range []*coordinationv1.Lease{
+			lease("dp-current", hash, time.Second), lease("dp-stale", "0000000000000000", 2*time.Second), lease("dp-gone", hash, time.Hour),
+		} {
+			if err := c.Create(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := plugin("status", "full", "-n", ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{
+			"Config hash:       " + hash,
+			"Ready ", "True", "Rendered",
+			"SecretsResolved",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("status lacks %q:\n%s", want, out)
+			}
+		}
+		rows := map[string][]string{}
+		for line := range strings.SplitSeq(out, "\n") {
+			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "dp-") {
+				rows[f[0]] = f
+			}
+		}
+		for pod, want := range map[string]string{"dp-current": hash + " yes", "dp-stale": "0000000000000000 no", "dp-gone": hash + " yes"} {
+			if got := strings.Join(rows[pod][1:3], " "); got != want {
+				t.Errorf("replica %s: hash and current %q, want %q:\n%s", pod, got, want, out)
+			}
+		}
+		if live := rows["dp-current"][len(rows["dp-current"])-1]; live != "yes" {
+			t.Errorf("dp-current live = %q, want yes", live)
+		}
+		if !strings.Contains(strings.Join(rows["dp-gone"], " "), "no (expired)") {
+			t.Errorf("dp-gone (renewed an hour ago) is not shown expired: %v", rows["dp-gone"])
+		}
+	})
+}

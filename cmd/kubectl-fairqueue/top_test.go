@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/metrics"
+	"github.com/fairqueue/fairqueue/dataplane/reload"
+)
+
+// replica is a data plane's real metrics registry that the test drives.
+type replica struct {
+	reg *prometheus.Registry
+	m   *metrics.Metrics
+}
+
+func newReplica(t *testing.T) *replica {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &replica{reg: reg, m: m}
+}
+
+func (r *replica) page(t *testing.T) []byte {
+	families, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, f := range families {
+		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.Bytes()
+}
+
+func TestTopComputesRatesPerReplica(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	lease := func(pod string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "llm-dataplane-" + pod,
+			Labels: map[string]string{reload.LeasePolicyLabel: "llm", reload.LeaseComponentLabel: reload.LeaseComponentValue}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(pod)}}
+	}
+	g := &globals{namespace: "ns", client: fake.NewClientBuilder().WithScheme(scheme).WithObjects(lease("dp-a"), lease("dp-b"), lease("dp-down")).Build()}
+	reps := map[string]*replica{"dp-a": newReplica(t), "dp-b": newReplica(t)}
+	var mu sync.Mutex
+	scrapes := map[string]int{}
+	scrape := func(_ context.Context, ns, pod, port string) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ns != "ns" || port != "9090" {
+			t.Errorf("scraped %s/%s:%s, want namespace ns port 9090", ns, pod, port)
+		}
+		r, ok := reps[pod]
+		if !ok {
+			return nil, io.ErrUnexpectedEOF
+		}
+		// Between the two scrapes, dp-a grants 30 requests that waited 200ms
+		// and refuses 10 tenant_queue_full; dp-b grants 10 without waiting.
+		if scrapes[pod] == 1 {
+			switch pod {
+			case "dp-a":
+				for range 30 {
+					r.m.Granted("apiKey", 200*time.Millisecond)
+				}
+				for range 10 {
+					r.m.Refused("apiKey", fairqueue.ReasonTenantQueueFull)
+				}
+				r.m.QueueChanged(7, 2)
+			case "dp-b":
+				for range 10 {
+					r.m.Granted("user", 0)
+				}
+			}
+		}
+		scrapes[pod]++
+		return r.page(t), nil
+	}
+	for _, r := range reps {
+		r.m.Granted("apiKey", time.Second) // before the window: not counted
+	}
+	var out bytes.Buffer
+	if err := runTop(context.Background(), g, "llm", "9090", 10*time.Millisecond, 1, scrape, &out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	rows := map[string]string{}
+	for line := range strings.SplitSeq(out.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			rows[f[0]] = line
+		}
+	}
+	// 10ms window: 30 grants are 3000/s.
+	for pod, want := range map[string][]string{
+		"dp-a":    {" 7 ", " 2 ", "3000.0 (apiKey=3000.0)", "75.0%", "tenant_queue_full=1000.0"},
+		"dp-b":    {"1000.0 (user=1000.0)", "25.0%"},
+		"dp-down": {"pods/proxy"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(rows[pod], w) {
+				t.Errorf("row %s lacks %q: %q", pod, w, rows[pod])
+			}
+		}
+	}
+	// dp-a's waits in the window were all 200ms, in the 0.1–0.25 bucket:
+	// interpolated p50 175ms; the 1s wait before the window does not count.
+	if !strings.Contains(rows["dp-a"], " 175ms ") {
+		t.Errorf("dp-a p50 wait not taken from the window's bucket deltas: %q", rows["dp-a"])
+	}
+}
+
+func TestQuantileInterpolatesLikePromQL(t *testing.T) {
+	before := map[float64]float64{0.1: 0, 0.25: 0, 1: 0}
+	after := map[float64]float64{0.1: 50, 0.25: 100, 1: 100}
+	if got, _ := quantile(0.5, before, after); got != 100*time.Millisecond {
+		t.Errorf("p50 = %v, want 100ms (the top of the first bucket)", got)
+	}
+	if got, _ := quantile(0.75, before, after); got != 175*time.Millisecond {
+		t.Errorf("p75 = %v, want 175ms (halfway through 0.1–0.25)", got)
+	}
+	if _, ok := quantile(0.5, after, after); ok {
+		t.Error("a window without observations gave a quantile")
+	}
+}
+
+// TestPodProxyPath checks the request top sends to the API server.
+func TestPodProxyPath(t *testing.T) {
+	var got string
+	rc := &rest.Config{Host: "http://api.invalid", Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		got = r.URL.Path
+		return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("# empty\n")), Header: http.Header{}}, nil
+	})}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &globals{kube: kube}
+	if _, err := g.podProxy(context.Background(), "team-a", "dp-0", "9090"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "/api/v1/namespaces/team-a/pods/http:dp-0:9090/proxy/metrics"; got != want {
+		t.Errorf("pod proxy path %q, want %q", got, want)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
