@@ -148,9 +148,9 @@ type sched struct {
 	idleHead, idleTail *tenant
 	// overflow holds the shared queues of tenants that found the table full
 	// of active tenants (see overflowFor); allocated on first use.
-	overflow [overflowQueues]*tenant
-	keys     map[LimitKey]*keyState
-	active   int           // queues (tenant or overflow) holding waiters
+	overflow  [overflowQueues]*tenant
+	keys      map[LimitKey]*keyState
+	active    int           // queues (tenant or overflow) holding waiters
 	ready     tenantHeap    // by finish tag, then arrival
 	pending   tenantHeap    // by head ready time, then arrival
 	deadlines deadlineIndex // queued (not granted) waiters by deadline
