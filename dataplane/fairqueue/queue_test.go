@@ -162,9 +162,9 @@ func TestQueueRefusals(t *testing.T) {
 			req:     Request{Tenant: "b", RetryAfter: 10 * time.Millisecond, Interval: 100 * time.Millisecond},
 			want:    ReasonTenantTableFull,
 			wantPos: 34, // second in an overflow queue, 17 queues active
-			// The shorter queue of the hand frees when its head is admitted:
-			// its share of the grant spacing, 17 active queues of 100ms.
-			wantRetryAfter: 1700 * time.Millisecond, wantFirst: ReasonShutdown, wantRefusals: 1 + 100 - overflowQueues,
+			// The shorter queue of the hand frees when its head is admitted,
+			// expected at its Retry-After.
+			wantRetryAfter: time.Second, wantFirst: ReasonShutdown, wantRefusals: 1 + 100 - overflowQueues,
 		},
 		{
 			name:           "retry-after does not fit the request deadline",

@@ -396,27 +396,33 @@ func (s *sched) unlinkIdle(t *tenant) {
 }
 
 // room returns the expected time from now until a request refused at enqueue
-// with reason could join: for tenant_queue_full, until its tenant is next
-// admitted (its head's ready time, and its weighted share of the grant
-// spacing since its last grant); for tenant_table_full, the same for the
-// fuller of its overflow queues' hand, the shorter one; for queue_full, until
-// the next grant or expiry anywhere. It is at least minRetry; the caller
-// applies the limiter's next token and the request's budget.
+// with reason could join. For tenant_queue_full it is when its tenant's head
+// is expected to be admitted: the head's own estimate, made at its enqueue
+// from its position and the grant spacing, or one grant from now when the
+// head is overdue, never before the head's Retry-After. For
+// tenant_table_full the same holds for the shorter overflow queue of its
+// hand. For queue_full it is the next grant or expiry anywhere. It is at
+// least minRetry; the caller applies the limiter's next token and the
+// request's budget.
 func (s *sched) room(now int64, tenantKey string, reason Reason, interval int64) int64 {
-	sp := s.spacingOr(interval)
+	sp := int64(s.spacingOr(interval))
 	var d int64
 	switch reason {
 	case ReasonTenantQueueFull, ReasonTenantTableFull:
 		t, _ := s.queueFor(now, tenantKey)
-		if t == nil || t.depth == 0 {
+		if t == nil || t.head == nil {
 			return minRetry
 		}
-		share := sp * float64(max(s.sumWeights, t.weight)) / float64(t.weight)
-		d = max(t.since+int64(share), t.head.readyAt) - now
+		h := t.head
+		at := h.enqueuedAt + h.estimate
+		if at <= now {
+			at = now + sp
+		}
+		d = max(at, h.readyAt) - now
 	case ReasonQueueFull:
-		d = int64(sp)
+		d = sp
 		if s.lastGrantSet {
-			d = s.lastGrant + int64(sp) - now
+			d = s.lastGrant + sp - now
 		}
 		if w := s.deadlines.earliest(); w != nil {
 			d = min(d, w.deadline-now)
