@@ -505,6 +505,18 @@ type RequestTimeouts struct {
 	// +listMapKey=model
 	// +kubebuilder:validation:MaxItems=64
 	Models []ModelRequestTimeout `json:"models,omitempty"`
+
+	// clientDeadlineHeader names a request header carrying the client's own
+	// timeout, in seconds ("30", "2.5") or as a duration ("1500ms"), counted
+	// from arrival. It bounds the request's queueing budget like the
+	// X-Stainless-Timeout (seconds; sent by OpenAI's SDKs) and
+	// X-Envoy-Expected-Rq-Timeout-Ms headers, which are always honoured.
+	// Default: none (only those two are read).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9-]*$`
+	ClientDeadlineHeader string `json:"clientDeadlineHeader,omitempty"`
 }
 
 // RequestTimeout is the default request timeout.

@@ -10,13 +10,22 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/admission"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
 )
 
 // ServeHTTP runs one request through the admission path of SPEC section 2:
 // identity resolution, the admission core (pre-auth limits, identity limits,
 // fair queue), backend selection, and the proxied call with what is left of
 // the total timeout.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	// Every response carries an x-request-id: the upstream's when it sends
+	// one, else this generated one, which the upstream also receives when
+	// the client sent none.
+	reqID := newRequestID()
+	w := &requestIDWriter{ResponseWriter: rw, id: reqID}
+	if len(r.Header[headerRequestID]) == 0 {
+		r.Header[headerRequestID] = []string{reqID}
+	}
 	rt := s.rt.Load()
 	if rt == nil {
 		(&apiError{status: http.StatusServiceUnavailable, errType: errorTypeUnavailable, code: "not_ready",
@@ -57,13 +66,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id.model = modelFromJSON(body.data, rt.models)
 	}
 
+	// The admission budget (SPEC section 5) is the smallest of maxWait
+	// (applied by the queue), the smallest configured total timeout and the
+	// client's own deadline.
 	total := rt.timeout(id.model)
-	dec := rt.admit.Admit(r.Context(), admission.Request{
+	ar := admission.Request{
 		ClientAddr:   client,
 		Identity:     identity.Set{APIKey: id.apiKeyHash, User: id.userHash, Team: id.teamHash},
 		Model:        id.model,
-		TotalTimeout: total,
-	})
+		TotalTimeout: smallestTimeout(rt.cfg.Timeouts.Smallest(), total),
+	}
+	if d, ok := clientTimeout(r.Header, rt.deadlineHeader); ok {
+		ar.Deadline = start.Add(d)
+	}
+	dec := rt.admit.Admit(r.Context(), ar)
 	if !dec.Allowed {
 		s.refuse(w, r, &dec, &id)
 		return
@@ -76,8 +92,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if b == nil {
 		// Backend capacity is never queued, so the refusal carries no queue
 		// details even when the request waited for its identity limits.
-		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: "backend", RetryAfter: retry,
-			Quota: dec.Quota, HasQuota: dec.HasQuota}
+		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: "backend", RetryAfter: retry}
+		if lim, ok := rt.lim.LimitOf(limiter.DimensionBackend, ""); ok {
+			dec.Quota, dec.HasQuota = lim.RefusedQuota(limiter.DimensionBackend, retry), true
+		}
 		s.refuse(w, r, &dec, &id)
 		return
 	}
@@ -119,6 +137,13 @@ func (s *Server) preAuthRefused(w http.ResponseWriter, r *http.Request, rt *runt
 		dec = admission.Decision{Status: http.StatusServiceUnavailable, RetryAfter: time.Second, Err: err}
 	case !d.Allowed:
 		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: d.LimitType.String(), RetryAfter: d.RetryAfter}
+		key := ""
+		if d.LimitType == limiter.DimensionClient {
+			key = client
+		}
+		if lim, ok := rt.lim.LimitOf(d.LimitType, key); ok {
+			dec.Quota, dec.HasQuota = lim.RefusedQuota(d.LimitType, d.RetryAfter), true
+		}
 	default:
 		return false
 	}
@@ -133,6 +158,9 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 		return // the client left while queued; its slot is already free
 	}
 	e := apiError{status: dec.Status, limitType: dec.LimitType, retryAfter: dec.RetryAfter}
+	if e.status == http.StatusTooManyRequests && e.retryAfter <= 0 {
+		e.retryAfter = time.Millisecond // a 429 always tells when to retry
+	}
 	q := &dec.Queue
 	switch {
 	case dec.Status == http.StatusServiceUnavailable && q.Reason == fairqueue.ReasonShutdown:
@@ -162,7 +190,8 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 	}
 	e.write(w)
 	if log := s.log.V(1); log.Enabled() {
-		kv := []any{"status", dec.Status, "code", e.code, "limitType", dec.LimitType, "retryAfter", dec.RetryAfter.String(), "path", r.URL.Path}
+		kv := []any{"status", dec.Status, "code", e.code, "limitType", dec.LimitType, "retryAfter", dec.RetryAfter.String(), "path", r.URL.Path,
+			"requestID", w.Header().Get(headerRequestID)}
 		if id != nil {
 			kv = append(kv, "apiKey", shortHash(id.apiKeyHash), "user", shortHash(id.userHash), "team", shortHash(id.teamHash))
 		}
@@ -189,4 +218,74 @@ func (s *Server) bodyError(w http.ResponseWriter, err error) {
 	s.log.V(1).Info("Reading request body failed", "error", err.Error())
 	(&apiError{status: http.StatusBadRequest, errType: errorTypeInvalidRequest, code: "body_read_failed",
 		message: "the request body could not be read"}).write(w)
+}
+
+// smallestTimeout returns the smallest positive of a and b, or 0 when
+// neither is set.
+func smallestTimeout(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return max(b, 0)
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}
+
+// Client deadline headers read besides the one a policy names.
+const (
+	// headerStainlessTimeout is the client's timeout in seconds, sent by
+	// OpenAI's SDKs on every request.
+	headerStainlessTimeout = "X-Stainless-Timeout"
+	// headerEnvoyTimeout is the route timeout in milliseconds set by Envoy.
+	headerEnvoyTimeout = "X-Envoy-Expected-Rq-Timeout-Ms"
+)
+
+// maxClientTimeout caps a client-sent timeout so the arithmetic on it never
+// overflows; anything longer is no bound at all in practice.
+const maxClientTimeout = 24 * time.Hour
+
+// clientTimeout returns the shortest timeout the client sent, counted from
+// arrival: X-Stainless-Timeout (seconds), X-Envoy-Expected-Rq-Timeout-Ms, and
+// the policy's header (custom, canonical; seconds or a Go duration). Values
+// that do not parse or are not positive are ignored.
+func clientTimeout(h http.Header, custom string) (time.Duration, bool) {
+	var least time.Duration
+	found := false
+	take := func(d time.Duration, ok bool) {
+		if ok && d > 0 && (!found || d < least) {
+			least, found = min(d, maxClientTimeout), true
+		}
+	}
+	take(parseSeconds(headerValue(h, headerStainlessTimeout)))
+	if v := headerValue(h, headerEnvoyTimeout); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		take(time.Duration(min(ms, int64(maxClientTimeout/time.Millisecond)))*time.Millisecond, err == nil)
+	}
+	if custom != "" {
+		if v := headerValue(h, custom); v != "" {
+			if d, ok := parseSeconds(v); ok {
+				take(d, true)
+			} else {
+				d, err := time.ParseDuration(v)
+				take(d, err == nil)
+			}
+		}
+	}
+	return least, found
+}
+
+// parseSeconds parses a decimal number of seconds ("600", "2.5").
+func parseSeconds(v string) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f != f || f <= 0 { // f != f: NaN
+		return 0, false
+	}
+	if f >= maxClientTimeout.Seconds() {
+		return maxClientTimeout, true
+	}
+	return time.Duration(f * float64(time.Second)), true
 }

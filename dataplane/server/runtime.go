@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/admission"
@@ -34,6 +35,9 @@ type runtime struct {
 	// needModel is false when neither a limit nor a timeout depends on the
 	// model, so bodies are streamed through without being read.
 	needModel bool
+	// deadlineHeader is the canonical name of the policy's client deadline
+	// header; empty means none.
+	deadlineHeader string
 }
 
 // newRuntime builds the runtime for cfg. With prev set (a reload) the
@@ -78,6 +82,9 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 		identity:       newIdentityRules(cfg.Identity, s.hasher),
 		pool:           pool,
 		defaultTimeout: cfg.Timeouts.RequestTotal.Duration,
+	}
+	if h := cfg.Timeouts.ClientDeadlineHeader; h != "" {
+		rt.deadlineHeader = http.CanonicalHeaderKey(h)
 	}
 	if prev == nil {
 		if rt.lim, err = limiter.New(limits, limiter.Options{Store: s.store, Observer: s.metrics}); err != nil {
