@@ -256,8 +256,13 @@ func TestUpstreamFailures(t *testing.T) {
 		})
 		hs := newHarness(t, upstream, func(c *config.Config) { c.Timeouts.RequestTotal = dur(30 * time.Second) })
 		go func() {
-			<-arrived
-			hs.clk.Step(30 * time.Second)
+			// No t.Fatal here (a spawned goroutine): without the upstream
+			// call, hs.do fails the test on its own.
+			select {
+			case <-arrived:
+				hs.clk.Step(30 * time.Second)
+			case <-time.After(10 * time.Second):
+			}
 		}()
 		resp := hs.do(`{"model":"m"}`, nil)
 		if resp.StatusCode != http.StatusGatewayTimeout {

@@ -88,7 +88,9 @@ func newHarness(t *testing.T, upstream http.Handler, mutate func(*config.Config)
 	hs.srv = srv
 	hs.front = httptest.NewServer(srv)
 	ct := &http.Transport{}
-	hs.client = &http.Client{Transport: ct}
+	// Every request is bounded in real time, so a bug that leaves one
+	// unanswered fails the test instead of hanging it.
+	hs.client = &http.Client{Transport: ct, Timeout: 30 * time.Second}
 	t.Cleanup(func() {
 		if rt := srv.rt.Load(); rt != nil {
 			rt.close() // answers anything a failed test left queued
