@@ -75,8 +75,10 @@ func TestClientDeadlineBoundsTheBudget(t *testing.T) {
 			header: map[string]string{"X-Deadline": "0.25"},
 		},
 		{
-			name:   "the smallest total timeout, another model's",
-			mutate: func(c *config.Config) { c.Timeouts.Models = []config.ModelTimeout{{Model: "fast", Total: dur(800 * time.Millisecond)}} },
+			name: "the smallest total timeout, another model's",
+			mutate: func(c *config.Config) {
+				c.Timeouts.Models = []config.ModelTimeout{{Model: "fast", Total: dur(800 * time.Millisecond)}}
+			},
 		},
 		{name: "the shortest of several client headers", header: map[string]string{"X-Stainless-Timeout": "600", "X-Envoy-Expected-Rq-Timeout-Ms": "500"}},
 		{name: "a budget over the Retry-After queues", header: map[string]string{"X-Stainless-Timeout": "1.5"}, wantQueued: true},
