@@ -456,6 +456,8 @@ type FairQueuingBounds struct {
 	MaxTotalQueued int32 `json:"maxTotalQueued,omitempty"`
 
 	// maxTenants is the most tenant queues tracked at once, from 1 to 65536.
+	// A tenant keeps its slot for maxWait after its queue empties; with every
+	// slot taken, new tenants share 16 overflow queues (shuffle sharding).
 	// +optional
 	// +kubebuilder:default=1024
 	// +kubebuilder:validation:Minimum=1
@@ -471,8 +473,10 @@ type FairQueuingBounds struct {
 	MaxInFlight int32 `json:"maxInFlight,omitempty"`
 
 	// maxWait is the longest time one request may spend queued, a positive
-	// duration of at most 10m. A request's budget is the smaller of maxWait
-	// and its total timeout.
+	// duration of at most 10m. A request's budget is the smallest of maxWait,
+	// the smallest configured total timeout and the client's own deadline
+	// (X-Stainless-Timeout, X-Envoy-Expected-Rq-Timeout-Ms or
+	// timeouts.request.clientDeadlineHeader).
 	// +optional
 	// +kubebuilder:default="5s"
 	// +kubebuilder:validation:Type=string
