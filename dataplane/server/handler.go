@@ -21,10 +21,10 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	// Every response carries an x-request-id: the upstream's when it sends
 	// one, else this generated one, which the upstream also receives when
 	// the client sent none.
-	reqID := newRequestID()
-	w := &requestIDWriter{ResponseWriter: rw, id: reqID}
+	// One value slice serves both headers: neither is modified in place.
+	w := &requestIDWriter{ResponseWriter: rw, id: []string{newRequestID()}}
 	if len(r.Header[headerRequestID]) == 0 {
-		r.Header[headerRequestID] = []string{reqID}
+		r.Header[headerRequestID] = w.id
 	}
 	rt := s.rt.Load()
 	if rt == nil {

@@ -31,7 +31,7 @@ func newRequestID() string {
 // time the header is written.
 type requestIDWriter struct {
 	http.ResponseWriter
-	id    string
+	id    []string // the header value: one generated id
 	wrote bool
 }
 
@@ -41,7 +41,7 @@ func (w *requestIDWriter) setID() {
 	}
 	w.wrote = true
 	if h := w.Header(); len(h[headerRequestID]) == 0 {
-		h[headerRequestID] = []string{w.id}
+		h[headerRequestID] = w.id
 	}
 }
 
