@@ -61,6 +61,11 @@ func FuzzScheduler(f *testing.F) {
 					if reason == "" {
 						t.Fatalf("refusal without a reason")
 					}
+					if reason != ReasonWaitExceedsBudget {
+						if room := s.room(now, tenantName(int(a%5)), reason, int64(a%4)*ms); room < minRetry {
+							t.Fatalf("%s refusal: room in %d, want at least %d", reason, room, minRetry)
+						}
+					}
 					break
 				}
 				live.add(w)

@@ -147,6 +147,15 @@ func TestQueueRefusals(t *testing.T) {
 			wantRetryAfter: time.Second, wantFirst: ReasonShutdown, wantRefusals: 1,
 		},
 		{
+			name:    "tenant queue full, room after the request's budget",
+			bounds:  Bounds{MaxQueueDepthPerTenant: 1},
+			req:     Request{Tenant: "a", RetryAfter: 10 * time.Millisecond, Deadline: epoch.Add(500 * time.Millisecond)},
+			want:    ReasonTenantQueueFull,
+			wantPos: 2,
+			// Never more than the budget: the head is expected only at 1s.
+			wantRetryAfter: 500 * time.Millisecond, wantFirst: ReasonShutdown, wantRefusals: 1,
+		},
+		{
 			name:    "queue full",
 			bounds:  Bounds{MaxTotalQueued: 1},
 			req:     Request{Tenant: "b", RetryAfter: 10 * time.Millisecond, Interval: 100 * time.Millisecond},
