@@ -74,7 +74,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		ClientAddr:   client,
 		Identity:     identity.Set{APIKey: id.apiKeyHash, User: id.userHash, Team: id.teamHash},
 		Model:        id.model,
-		TotalTimeout: smallestTimeout(rt.cfg.Timeouts.Smallest(), total),
+		TotalTimeout: smallestTimeout(rt.smallestTimeout, total),
 	}
 	if d, ok := clientTimeout(r.Header, rt.deadlineHeader); ok {
 		ar.Deadline = start.Add(d)
