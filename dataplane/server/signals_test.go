@@ -315,3 +315,31 @@ func TestQueueRefusalRetryAfterIsWhenARetryFits(t *testing.T) {
 		wait(t, c)
 	}
 }
+
+func TestClientTimeoutParsing(t *testing.T) {
+	tests := []struct {
+		name   string
+		header http.Header
+		custom string
+		want   time.Duration
+		wantOK bool
+	}{
+		{name: "none", header: http.Header{}},
+		{name: "stainless seconds", header: http.Header{"X-Stainless-Timeout": {"600"}}, want: 10 * time.Minute, wantOK: true},
+		{name: "stainless fraction", header: http.Header{"X-Stainless-Timeout": {"2.5"}}, want: 2500 * time.Millisecond, wantOK: true},
+		{name: "envoy milliseconds", header: http.Header{"X-Envoy-Expected-Rq-Timeout-Ms": {"15000"}}, want: 15 * time.Second, wantOK: true},
+		{name: "custom duration", header: http.Header{"X-Deadline": {"1m30s"}}, custom: "X-Deadline", want: 90 * time.Second, wantOK: true},
+		{name: "custom header not configured", header: http.Header{"X-Deadline": {"1s"}}},
+		{name: "the shortest wins", header: http.Header{"X-Stainless-Timeout": {"3"}, "X-Envoy-Expected-Rq-Timeout-Ms": {"2000"}, "X-Deadline": {"4s"}}, custom: "X-Deadline", want: 2 * time.Second, wantOK: true},
+		{name: "zero, negative, NaN and junk are ignored", header: http.Header{"X-Stainless-Timeout": {"NaN"}, "X-Envoy-Expected-Rq-Timeout-Ms": {"-5"}, "X-Deadline": {"0"}}, custom: "X-Deadline"},
+		{name: "huge values saturate", header: http.Header{"X-Stainless-Timeout": {"1e300"}}, want: maxClientTimeout, wantOK: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := clientTimeout(tc.header, tc.custom)
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("clientTimeout = %v, %v; want %v, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
