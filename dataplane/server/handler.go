@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/fairqueue/fairqueue/dataplane/admission"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
@@ -25,6 +27,9 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w := &requestIDWriter{ResponseWriter: rw, id: []string{newRequestID()}}
 	if len(r.Header[headerRequestID]) == 0 {
 		r.Header[headerRequestID] = w.id
+	}
+	if log := s.log.V(2); log.Enabled() {
+		defer s.accessLog(log, w, r, s.clock.Now())
 	}
 	rt := s.rt.Load()
 	if rt == nil {
@@ -288,4 +293,12 @@ func parseSeconds(v string) (time.Duration, bool) {
 		return maxClientTimeout, true
 	}
 	return time.Duration(f * float64(time.Second)), true
+}
+
+// accessLog writes the access log line of one request (verbosity 2, i.e.
+// --log-level 2): its x-request-id, method, path, status and duration. It
+// holds no identity, not even hashed.
+func (s *Server) accessLog(log logr.Logger, w *requestIDWriter, r *http.Request, start time.Time) {
+	log.Info("Request", "requestID", w.Header().Get(headerRequestID), "method", r.Method, "path", r.URL.Path,
+		"status", w.status, "duration", s.clock.Since(start).String())
 }

@@ -31,8 +31,9 @@ func newRequestID() string {
 // time the header is written.
 type requestIDWriter struct {
 	http.ResponseWriter
-	id    []string // the header value: one generated id
-	wrote bool
+	id     []string // the header value: one generated id
+	wrote  bool
+	status int // the status written, for the access log; 0 before
 }
 
 func (w *requestIDWriter) setID() {
@@ -48,12 +49,18 @@ func (w *requestIDWriter) setID() {
 // WriteHeader implements http.ResponseWriter.
 func (w *requestIDWriter) WriteHeader(code int) {
 	w.setID()
+	if w.status == 0 || w.status < 200 {
+		w.status = code
+	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 // Write implements http.ResponseWriter.
 func (w *requestIDWriter) Write(b []byte) (int, error) {
 	w.setID()
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
 	return w.ResponseWriter.Write(b)
 }
 

@@ -6,8 +6,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
@@ -342,4 +345,30 @@ func TestClientTimeoutParsing(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestAccessLogCarriesTheRequestID(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		lines []string
+	)
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{Verbosity: 2})
+	hs := newHarness(t, fakeupstream.New(fakeupstream.Options{}), nil, func(o *Options) { o.Logger = logger })
+	resp := hs.do(`{"model":"m"}`, nil)
+	readAll(t, resp)
+	id := resp.Header.Get("X-Request-Id")
+	eventually(t, "the access log line", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range lines {
+			if strings.Contains(l, `"msg"="Request"`) && strings.Contains(l, `"requestID"="`+id+`"`) && strings.Contains(l, `"status"=200`) {
+				return true
+			}
+		}
+		return false
+	})
 }
