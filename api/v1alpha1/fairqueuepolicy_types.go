@@ -497,6 +497,8 @@ type FairQueuingBounds struct {
 	MaxTotalQueued int32 `json:"maxTotalQueued,omitempty"`
 
 	// maxTenants is the most tenant queues tracked at once, from 1 to 65536.
+	// A tenant keeps its slot for maxWait after its queue empties; with every
+	// slot taken, new tenants share 16 overflow queues (shuffle sharding).
 	// +optional
 	// +kubebuilder:default=1024
 	// +kubebuilder:validation:Minimum=1
@@ -512,8 +514,10 @@ type FairQueuingBounds struct {
 	MaxInFlight int32 `json:"maxInFlight,omitempty"`
 
 	// maxWait is the longest time one request may spend queued, a positive
-	// duration of at most 10m. A request's budget is the smaller of maxWait
-	// and its total timeout.
+	// duration of at most 10m. A request's budget is the smallest of maxWait,
+	// the smallest configured total timeout and the client's own deadline
+	// (X-Stainless-Timeout, X-Envoy-Expected-Rq-Timeout-Ms or
+	// timeouts.request.clientDeadlineHeader).
 	// +optional
 	// +kubebuilder:default="5s"
 	// +kubebuilder:validation:Type=string
@@ -546,6 +550,18 @@ type RequestTimeouts struct {
 	// +listMapKey=model
 	// +kubebuilder:validation:MaxItems=64
 	Models []ModelRequestTimeout `json:"models,omitempty"`
+
+	// clientDeadlineHeader names a request header carrying the client's own
+	// timeout, in seconds ("30", "2.5") or as a duration ("1500ms"), counted
+	// from arrival. It bounds the request's queueing budget like the
+	// X-Stainless-Timeout (seconds; sent by OpenAI's SDKs) and
+	// X-Envoy-Expected-Rq-Timeout-Ms headers, which are always honoured.
+	// Default: none (only those two are read).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9-]*$`
+	ClientDeadlineHeader string `json:"clientDeadlineHeader,omitempty"`
 }
 
 // RequestTimeout is the default request timeout.

@@ -186,7 +186,7 @@ func (c *Controller) Admit(ctx context.Context, r Request) Decision {
 		return unavailable(err)
 	}
 	if !pre.Allowed {
-		return refusal(pre)
+		return c.refusal(pre, limiter.Keys{}, r.ClientAddr)
 	}
 
 	keys := limiter.Keys{APIKey: r.Identity.APIKey, User: r.Identity.User, Team: r.Identity.Team, Model: r.Model}
@@ -200,7 +200,7 @@ func (c *Controller) Admit(ctx context.Context, r Request) Decision {
 		tenant, used, queueable = r.Identity.Tenant(s.TenantDimension)
 	}
 	if queueable {
-		all := [limiter.MaxBatch]string{keys.APIKey, keys.User, keys.Team, keys.Model}
+		all := limitKeysOf(keys)
 		if c.queue.HasWaitersAny(all[:]) {
 			return c.wait(ctx, now, r, keys, tenant, used, limiter.Decision{})
 		}
@@ -213,9 +213,71 @@ func (c *Controller) Admit(ctx context.Context, r Request) Decision {
 	case d.Allowed:
 		return Decision{Allowed: true, Status: StatusOK, Quota: d.Tightest, HasQuota: d.HasQuota}
 	case !queueable || !d.LimitType.Queueable() || d.TableFull != 0:
-		return refusal(d)
+		return c.refusal(d, keys, "")
 	}
 	return c.wait(ctx, now, r, keys, tenant, used, d)
+}
+
+// limitKeysOf returns the fair-queue keys of the identity buckets, each
+// carrying its dimension, so equal strings of different dimensions (a user
+// id equal to a team id) are different keys. Empty keys never match a waiter.
+func limitKeysOf(k limiter.Keys) [limiter.MaxBatch]fairqueue.LimitKey {
+	return [limiter.MaxBatch]fairqueue.LimitKey{
+		{Kind: uint8(limiter.DimensionAPIKey), Key: k.APIKey},
+		{Kind: uint8(limiter.DimensionUser), Key: k.User},
+		{Kind: uint8(limiter.DimensionTeam), Key: k.Team},
+		{Kind: uint8(limiter.DimensionModel), Key: k.Model},
+	}
+}
+
+// keyOf returns the bucket key of dimension d in k, or client for the
+// per-client dimension.
+func keyOf(d limiter.Dimension, k limiter.Keys, client string) string {
+	switch d {
+	case limiter.DimensionClient:
+		return client
+	case limiter.DimensionAPIKey:
+		return k.APIKey
+	case limiter.DimensionUser:
+		return k.User
+	case limiter.DimensionTeam:
+		return k.Team
+	case limiter.DimensionModel:
+		return k.Model
+	}
+	return ""
+}
+
+// refusedQuota returns the x-ratelimit-* description of the bucket that
+// refused d: the refusing dimension with the longest Retry-After, with no
+// token remaining. Other buckets of the batch were not charged, so they say
+// nothing about the refusal.
+func (c *Controller) refusedQuota(d limiter.Decision, keys limiter.Keys, client string) (limiter.Quota, bool) {
+	if lim, ok := c.lim.LimitOf(d.LimitType, keyOf(d.LimitType, keys, client)); ok {
+		return lim.RefusedQuota(d.LimitType, d.RetryAfter), true
+	}
+	return d.Tightest, d.HasQuota
+}
+
+// interval returns the refill interval of the bucket d refused with, or of
+// the first identity bucket that applies to keys when d is not a refusal:
+// the grant spacing the fair queue assumes until it has measured one.
+func (c *Controller) interval(d limiter.Decision, keys limiter.Keys) time.Duration {
+	if !d.Allowed && d.RefusedBy != 0 {
+		if lim, ok := c.lim.LimitOf(d.LimitType, keyOf(d.LimitType, keys, "")); ok {
+			return lim.RefillInterval()
+		}
+	}
+	var longest time.Duration
+	for _, lk := range limitKeysOf(keys) {
+		if lk.Key == "" {
+			continue
+		}
+		if lim, ok := c.lim.LimitOf(limiter.Dimension(lk.Kind), lk.Key); ok {
+			longest = max(longest, lim.RefillInterval())
+		}
+	}
+	return longest
 }
 
 // wait queues a request refused by d (or, with d.RefusedBy empty, one that
@@ -231,16 +293,34 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		if d.Allowed {
 			return Decision{Allowed: true, Status: StatusOK, Quota: d.Tightest, HasQuota: d.HasQuota}
 		}
+		if !d.LimitType.Queueable() {
+			return c.refusal(d, keys, "")
+		}
 		limitKeys, _ = c.limitKeys(keys, d)
 	}
-	if d.RefusedBy != 0 {
+	if d.RefusedBy == 0 {
+		// Queued only so as not to barge: the limiter's Retry-After, asked
+		// without charging, is when the request could be served at the
+		// earliest, and its quota describes the buckets it waits for.
+		if p, err := c.lim.PeekIdentity(now, keys); err == nil {
+			d.RetryAfter, d.Tightest, d.HasQuota = p.RetryAfter, p.Tightest, p.HasQuota
+			if !p.Allowed {
+				d.Tightest, d.HasQuota = c.refusedQuota(p, keys, "")
+				limitType = p.LimitType
+			}
+		}
+	} else {
 		limitType = d.LimitType
+		d.Tightest, d.HasQuota = c.refusedQuota(d, keys, "")
 	}
 	last := d
 	attempt := func() (bool, time.Duration, error) {
 		got, err := c.lim.TakeIdentity(c.clk.Now(), keys)
 		if err != nil {
 			return false, 0, err
+		}
+		if !got.Allowed {
+			got.Tightest, got.HasQuota = c.refusedQuota(got, keys, "")
 		}
 		last = got
 		return got.Allowed, got.RetryAfter, nil
@@ -251,6 +331,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		LimitKeys:  limitKeys,
 		Deadline:   budget(ctx, now, r),
 		RetryAfter: d.RetryAfter,
+		Interval:   c.interval(d, keys),
 		Attempt:    attempt,
 	})
 	info := QueueInfo{
@@ -295,14 +376,14 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		dec.Err = errors.New("fair queue shut down while the request was queued")
 	}
 	if dec.RetryAfter <= 0 {
-		// Queued only to avoid barging, so no refusal of its own: ask the
-		// limiter now, or, with tokens available, retry once the requests
-		// ahead have been served.
+		// Queued only to avoid barging and never refused by the limiter: ask
+		// it now. With a token free, the requests ahead are about to take
+		// it, so the next token is the earliest a retry could succeed.
 		if p, err := c.lim.PeekIdentity(c.clk.Now(), keys); err == nil && !p.Allowed {
 			dec.LimitType, dec.RetryAfter = p.LimitType.String(), p.RetryAfter
-			dec.Quota, dec.HasQuota = p.Tightest, p.HasQuota
+			dec.Quota, dec.HasQuota = c.refusedQuota(p, keys, "")
 		} else {
-			dec.RetryAfter = max(res.Estimate, time.Millisecond)
+			dec.RetryAfter = max(c.interval(limiter.Decision{}, keys), time.Millisecond)
 		}
 	}
 	log.V(4).Info("Fair queue refused request", "reason", res.Reason, "position", res.Position, "waited", res.Waited)
@@ -318,39 +399,29 @@ func (c *Controller) unqueued(keys limiter.Keys) Decision {
 	case d.Allowed:
 		return Decision{Allowed: true, Status: StatusOK, Quota: d.Tightest, HasQuota: d.HasQuota}
 	}
-	return refusal(d)
+	return c.refusal(d, keys, "")
 }
 
 // limitKeys returns the keys the request is queued on: those of the
 // dimensions that refused it, plus any of its keys that already have waiters.
 // The second result is the dimension of the first such key, the limit_type
-// of a request queued only to avoid barging.
-//
-// Keys are the raw bucket keys (identity hashes and the model name) without a
-// dimension prefix, so this does not allocate on the fast path. Two
-// dimensions sharing a key string (a user id equal to a team id) only make
-// their requests queue behind each other, never over-admit.
-func (c *Controller) limitKeys(keys limiter.Keys, d limiter.Decision) ([]string, limiter.Dimension) {
-	all := [limiter.MaxBatch]struct {
-		dim limiter.Dimension
-		key string
-	}{
-		{limiter.DimensionAPIKey, keys.APIKey},
-		{limiter.DimensionUser, keys.User},
-		{limiter.DimensionTeam, keys.Team},
-		{limiter.DimensionModel, keys.Model},
-	}
-	out := make([]string, 0, len(all))
+// of a request queued only to avoid barging. Each key carries its dimension,
+// so a user id equal to a team id never makes unrelated requests queue
+// behind each other.
+func (c *Controller) limitKeys(keys limiter.Keys, d limiter.Decision) ([]fairqueue.LimitKey, limiter.Dimension) {
+	all := limitKeysOf(keys)
+	out := make([]fairqueue.LimitKey, 0, len(all))
 	first := limiter.Dimension(limiter.NumDimensions)
 	for _, k := range all {
+		dim := limiter.Dimension(k.Kind)
 		// A key belongs to the wait when its bucket refused the request or
 		// other requests already wait on it (no barging).
-		if k.key == "" || (!d.RefusedBy.Has(k.dim) && !c.queue.HasWaiters(k.key)) {
+		if k.Key == "" || (!d.RefusedBy.Has(dim) && !c.queue.HasWaiters(k)) {
 			continue
 		}
-		out = append(out, k.key)
+		out = append(out, k)
 		if first == limiter.Dimension(limiter.NumDimensions) {
-			first = k.dim
+			first = dim
 		}
 	}
 	return out, first
@@ -372,12 +443,12 @@ func budget(ctx context.Context, now time.Time, r Request) time.Time {
 	return end
 }
 
-// refusal is the immediate 429 for a limiter refusal that is not queued.
-func refusal(d limiter.Decision) Decision {
+// refusal is the immediate 429 for a limiter refusal that is not queued. Its
+// quota describes the refusing bucket, whatever its dimension, so every 429
+// carries the x-ratelimit-* headers.
+func (c *Controller) refusal(d limiter.Decision, keys limiter.Keys, client string) Decision {
 	dec := Decision{Status: StatusTooManyRequests, LimitType: d.LimitType.String(), RetryAfter: d.RetryAfter, TableFull: d.TableFull != 0}
-	if d.LimitType.Queueable() {
-		dec.Quota, dec.HasQuota = d.Tightest, d.HasQuota
-	}
+	dec.Quota, dec.HasQuota = c.refusedQuota(d, keys, client)
 	return dec
 }
 

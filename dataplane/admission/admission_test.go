@@ -186,13 +186,15 @@ func TestImmediateDecisions(t *testing.T) {
 		opts:   envOpts{cfg: limiter.Config{Global: lim(1, time.Second)}, settings: on},
 		before: []Request{{Identity: bob}},
 		req:    Request{Identity: alice},
-		want:   Decision{Status: StatusTooManyRequests, LimitType: "global", RetryAfter: time.Second},
+		want: Decision{Status: StatusTooManyRequests, LimitType: "global", RetryAfter: time.Second, HasQuota: true,
+			Quota: limiter.Quota{Dimension: limiter.DimensionGlobal, Limit: 1, Reset: time.Second}},
 	}, {
 		name:   "per-client refusal is never queued",
 		opts:   envOpts{cfg: limiter.Config{Client: lim(1, time.Second)}, settings: on},
 		before: []Request{{ClientAddr: "10.0.0.1", Identity: bob}},
 		req:    Request{ClientAddr: "10.0.0.1", Identity: alice},
-		want:   Decision{Status: StatusTooManyRequests, LimitType: "client", RetryAfter: time.Second},
+		want: Decision{Status: StatusTooManyRequests, LimitType: "client", RetryAfter: time.Second, HasQuota: true,
+			Quota: limiter.Quota{Dimension: limiter.DimensionClient, Limit: 1, Reset: time.Second}},
 	}, {
 		name: "store outage is a 503, never queued",
 		opts: envOpts{cfg: limiter.Config{User: lim(1, time.Second)}, settings: on, store: downStore{}},
@@ -417,32 +419,24 @@ func TestSettingsValidation(t *testing.T) {
 	}
 }
 
-func TestExpiresExactlyAtItsBudgetBehindItsOwnTenant(t *testing.T) {
+// TestNoBargingRequestThatCannotFitIsRefusedAtOnce: a request that must queue
+// behind its own tenant's waiter takes the limiter's Retry-After without
+// being charged; when even that does not fit its budget it is refused at
+// once, with the next token as its Retry-After and an estimate one grant
+// behind the waiter ahead.
+func TestNoBargingRequestThatCannotFitIsRefusedAtOnce(t *testing.T) {
 	e := newEnv(t, envOpts{cfg: limiter.Config{User: lim(1, time.Second)}, settings: on})
 	e.c.Admit(context.Background(), Request{Identity: alice})
 	first := e.admitAsync(context.Background(), Request{Identity: alice})
 	waitFor(t, "the first waiter", func() bool { return e.depth() == 1 })
-	// FIFO within a tenant: the second waits behind the first (ready at 1s),
-	// and its 500ms budget runs out first.
-	second := e.admitAsync(context.Background(), Request{Identity: alice, TotalTimeout: 500 * time.Millisecond})
-	waitFor(t, "the second waiter", func() bool { return e.depth() == 2 })
-
-	e.clk.Step(499 * time.Millisecond)
-	waitFor(t, "the scheduler to settle", e.queue.Settled)
-	select {
-	case d := <-second:
-		t.Fatalf("answered before its budget ran out: %+v", d)
-	default:
-	}
-	e.clk.Step(time.Millisecond)
-	got := receive(t, second)
-	want := Decision{Status: StatusTooManyRequests, LimitType: "user", RetryAfter: 500 * time.Millisecond, HasQuota: true,
-		Quota: limiter.Quota{Dimension: limiter.DimensionUser, Limit: 1, Reset: 500 * time.Millisecond},
-		Queue: QueueInfo{Queued: true, TenantDimension: identity.DimensionUser, Reason: fairqueue.ReasonDeadlineExceeded, Position: 2, Waited: 500 * time.Millisecond}}
+	got := receive(t, e.admitAsync(context.Background(), Request{Identity: alice, TotalTimeout: 500 * time.Millisecond}))
+	want := Decision{Status: StatusTooManyRequests, LimitType: "user", RetryAfter: time.Second, HasQuota: true,
+		Quota: limiter.Quota{Dimension: limiter.DimensionUser, Limit: 1, Reset: time.Second},
+		Queue: QueueInfo{Queued: true, TenantDimension: identity.DimensionUser, Reason: fairqueue.ReasonWaitExceedsBudget, Position: 2, Estimate: 2 * time.Second}}
 	if got != want {
-		t.Fatalf("second waiter =\n %+v\nwant\n %+v", got, want)
+		t.Fatalf("second request =\n %+v\nwant\n %+v", got, want)
 	}
-	e.clk.Step(500 * time.Millisecond)
+	e.clk.Step(time.Second)
 	if got := receive(t, first); !got.Allowed {
 		t.Fatalf("first waiter: %+v", got)
 	}

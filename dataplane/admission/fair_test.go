@@ -85,7 +85,7 @@ func TestWeightedShareOfASharedLimit(t *testing.T) {
 		waitFor(t, "one grant", func() bool {
 			return counter.allowed.Load() == base+int64(k) && q.Settled()
 		})
-		got[(<-results).User]++
+		got[recv(t, "an admission", results).User]++
 	}
 	t.Logf("of %d grants alice got %d, bob %d", grants, got[alice.User], got[bob.User])
 	if got[alice.User] < 8 || got[bob.User] < 2 || got[alice.User]+got[bob.User] != grants {
@@ -93,7 +93,7 @@ func TestWeightedShareOfASharedLimit(t *testing.T) {
 	}
 	cancel()
 	for i := grants; i < 2*perTenant; i++ {
-		if id := <-results; id != (identity.Set{}) {
+		if id := recv(t, "a cancelled request's answer", results); id != (identity.Set{}) {
 			t.Fatalf("a request was admitted after the test stopped granting: %+v", id)
 		}
 	}

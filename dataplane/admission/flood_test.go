@@ -125,10 +125,10 @@ func TestFloodStaysBounded(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	waitGroup(t, "the flood", &wg, 2*time.Minute)
 	elapsed := e.clk.Since(start)
 	done.Store(true)
-	<-driver
+	recv(t, "the clock driver's exit", driver)
 
 	if len(unexpected) > 0 {
 		t.Fatalf("unexpected decisions (first %d): %+v", len(unexpected), unexpected)

@@ -105,6 +105,9 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 		{"bad identity headers", func(c *Config) {
 			c.Identity.UserHeader, c.Identity.TeamHeader, c.Identity.ModelHeader = "x:user", "x team", "x\nmodel"
 		}, []string{"identity.userHeader: must be a header name", "identity.teamHeader: must be a header name", "identity.modelHeader: must be a header name"}},
+		{"bad client deadline header", func(c *Config) { c.Timeouts.ClientDeadlineHeader = "x deadline" }, []string{
+			"timeouts.clientDeadlineHeader: must be a header name",
+		}},
 		{"trusted headers without headers", func(c *Config) { c.Identity.UserHeader, c.Identity.TeamHeader = "", "" }, []string{
 			"identity.trustHeaders: is true but neither identity.userHeader nor identity.teamHeader is set",
 		}},

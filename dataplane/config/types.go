@@ -291,6 +291,24 @@ type Timeouts struct {
 	RequestTotal Duration `json:"requestTotal,omitzero"`
 	// Models are per-model total timeouts, sorted by Model.
 	Models []ModelTimeout `json:"models,omitempty"`
+	// ClientDeadlineHeader names a request header carrying the client's own
+	// timeout (seconds, or a Go duration) that bounds its queueing budget,
+	// besides X-Stainless-Timeout and X-Envoy-Expected-Rq-Timeout-Ms; empty
+	// means none.
+	ClientDeadlineHeader string `json:"clientDeadlineHeader,omitempty"`
+}
+
+// Smallest returns the smallest configured total timeout, the default's and
+// every model's, or zero when none is set. A request's admission budget is
+// bounded by it (SPEC section 5).
+func (t *Timeouts) Smallest() time.Duration {
+	least := t.RequestTotal.Duration
+	for _, m := range t.Models {
+		if d := m.Total.Duration; d > 0 && (least <= 0 || d < least) {
+			least = d
+		}
+	}
+	return max(least, 0)
 }
 
 // ModelTimeout is the total timeout of requests for one model.

@@ -231,6 +231,9 @@ func (t *Timeouts) validate(errs *fieldErrors) {
 	if t.RequestTotal.Duration < 0 {
 		errs.add("timeouts.requestTotal", "must be >= 0 (0 means no total timeout), got %s", t.RequestTotal)
 	}
+	if t.ClientDeadlineHeader != "" {
+		validateHeaderName("timeouts.clientDeadlineHeader", t.ClientDeadlineHeader, errs)
+	}
 	seen := map[string]int{}
 	for i, m := range t.Models {
 		path := fmt.Sprintf("timeouts.models[%d]", i)

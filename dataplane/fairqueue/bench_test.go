@@ -12,7 +12,7 @@ import (
 
 // benchSched returns a core with n tenants of mixed weights, each backlogged
 // with two waiters on one shared key.
-func benchSched(tb testing.TB, n int) (*sched, []string, []string) {
+func benchSched(tb testing.TB, n int) (*sched, []string, []LimitKey) {
 	tenants := make([]string, n)
 	byTenant := make(map[string]int, n)
 	for i := range tenants {
@@ -20,10 +20,10 @@ func benchSched(tb testing.TB, n int) (*sched, []string, []string) {
 		byTenant[tenants[i]] = 1 + i%5
 	}
 	s := newSched(Bounds{MaxTenants: n, MaxTotalQueued: 4 * n, MaxQueueDepthPerTenant: 4, MaxInFlight: 8, MaxWait: time.Hour}, Weights{Default: 1, ByTenant: byTenant})
-	keys := []string{"model:m"}
+	keys := lk("model:m")
 	for range 2 {
 		for _, tn := range tenants {
-			if w, reason, _, _ := s.enqueue(0, tn, "user", keys, noDeadline, 0); w == nil {
+			if w, reason, _, _ := s.enqueue(0, tn, "user", keys, noDeadline, 0, 0); w == nil {
 				tb.Fatalf("benchmark setup refused: %s", reason)
 			}
 		}
@@ -33,7 +33,7 @@ func benchSched(tb testing.TB, n int) (*sched, []string, []string) {
 
 // grantLoop performs n grant decisions: pick the next tenant, admit its head,
 // and enqueue a replacement so every tenant stays backlogged.
-func grantLoop(tb testing.TB, s *sched, keys []string, n int) {
+func grantLoop(tb testing.TB, s *sched, keys []LimitKey, n int) {
 	for range n {
 		w := s.next(0)
 		if w == nil {
@@ -42,7 +42,7 @@ func grantLoop(tb testing.TB, s *sched, keys []string, n int) {
 		tenant := w.tenant
 		s.complete(0, w, true, 0, nil)
 		s.release(w)
-		if nw, reason, _, _ := s.enqueue(0, tenant, "user", keys, noDeadline, 0); nw == nil {
+		if nw, reason, _, _ := s.enqueue(0, tenant, "user", keys, noDeadline, 0, 0); nw == nil {
 			tb.Fatalf("replacement refused: %s", reason)
 		}
 	}
@@ -115,7 +115,7 @@ func BenchmarkQueueWait(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		i := next.Add(1)
-		r := Request{Tenant: tenantName(int(i % 64)), LimitKeys: []string{tenantName(int(i % 64))}, Attempt: ok}
+		r := Request{Tenant: tenantName(int(i % 64)), LimitKeys: lk(tenantName(int(i % 64))), Attempt: ok}
 		for pb.Next() {
 			if res, err := q.Wait(context.Background(), r); err != nil || !res.Admitted {
 				b.Fatalf("not admitted: %+v, %v", res, err)

@@ -25,10 +25,23 @@
 // tracked tenants weigh W in total, has position ceil(k*W/w) (the grants
 // expected up to and including it), and its estimate at enqueue is its
 // Retry-After plus (k*W/w - 1) times the measured spacing between grants (an
-// EWMA taken while the queue is backlogged).
+// EWMA taken while the queue is backlogged; before the first grant, the
+// contended bucket's refill interval, Request.Interval), and never 0. A
+// request refused by a bound learns when that queue or table is expected to
+// have room (Result.RetryAfter).
+//
+// Tenant table: at most Bounds.MaxTenants tenants, each keeping its slot
+// while it has waiters and for MaxWait after its queue empties (so a client
+// pausing between requests keeps its finish tag and its queue), then evicted
+// least recently active first. With every slot taken, a new tenant shares
+// one of 16 overflow queues chosen by shuffle sharding (its key deals it two,
+// it joins the shorter); it is refused ReasonTenantTableFull only when both
+// are full.
 //
 // No barging: while a limit key has waiters (Queue.HasWaiters), a fresh request
-// needing that key must queue behind them. Attempts that share a limit key are
+// needing that key must queue behind them. A LimitKey carries its key space
+// (the limiter dimension), so equal strings of different dimensions never
+// meet. Attempts that share a limit key are
 // run one at a time, in scheduling order, so the order in which attempts reach
 // the limiter is the fair order.
 //

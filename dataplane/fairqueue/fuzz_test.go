@@ -1,6 +1,8 @@
 package fairqueue
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -16,20 +18,22 @@ func FuzzScheduler(f *testing.F) {
 	f.Add([]byte{0, 7, 0, 9, 0, 11, 0, 13, 1, 1, 1, 4, 255, 4, 255, 1, 2, 2})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		s := newSched(Bounds{MaxQueueDepthPerTenant: 3, MaxTotalQueued: 8, MaxTenants: 4, MaxInFlight: 2, MaxWait: 200 * time.Millisecond}, Weights{Default: 1})
-		live := map[*waiter]bool{}
+		// live holds the waiters in arrival order, so every choice the
+		// target makes depends on the input alone, never on map order.
+		var live liveSet
 		var granted []*waiter
 		s.onDone = func(w *waiter) {
-			if !live[w] {
+			if !live.has(w) {
 				t.Fatalf("scheduler finished a waiter it did not hold")
 			}
 			if w.reason == "" {
 				t.Fatalf("scheduler finished a waiter without a reason")
 			}
-			delete(live, w)
+			live.remove(w)
 			s.release(w)
 		}
 		done := func(w *waiter) {
-			delete(live, w)
+			live.remove(w)
 			s.release(w)
 		}
 		now := int64(0)
@@ -43,25 +47,30 @@ func FuzzScheduler(f *testing.F) {
 			a := arg(i + 1)
 			switch ops[i] % 7 {
 			case 0: // enqueue
-				keys := []string{"model", tenantName(int(a % 3))}
+				keys := lk("model", tenantName(int(a%3)))
 				deadline := int64(noDeadline)
 				if a&8 != 0 {
 					deadline = now + int64(a%16)*15*ms
 				}
 				b, tenantsBefore := s.bounds, len(s.tenants)
-				w, reason, pos, _ := s.enqueue(now, tenantName(int(a%5)), "user", keys, deadline, int64(a/64)*20*ms)
-				if pos < 1 {
-					t.Fatalf("position %d < 1", pos)
+				w, reason, pos, est := s.enqueue(now, tenantName(int(a%5)), "user", keys, deadline, int64(a/64)*20*ms, int64(a%4)*ms)
+				if pos < 1 || est <= 0 {
+					t.Fatalf("position %d < 1 or estimate %d <= 0", pos, est)
 				}
 				if w == nil {
 					if reason == "" {
 						t.Fatalf("refusal without a reason")
 					}
+					if reason != ReasonWaitExceedsBudget {
+						if room := s.room(now, tenantName(int(a%5)), reason, int64(a%4)*ms); room < minRetry {
+							t.Fatalf("%s refusal: room in %d, want at least %d", reason, room, minRetry)
+						}
+					}
 					break
 				}
-				live[w] = true
-				newTenant := len(s.tenants) > tenantsBefore
-				if s.depth > b.MaxTotalQueued || w.t.depth > b.MaxQueueDepthPerTenant || (newTenant && len(s.tenants) > b.MaxTenants) {
+				live.add(w)
+				grew := len(s.tenants) > tenantsBefore
+				if s.depth > b.MaxTotalQueued || w.t.depth > b.MaxQueueDepthPerTenant || (grew && len(s.tenants) > b.MaxTenants) {
 					t.Fatalf("enqueue exceeded a bound: depth %d tenant depth %d tenants %d bounds %+v", s.depth, w.t.depth, len(s.tenants), b)
 				}
 			case 1: // grant
@@ -69,7 +78,7 @@ func FuzzScheduler(f *testing.F) {
 				if w == nil {
 					break
 				}
-				if !live[w] || w.state != stateGranted {
+				if !live.has(w) || w.state != stateGranted {
 					t.Fatalf("granted a waiter that is not live")
 				}
 				if w.deadline <= now || w.readyAt > now {
@@ -89,24 +98,22 @@ func FuzzScheduler(f *testing.F) {
 				if s.complete(now, w, a&1 == 0, int64(a%5)*10*ms, nil) != outcomeRequeued {
 					done(w)
 				}
-			case 3: // cancel
-				n := int(a) % (len(live) + 1)
-				for w := range live {
-					if n == 0 {
-						if w.state == stateGranted {
-							for j, g := range granted {
-								if g == w {
-									granted = append(granted[:j], granted[j+1:]...)
-									break
-								}
-							}
-						}
-						s.cancel(now, w)
-						done(w)
-						break
-					}
-					n--
+			case 3: // cancel the a-th live waiter, if there is one
+				n := int(a) % (len(live.order) + 1)
+				if n == len(live.order) {
+					break
 				}
+				w := live.order[n]
+				if w.state == stateGranted {
+					for j, g := range granted {
+						if g == w {
+							granted = append(granted[:j], granted[j+1:]...)
+							break
+						}
+					}
+				}
+				s.cancel(now, w)
+				done(w)
 			case 4: // tick
 				now += int64(a) * ms
 			case 5: // reweight
@@ -119,23 +126,66 @@ func FuzzScheduler(f *testing.F) {
 	})
 }
 
+// liveSet is the set of waiters the scheduler holds, in arrival order.
+type liveSet struct {
+	order []*waiter
+}
+
+func (l *liveSet) add(w *waiter) { l.order = append(l.order, w) }
+
+func (l *liveSet) has(w *waiter) bool { return slices.Contains(l.order, w) }
+
+func (l *liveSet) remove(w *waiter) {
+	if i := slices.Index(l.order, w); i >= 0 {
+		l.order = slices.Delete(l.order, i, i+1)
+	}
+}
+
 // checkInvariants verifies that the scheduler's structures agree with the set
 // of live waiters: each appears exactly once in exactly one tenant queue, the
 // counts and heaps are consistent, and the weight sum is exact.
-func checkInvariants(t *testing.T, s *sched, live map[*waiter]bool, granted int) {
+func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 	t.Helper()
 	seen := map[*waiter]bool{}
-	sumW, inFlight, queued := 0, 0, 0
-	keys := map[string]int{}
+	sumW, inFlight, queued, active, idle := 0, 0, 0, 0, 0
+	keys := map[LimitKey]int{}
+	queues := make(map[string]*tenant, len(s.tenants)+overflowQueues)
 	for key, tn := range s.tenants {
-		if tn.key != key || tn.depth == 0 {
-			t.Fatalf("tenant %q: key %q depth %d", key, tn.key, tn.depth)
+		if tn.key != key || tn.overflow {
+			t.Fatalf("tenant %q: key %q overflow %v", key, tn.key, tn.overflow)
 		}
+		queues[key] = tn
+	}
+	for i, tn := range s.overflow {
+		if tn != nil {
+			if !tn.overflow {
+				t.Fatalf("overflow queue %d not marked", i)
+			}
+			queues[fmt.Sprintf("overflow %d", i)] = tn
+		}
+	}
+	for n, tn := s.idleHead, 0; n != nil; n, tn = n.idleNext, tn+1 {
+		if !n.idle || n.depth != 0 || s.tenants[n.key] != n || (n.idleNext != nil && n.idleNext.idlePrev != n) {
+			t.Fatalf("idle list entry %d (%q) is not an idle tenant of the table", tn, n.key)
+		}
+		idle++
+	}
+	for key, tn := range queues {
+		if tn.depth == 0 {
+			if tn.place != placeNone || tn.head != nil || (!tn.overflow && !tn.idle) {
+				t.Fatalf("empty tenant %q: place %d, idle %v", key, tn.place, tn.idle)
+			}
+			continue
+		}
+		if tn.idle {
+			t.Fatalf("tenant %q with waiters is on the idle list", key)
+		}
+		active++
 		sumW += tn.weight
 		n := 0
 		var prev *waiter
 		for w := tn.head; w != nil; w = w.next {
-			if seen[w] || !live[w] || w.t != tn || w.prev != prev {
+			if seen[w] || !live.has(w) || w.t != tn || w.prev != prev {
 				t.Fatalf("tenant %q: waiter duplicated, foreign or mislinked", key)
 			}
 			seen[w] = true
@@ -178,8 +228,14 @@ func checkInvariants(t *testing.T, s *sched, live map[*waiter]bool, granted int)
 			t.Fatalf("tenant %q with waiters is in no heap", key)
 		}
 	}
-	if len(seen) != len(live) || s.depth != len(live) {
-		t.Fatalf("%d live waiters, %d in queues, depth %d: a waiter was lost or duplicated", len(live), len(seen), s.depth)
+	if len(seen) != len(live.order) || s.depth != len(live.order) {
+		t.Fatalf("%d live waiters, %d in queues, depth %d: a waiter was lost or duplicated", len(live.order), len(seen), s.depth)
+	}
+	if active != s.active || idle+active > len(s.tenants)+overflowQueues {
+		t.Fatalf("%d active queues counted, scheduler says %d; %d idle", active, s.active, idle)
+	}
+	if len(s.tenants) > s.bounds.MaxTenants && idle > 0 {
+		t.Fatalf("tenant table holds %d over its bound %d with %d idle tenants left to evict", len(s.tenants), s.bounds.MaxTenants, idle)
 	}
 	if inFlight != s.inFlight || inFlight != granted {
 		t.Fatalf("in flight: counted %d, scheduler %d, test %d", inFlight, s.inFlight, granted)
@@ -187,8 +243,8 @@ func checkInvariants(t *testing.T, s *sched, live map[*waiter]bool, granted int)
 	if queued != s.deadlines.len() || sumW != s.sumWeights {
 		t.Fatalf("deadline heap %d vs %d queued; weight sum %d vs %d", s.deadlines.len(), queued, s.sumWeights, sumW)
 	}
-	if s.ready.len()+s.pending.len()+inFlight != len(s.tenants) {
-		t.Fatalf("heaps hold %d+%d tenants plus %d in flight, %d tracked", s.ready.len(), s.pending.len(), inFlight, len(s.tenants))
+	if s.ready.len()+s.pending.len()+inFlight != active {
+		t.Fatalf("heaps hold %d+%d tenants plus %d in flight, %d active", s.ready.len(), s.pending.len(), inFlight, active)
 	}
 	for _, h := range []*tenantHeap{&s.ready, &s.pending} {
 		for i := 1; i < h.len(); i++ {

@@ -1,6 +1,8 @@
 package fairqueue
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -73,26 +75,121 @@ func TestIntermittentTenantKeepsItsShare(t *testing.T) {
 	}
 }
 
-// TestIdleTagsStayBounded checks that remembering idle tenants' finish tags
-// cannot grow memory with the number of distinct tenants seen.
-func TestIdleTagsStayBounded(t *testing.T) {
+// TestTenantTableStaysBounded checks that remembering idle tenants cannot grow
+// memory with the number of distinct tenants seen: idle tenants are evicted
+// least recently active first.
+func TestTenantTableStaysBounded(t *testing.T) {
 	const maxTenants = 8
-	m := newSim(t, Bounds{MaxTenants: maxTenants, MaxWait: time.Hour}, Weights{Default: 1}, time.Millisecond)
+	// Tenants arrive one maxWait apart, so each idle one may be evicted.
+	m := newSim(t, Bounds{MaxTenants: maxTenants, MaxWait: time.Millisecond}, Weights{Default: 1}, time.Millisecond)
 	for i := range 1000 {
-		// Each tenant is granted once and leaves ahead of the virtual time.
+		// Each tenant is granted once and goes idle.
 		m.now += int64(time.Millisecond)
-		if _, reason, _, _ := m.s.enqueue(m.now, tenantName(i), "user", m.key, noDeadline, 0); reason != "" {
+		if _, reason, _, _ := m.s.enqueue(m.now, tenantName(i), "user", m.key, noDeadline, 0, 0); reason != "" {
 			t.Fatalf("tenant %d refused: %s", i, reason)
 		}
 		m.runUntil(func() bool { return m.s.depth == 0 })
-		if n := len(m.s.idle); n > maxTenants {
-			t.Fatalf("after %d tenants, %d idle tags kept; bound is MaxTenants=%d", i+1, n, maxTenants)
+		if n := len(m.s.tenants); n > maxTenants {
+			t.Fatalf("after %d tenants, %d kept; bound is MaxTenants=%d", i+1, n, maxTenants)
 		}
 	}
-	if len(m.s.idle) == 0 {
-		t.Fatal("no idle tag was kept: the tenants did not leave ahead of the virtual time")
+	if m.s.active != 0 {
+		t.Fatalf("%d queues active with nothing queued", m.s.active)
 	}
-	if len(m.s.tenants) != 0 {
-		t.Fatalf("%d tenants still tracked with empty queues", len(m.s.tenants))
+	// The table holds the most recent tenants, oldest idle first.
+	var got []string
+	for tn := m.s.idleHead; tn != nil; tn = tn.idleNext {
+		got = append(got, tn.key)
+	}
+	var want []string
+	for i := 1000 - maxTenants; i < 1000; i++ {
+		want = append(want, tenantName(i))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("idle tenants %v, want the %d most recent %v", got, maxTenants, want)
+	}
+}
+
+// TestFreshKeyFloodDoesNotLockOutEstablishedTenants churns 100,000 fresh
+// tenant keys, ten times faster than the shared limit grants, through a table
+// of 1024 tenants, while an established tenant sends one request at a time
+// with 50ms between an answer and its next request. The established tenant
+// keeps its queue (its idle entry is not evicted within maxWait), is never
+// refused tenant_table_full and gets a tenant's share; the flood shares the
+// overflow queues; the table never exceeds its bound.
+func TestFreshKeyFloodDoesNotLockOutEstablishedTenants(t *testing.T) {
+	const (
+		freshKeys = 100_000
+		arrival   = 100 * time.Microsecond // flood: 10 keys per grant
+		think     = 50 * time.Millisecond
+	)
+	m := newSim(t, Bounds{MaxWait: 5 * time.Second}, Weights{Default: 1}, time.Millisecond)
+	refused := map[string]map[Reason]int{"alice": {}, "flood": {}}
+	admitted := map[string]int{}
+	who := func(tenant string) string {
+		if tenant == "alice" {
+			return "alice"
+		}
+		return "flood"
+	}
+	aliceNext := int64(0) // when alice sends her next request; -1 while one is out
+	m.admitted = func(w *waiter) {
+		admitted[who(w.tenant)]++
+		if w.tenant == "alice" {
+			aliceNext = m.now + int64(think)
+		}
+	}
+	m.refused = func(w *waiter) {
+		refused[who(w.tenant)][w.reason]++
+		if w.tenant == "alice" {
+			aliceNext = m.now + int64(think)
+		}
+	}
+	offer := func(tenant string) {
+		ok, w, reason := m.arrive(tenant)
+		switch {
+		case ok:
+			admitted[who(tenant)]++
+			if tenant == "alice" {
+				aliceNext = m.now + int64(think)
+			}
+		case w == nil:
+			refused[who(tenant)][reason]++
+			if tenant == "alice" {
+				aliceNext = m.now + int64(think)
+			}
+		}
+	}
+	maxTable := 0
+	for i := 0; i < freshKeys; i++ {
+		m.now = int64(i) * int64(arrival)
+		if aliceNext >= 0 && aliceNext <= m.now {
+			aliceNext = -1
+			offer("alice")
+		}
+		offer(fmt.Sprintf("fresh-%06d", i))
+		end := m.now + int64(arrival)
+		m.runUntil(func() bool {
+			wake, ok := m.s.nextWake()
+			return !ok || wake >= end
+		})
+		maxTable = max(maxTable, len(m.s.tenants))
+	}
+	t.Logf("alice admitted %d, refused %v; flood admitted %d, refused %v; largest table %d",
+		admitted["alice"], refused["alice"], admitted["flood"], refused["flood"], maxTable)
+	if n := refused["alice"][ReasonTenantTableFull]; n != 0 {
+		t.Errorf("the established tenant was refused tenant_table_full %d times", n)
+	}
+	// 10s of flood; alice alone would get one request per 50ms think time
+	// plus its wait; with ~1040 queues sharing 1000 grants/s she still gets
+	// about one grant per second of queueing.
+	if admitted["alice"] < 5 {
+		t.Errorf("the established tenant was admitted %d times in 10s, want at least 5", admitted["alice"])
+	}
+	if maxTable > DefaultMaxTenants {
+		t.Errorf("tenant table reached %d, bound %d", maxTable, DefaultMaxTenants)
+	}
+	if refused["flood"][ReasonTenantTableFull] == 0 {
+		t.Errorf("the flood was never refused tenant_table_full: the test did not fill the table")
 	}
 }

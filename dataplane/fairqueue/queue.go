@@ -117,17 +117,23 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 	if d, ok := ctx.Deadline(); ok {
 		deadline = min(deadline, q.toSched(d))
 	}
-	w, reason, pos, est := q.s.enqueue(now, r.Tenant, r.Dimension, r.LimitKeys, deadline, int64(r.RetryAfter))
+	w, reason, pos, est := q.s.enqueue(now, r.Tenant, r.Dimension, r.LimitKeys, deadline, int64(r.RetryAfter), int64(r.Interval))
 	if w == nil {
+		retryAfter := r.RetryAfter
+		if reason != ReasonWaitExceedsBudget {
+			room := time.Duration(q.s.room(now, r.Tenant, reason, int64(r.Interval)))
+			budget := time.Duration(min(deadline, now+int64(q.s.bounds.MaxWait)) - now)
+			retryAfter = max(min(room, budget), r.RetryAfter)
+		}
 		q.obs.Refused(r.Dimension, reason)
 		q.mu.Unlock()
-		return Result{Reason: reason, Position: pos, Estimate: time.Duration(est), RetryAfter: r.RetryAfter}, nil
+		return Result{Reason: reason, Position: pos, Estimate: time.Duration(est), RetryAfter: retryAfter}, nil
 	}
 	if w.signal == nil {
 		w.signal = make(chan struct{}, 1)
 	}
 	w.attempt = r.Attempt
-	q.obs.QueueChanged(q.s.depth, len(q.s.tenants))
+	q.obs.QueueChanged(q.s.depth, q.s.active)
 	q.kickLocked()
 	q.mu.Unlock()
 
@@ -138,7 +144,7 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 			q.mu.Lock()
 			if w.state != stateDone {
 				q.s.cancel(q.now(), w)
-				q.obs.QueueChanged(q.s.depth, len(q.s.tenants))
+				q.obs.QueueChanged(q.s.depth, q.s.active)
 				q.kickLocked()
 				res := q.resultLocked(w)
 				q.s.release(w)
@@ -184,7 +190,7 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 		case res.Reason != "":
 			q.obs.Refused(w.dim, res.Reason)
 		}
-		q.obs.QueueChanged(q.s.depth, len(q.s.tenants))
+		q.obs.QueueChanged(q.s.depth, q.s.active)
 		q.s.release(w)
 		q.mu.Unlock()
 		return res, err
@@ -244,7 +250,7 @@ func (q *Queue) run() {
 			q.signal(w)
 		}
 		wake, ok := q.s.nextWake()
-		q.obs.QueueChanged(q.s.depth, len(q.s.tenants))
+		q.obs.QueueChanged(q.s.depth, q.s.active)
 		var d time.Duration
 		if ok {
 			d = time.Duration(wake - q.now())
@@ -281,12 +287,6 @@ func (q *Queue) run() {
 	}
 }
 
-// waitIdle blocks until the scheduler has processed every event and no attempt
-// is running, so tests driving a fake clock can assert a settled state.
-func (q *Queue) waitIdle() {
-	q.waitUntil(q.settled)
-}
-
 // Settled reports whether the scheduler has handled every event, no attempt
 // is running and nothing is due before its next wake-up. Tests that drive the
 // Queue with a fake clock poll it before stepping the clock again.
@@ -300,31 +300,17 @@ func (q *Queue) settled() bool {
 	return q.sleeping && !q.dirty && q.s.inFlight == 0 && (!q.hasWake || q.now() < q.wakeAt)
 }
 
-// waitUntil blocks until pred, evaluated with mu held after each scheduler
-// pass, returns true or the Queue is closed with no attempt running. Tests
-// only.
-func (q *Queue) waitUntil(pred func() bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for !pred() {
-		if q.closed && q.s.inFlight == 0 {
-			return
-		}
-		q.idle.Wait()
-	}
-}
-
 // HasWaiters reports whether any request needing limitKey is queued or in an
 // attempt. A fresh request needing such a key must queue behind them (no
 // barging). It does not allocate.
-func (q *Queue) HasWaiters(limitKey string) bool {
+func (q *Queue) HasWaiters(limitKey LimitKey) bool {
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	return q.s.hasWaiters(limitKey)
 }
 
 // HasWaitersAny reports whether HasWaiters is true for any of keys.
-func (q *Queue) HasWaitersAny(keys []string) bool {
+func (q *Queue) HasWaitersAny(keys []LimitKey) bool {
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	for _, k := range keys {
@@ -388,9 +374,11 @@ func (q *Queue) Close() {
 	})
 }
 
-// Stats returns the requests queued and the tenant queues tracked now.
+// Stats returns the requests queued and the queues holding them now (tenant
+// queues and overflow queues); idle tenants remembered in the table are not
+// counted.
 func (q *Queue) Stats() (depth, tenants int) {
 	q.mu.RLock()
 	defer q.mu.RUnlock()
-	return q.s.depth, len(q.s.tenants)
+	return q.s.depth, q.s.active
 }

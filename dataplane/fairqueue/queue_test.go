@@ -3,6 +3,7 @@ package fairqueue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -34,8 +35,18 @@ func startWait(t *testing.T, ctx context.Context, q *Queue, r Request) <-chan wa
 		res, err := q.Wait(ctx, r)
 		ch <- waitResult{res, err}
 	}()
-	q.waitUntil(func() bool { return q.s.depth > depth || len(ch) > 0 })
-	q.waitIdle()
+	// A refusal wakes nothing the queue's condition variable would see, so
+	// poll (a synchronisation point, not timing logic) until the request is
+	// queued or answered.
+	for deadline := time.Now().Add(testTimeout); ; time.Sleep(50 * time.Microsecond) {
+		if d, _ := q.Stats(); d > depth || len(ch) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("request neither queued nor answered within %v", testTimeout)
+		}
+	}
+	q.waitIdle(t)
 	return ch
 }
 
@@ -78,15 +89,15 @@ func TestQueueAdmitsAfterRetryAfter(t *testing.T) {
 	defer q.Close()
 	b := &fakeBucket{clk: clk, interval: time.Second, avail: epoch.Add(100 * time.Millisecond)}
 
-	ch := startWait(t, context.Background(), q, Request{Tenant: "a", Dimension: "user", LimitKeys: []string{"model:m"}, RetryAfter: 100 * time.Millisecond, Attempt: b.attempt})
-	if !q.HasWaiters("model:m") || q.HasWaiters("model:other") {
+	ch := startWait(t, context.Background(), q, Request{Tenant: "a", Dimension: "user", LimitKeys: lk("model:m"), RetryAfter: 100 * time.Millisecond, Attempt: b.attempt})
+	if !q.HasWaiters(LimitKey{Key: "model:m"}) || q.HasWaiters(LimitKey{Key: "model:other"}) {
 		t.Errorf("HasWaiters does not reflect the queued request")
 	}
 	clk.Step(99 * time.Millisecond)
-	q.waitIdle()
+	q.waitIdle(t)
 	mustPending(t, ch)
 	clk.Step(time.Millisecond)
-	r := <-ch
+	r := recv(t, ch)
 	if r.err != nil || !r.res.Admitted {
 		t.Fatalf("want admitted, got %+v, %v", r.res, r.err)
 	}
@@ -94,7 +105,7 @@ func TestQueueAdmitsAfterRetryAfter(t *testing.T) {
 	if r.res != want {
 		t.Errorf("result = %+v, want %+v", r.res, want)
 	}
-	if q.HasWaiters("model:m") {
+	if q.HasWaiters(LimitKey{Key: "model:m"}) {
 		t.Errorf("HasWaiters still true after admission")
 	}
 	if d, n := q.Stats(); d != 0 || n != 0 {
@@ -104,47 +115,84 @@ func TestQueueAdmitsAfterRetryAfter(t *testing.T) {
 
 func TestQueueRefusals(t *testing.T) {
 	never := func() (bool, time.Duration, error) { return false, time.Hour, nil }
+	// fillOverflow queues one request each for 100 more tenants: with the
+	// table full, they fill every overflow queue.
+	fillOverflow := func(t *testing.T, q *Queue) []<-chan waitResult {
+		var chs []<-chan waitResult
+		for i := range 100 {
+			chs = append(chs, startWait(t, context.Background(), q, Request{Tenant: fmt.Sprintf("flood-%d", i), Dimension: "user", RetryAfter: time.Second, Attempt: never}))
+		}
+		return chs
+	}
 	cases := []struct {
-		name    string
-		bounds  Bounds
-		setup   func(q *Queue)
-		req     Request
-		want    Reason
-		wantPos int
+		name   string
+		bounds Bounds
+		setup  func(t *testing.T, q *Queue) []<-chan waitResult
+		req    Request
+		want   Reason
+		// wantPos and wantRetryAfter are the refused request's position and
+		// Retry-After hint; wantFirst is how the request queued first ends.
+		wantPos        int
+		wantRetryAfter time.Duration
+		wantFirst      Reason
+		wantRefusals   int
 	}{
 		{
 			name:    "tenant queue full",
 			bounds:  Bounds{MaxQueueDepthPerTenant: 1},
-			req:     Request{Tenant: "a", RetryAfter: time.Second},
+			req:     Request{Tenant: "a", RetryAfter: 10 * time.Millisecond, Interval: 100 * time.Millisecond},
 			want:    ReasonTenantQueueFull,
 			wantPos: 2,
+			// The queue frees when its head is admitted, at its Retry-After.
+			wantRetryAfter: time.Second, wantFirst: ReasonShutdown, wantRefusals: 1,
+		},
+		{
+			name:    "tenant queue full, room after the request's budget",
+			bounds:  Bounds{MaxQueueDepthPerTenant: 1},
+			req:     Request{Tenant: "a", RetryAfter: 10 * time.Millisecond, Deadline: epoch.Add(500 * time.Millisecond)},
+			want:    ReasonTenantQueueFull,
+			wantPos: 2,
+			// Never more than the budget: the head is expected only at 1s.
+			wantRetryAfter: 500 * time.Millisecond, wantFirst: ReasonShutdown, wantRefusals: 1,
 		},
 		{
 			name:    "queue full",
 			bounds:  Bounds{MaxTotalQueued: 1},
-			req:     Request{Tenant: "b", RetryAfter: time.Second},
+			req:     Request{Tenant: "b", RetryAfter: 10 * time.Millisecond, Interval: 100 * time.Millisecond},
 			want:    ReasonQueueFull,
 			wantPos: 2,
+			// The next grant is expected one refill interval from now.
+			wantRetryAfter: 100 * time.Millisecond, wantFirst: ReasonShutdown, wantRefusals: 1,
 		},
 		{
-			name:    "tenant table full",
-			bounds:  Bounds{MaxTenants: 1},
-			req:     Request{Tenant: "b", RetryAfter: time.Second},
+			name:    "tenant table and its overflow queues full",
+			bounds:  Bounds{MaxTenants: 1, MaxQueueDepthPerTenant: 1},
+			setup:   fillOverflow,
+			req:     Request{Tenant: "b", RetryAfter: 10 * time.Millisecond, Interval: 100 * time.Millisecond},
 			want:    ReasonTenantTableFull,
-			wantPos: 2,
+			wantPos: 34, // second in an overflow queue, 17 queues active
+			// The shorter queue of the hand frees when its head is admitted,
+			// expected at its Retry-After.
+			wantRetryAfter: time.Second, wantFirst: ReasonShutdown, wantRefusals: 1 + 100 - overflowQueues,
 		},
 		{
-			name:    "retry-after does not fit the request deadline",
-			req:     Request{Tenant: "b", RetryAfter: time.Second, Deadline: epoch.Add(time.Second)},
-			want:    ReasonWaitExceedsBudget,
-			wantPos: 2,
+			name:           "retry-after does not fit the request deadline",
+			req:            Request{Tenant: "b", RetryAfter: time.Second, Deadline: epoch.Add(time.Second)},
+			want:           ReasonWaitExceedsBudget,
+			wantPos:        2,
+			wantRetryAfter: time.Second, wantFirst: ReasonShutdown, wantRefusals: 1,
 		},
 		{
-			name:    "disabled",
-			setup:   func(q *Queue) { q.Disable() },
+			name: "disabled",
+			setup: func(_ *testing.T, q *Queue) []<-chan waitResult {
+				q.Disable()
+				return nil
+			},
 			req:     Request{Tenant: "b", RetryAfter: time.Second},
 			want:    ReasonDisabled,
-			wantPos: 0,
+			wantPos: 0, wantRetryAfter: time.Second,
+			// Disable answers the queued request too.
+			wantFirst: ReasonDisabled, wantRefusals: 2,
 		},
 	}
 	for _, tc := range cases {
@@ -154,23 +202,28 @@ func TestQueueRefusals(t *testing.T) {
 			q := New(clk, tc.bounds, Weights{}, obs)
 			defer q.Close()
 			first := startWait(t, context.Background(), q, Request{Tenant: "a", Dimension: "user", RetryAfter: time.Second, Attempt: never})
+			var others []<-chan waitResult
 			if tc.setup != nil {
-				tc.setup(q)
+				others = tc.setup(t, q)
 			}
 			tc.req.Attempt, tc.req.Dimension = never, "user"
-			res, err := q.Wait(context.Background(), tc.req)
-			if err != nil || res.Admitted || res.Reason != tc.want || res.Position != tc.wantPos {
-				t.Fatalf("got %+v, %v; want reason %q at position %d", res, err, tc.want, tc.wantPos)
-			}
-			if got := obs.refused(tc.want); got != 1 {
-				t.Errorf("observer saw %d refusals with %q, want 1", got, tc.want)
+			res, err := waitNow(t, context.Background(), q, tc.req)
+			if err != nil || res.Admitted || res.Reason != tc.want || res.Position != tc.wantPos || res.RetryAfter != tc.wantRetryAfter {
+				t.Fatalf("got %+v, %v; want reason %q at position %d with Retry-After %v", res, err, tc.want, tc.wantPos, tc.wantRetryAfter)
 			}
 			if tc.want != ReasonDisabled {
 				mustPending(t, first)
 			}
 			q.Close()
-			if r := <-first; r.res.Reason != ReasonShutdown && r.res.Reason != ReasonDisabled {
-				t.Errorf("queued request after Close: %+v", r.res)
+			if r := recv(t, first); r.res.Reason != tc.wantFirst {
+				t.Errorf("request queued first ended with %+v, want %q", r.res, tc.wantFirst)
+			}
+			for _, ch := range others {
+				recv(t, ch)
+			}
+			// Every waiter has returned, so every refusal has been observed.
+			if got := obs.refused(tc.want); got != tc.wantRefusals {
+				t.Errorf("observer saw %d refusals with %q, want %d", got, tc.want, tc.wantRefusals)
 			}
 		})
 	}
@@ -187,11 +240,11 @@ func TestQueueDeadlineExceeded(t *testing.T) {
 	ch := startWait(t, context.Background(), q, Request{Tenant: "a", Attempt: refuse, Deadline: epoch.Add(50 * time.Millisecond)})
 	for range 49 {
 		clk.Step(time.Millisecond)
-		q.waitIdle()
+		q.waitIdle(t)
 	}
 	mustPending(t, ch)
 	clk.Step(time.Millisecond)
-	r := <-ch
+	r := recv(t, ch)
 	if r.err != nil || r.res.Reason != ReasonDeadlineExceeded || r.res.Waited != 50*time.Millisecond || r.res.Position != 2 {
 		t.Fatalf("got %+v, %v; want deadline_exceeded after exactly 50ms at position 2", r.res, r.err)
 	}
@@ -205,10 +258,10 @@ func TestQueueRequeueBeyondBudget(t *testing.T) {
 	refuse := func() (bool, time.Duration, error) { attempts++; return false, 60 * time.Millisecond, nil }
 	ch := startWait(t, context.Background(), q, Request{Tenant: "a", Attempt: refuse, RetryAfter: 10 * time.Millisecond})
 	clk.Step(10 * time.Millisecond) // attempt 1 fails: ready again at 70ms
-	q.waitIdle()
+	q.waitIdle(t)
 	mustPending(t, ch)
 	clk.Step(60 * time.Millisecond) // attempt 2 fails: 130ms is past the 100ms budget
-	r := <-ch
+	r := recv(t, ch)
 	if r.res.Reason != ReasonWaitExceedsBudget || attempts != 2 || r.res.RetryAfter != 60*time.Millisecond {
 		t.Fatalf("got %+v after %d attempts; want wait_exceeds_budget after 2", r.res, attempts)
 	}
@@ -220,14 +273,14 @@ func TestQueueCancellation(t *testing.T) {
 	defer q.Close()
 	refuse := func() (bool, time.Duration, error) { return false, time.Second, nil }
 	ctx, cancel := context.WithCancel(context.Background())
-	head := startWait(t, context.Background(), q, Request{Tenant: "a", LimitKeys: []string{"k"}, RetryAfter: time.Second, Attempt: refuse})
-	ch := startWait(t, ctx, q, Request{Tenant: "a", LimitKeys: []string{"k2"}, RetryAfter: time.Second, Attempt: refuse})
+	head := startWait(t, context.Background(), q, Request{Tenant: "a", LimitKeys: lk("k"), RetryAfter: time.Second, Attempt: refuse})
+	ch := startWait(t, ctx, q, Request{Tenant: "a", LimitKeys: lk("k2"), RetryAfter: time.Second, Attempt: refuse})
 	cancel()
-	r := <-ch
+	r := recv(t, ch)
 	if !errors.Is(r.err, context.Canceled) || r.res.Admitted || r.res.Position != 2 {
 		t.Fatalf("got %+v, %v; want context.Canceled at position 2", r.res, r.err)
 	}
-	if q.HasWaiters("k2") {
+	if q.HasWaiters(LimitKey{Key: "k2"}) {
 		t.Errorf("cancelled request still counted as a waiter")
 	}
 	if d, _ := q.Stats(); d != 1 {
@@ -243,7 +296,7 @@ func TestQueueAttemptError(t *testing.T) {
 	errStore := errors.New("limiter store unavailable")
 	ch := startWait(t, context.Background(), q, Request{Tenant: "a", Attempt: func() (bool, time.Duration, error) { return false, 0, errStore }, RetryAfter: time.Millisecond})
 	clk.Step(time.Millisecond)
-	r := <-ch
+	r := recv(t, ch)
 	if !errors.Is(r.err, errStore) || r.res.Admitted {
 		t.Fatalf("got %+v, %v; want the store error", r.res, r.err)
 	}
@@ -263,7 +316,7 @@ func TestQueueDisableAnswersEveryWaiter(t *testing.T) {
 	}
 	q.Disable()
 	for i, ch := range chs {
-		if r := <-ch; r.res.Reason != ReasonDisabled || r.err != nil {
+		if r := recv(t, ch); r.res.Reason != ReasonDisabled || r.err != nil {
 			t.Errorf("waiter %d: got %+v, %v; want disabled", i, r.res, r.err)
 		}
 	}
@@ -271,10 +324,10 @@ func TestQueueDisableAnswersEveryWaiter(t *testing.T) {
 	ch := startWait(t, context.Background(), q, Request{Tenant: "a", RetryAfter: time.Second, Attempt: refuse})
 	mustPending(t, ch)
 	q.Close()
-	if r := <-ch; r.res.Reason != ReasonShutdown {
+	if r := recv(t, ch); r.res.Reason != ReasonShutdown {
 		t.Errorf("after Close: %+v, want shutdown", r.res)
 	}
-	if res, _ := q.Wait(context.Background(), Request{Tenant: "a", Attempt: refuse}); res.Reason != ReasonShutdown {
+	if res, _ := waitNow(t, context.Background(), q, Request{Tenant: "a", Attempt: refuse}); res.Reason != ReasonShutdown {
 		t.Errorf("Wait after Close: %+v, want shutdown", res)
 	}
 }
@@ -305,15 +358,19 @@ func TestQueueWeightedFairness(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := q.Wait(context.Background(), Request{Tenant: tenantName(i), LimitKeys: []string{"model:m"}, RetryAfter: time.Millisecond, Attempt: attempt}); err != nil {
+				if _, err := q.Wait(context.Background(), Request{Tenant: tenantName(i), LimitKeys: lk("model:m"), RetryAfter: time.Millisecond, Attempt: attempt}); err != nil {
 					t.Errorf("Wait for tenant %s: %v", tenantName(i), err)
 				}
 			}()
 		}
 	}
-	q.waitUntil(func() bool { return q.s.depth == len(ws)*perTenant })
-	for {
-		q.waitIdle()
+	q.waitUntil(t, func() bool { return q.s.depth == len(ws)*perTenant })
+	for step := 0; ; step++ {
+		if step > 10*grants {
+			q.Close()
+			t.Fatalf("only %d grants after %d clock steps, want %d", rb.n, step, grants)
+		}
+		q.waitIdle(t)
 		mu.Lock()
 		n := rb.n
 		mu.Unlock()
@@ -370,7 +427,7 @@ func TestQueueUsesContextDeadline(t *testing.T) {
 	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(time.Hour))
 	defer cancel()
 	never := func() (bool, time.Duration, error) { return false, time.Hour, nil }
-	res, err := q.Wait(ctx, Request{Tenant: "a", RetryAfter: 2 * time.Hour, Attempt: never})
+	res, err := waitNow(t, ctx, q, Request{Tenant: "a", RetryAfter: 2 * time.Hour, Attempt: never})
 	if err != nil || res.Reason != ReasonWaitExceedsBudget {
 		t.Fatalf("got %+v, %v; want wait_exceeds_budget from the context deadline", res, err)
 	}
@@ -406,7 +463,7 @@ func TestQueueHasWaitersAllocationFree(t *testing.T) {
 	clk := clocktesting.NewFakeClock(epoch)
 	q := New(clk, Bounds{}, Weights{}, nil)
 	defer q.Close()
-	keys := []string{"user:x", "model:m"}
+	keys := lk("user:x", "model:m")
 	if a := testing.AllocsPerRun(100, func() { q.HasWaitersAny(keys) }); a != 0 {
 		t.Errorf("HasWaitersAny allocates %.1f times per call", a)
 	}
@@ -420,7 +477,7 @@ func BenchmarkHasWaiters(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			q.HasWaiters("model:m")
+			q.HasWaiters(LimitKey{Key: "model:m"})
 		}
 	})
 }
@@ -447,22 +504,22 @@ func TestQueueReconfigureKeepsWaiters(t *testing.T) {
 	}
 	var chs []<-chan waitResult
 	for _, tn := range []string{"a", "a", "b", "b"} {
-		chs = append(chs, startWait(t, context.Background(), q, Request{Tenant: tn, LimitKeys: []string{"m"}, RetryAfter: time.Millisecond, Attempt: attempt(tn)}))
+		chs = append(chs, startWait(t, context.Background(), q, Request{Tenant: tn, LimitKeys: lk("m"), RetryAfter: time.Millisecond, Attempt: attempt(tn)}))
 	}
 	q.SetBounds(Bounds{MaxTotalQueued: 2})
 	if d, _ := q.Stats(); d != 4 {
 		t.Fatalf("tightening bounds evicted waiters: depth %d", d)
 	}
-	if res, _ := q.Wait(context.Background(), Request{Tenant: "c", RetryAfter: time.Millisecond, Attempt: attempt("c")}); res.Reason != ReasonQueueFull {
+	if res, _ := waitNow(t, context.Background(), q, Request{Tenant: "c", RetryAfter: time.Millisecond, Attempt: attempt("c")}); res.Reason != ReasonQueueFull {
 		t.Fatalf("new arrival after tightening: %+v, want queue_full", res)
 	}
 	q.SetWeights(Weights{Default: 1, ByTenant: map[string]int{"b": 100}})
 	for range 4 {
 		clk.Step(time.Millisecond)
-		q.waitIdle()
+		q.waitIdle(t)
 	}
 	for i, ch := range chs {
-		if r := <-ch; !r.res.Admitted {
+		if r := recv(t, ch); !r.res.Admitted {
 			t.Errorf("waiter %d not admitted: %+v", i, r.res)
 		}
 	}
@@ -480,17 +537,17 @@ func TestQueueAttemptPanicFreesSlot(t *testing.T) {
 	panicked := make(chan any, 1)
 	go func() {
 		defer func() { panicked <- recover() }()
-		_, _ = q.Wait(context.Background(), Request{Tenant: "a", LimitKeys: []string{"k"}, Attempt: func() (bool, time.Duration, error) { panic("limiter bug") }}) // never returns: the attempt panics
+		_, _ = q.Wait(context.Background(), Request{Tenant: "a", LimitKeys: lk("k"), Attempt: func() (bool, time.Duration, error) { panic("limiter bug") }}) // never returns: the attempt panics
 	}()
-	if p := <-panicked; p != "limiter bug" {
+	if p := recv(t, panicked); p != "limiter bug" {
 		t.Fatalf("recovered %v, want the attempt's panic", p)
 	}
-	q.waitIdle()
-	if q.HasWaiters("k") {
+	q.waitIdle(t)
+	if q.HasWaiters(LimitKey{Key: "k"}) {
 		t.Fatalf("panicked request still holds its key")
 	}
 	ok := func() (bool, time.Duration, error) { return true, 0, nil }
-	if res, err := q.Wait(context.Background(), Request{Tenant: "b", LimitKeys: []string{"k"}, Attempt: ok}); err != nil || !res.Admitted {
+	if res, err := waitNow(t, context.Background(), q, Request{Tenant: "b", LimitKeys: lk("k"), Attempt: ok}); err != nil || !res.Admitted {
 		t.Fatalf("request on the same key after the panic: %+v, %v", res, err)
 	}
 }

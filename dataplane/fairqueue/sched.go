@@ -56,7 +56,7 @@ type waiter struct {
 	dlPrev     *waiter // neighbours in the deadline list
 	dlNext     *waiter
 
-	keys       []string
+	keys       []LimitKey
 	ks         []*keyState // ks[i] counts keys[i]; the slice is reused with the node
 	dim        string
 	enqueuedAt int64
@@ -88,8 +88,11 @@ const (
 	placeInFlight             // head granted, attempt running
 )
 
-// tenant is one tenant's FIFO queue plus its fair-queuing tags. A tenant is
-// tracked only while it has waiters.
+// tenant is one tenant's FIFO queue plus its fair-queuing tags. A tenant stays
+// in the table after its queue empties (idle), keeping the finish tag it
+// earned, until a new tenant needs its slot; idle tenants are evicted least
+// recently used first. An overflow queue is a tenant shared by the tenants
+// that found the table full; it is never in the table and never evicted.
 type tenant struct {
 	key        string
 	weight     int
@@ -101,6 +104,14 @@ type tenant struct {
 	place      tenantPlace
 	heapIdx    int
 	seq        uint64
+	// since is when the tenant was last admitted a request, or when it last
+	// became active; it dates the tenant's next expected grant.
+	since int64
+	// idlePrev and idleNext link the idle list while the queue is empty.
+	idlePrev, idleNext *tenant
+	idle               bool  // on the idle list
+	idleSince          int64 // when the queue last emptied
+	overflow           bool
 }
 
 func (t *tenant) tag() uint64 { return t.start + t.stride }
@@ -127,14 +138,19 @@ type sched struct {
 	bounds  Bounds
 	weights Weights
 
+	// tenants is the tenant table: at most MaxTenants tenants, active or
+	// idle. An idle tenant keeps its finish tag, so a tenant that drains its
+	// queue after every grant comes back where it left off instead of at vnow
+	// (which would let it win every token while vnow stands still).
 	tenants map[string]*tenant
-	keys    map[string]*keyState
-	// idle holds the finish tags of tenants whose queue emptied while they
-	// were ahead of the virtual time, so a tenant that drains its queue after
-	// every grant comes back where it left off instead of at vnow (which would
-	// let it win every token while vnow stands still). At most MaxTenants
-	// entries; an entry is useless once vnow has passed it.
-	idle      map[string]uint64
+	// idleHead and idleTail are the idle tenants, least recently active
+	// first: the eviction order when a new tenant needs a slot.
+	idleHead, idleTail *tenant
+	// overflow holds the shared queues of tenants that found the table full
+	// of active tenants (see overflowFor); allocated on first use.
+	overflow  [overflowQueues]*tenant
+	keys      map[LimitKey]*keyState
+	active    int           // queues (tenant or overflow) holding waiters
 	ready     tenantHeap    // by finish tag, then arrival
 	pending   tenantHeap    // by head ready time, then arrival
 	deadlines deadlineIndex // queued (not granted) waiters by deadline
@@ -164,8 +180,7 @@ func newSched(b Bounds, w Weights) *sched {
 		bounds:  b.withDefaults(),
 		weights: w.clone(),
 		tenants: make(map[string]*tenant),
-		keys:    make(map[string]*keyState),
-		idle:    make(map[string]uint64),
+		keys:    make(map[LimitKey]*keyState),
 		onDone:  func(*waiter) {},
 	}
 	return s
@@ -181,28 +196,37 @@ func positionOf(k, w, sumW int) (int, float64) {
 
 // enqueue adds a request arriving at now, or refuses it with the reason and
 // the position it would have had. deadline is absolute (noDeadline for none);
-// MaxWait from now is applied on top.
-func (s *sched) enqueue(now int64, tenantKey, dim string, keys []string, deadline, retryAfter int64) (*waiter, Reason, int, int64) {
+// MaxWait from now is applied on top. interval is the refill interval of the
+// bucket the request contends for; it stands in for the grant spacing until
+// grants have been measured. The estimate is the request's Retry-After plus
+// the spacing times the grants expected before its own.
+func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadline, retryAfter, interval int64) (*waiter, Reason, int, int64) {
 	if mw := now + int64(s.bounds.MaxWait); mw < deadline {
 		deadline = mw
 	}
 	retryAfter = max(retryAfter, 0)
-	t := s.tenants[tenantKey]
+	t, overflow := s.queueFor(now, tenantKey)
 	var weight int
 	k, sumW := 1, s.sumWeights
 	if t != nil {
 		weight, k = t.weight, t.depth+1
+		if t.depth == 0 {
+			sumW += weight
+		}
 	} else {
 		weight = s.weights.weightOf(tenantKey)
 		sumW += weight
 	}
 	pos, grants := positionOf(k, weight, sumW)
-	est := retryAfter + int64(s.spacing*max(grants-1, 0))
+	est := retryAfter + int64(s.spacingOr(interval)*max(grants-1, 0))
+	// A request that waits is never estimated at 0: even the first in line
+	// waits for the scheduler to grant it.
+	est = max(est, minRetry)
 
 	switch {
 	case retryAfter >= deadline-now:
 		return nil, ReasonWaitExceedsBudget, pos, est
-	case t == nil && len(s.tenants) >= s.bounds.MaxTenants:
+	case overflow && t.depth >= s.bounds.MaxQueueDepthPerTenant:
 		return nil, ReasonTenantTableFull, pos, est
 	case t != nil && t.depth >= s.bounds.MaxQueueDepthPerTenant:
 		return nil, ReasonTenantQueueFull, pos, est
@@ -211,7 +235,10 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []string, deadlin
 	}
 
 	if t == nil {
-		t = s.newTenant(tenantKey, weight)
+		t = s.newTenant(now, tenantKey, weight)
+	}
+	if t.depth == 0 {
+		s.activate(t, now)
 	}
 	w := s.newWaiter()
 	w.t, w.tenant, w.keys, w.dim = t, tenantKey, keys, dim
@@ -237,6 +264,171 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []string, deadlin
 		s.place(t, now)
 	}
 	return w, "", pos, est
+}
+
+// spacingOr returns the measured grant spacing, or interval (the contended
+// bucket's refill interval) before any grant has been measured.
+func (s *sched) spacingOr(interval int64) float64 {
+	if s.spacing > 0 {
+		return s.spacing
+	}
+	return float64(max(interval, 0))
+}
+
+// queueFor returns the queue a request of tenantKey arriving at now joins: its
+// own tenant (nil when it has none and the table has room, or an idle tenant
+// can be evicted to make room), or, when the table is full of tenants that
+// are active or were active within MaxWait, an overflow queue, reported by
+// the second result.
+func (s *sched) queueFor(now int64, tenantKey string) (*tenant, bool) {
+	if t := s.tenants[tenantKey]; t != nil {
+		return t, false
+	}
+	if len(s.tenants) < s.bounds.MaxTenants || s.evictable(now) {
+		return nil, false
+	}
+	return s.overflowFor(tenantKey), true
+}
+
+// evictable reports whether the least recently active idle tenant has been
+// idle for MaxWait, so a new tenant may take its slot. The grace keeps a
+// tenant that pauses between requests (a client waiting for its previous
+// answer) from losing its queue to a flood of fresh keys.
+func (s *sched) evictable(now int64) bool {
+	return s.idleHead != nil && now-s.idleHead.idleSince >= int64(s.bounds.MaxWait)
+}
+
+// overflowQueues is the number of overflow queues; overflowHand is how many
+// of them a tenant's hash deals it.
+const (
+	overflowQueues = 16
+	overflowHand   = 2
+)
+
+// overflowFor picks the overflow queue of a tenant that found the table full
+// of active tenants, shuffle-sharding style (as Kubernetes API Priority and
+// Fairness does): the tenant's key deals it a hand of overflowHand of the
+// overflowQueues queues and it joins the shorter one. A flood of distinct
+// keys therefore shares a few queues scheduled at the default weight, and a
+// tenant is refused (tenant_table_full) only when both queues of its hand are
+// full.
+func (s *sched) overflowFor(tenantKey string) *tenant {
+	h := fnv64(tenantKey)
+	first := int(h % overflowQueues)
+	second := int((h / overflowQueues) % (overflowQueues - 1))
+	if second >= first {
+		second++
+	}
+	a, b := s.overflowQueue(first), s.overflowQueue(second)
+	if b.depth < a.depth {
+		return b
+	}
+	return a
+}
+
+// overflowQueue returns overflow queue i, creating it on first use.
+func (s *sched) overflowQueue(i int) *tenant {
+	if t := s.overflow[i]; t != nil {
+		return t
+	}
+	weight := s.weights.weightOf("")
+	s.seq++
+	t := &tenant{key: "", weight: weight, stride: strideScale / uint64(weight), finish: s.vnow, heapIdx: -1, seq: s.seq, overflow: true}
+	s.overflow[i] = t
+	return t
+}
+
+// fnv64 is FNV-1a over key: tenant keys are already keyed hashes, so this only
+// needs to spread them, not to resist an adversary.
+func fnv64(key string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// activate counts a tenant whose queue was empty as active again: it leaves
+// the idle list and its weight joins the sum. A tenant that went idle behind
+// the virtual time restarts at it.
+func (s *sched) activate(t *tenant, now int64) {
+	if t.idle {
+		s.unlinkIdle(t)
+	}
+	t.finish = vmax(t.finish, s.vnow)
+	t.since = now
+	s.sumWeights += t.weight
+	s.active++
+}
+
+// deactivate takes a tenant whose queue emptied at now out of the weight sum
+// and appends it to the idle list (overflow queues stay where they are).
+func (s *sched) deactivate(t *tenant, now int64) {
+	s.sumWeights -= t.weight
+	s.active--
+	if t.overflow {
+		return
+	}
+	t.idle, t.idleSince, t.idlePrev, t.idleNext = true, now, s.idleTail, nil
+	if s.idleTail == nil {
+		s.idleHead = t
+	} else {
+		s.idleTail.idleNext = t
+	}
+	s.idleTail = t
+	s.trimIdle() // the bound may have been lowered while t was active
+}
+
+// unlinkIdle removes t from the idle list; it must be on it.
+func (s *sched) unlinkIdle(t *tenant) {
+	if t.idlePrev != nil {
+		t.idlePrev.idleNext = t.idleNext
+	} else {
+		s.idleHead = t.idleNext
+	}
+	if t.idleNext != nil {
+		t.idleNext.idlePrev = t.idlePrev
+	} else {
+		s.idleTail = t.idlePrev
+	}
+	t.idle, t.idlePrev, t.idleNext = false, nil, nil
+}
+
+// room returns the expected time from now until a request refused at enqueue
+// with reason could join. For tenant_queue_full it is when its tenant's head
+// is expected to be admitted: the head's own estimate, made at its enqueue
+// from its position and the grant spacing, or one grant from now when the
+// head is overdue, never before the head's Retry-After. For
+// tenant_table_full the same holds for the shorter overflow queue of its
+// hand. For queue_full it is the next grant or expiry anywhere. It is at
+// least minRetry; the caller applies the limiter's next token and the
+// request's budget.
+func (s *sched) room(now int64, tenantKey string, reason Reason, interval int64) int64 {
+	sp := int64(s.spacingOr(interval))
+	var d int64
+	switch reason {
+	case ReasonTenantQueueFull, ReasonTenantTableFull:
+		t, _ := s.queueFor(now, tenantKey)
+		if t == nil || t.head == nil {
+			return minRetry
+		}
+		h := t.head
+		at := h.enqueuedAt + h.estimate
+		if at <= now {
+			at = now + sp
+		}
+		d = max(at, h.readyAt) - now
+	case ReasonQueueFull:
+		d = sp
+		if s.lastGrantSet {
+			d = s.lastGrant + sp - now
+		}
+		if w := s.deadlines.earliest(); w != nil {
+			d = min(d, w.deadline-now)
+		}
+	}
+	return max(d, minRetry)
 }
 
 // place puts a tenant that has a head waiter and no running attempt into the
@@ -330,6 +522,7 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 				s.spacing += spacingWeight * (dt - s.spacing)
 			}
 		}
+		t.since = now
 		s.finish(w, now, true, "")
 		s.lastGrant, s.lastGrantSet = now, s.depth > 0
 		return outcomeAdmitted
@@ -417,7 +610,7 @@ func (s *sched) finish(w *waiter, now int64, admitted bool, reason Reason) {
 	switch {
 	case t.depth == 0:
 		s.unplace(t)
-		s.dropTenant(t)
+		s.deactivate(t, now)
 	case granted:
 		// The granted head left: the tenant competes again with its new head.
 		t.place = placeNone
@@ -453,7 +646,13 @@ func (s *sched) newWaiter() *waiter {
 	return &waiter{}
 }
 
-func (s *sched) newTenant(key string, weight int) *tenant {
+// newTenant adds a tenant to the table at now, first evicting the least
+// recently active idle tenant when the table is at MaxTenants (queueFor has
+// checked that it may).
+func (s *sched) newTenant(now int64, key string, weight int) *tenant {
+	if len(s.tenants) >= s.bounds.MaxTenants && s.evictable(now) {
+		s.evictIdle()
+	}
 	var t *tenant
 	if n := len(s.freeT); n > 0 {
 		t = s.freeT[n-1]
@@ -462,51 +661,31 @@ func (s *sched) newTenant(key string, weight int) *tenant {
 		t = &tenant{}
 	}
 	s.seq++
-	finish := s.vnow
-	if f, ok := s.idle[key]; ok {
-		delete(s.idle, key)
-		finish = vmax(finish, f)
-	}
-	*t = tenant{key: key, weight: weight, stride: strideScale / uint64(weight), finish: finish, heapIdx: -1, seq: s.seq}
+	*t = tenant{key: key, weight: weight, stride: strideScale / uint64(weight), finish: s.vnow, heapIdx: -1, seq: s.seq}
 	s.tenants[key] = t
-	s.sumWeights += weight
 	return t
 }
 
-func (s *sched) dropTenant(t *tenant) {
-	if vless(s.vnow, t.finish) {
-		s.rememberIdle(t.key, t.finish)
-	}
+// evictIdle drops the least recently active idle tenant from the table. It
+// forgets that tenant's finish tag, which costs it at most one stride of its
+// share should it come back.
+func (s *sched) evictIdle() {
+	t := s.idleHead
+	s.unlinkIdle(t)
 	delete(s.tenants, t.key)
-	s.sumWeights -= t.weight
 	*t = tenant{}
 	s.freeT = append(s.freeT, t)
 }
 
-// rememberIdle records the finish tag of a tenant leaving while ahead of the
-// virtual time. When the table is full, entries vnow has passed are dropped
-// and, if that is not enough, arbitrary ones down to half the bound, so the
-// scan is amortised over at least MaxTenants/2 insertions; forgetting an entry
-// costs at most one stride of that tenant's share.
-func (s *sched) rememberIdle(key string, finish uint64) {
-	limit := s.bounds.MaxTenants
-	if len(s.idle) >= limit {
-		for k, f := range s.idle {
-			if !vless(s.vnow, f) {
-				delete(s.idle, k)
-			}
-		}
-		for k := range s.idle {
-			if len(s.idle) <= limit/2 {
-				break
-			}
-			delete(s.idle, k)
-		}
+// trimIdle evicts idle tenants until the table is within MaxTenants, after
+// the bound was lowered.
+func (s *sched) trimIdle() {
+	for len(s.tenants) > s.bounds.MaxTenants && s.idleHead != nil {
+		s.evictIdle()
 	}
-	s.idle[key] = finish
 }
 
-func (s *sched) keyRef(key string) *keyState {
+func (s *sched) keyRef(key LimitKey) *keyState {
 	if ks := s.keys[key]; ks != nil {
 		return ks
 	}
@@ -523,7 +702,7 @@ func (s *sched) keyRef(key string) *keyState {
 }
 
 // hasWaiters reports whether any waiter needs key.
-func (s *sched) hasWaiters(key string) bool {
+func (s *sched) hasWaiters(key LimitKey) bool {
 	return s.keys[key] != nil
 }
 
@@ -531,17 +710,28 @@ func (s *sched) hasWaiters(key string) bool {
 // waiter; the ready heap is re-ordered by the new finish tags.
 func (s *sched) setWeights(w Weights) {
 	s.weights = w.clone()
-	for _, t := range s.tenants {
-		nw := s.weights.weightOf(t.key)
-		s.sumWeights += nw - t.weight
+	reweight := func(t *tenant, nw int) {
+		if t.depth > 0 {
+			s.sumWeights += nw - t.weight
+		}
 		t.weight, t.stride = nw, strideScale/uint64(nw)
+	}
+	for _, t := range s.tenants {
+		reweight(t, s.weights.weightOf(t.key))
+	}
+	for _, t := range s.overflow {
+		if t != nil {
+			reweight(t, s.weights.weightOf(""))
+		}
 	}
 	s.ready.rekey((*tenant).tag)
 }
 
-// setBounds applies new bounds to future decisions; nothing is evicted.
+// setBounds applies new bounds to future decisions. No waiter is evicted;
+// idle tenants beyond a lowered MaxTenants are.
 func (s *sched) setBounds(b Bounds) {
 	s.bounds = b.withDefaults()
+	s.trimIdle()
 }
 
 // nextWake returns the earliest time something becomes due without an event:

@@ -11,7 +11,7 @@ const ms = int64(time.Millisecond)
 // enq enqueues for tenant on the given keys with no deadline beyond MaxWait.
 func enq(t *testing.T, s *sched, now int64, tenant string, ra int64, keys ...string) *waiter {
 	t.Helper()
-	w, reason, _, _ := s.enqueue(now, tenant, "user", keys, noDeadline, ra)
+	w, reason, _, _ := s.enqueue(now, tenant, "user", lk(keys...), noDeadline, ra, 0)
 	if w == nil {
 		t.Fatalf("enqueue %s at %d: refused with %s", tenant, now, reason)
 	}
@@ -59,12 +59,20 @@ func TestEnqueueBounds(t *testing.T) {
 			wantPos: 4,
 		},
 		{
-			name:    "tenant table full for a new tenant",
+			name:    "tenant table full of active tenants: a new tenant shares an overflow queue",
 			bounds:  Bounds{MaxTenants: 2},
 			before:  []arrival{{"a", 0}, {"b", 0}},
 			tenant:  "c",
-			want:    ReasonTenantTableFull,
+			want:    "",
 			wantPos: 3,
+		},
+		{
+			name:    "tenant table full and both overflow queues of the hand full",
+			bounds:  Bounds{MaxTenants: 2, MaxQueueDepthPerTenant: 1},
+			before:  []arrival{{"a", 0}, {"b", 0}, {"c", 0}, {"c", 0}},
+			tenant:  "c",
+			want:    ReasonTenantTableFull,
+			wantPos: 8, // second in an overflow queue, 4 queues active
 		},
 		{
 			name:    "tenant table full does not stop a tracked tenant",
@@ -127,7 +135,7 @@ func TestEnqueueBounds(t *testing.T) {
 				dl = noDeadline
 			}
 			depth, tenants := s.depth, len(s.tenants)
-			w, reason, pos, _ := s.enqueue(0, tc.tenant, "user", []string{"k"}, dl, tc.ra)
+			w, reason, pos, _ := s.enqueue(0, tc.tenant, "user", lk("k"), dl, tc.ra, 0)
 			if reason != tc.want {
 				t.Fatalf("reason = %q, want %q", reason, tc.want)
 			}
@@ -163,7 +171,7 @@ func TestRequeueAndBudget(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSched(Bounds{}, Weights{})
-			first, _, _, _ := s.enqueue(0, "a", "user", []string{"k"}, tc.deadline, 10*ms)
+			first, _, _, _ := s.enqueue(0, "a", "user", lk("k"), tc.deadline, 10*ms, 0)
 			second := enq(t, s, 0, "a", 0, "k")
 			if w := s.next(5 * ms); w != nil {
 				t.Fatalf("granted before the Retry-After passed")
@@ -209,15 +217,15 @@ func TestExpiry(t *testing.T) {
 	// w1 waits behind a head whose attempt is still running when its deadline
 	// (100ms) comes.
 	head := enq(t, s, 0, "a", 0, "k")
-	w1, _, _, _ := s.enqueue(0, "a", "user", []string{"k"}, 100*ms, 0)
+	w1, _, _, _ := s.enqueue(0, "a", "user", lk("k"), 100*ms, 0, 0)
 	if s.next(0) != head {
 		t.Fatalf("head not granted")
 	}
-	w2, _, _, _ := s.enqueue(0, "b", "user", []string{"k2"}, 50*ms, 60*ms)
+	w2, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 60*ms, 0)
 	if w2 != nil {
 		t.Fatalf("waiter whose Retry-After exceeds its deadline was queued")
 	}
-	w3, _, _, _ := s.enqueue(0, "b", "user", []string{"k2"}, 50*ms, 10*ms)
+	w3, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 10*ms, 0)
 	if wake, _ := s.nextWake(); wake != 10*ms {
 		t.Fatalf("next wake = %d, want the earliest ready time 10ms", wake)
 	}
@@ -242,8 +250,8 @@ func TestExpiry(t *testing.T) {
 		t.Fatalf("w1 not expired with deadline_exceeded at its deadline: %v", expired)
 	}
 	s.complete(100*ms, head, true, 0, nil)
-	if s.depth != 0 || len(s.tenants) != 0 || s.hasWaiters("k") {
-		t.Errorf("queue not empty after expiry: depth %d tenants %d", s.depth, len(s.tenants))
+	if s.depth != 0 || s.active != 0 || s.hasWaiters(LimitKey{Key: "k"}) {
+		t.Errorf("queue not empty after expiry: depth %d active queues %d", s.depth, s.active)
 	}
 }
 
@@ -272,8 +280,8 @@ func TestCancel(t *testing.T) {
 			if a.state != stateDone || a.admitted || a.reason != "" {
 				t.Errorf("cancelled waiter: state %d admitted %v reason %q", a.state, a.admitted, a.reason)
 			}
-			if s.hasWaiters("k") || s.inFlight != 0 || s.depth != 1 {
-				t.Errorf("after cancel: hasWaiters %v inFlight %d depth %d", s.hasWaiters("k"), s.inFlight, s.depth)
+			if s.hasWaiters(LimitKey{Key: "k"}) || s.inFlight != 0 || s.depth != 1 {
+				t.Errorf("after cancel: hasWaiters %v inFlight %d depth %d", s.hasWaiters(LimitKey{Key: "k"}), s.inFlight, s.depth)
 			}
 			if s.next(0) != b {
 				t.Errorf("the other tenant was not granted after the cancellation")
@@ -321,7 +329,7 @@ func TestAttemptError(t *testing.T) {
 	if got := s.complete(0, w, false, 0, errStore); got != outcomeError || !errors.Is(w.err, errStore) {
 		t.Fatalf("outcome %d err %v, want error outcome carrying the store error", got, w.err)
 	}
-	if s.depth != 0 || s.inFlight != 0 || s.hasWaiters("k") {
+	if s.depth != 0 || s.inFlight != 0 || s.hasWaiters(LimitKey{Key: "k"}) {
 		t.Errorf("waiter not removed after an attempt error")
 	}
 }
@@ -342,7 +350,7 @@ func TestReweightKeepsOrder(t *testing.T) {
 		}
 		s.complete(0, w, true, 0, nil)
 	}
-	if s.depth != 3 || len(s.tenants) != 1 {
+	if s.depth != 3 || s.active != 1 {
 		t.Errorf("b's waiters lost by reweighting: depth %d", s.depth)
 	}
 }
@@ -356,10 +364,10 @@ func TestTightenedBoundsNeverEvict(t *testing.T) {
 	if s.depth != 4 {
 		t.Fatalf("tightened bounds evicted waiters: depth %d", s.depth)
 	}
-	if _, reason, pos, _ := s.enqueue(0, "a", "user", nil, noDeadline, 0); reason != ReasonTenantQueueFull || pos != 5 {
+	if _, reason, pos, _ := s.enqueue(0, "a", "user", nil, noDeadline, 0, 0); reason != ReasonTenantQueueFull || pos != 5 {
 		t.Errorf("new arrival: reason %q pos %d, want tenant_queue_full at 5", reason, pos)
 	}
-	if _, reason, _, _ := s.enqueue(0, "b", "user", nil, noDeadline, 0); reason != ReasonQueueFull {
+	if _, reason, _, _ := s.enqueue(0, "b", "user", nil, noDeadline, 0, 0); reason != ReasonQueueFull {
 		t.Errorf("new tenant: reason %q, want queue_full", reason)
 	}
 }

@@ -31,7 +31,7 @@ type sim struct {
 	s        *sched
 	now      int64
 	bucket   *simBucket
-	key      []string
+	key      []LimitKey
 	admitted func(w *waiter) // called before the node is recycled
 	refused  func(w *waiter)
 	attempt  func(w *waiter) (bool, int64) // nil: take from bucket
@@ -39,7 +39,7 @@ type sim struct {
 }
 
 func newSim(t testing.TB, b Bounds, w Weights, interval time.Duration) *sim {
-	m := &sim{t: t, s: newSched(b, w), bucket: &simBucket{interval: int64(interval)}, key: []string{"model:m"}}
+	m := &sim{t: t, s: newSched(b, w), bucket: &simBucket{interval: int64(interval)}, key: lk("model:m")}
 	m.s.onDone = func(w *waiter) {
 		if m.refused != nil {
 			m.refused(w)
@@ -62,7 +62,7 @@ func (m *sim) arrive(tenant string) (admittedNow bool, w *waiter, reason Reason)
 		}
 		ra = r
 	}
-	w, reason, _, _ = m.s.enqueue(m.now, tenant, "user", m.key, noDeadline, ra)
+	w, reason, _, _ = m.s.enqueue(m.now, tenant, "user", m.key, noDeadline, ra, 0)
 	return false, w, reason
 }
 
@@ -178,3 +178,12 @@ func (b *reportBuilder) report() fairnessReport {
 }
 
 func tenantName(i int) string { return fmt.Sprintf("tenant-%03d", i) }
+
+// lk returns limit keys of kind 0 named by keys.
+func lk(keys ...string) []LimitKey {
+	out := make([]LimitKey, len(keys))
+	for i, k := range keys {
+		out[i] = LimitKey{Key: k}
+	}
+	return out
+}

@@ -131,6 +131,16 @@ func (w Weights) clone() Weights {
 // back into the Queue.
 type Attempt func() (ok bool, retryAfter time.Duration, err error)
 
+// LimitKey names one limiter bucket a request needs: the bucket's key within
+// a key space (Kind, the limiter dimension), so equal key strings of
+// different dimensions (a user id equal to a team id) are different keys.
+type LimitKey struct {
+	// Kind is the key space, typically the limiter dimension.
+	Kind uint8
+	// Key is the bucket key within Kind.
+	Key string
+}
+
 // Request describes one request that a limit refused (or that must not barge
 // past existing waiters).
 type Request struct {
@@ -142,14 +152,19 @@ type Request struct {
 	Dimension string
 	// LimitKeys are the limiter keys the request needs. They feed HasWaiters
 	// (no barging) and serialize attempts that compete for the same tokens.
-	LimitKeys []string
+	LimitKeys []LimitKey
 	// Deadline is the absolute end of the request's admission budget; the zero
 	// time means none. The Queue also applies Bounds.MaxWait from enqueue and
 	// the deadline of the context passed to Wait, whichever is earliest.
 	Deadline time.Time
-	// RetryAfter is the Retry-After of the refusal that sent the request here,
-	// or 0 when it is queued only to avoid barging.
+	// RetryAfter is the Retry-After of the refusal that sent the request here;
+	// for a request queued only to avoid barging, the time until the limiter
+	// would have a token for it (0 when it has one now).
 	RetryAfter time.Duration
+	// Interval is the refill interval of the bucket the request contends for.
+	// Until the Queue has measured the spacing between grants, it estimates
+	// waits with this spacing; 0 means unknown.
+	Interval time.Duration
 	// Attempt re-checks the limiter when the request's turn comes; required.
 	Attempt Attempt
 }
@@ -171,8 +186,11 @@ type Result struct {
 	// Estimate is the wait predicted at enqueue: the Retry-After plus the
 	// measured grant spacing times the grants expected ahead of the request.
 	Estimate time.Duration
-	// RetryAfter is a hint for the client when the request was refused: the
-	// last Retry-After the limiter gave for it.
+	// RetryAfter is a hint for the client when the request was refused. For a
+	// refusal by a bound (tenant_queue_full, queue_full, tenant_table_full)
+	// it is the expected time until that queue or table has room, never less
+	// than the request's own Retry-After and never more than its remaining
+	// budget; otherwise it is the last Retry-After the limiter gave for it.
 	RetryAfter time.Duration
 }
 

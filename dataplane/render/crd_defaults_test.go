@@ -49,6 +49,7 @@ spec:
       overrides:
       - model: m
         requests: 5
+      unknownModel: {}
     perBackend: {requests: 10}
   fairQueuing:
     enabled: true

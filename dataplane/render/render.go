@@ -342,7 +342,7 @@ func renderTimeouts(t *fqv1alpha1.RequestTimeouts) config.Timeouts {
 		// The API server defaults it; objects built elsewhere may lack it.
 		total, _ = time.ParseDuration(fqv1alpha1.DefaultRequestTotalTimeout)
 	}
-	out := config.Timeouts{RequestTotal: config.Duration{Duration: total}}
+	out := config.Timeouts{RequestTotal: config.Duration{Duration: total}, ClientDeadlineHeader: t.ClientDeadlineHeader}
 	for _, m := range t.Models {
 		out.Models = append(out.Models, config.ModelTimeout{Model: m.Model, Total: config.Duration{Duration: m.Total.Duration}})
 	}

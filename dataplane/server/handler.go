@@ -6,16 +6,30 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/fairqueue/fairqueue/dataplane/admission"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
 )
 
 // ServeHTTP runs one request through the admission path of SPEC section 2:
 // identity resolution, the admission core (pre-auth limits, identity limits,
 // fair queue), backend selection, and the proxied call with what is left of
 // the total timeout.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	// Every response carries an x-request-id: the upstream's when it sends
+	// one, else this generated one, which the upstream also receives when
+	// the client sent none.
+	// One value slice serves both headers: neither is modified in place.
+	w := &requestIDWriter{ResponseWriter: rw, id: []string{newRequestID()}}
+	if len(r.Header[headerRequestID]) == 0 {
+		r.Header[headerRequestID] = w.id
+	}
+	if log := s.log.V(2); log.Enabled() {
+		defer s.accessLog(log, w, r, s.clock.Now())
+	}
 	rt := s.rt.Load()
 	if rt == nil {
 		(&apiError{status: http.StatusServiceUnavailable, errType: errorTypeUnavailable, code: "not_ready",
@@ -58,13 +72,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// The admission budget (SPEC section 5) is the smallest of maxWait
+	// (applied by the queue), the smallest configured total timeout and the
+	// client's own deadline.
 	total := rt.timeout(id.model)
-	dec := rt.admit.Admit(r.Context(), admission.Request{
+	ar := admission.Request{
 		ClientAddr:   client,
 		Identity:     identity.Set{APIKey: id.apiKeyHash, User: id.userHash, Team: id.teamHash},
 		Model:        id.model,
-		TotalTimeout: total,
-	})
+		TotalTimeout: smallestTimeout(rt.smallestTimeout, total),
+	}
+	if d, ok := clientTimeout(r.Header, rt.deadlineHeader); ok {
+		ar.Deadline = start.Add(d)
+	}
+	dec := rt.admit.Admit(r.Context(), ar)
 	if !dec.Allowed {
 		s.refuse(w, r, &dec, &id)
 		return
@@ -78,8 +99,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.refundIdentity(rt, &id)
 		// Backend capacity is never queued, so the refusal carries no queue
 		// details even when the request waited for its identity limits.
-		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: "backend", RetryAfter: retry,
-			Quota: dec.Quota, HasQuota: dec.HasQuota}
+		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: "backend", RetryAfter: retry}
+		if lim, ok := rt.lim.LimitOf(limiter.DimensionBackend, ""); ok {
+			dec.Quota, dec.HasQuota = lim.RefusedQuota(limiter.DimensionBackend, retry), true
+		}
 		s.refuse(w, r, &dec, &id)
 		return
 	}
@@ -121,6 +144,13 @@ func (s *Server) preAuthRefused(w http.ResponseWriter, r *http.Request, rt *runt
 		dec = admission.Decision{Status: http.StatusServiceUnavailable, RetryAfter: time.Second, Err: err}
 	case !d.Allowed:
 		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: d.LimitType.String(), RetryAfter: d.RetryAfter, TableFull: d.TableFull != 0}
+		key := ""
+		if d.LimitType == limiter.DimensionClient {
+			key = client
+		}
+		if lim, ok := rt.lim.LimitOf(d.LimitType, key); ok {
+			dec.Quota, dec.HasQuota = lim.RefusedQuota(d.LimitType, d.RetryAfter), true
+		}
 	default:
 		return false
 	}
@@ -135,6 +165,9 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 		return // the client left while queued; its slot is already free
 	}
 	e := apiError{status: dec.Status, limitType: dec.LimitType, retryAfter: dec.RetryAfter}
+	if e.status == http.StatusTooManyRequests && e.retryAfter <= 0 {
+		e.retryAfter = time.Millisecond // a 429 always tells when to retry
+	}
 	q := &dec.Queue
 	switch {
 	case dec.Status == http.StatusServiceUnavailable && q.Reason == fairqueue.ReasonShutdown:
@@ -168,7 +201,8 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 	}
 	e.write(w)
 	if log := s.log.V(1); log.Enabled() {
-		kv := []any{"status", dec.Status, "code", e.code, "limitType", dec.LimitType, "retryAfter", dec.RetryAfter.String(), "path", r.URL.Path}
+		kv := []any{"status", dec.Status, "code", e.code, "limitType", dec.LimitType, "retryAfter", dec.RetryAfter.String(), "path", r.URL.Path,
+			"requestID", w.Header().Get(headerRequestID)}
 		if id != nil {
 			kv = append(kv, "apiKey", shortHash(id.apiKeyHash), "user", shortHash(id.userHash), "team", shortHash(id.teamHash))
 		}
@@ -183,4 +217,82 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 func writeTimeout(w http.ResponseWriter) {
 	(&apiError{status: http.StatusGatewayTimeout, errType: errorTypeUpstream, code: "upstream_timeout",
 		message: "the request's total timeout ran out before the backend answered; time spent queued counts against it"}).write(w)
+}
+
+// smallestTimeout returns the smallest positive of a and b, or 0 when
+// neither is set.
+func smallestTimeout(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return max(b, 0)
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}
+
+// Client deadline headers read besides the one a policy names.
+const (
+	// headerStainlessTimeout is the client's timeout in seconds, sent by
+	// OpenAI's SDKs on every request.
+	headerStainlessTimeout = "X-Stainless-Timeout"
+	// headerEnvoyTimeout is the route timeout in milliseconds set by Envoy.
+	headerEnvoyTimeout = "X-Envoy-Expected-Rq-Timeout-Ms"
+)
+
+// maxClientTimeout caps a client-sent timeout so the arithmetic on it never
+// overflows; anything longer is no bound at all in practice.
+const maxClientTimeout = 24 * time.Hour
+
+// clientTimeout returns the shortest timeout the client sent, counted from
+// arrival: X-Stainless-Timeout (seconds), X-Envoy-Expected-Rq-Timeout-Ms, and
+// the policy's header (custom, canonical; seconds or a Go duration). Values
+// that do not parse or are not positive are ignored.
+func clientTimeout(h http.Header, custom string) (time.Duration, bool) {
+	var least time.Duration
+	found := false
+	take := func(d time.Duration, ok bool) {
+		if ok && d > 0 && (!found || d < least) {
+			least, found = min(d, maxClientTimeout), true
+		}
+	}
+	take(parseSeconds(headerValue(h, headerStainlessTimeout)))
+	if v := headerValue(h, headerEnvoyTimeout); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		take(time.Duration(min(ms, int64(maxClientTimeout/time.Millisecond)))*time.Millisecond, err == nil)
+	}
+	if custom != "" {
+		if v := headerValue(h, custom); v != "" {
+			if d, ok := parseSeconds(v); ok {
+				take(d, true)
+			} else {
+				d, err := time.ParseDuration(v)
+				take(d, err == nil)
+			}
+		}
+	}
+	return least, found
+}
+
+// parseSeconds parses a decimal number of seconds ("600", "2.5").
+func parseSeconds(v string) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f != f || f <= 0 { // f != f: NaN
+		return 0, false
+	}
+	if f >= maxClientTimeout.Seconds() {
+		return maxClientTimeout, true
+	}
+	return time.Duration(f * float64(time.Second)), true
+}
+
+// accessLog writes the access log line of one request (verbosity 2, i.e.
+// --log-level 2): its x-request-id, method, path, status and duration. It
+// holds no identity, not even hashed.
+func (s *Server) accessLog(log logr.Logger, w *requestIDWriter, r *http.Request, start time.Time) {
+	log.Info("Request", "requestID", w.Header().Get(headerRequestID), "method", r.Method, "path", r.URL.Path,
+		"status", w.status, "duration", s.clock.Since(start).String())
 }

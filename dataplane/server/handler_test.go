@@ -35,13 +35,13 @@ func TestRefusals(t *testing.T) {
 			name:   "global limit",
 			mutate: func(c *config.Config) { c.RateLimits.Global = limit(1, 1, time.Second) },
 			warmup: 1, body: `{"model":"m"}`, header: alice,
-			wantStatus: 429, wantType: "rate_limit_exceeded", wantLimitType: "global", wantRetryMS: 1000,
+			wantStatus: 429, wantType: "rate_limit_exceeded", wantLimitType: "global", wantRetryMS: 1000, wantQuota: "1",
 		},
 		{
 			name:   "per-client limit",
 			mutate: func(c *config.Config) { c.RateLimits.PerClient = limit(2, 1, time.Second) },
 			warmup: 1, body: `{"model":"m"}`,
-			wantStatus: 429, wantType: "rate_limit_exceeded", wantLimitType: "client", wantRetryMS: 500,
+			wantStatus: 429, wantType: "rate_limit_exceeded", wantLimitType: "client", wantRetryMS: 500, wantQuota: "1",
 		},
 		{
 			name:   "per-API-key limit without fair queuing",
@@ -70,7 +70,7 @@ func TestRefusals(t *testing.T) {
 			name:   "per-backend limit when every backend is exhausted",
 			mutate: func(c *config.Config) { c.RateLimits.PerBackend = limit(1, 1, 2*time.Second) },
 			warmup: 1, body: `{"model":"m"}`, header: alice,
-			wantStatus: 429, wantType: "rate_limit_exceeded", wantLimitType: "backend", wantRetryMS: 2000,
+			wantStatus: 429, wantType: "rate_limit_exceeded", wantLimitType: "backend", wantRetryMS: 2000, wantQuota: "1",
 		},
 		{
 			name: "unknown key with an enforced registry",
@@ -258,8 +258,13 @@ func TestUpstreamFailures(t *testing.T) {
 		})
 		hs := newHarness(t, upstream, func(c *config.Config) { c.Timeouts.RequestTotal = dur(30 * time.Second) })
 		go func() {
-			<-arrived
-			hs.clk.Step(30 * time.Second)
+			// No t.Fatal here (a spawned goroutine): without the upstream
+			// call, hs.do fails the test on its own.
+			select {
+			case <-arrived:
+				hs.clk.Step(30 * time.Second)
+			case <-time.After(10 * time.Second):
+			}
 		}()
 		resp := hs.do(`{"model":"m"}`, nil)
 		if resp.StatusCode != http.StatusGatewayTimeout {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -87,7 +88,9 @@ func newHarness(t *testing.T, upstream http.Handler, mutate func(*config.Config)
 	hs.srv = srv
 	hs.front = httptest.NewServer(srv)
 	ct := &http.Transport{}
-	hs.client = &http.Client{Transport: ct}
+	// Every request is bounded in real time, so a bug that leaves one
+	// unanswered fails the test instead of hanging it.
+	hs.client = &http.Client{Transport: ct, Timeout: 30 * time.Second}
 	t.Cleanup(func() {
 		if rt := srv.rt.Load(); rt != nil {
 			rt.close() // answers anything a failed test left queued
@@ -130,9 +133,10 @@ func readAll(t *testing.T, resp *http.Response) string {
 // decodedError is the JSON error body, decoded field by field.
 type decodedError struct {
 	Error struct {
-		Message string `json:"message"`
-		Type    string `json:"type"`
-		Code    string `json:"code"`
+		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Param   json.RawMessage `json:"param"`
+		Code    string          `json:"code"`
 		Details *struct {
 			LimitType    string `json:"limit_type"`
 			RetryAfterMS *int64 `json:"retry_after_ms"`
@@ -145,6 +149,9 @@ type decodedError struct {
 		} `json:"details"`
 	} `json:"error"`
 }
+
+// requestIDPattern matches a request id the data plane generated.
+var requestIDPattern = regexp.MustCompile(`^req_[0-9a-f]{32}$`)
 
 func decodeError(t *testing.T, resp *http.Response) decodedError {
 	t.Helper()
@@ -160,6 +167,15 @@ func decodeError(t *testing.T, resp *http.Response) decodedError {
 	}
 	if e.Error.Message == "" || e.Error.Type == "" || e.Error.Code == "" {
 		t.Errorf("error body %q lacks message, type or code", body)
+	}
+	if string(e.Error.Param) != "null" {
+		t.Errorf("error body %q: param = %s, want null as OpenAI sends it", body, e.Error.Param)
+	}
+	if id := resp.Header.Get("X-Request-Id"); !requestIDPattern.MatchString(id) {
+		t.Errorf("error response x-request-id = %q, want a generated req_ id", id)
+	}
+	if len(resp.Header.Values("X-Ratelimit-Limit-Requests")) == 0 && resp.StatusCode == http.StatusTooManyRequests {
+		t.Errorf("429 without x-ratelimit-* headers: %s", body)
 	}
 	return e
 }

@@ -66,9 +66,12 @@ type errorBody struct {
 	Error errorObject `json:"error"`
 }
 
+// errorObject is OpenAI's error object: param is always present and null, as
+// OpenAI sends it for errors not tied to a request parameter.
 type errorObject struct {
 	Message string        `json:"message"`
 	Type    string        `json:"type"`
+	Param   *string       `json:"param"`
 	Code    string        `json:"code"`
 	Details *errorDetails `json:"details,omitempty"`
 }
@@ -114,7 +117,7 @@ func (e *apiError) write(w http.ResponseWriter) {
 	}
 	data, err := json.Marshal(body)
 	if err != nil { // cannot happen: only strings and integers
-		data = []byte(`{"error":{"message":"internal error","type":"internal_error","code":"internal_error"}}`)
+		data = []byte(`{"error":{"message":"internal error","type":"internal_error","param":null,"code":"internal_error"}}`)
 	}
 	data = append(data, '\n')
 	h.Set("Content-Length", strconv.Itoa(len(data)))

@@ -34,6 +34,12 @@ type runtime struct {
 	models map[string]string
 	// modelPolicy finds a request's model.
 	modelPolicy modelPolicy
+	// deadlineHeader is the canonical name of the policy's client deadline
+	// header; empty means none.
+	deadlineHeader string
+	// smallestTimeout is the smallest configured total timeout, which bounds
+	// every request's admission budget; zero means none.
+	smallestTimeout time.Duration
 }
 
 // newRuntime builds the runtime for cfg. With prev set (a reload) the
@@ -79,6 +85,10 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 		identity:       newIdentityRules(cfg.Identity, s.hasher),
 		pool:           pool,
 		defaultTimeout: cfg.Timeouts.RequestTotal.Duration,
+	}
+	rt.smallestTimeout = cfg.Timeouts.Smallest()
+	if h := cfg.Timeouts.ClientDeadlineHeader; h != "" {
+		rt.deadlineHeader = http.CanonicalHeaderKey(h)
 	}
 	if prev == nil {
 		if rt.lim, err = limiter.New(limits, limiter.Options{Store: s.store, Observer: s.metrics}); err != nil {

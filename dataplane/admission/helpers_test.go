@@ -1,0 +1,55 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package admission
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// testTimeout bounds every blocking wait in this package's tests, so a bug
+// that leaves a request unanswered fails in seconds instead of hanging.
+const testTimeout = 10 * time.Second
+
+// recv receives one value from ch, failing the test after testTimeout.
+func recv[T any](t testing.TB, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(testTimeout):
+		t.Fatalf("no %s within %v", what, testTimeout)
+	}
+	var zero T
+	return zero
+}
+
+// waitGroup waits for wg, failing the test after limit.
+func waitGroup(t testing.TB, what string, wg *sync.WaitGroup, limit time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		t.Fatalf("%s did not finish within %v", what, limit)
+	}
+}

@@ -1,0 +1,24 @@
+package render
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
+)
+
+func TestRenderTimeoutsCarriesTheClientDeadlineHeader(t *testing.T) {
+	got := renderTimeouts(&fqv1alpha1.RequestTimeouts{
+		Default:              fqv1alpha1.RequestTimeout{Total: metav1.Duration{Duration: time.Minute}},
+		Models:               []fqv1alpha1.ModelRequestTimeout{{Model: "fast", Total: metav1.Duration{Duration: 10 * time.Second}}},
+		ClientDeadlineHeader: "X-Request-Deadline",
+	})
+	if got.ClientDeadlineHeader != "X-Request-Deadline" {
+		t.Errorf("ClientDeadlineHeader = %q, want X-Request-Deadline", got.ClientDeadlineHeader)
+	}
+	if got.Smallest() != 10*time.Second {
+		t.Errorf("Smallest() = %v, want the fast model's 10s", got.Smallest())
+	}
+}
