@@ -640,13 +640,13 @@ type FairQueuePolicyStatus struct {
 	// policy, when known.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	DataPlaneReplicas int32 `json:"dataPlaneReplicas,omitempty"`
+	DataPlaneReplicas int32 `json:"dataPlaneReplicas"`
 
 	// updatedReplicas is the number of data-plane replicas running the
 	// configuration named by configHash, when known.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
+	UpdatedReplicas int32 `json:"updatedReplicas"`
 }
 
 // FairQueuePolicy gives every tenant of a shared HTTP API its weighted fair
