@@ -76,6 +76,11 @@ const (
 	// every Secret a policy reads (hash key, key registry, weightsFrom), used
 	// to find the policies to re-render when a Secret changes.
 	SecretRefsIndex = "fairqueue.dev/secret-refs"
+
+	// LeaderElectionID names the Lease, in the operator's namespace, that
+	// operator replicas compete for; the RBAC markers grant get and update
+	// on it alone.
+	LeaderElectionID = "fairqueue-operator.fairqueue.dev"
 )
 
 // ConfigMapName returns the name of the ConfigMap rendered for the policy
@@ -94,8 +99,11 @@ func ConfigMapName(policyName string) string { return policyName + "-dataplane" 
 // finalizers/update lets the owner reference block owner deletion. The
 // ClusterRole is meant to be bound per watched namespace with RoleBindings
 // when --namespaces is set. Data-plane report Leases are only read. Leader
-// election writes are confined to the operator's namespace: a Lease plus the
-// core Events the elector records.
+// election writes are confined to the operator's namespace: creating a Lease
+// (create cannot be restricted by name), reading and renewing only the one
+// named LeaderElectionID, plus the core Events the elector records. Data
+// planes must run in another namespace (config/default: fairqueue-dataplane),
+// since their own Lease grant cannot be restricted by name.
 //
 // +kubebuilder:rbac:groups=fairqueue.dev,resources=fairqueuepolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=fairqueue.dev,resources=fairqueuepolicies/status,verbs=get;patch
@@ -104,7 +112,8 @@ func ConfigMapName(policyName string) string { return policyName + "-dataplane" 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=fairqueue-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=create,namespace=fairqueue-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;update,resourceNames=fairqueue-operator.fairqueue.dev,namespace=fairqueue-system
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=fairqueue-system
 
 // FairQueuePolicyReconciler renders every FairQueuePolicy into its data-plane

@@ -65,9 +65,6 @@ import (
 	"github.com/fairqueue/fairqueue/controllers"
 )
 
-// leaderElectionID names the Lease replicas of the operator compete for.
-const leaderElectionID = "fairqueue-operator.fairqueue.dev"
-
 // options are the command-line settings of the manager.
 type options struct {
 	kubeconfig              string
@@ -175,7 +172,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              leaderElectionID,
+		LeaderElectionID:              controllers.LeaderElectionID,
 		LeaderElectionNamespace:       o.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true, // run returns right after the manager stops
 	})
