@@ -27,7 +27,7 @@ const maxEventNote = 1024
 // EventWriter is an events.EventRecorder whose Events can be flushed: Eventf
 // queues the Event (dropping it, with a log line, when the bounded queue is
 // full, so a slow API server never blocks a reconcile) and Run writes the
-// queue in order. Flush waits until everything queued before it is written.
+// queue in order. Flush waits until nothing is queued or being written.
 //
 // The manager's own recorder drops Events still queued when it stops, so the
 // last Events of a leader that hands over (SIGTERM during a rollout) can be
@@ -155,8 +155,9 @@ func (w *EventWriter) write(ctx context.Context, ev *eventsv1.Event) {
 	w.log.Error(err, "Dropping an Event the API server refused", "reason", ev.Reason, "regarding", klogRef(&ev.Regarding))
 }
 
-// Flush waits until every Event queued so far is written or dropped, or ctx
-// ends. Run must be running.
+// Flush waits until no Event is queued or being written (each written or
+// dropped), or ctx ends. Run must be running; call Flush once nothing emits
+// Events any more, such as after the manager stopped.
 func (w *EventWriter) Flush(ctx context.Context) error {
 	w.mu.Lock()
 	idle := w.idle
