@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -39,6 +40,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The operator's logs are not asserted on; without a logger
+	// controller-runtime prints a warning with a stack trace.
+	ctrl.SetLogger(logr.Discard())
 	// controller-runtime's metadata-only Secret watch can leave this
 	// goroutine blocked after its reflector stopped (see controllers'
 	// suite_test.go).
@@ -316,6 +320,21 @@ func TestHashKeyRotationUnderTraffic(t *testing.T) {
 	case err := <-dpDone:
 		t.Fatalf("the data plane exited during the test: %v", err)
 	default:
+	}
+	// What an operator sees: kubectl's columns report the replica running
+	// the current config.
+	if kc, err := exec.LookPath("kubectl"); err == nil {
+		for _, args := range [][]string{{"get", "fqp"}, {"get", "fqp", "-o", "wide"}} {
+			out, err := exec.CommandContext(ctx, kc, append([]string{"--kubeconfig", env.Kubeconfig, "-n", ns}, args...)...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+			}
+			t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
+			if fields := strings.Fields(strings.Split(strings.TrimSpace(string(out)), "\n")[1]); len(fields) < 7 ||
+				fields[3] != "True" || fields[4] != fqv1alpha1.ReasonRendered || fields[5] != "1" || fields[6] != "1" {
+				t.Errorf("kubectl %v does not show the policy Ready with 1/1 replicas updated: %q", args, fields)
+			}
+		}
 	}
 	t.Logf("%d requests through %d rotations, %d not 2xx", load.total.Load(), rotations, load.failed.Load())
 	if n := load.failed.Load(); n > 0 {
