@@ -71,9 +71,10 @@ const (
 	ConditionHashKeyRotated = "HashKeyRotated"
 )
 
-// PausedAnnotation, set to "true" on a policy, stops the operator from
-// writing the policy's ConfigMap (creation, updates and repairs) until it is
-// removed, for incident response; status still reports what would render.
+// PausedAnnotation is the annotation that, set to "true" on a policy, stops
+// the operator from writing the policy's ConfigMap (creation, updates and
+// repairs) until it is removed, for incident response; status still reports
+// what would render.
 const PausedAnnotation = "fairqueue.dev/paused"
 
 // Condition reasons set on FairQueuePolicy status.conditions.

@@ -220,10 +220,11 @@ func TestHashKeyRotationUnderTraffic(t *testing.T) {
 	defer func() {
 		_ = dp.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-dpDone:
+		case err := <-dpDone:
+			t.Logf("data plane exited after SIGTERM: %v", err)
 		case <-time.After(30 * time.Second):
 			_ = dp.Process.Kill()
-			<-dpDone
+			t.Logf("data plane killed after ignoring SIGTERM: %v", <-dpDone)
 		}
 		if t.Failed() {
 			t.Logf("data plane output:\n%s", dpOut.String())
