@@ -24,7 +24,9 @@ func TestLoadUsesTheKeyItsConfigNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { srv.rt.Load().close() }()
-	hashesWith := func(key []byte) bool { return srv.rt.Load().identity.hasher.sum("alice") == identity.Hash(key, "alice") }
+	hashesWith := func(key []byte) bool {
+		return srv.rt.Load().identity.hasher.sum("alice") == identity.Hash(key, "alice")
+	}
 
 	rotated := baseConfig("http://127.0.0.1:1")
 	rotated.HashKeySecret.Fingerprint = config.KeyFingerprint(newKey)
