@@ -256,7 +256,7 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	out, err := r.renderPolicy(ctx, policy, !paused)
 	var rerr *render.Error
 	if err != nil && !errors.As(err, &rerr) {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, r.notReadyYet(ctx, orig, err)
 	}
 	if out != nil && len(out.Merged) > 0 {
 		// Only the operator's log says so: telling the policy's author would
@@ -267,7 +267,7 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if rerr == nil && paused {
 		inForce, err = r.configMapHolds(ctx, policy, out.Hash)
 		if err != nil {
-			return ctrl.Result{}, err
+			return ctrl.Result{}, r.notReadyYet(ctx, orig, err)
 		}
 	}
 	if rerr == nil && !paused {
@@ -275,7 +275,7 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		switch {
 		case errors.As(err, &rerr):
 		case err != nil:
-			return ctrl.Result{}, err
+			return ctrl.Result{}, r.notReadyYet(ctx, orig, err)
 		case changed:
 			log.Info("Rendered data-plane ConfigMap", "configMap", ConfigMapName(policy.Name), "configHash", out.Hash,
 				"generation", policy.Generation, "weightedTenants", out.WeightedTenants)
@@ -646,4 +646,26 @@ func setPaused(p *fqv1alpha1.FairQueuePolicy, rerr *render.Error, inForce bool) 
 		Message: fmt.Sprintf("Generation %d is not in ConfigMap %s because the policy is paused; the ConfigMap keeps what it holds until annotation %s is removed",
 			gen, ConfigMapName(p.Name), fqv1alpha1.PausedAnnotation),
 	})
+}
+
+// notReadyYet handles an API error (retried with backoff) while rendering a
+// generation newer than the one Ready describes: a Ready=True left from the
+// older generation would claim the new spec is in force, so Ready becomes
+// Unknown (reason Reconciling) until a render settles it. It returns err.
+func (r *FairQueuePolicyReconciler) notReadyYet(ctx context.Context, orig *fqv1alpha1.FairQueuePolicy, err error) error {
+	ready := meta.FindStatusCondition(orig.Status.Conditions, fqv1alpha1.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.ObservedGeneration >= orig.Generation {
+		return err
+	}
+	p := orig.DeepCopy()
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+		Type: fqv1alpha1.ConditionReady, Status: metav1.ConditionUnknown, ObservedGeneration: p.Generation,
+		Reason: fqv1alpha1.ReasonReconciling,
+		Message: fmt.Sprintf("Generation %d is not rendered yet; generation %d stays in ConfigMap %s while the operator retries: %v",
+			p.Generation, ready.ObservedGeneration, ConfigMapName(p.Name), err),
+	})
+	if perr := r.Client.Status().Patch(ctx, p, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); perr != nil {
+		logf.FromContext(ctx).V(1).Info("Could not mark Ready Unknown; retrying the render anyway", "error", perr.Error())
+	}
+	return err
 }

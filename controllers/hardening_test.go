@@ -1,16 +1,20 @@
 package controllers
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/dataplane/config"
@@ -165,4 +169,37 @@ func TestGeneratedKeyForRenderedPolicyWarns(t *testing.T) {
 		g.Expect(evs).To(HaveLen(1))
 		g.Expect(evs[0].Type).To(Equal(corev1.EventTypeWarning))
 	}).Should(Succeed())
+}
+
+// TestReadyUnknownWhileANewGenerationCannotRender checks that an API error
+// while rendering a new generation does not leave Ready=True from the older
+// one: Ready becomes Unknown (Reconciling) for the new generation until a
+// render succeeds.
+func TestReadyUnknownWhileANewGenerationCannotRender(t *testing.T) {
+	g := NewWithT(t)
+	ensureFaultNamespace(t)
+	p := newFaultPolicy(t, 20)
+	key := client.ObjectKeyFromObject(p)
+	reconcileUntilDone(t, newFaultReconciler(t, interceptor.Funcs{}), key, 0)
+	g.Expect(meta.IsStatusConditionTrue(getPolicy(t, p).Status.Conditions, fqv1alpha1.ConditionReady)).To(BeTrue())
+
+	setWeight(t, p, 8)
+	failing := newFaultReconciler(t, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if _, ok := obj.(*corev1.Secret); ok {
+			return apierrors.NewServiceUnavailable("etcd is slow")
+		}
+		return c.Get(ctx, k, obj, opts...)
+	}})
+	_, err := failing.Reconcile(ctx(t), reconcile.Request{NamespacedName: key})
+	g.Expect(err).To(HaveOccurred())
+	got := getPolicy(t, p)
+	ready := meta.FindStatusCondition(got.Status.Conditions, fqv1alpha1.ConditionReady)
+	g.Expect(ready.Status).To(Equal(metav1.ConditionUnknown))
+	g.Expect(ready.Reason).To(Equal(fqv1alpha1.ReasonReconciling))
+	g.Expect(ready.ObservedGeneration).To(Equal(got.Generation))
+
+	reconcileUntilDone(t, newFaultReconciler(t, interceptor.Funcs{}), key, 0)
+	got = getPolicy(t, p)
+	g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, fqv1alpha1.ConditionReady)).To(BeTrue())
+	g.Expect(meta.FindStatusCondition(got.Status.Conditions, fqv1alpha1.ConditionReady).ObservedGeneration).To(Equal(got.Generation))
 }

@@ -98,6 +98,9 @@ const (
 	// ReasonPaused means the policy carries PausedAnnotation and its current
 	// generation is not in its ConfigMap.
 	ReasonPaused = "Paused"
+	// ReasonReconciling means the operator is still rendering the current
+	// generation (an API error is being retried); Ready is Unknown.
+	ReasonReconciling = "Reconciling"
 	// ReasonHashKeyGenerated means the operator generated a new hash key for
 	// a policy whose ConfigMap was rendered with another one.
 	ReasonHashKeyGenerated = "HashKeyGenerated"
