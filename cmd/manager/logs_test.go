@@ -8,6 +8,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,9 @@ import (
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/internal/testenv"
 )
+
+// managerRan is set once run has started a manager in this process.
+var managerRan atomic.Bool
 
 // syncBuffer is a bytes.Buffer safe for the manager's concurrent writers.
 type syncBuffer struct {
@@ -45,6 +49,11 @@ func (b *syncBuffer) String() string {
 // Secret value and no raw identity in any encoding, and the Rendered Event of
 // its last reconcile must be stored by the time it has exited.
 func TestManagerAtHighestVerbosity(t *testing.T) {
+	if managerRan.Swap(true) {
+		// controller-runtime refuses a second controller of the same name
+		// in one process, as it should in production.
+		t.Skip("run registers the controller once per process; go test -count>1 checks it once")
+	}
 	env := testenv.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
