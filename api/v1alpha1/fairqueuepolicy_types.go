@@ -89,8 +89,9 @@ const (
 	ReasonSecretKeyNotFound = "SecretKeyNotFound"
 	// ReasonVariableUnresolved means a ${VAR} in weights is in none of the weightsFrom Secrets.
 	ReasonVariableUnresolved = "VariableUnresolved"
-	// ReasonDuplicateIdentity means two weights entries name the same identity
-	// once their variables are resolved.
+	// ReasonDuplicateIdentity means two key registry entries hold the same
+	// API key. (Weights entries that resolve to one identity are merged
+	// instead, so status never confirms a guessed Secret value.)
 	ReasonDuplicateIdentity = "DuplicateIdentity"
 	// ReasonInvalid means the policy or a referenced Secret holds a value the
 	// operator cannot render, for example a malformed key registry.
