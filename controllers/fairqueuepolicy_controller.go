@@ -16,7 +16,15 @@
 //   - The ConfigMap <policy>-dataplane is written only when its bytes change
 //     and is repaired when edited, relabelled or deleted.
 //   - The default hash key Secret <policy>-hash-key is created with 32 random
-//     bytes and is not owned by the policy; deleting it rotates the key.
+//     bytes and is not owned by the policy; deleting it rotates the key. A key
+//     generated for a policy that was already rendered is announced with a
+//     Warning Event and the HashKeyRotated condition: every hash changes.
+//   - A policy annotated fairqueue.dev/paused: "true" is still rendered into
+//     status, but its ConfigMap is never written (no update, no repair) and
+//     no hash key is created until the annotation is removed.
+//   - Status and Events never let a policy author who cannot read Secrets
+//     confirm a guessed Secret value: weights entries that resolve to the
+//     same identity are merged (the first wins) instead of being refused.
 package controllers
 
 import (
@@ -47,6 +55,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -67,6 +76,11 @@ const (
 	// every Secret a policy reads (hash key, key registry, weightsFrom), used
 	// to find the policies to re-render when a Secret changes.
 	SecretRefsIndex = "fairqueue.dev/secret-refs"
+
+	// LeaderElectionID names the Lease, in the operator's namespace, that
+	// operator replicas compete for; the RBAC markers grant get and update
+	// on it alone.
+	LeaderElectionID = "fairqueue-operator.fairqueue.dev"
 )
 
 // ConfigMapName returns the name of the ConfigMap rendered for the policy
@@ -85,8 +99,11 @@ func ConfigMapName(policyName string) string { return policyName + "-dataplane" 
 // finalizers/update lets the owner reference block owner deletion. The
 // ClusterRole is meant to be bound per watched namespace with RoleBindings
 // when --namespaces is set. Data-plane report Leases are only read. Leader
-// election writes are confined to the operator's namespace: a Lease plus the
-// core Events the elector records.
+// election writes are confined to the operator's namespace: creating a Lease
+// (create cannot be restricted by name), reading and renewing only the one
+// named LeaderElectionID, plus the core Events the elector records. Data
+// planes must run in another namespace (config/default: fairqueue-dataplane),
+// since their own Lease grant cannot be restricted by name.
 //
 // +kubebuilder:rbac:groups=fairqueue.dev,resources=fairqueuepolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=fairqueue.dev,resources=fairqueuepolicies/status,verbs=get;patch
@@ -95,7 +112,8 @@ func ConfigMapName(policyName string) string { return policyName + "-dataplane" 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=fairqueue-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=create,namespace=fairqueue-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;update,resourceNames=fairqueue-operator.fairqueue.dev,namespace=fairqueue-system
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=fairqueue-system
 
 // FairQueuePolicyReconciler renders every FairQueuePolicy into its data-plane
@@ -178,7 +196,8 @@ func (r *FairQueuePolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&fqv1alpha1.FairQueuePolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&fqv1alpha1.FairQueuePolicy{}, builder.WithPredicates(predicate.Or[client.Object](
+			predicate.GenerationChangedPredicate{}, pausedChanged()))).
 		Owns(&corev1.ConfigMap{}).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.policiesForSecret)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, l client.Object) []reconcile.Request {
@@ -232,18 +251,31 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, nil
 	}
 	orig := policy.DeepCopy()
+	paused := isPaused(policy)
 
-	out, err := r.renderPolicy(ctx, policy)
+	out, err := r.renderPolicy(ctx, policy, !paused)
 	var rerr *render.Error
 	if err != nil && !errors.As(err, &rerr) {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, r.notReadyYet(ctx, orig, err)
 	}
-	if rerr == nil {
-		changed, err := r.applyConfigMap(ctx, policy, out)
+	if out != nil && len(out.Merged) > 0 {
+		// Only the operator's log says so: telling the policy's author would
+		// confirm that two values, one possibly guessed, are equal.
+		log.Info("Weights entries resolve to the same identity; the first of each is used", "entries", out.Merged)
+	}
+	inForce := false
+	if rerr == nil && paused {
+		inForce, err = r.configMapHolds(ctx, policy, out.Hash)
+		if err != nil {
+			return ctrl.Result{}, r.notReadyYet(ctx, orig, err)
+		}
+	}
+	if rerr == nil && !paused {
+		changed, err := r.applyConfigMap(ctx, policy, out.Rendered)
 		switch {
 		case errors.As(err, &rerr):
 		case err != nil:
-			return ctrl.Result{}, err
+			return ctrl.Result{}, r.notReadyYet(ctx, orig, err)
 		case changed:
 			log.Info("Rendered data-plane ConfigMap", "configMap", ConfigMapName(policy.Name), "configHash", out.Hash,
 				"generation", policy.Generation, "weightedTenants", out.WeightedTenants)
@@ -266,7 +298,27 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		// No watch event will tell us when this is fixed.
 		result.RequeueAfter = cmp.Or(r.UnwatchedRetry, DefaultUnwatchedRetry)
 	}
-	setStatus(policy, out, rerr)
+	var rendered *render.Rendered
+	if out != nil && (!paused || inForce) {
+		// A paused policy's new render is not in its ConfigMap, so the
+		// status keeps describing the config in force.
+		rendered = out.Rendered
+	}
+	setStatus(policy, rendered, rerr)
+	if paused {
+		setPaused(policy, rerr, inForce)
+	} else {
+		meta.RemoveStatusCondition(&policy.Status.Conditions, fqv1alpha1.ConditionPaused)
+	}
+	if out != nil && out.KeyGenerated && orig.Status.ConfigHash != "" {
+		msg := fmt.Sprintf("Hash key Secret %s was missing and a new key was generated for this already rendered policy: every identity hash changed, "+
+			"so data-plane limits and queues start afresh. Restore the old key from a backup to undo; back up the new one", policy.HashKeySecretName())
+		r.Recorder.Eventf(policy, nil, corev1.EventTypeWarning, fqv1alpha1.ReasonHashKeyGenerated, "Render", "%s", msg)
+		meta.SetStatusCondition(&policy.Status.Conditions, metav1.Condition{
+			Type: fqv1alpha1.ConditionHashKeyRotated, Status: metav1.ConditionTrue, ObservedGeneration: policy.Generation,
+			Reason: fqv1alpha1.ReasonHashKeyGenerated, Message: msg,
+		})
+	}
 	recount, err := r.setReplicaStatus(ctx, policy)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -315,11 +367,12 @@ func (r *FairQueuePolicyReconciler) clock() clock.PassiveClock {
 	return r.Clock
 }
 
-// renderPolicy reads the hash key and referenced Secrets and renders p. It
-// returns a *render.Error for inputs only a user can fix and any other error
-// for API failures worth retrying.
-func (r *FairQueuePolicyReconciler) renderPolicy(ctx context.Context, p *fqv1alpha1.FairQueuePolicy) (*render.Rendered, error) {
-	key, err := r.hashKey(ctx, p)
+// renderPolicy reads the hash key and referenced Secrets and renders p,
+// creating the default hash key when mayCreate. It returns a *render.Error
+// for inputs only a user can fix and any other error for API failures worth
+// retrying.
+func (r *FairQueuePolicyReconciler) renderPolicy(ctx context.Context, p *fqv1alpha1.FairQueuePolicy, mayCreate bool) (*renderOutput, error) {
+	key, generated, err := r.hashKey(ctx, p, mayCreate)
 	if err != nil {
 		return nil, err
 	}
@@ -338,35 +391,56 @@ func (r *FairQueuePolicyReconciler) renderPolicy(ctx context.Context, p *fqv1alp
 			in.Secrets[name] = s
 		}
 	}
-	return render.Render(in)
+	out, err := render.Render(in)
+	if err != nil {
+		return nil, err
+	}
+	return &renderOutput{Rendered: out, KeyGenerated: generated}, nil
+}
+
+// renderOutput is a successful render and whether its hash key was just
+// generated.
+type renderOutput struct {
+	*render.Rendered
+	// KeyGenerated is true when this reconcile created the hash key.
+	KeyGenerated bool
 }
 
 // hashKey returns p's HMAC key, creating the default hash key Secret with a
-// random key when it does not exist.
-func (r *FairQueuePolicyReconciler) hashKey(ctx context.Context, p *fqv1alpha1.FairQueuePolicy) ([]byte, error) {
+// random key when it does not exist and mayCreate; generated reports that it
+// did.
+func (r *FairQueuePolicyReconciler) hashKey(ctx context.Context, p *fqv1alpha1.FairQueuePolicy, mayCreate bool) (key []byte, generated bool, err error) {
 	name := p.HashKeySecretName()
 	s := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: name}, s)
+	err = r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: name}, s)
 	switch {
 	case apierrors.IsNotFound(err) && p.Spec.HashKeySecretRef != nil:
-		return nil, render.Unresolved(fqv1alpha1.ReasonSecretNotFound,
+		return nil, false, render.Unresolved(fqv1alpha1.ReasonSecretNotFound,
 			"hash key Secret %q named in spec.hashKeySecretRef does not exist; create it with data key %q holding at least %d random bytes, or unset hashKeySecretRef to let the operator create one",
 			name, fqv1alpha1.HashKeySecretKey, identity.HashKeyLen)
+	case apierrors.IsNotFound(err) && !mayCreate:
+		rerr := render.Unresolved(fqv1alpha1.ReasonPaused,
+			"hash key Secret %q does not exist and the policy is paused, so none is created; remove the %s annotation to resume",
+			name, fqv1alpha1.PausedAnnotation)
+		return nil, false, rerr
 	case apierrors.IsNotFound(err):
-		return r.createHashKey(ctx, p, name)
+		key, err := r.createHashKey(ctx, p, name)
+		return key, err == nil, err
 	case err != nil:
-		return nil, fmt.Errorf("reading hash key Secret %s/%s: %w", p.Namespace, name, err)
+		return nil, false, fmt.Errorf("reading hash key Secret %s/%s: %w", p.Namespace, name, err)
 	}
 	key, ok := s.Data[fqv1alpha1.HashKeySecretKey]
 	if !ok {
-		return nil, render.Unresolved(fqv1alpha1.ReasonSecretKeyNotFound,
+		return nil, false, render.Unresolved(fqv1alpha1.ReasonSecretKeyNotFound,
 			"hash key Secret %q has no data key %q; add one holding at least %d random bytes", name, fqv1alpha1.HashKeySecretKey, identity.HashKeyLen)
 	}
 	if len(key) < identity.HashKeyLen {
-		return nil, render.Invalid(fqv1alpha1.ReasonInvalid,
-			"hash key Secret %q data key %q holds %d bytes; it needs at least %d random bytes", name, fqv1alpha1.HashKeySecretKey, len(key), identity.HashKeyLen)
+		// The length is not quoted: the Secret may be one the policy's
+		// author cannot read.
+		return nil, false, render.Invalid(fqv1alpha1.ReasonInvalid,
+			"hash key Secret %q data key %q is too short; it needs at least %d random bytes", name, fqv1alpha1.HashKeySecretKey, identity.HashKeyLen)
 	}
-	return key, nil
+	return key, false, nil
 }
 
 func (r *FairQueuePolicyReconciler) createHashKey(ctx context.Context, p *fqv1alpha1.FairQueuePolicy, name string) ([]byte, error) {
@@ -492,7 +566,8 @@ func readyFailureMessage(rerr *render.Error) string {
 
 // setStatus records the outcome of one reconcile in p.Status. On failure the
 // ConfigMap name and hash keep describing the last good render, which is the
-// one in force.
+// one in force. With neither out nor rerr (a paused policy whose render is
+// not in its ConfigMap) it leaves the Ready condition to setPaused.
 func setStatus(p *fqv1alpha1.FairQueuePolicy, out *render.Rendered, rerr *render.Error) {
 	gen := p.Generation
 	p.Status.ObservedGeneration = gen
@@ -501,6 +576,10 @@ func setStatus(p *fqv1alpha1.FairQueuePolicy, out *render.Rendered, rerr *render
 		Reason: fqv1alpha1.ReasonResolved, Message: "Every referenced Secret, key and variable was found",
 	}
 	ready := metav1.Condition{Type: fqv1alpha1.ConditionReady, ObservedGeneration: gen}
+	if rerr == nil && out == nil {
+		meta.SetStatusCondition(&p.Status.Conditions, resolved)
+		return
+	}
 	if rerr != nil {
 		if !rerr.SecretsResolved {
 			resolved.Status, resolved.Reason, resolved.Message = metav1.ConditionFalse, rerr.Reason, rerr.Msg
@@ -516,4 +595,77 @@ func setStatus(p *fqv1alpha1.FairQueuePolicy, out *render.Rendered, rerr *render
 	}
 	meta.SetStatusCondition(&p.Status.Conditions, resolved)
 	meta.SetStatusCondition(&p.Status.Conditions, ready)
+}
+
+// isPaused reports whether p carries PausedAnnotation set to "true".
+func isPaused(p *fqv1alpha1.FairQueuePolicy) bool {
+	return p.Annotations[fqv1alpha1.PausedAnnotation] == "true"
+}
+
+// pausedChanged passes policy updates that set, change or remove
+// PausedAnnotation, which GenerationChangedPredicate filters out.
+func pausedChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetAnnotations()[fqv1alpha1.PausedAnnotation] != e.ObjectNew.GetAnnotations()[fqv1alpha1.PausedAnnotation]
+		},
+	}
+}
+
+// configMapHolds reports whether p's ConfigMap already holds the config whose
+// hash is hash, read from the cache.
+func (r *FairQueuePolicyReconciler) configMapHolds(ctx context.Context, p *fqv1alpha1.FairQueuePolicy, hash string) (bool, error) {
+	cm := &corev1.ConfigMap{}
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: ConfigMapName(p.Name)}, cm); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading ConfigMap %s/%s: %w", p.Namespace, ConfigMapName(p.Name), err)
+	}
+	return metav1.IsControlledBy(cm, p) && cm.Annotations[config.ConfigHashAnnotation] == hash, nil
+}
+
+// setPaused records in p.Status that p is paused: the Paused condition, and a
+// Ready condition that is True only when the ConfigMap already holds what the
+// current generation renders to (inForce). setStatus has run before it.
+func setPaused(p *fqv1alpha1.FairQueuePolicy, rerr *render.Error, inForce bool) {
+	gen := p.Generation
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+		Type: fqv1alpha1.ConditionPaused, Status: metav1.ConditionTrue, ObservedGeneration: gen, Reason: fqv1alpha1.ReasonPaused,
+		Message: fmt.Sprintf("Annotation %s is \"true\": the operator does not write ConfigMap %s; remove the annotation to resume",
+			fqv1alpha1.PausedAnnotation, ConfigMapName(p.Name)),
+	})
+	if rerr != nil || inForce {
+		return
+	}
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+		Type: fqv1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: gen, Reason: fqv1alpha1.ReasonPaused,
+		Message: fmt.Sprintf("Generation %d is not in ConfigMap %s because the policy is paused; the ConfigMap keeps what it holds until annotation %s is removed",
+			gen, ConfigMapName(p.Name), fqv1alpha1.PausedAnnotation),
+	})
+}
+
+// notReadyYet handles an API error (retried with backoff) while rendering a
+// generation newer than the one Ready describes: a Ready=True left from the
+// older generation would claim the new spec is in force, so Ready becomes
+// Unknown (reason Reconciling) until a render settles it. It returns err.
+func (r *FairQueuePolicyReconciler) notReadyYet(ctx context.Context, orig *fqv1alpha1.FairQueuePolicy, err error) error {
+	ready := meta.FindStatusCondition(orig.Status.Conditions, fqv1alpha1.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.ObservedGeneration >= orig.Generation {
+		return err
+	}
+	p := orig.DeepCopy()
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+		Type: fqv1alpha1.ConditionReady, Status: metav1.ConditionUnknown, ObservedGeneration: p.Generation,
+		Reason: fqv1alpha1.ReasonReconciling,
+		Message: fmt.Sprintf("Generation %d is not rendered yet; generation %d stays in ConfigMap %s while the operator retries: %v",
+			p.Generation, ready.ObservedGeneration, ConfigMapName(p.Name), err),
+	})
+	if perr := r.Client.Status().Patch(ctx, p, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); perr != nil {
+		logf.FromContext(ctx).V(1).Info("Could not mark Ready Unknown; retrying the render anyway", "error", perr.Error())
+	}
+	return err
 }

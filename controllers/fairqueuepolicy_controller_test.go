@@ -364,12 +364,14 @@ func TestRenderFailuresKeepLastGoodConfigMap(t *testing.T) {
 		wantInMsg   string
 	}{
 		{
-			name: "two entries resolve to the same identity",
+			name: "two key registry entries with the same API key",
 			breakPolicy: func(t *testing.T, p *fqv1alpha1.FairQueuePolicy) {
-				updateSecret(t, p.Namespace, "tenant-ids", func(s *corev1.Secret) { s.Data["TEAM"] = []byte(rawAcmeKey) })
+				updateSecret(t, p.Namespace, "registry", func(s *corev1.Secret) {
+					s.Data["keys.json"] = []byte(`[{"apiKey":"` + rawBobKey + `"},{"apiKey":"` + rawBobKey + `","user":"` + rawUser + `"}]`)
+				})
 			},
 			wantReason: fqv1alpha1.ReasonDuplicateIdentity,
-			wantInMsg:  "spec.fairQueuing.weights[0] (from ${ACME_KEY}) and spec.fairQueuing.weights[1] (from ${TEAM}) resolve to the same identity",
+			wantInMsg:  "entries 0 and 1 have the same apiKey",
 		},
 		{
 			name: "variable removed from the Secret",

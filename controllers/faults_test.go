@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -226,7 +227,9 @@ func newFaultPolicy(t *testing.T, i int) *fqv1alpha1.FairQueuePolicy {
 	t.Helper()
 	g := NewWithT(t)
 	p := newPolicy(faultNamespace)
-	p.Name = "case-" + string(rune('a'+i))
+	// Unique across runs too (go test -count=2): envtest never finishes
+	// deleting a namespace, so earlier runs' objects stay.
+	p.Name = fmt.Sprintf("case-%c-%d", 'a'+i, nsCounter.Add(1))
 	for _, s := range newSecrets(faultNamespace) {
 		err := k8s.Create(ctx(t), s)
 		if !apierrors.IsAlreadyExists(err) {
@@ -254,9 +257,11 @@ func TestRepeatedFailureWarnsOnce(t *testing.T) {
 	g := NewWithT(t)
 	ensureFaultNamespace(t)
 	p := newPolicy(faultNamespace)
-	p.Name = "warn-once"
+	run := nsCounter.Add(1) // names unique across go test -count=N runs
+	p.Name = fmt.Sprintf("warn-once-%d", run)
+	absent := fmt.Sprintf("absent-%d", run)
 	p.Spec.Identity.KeyRegistry = nil
-	p.Spec.FairQueuing.WeightsFrom = []fqv1alpha1.WeightsSource{{SecretRef: fqv1alpha1.LocalSecretReference{Name: "absent"}}}
+	p.Spec.FairQueuing.WeightsFrom = []fqv1alpha1.WeightsSource{{SecretRef: fqv1alpha1.LocalSecretReference{Name: absent}}}
 	g.Expect(k8s.Create(ctx(t), p)).To(Succeed())
 
 	direct, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
@@ -274,7 +279,7 @@ func TestRepeatedFailureWarnsOnce(t *testing.T) {
 	g.Expect(<-rec.Events).To(HavePrefix("Warning SecretNotFound"))
 
 	// The Secret appears but lacks a variable: a different failure.
-	g.Expect(k8s.Create(ctx(t), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: faultNamespace, Name: "absent"}})).To(Succeed())
+	g.Expect(k8s.Create(ctx(t), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: faultNamespace, Name: absent}})).To(Succeed())
 	reconcileN(2)
 	g.Expect(rec.Events).To(HaveLen(1))
 	g.Expect(<-rec.Events).To(HavePrefix("Warning VariableUnresolved"))

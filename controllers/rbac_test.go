@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -27,7 +28,7 @@ import (
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 )
 
-var rbacMarker = regexp.MustCompile(`(?m)^// \+kubebuilder:rbac:groups=([^,]*),resources=([^,]+),verbs=([^,\s]+)(?:,namespace=(\S+))?$`)
+var rbacMarker = regexp.MustCompile(`(?m)^// \+kubebuilder:rbac:groups=([^,]*),resources=([^,]+),verbs=([^,\s]+)(?:,resourceNames=([^,\s]+))?(?:,namespace=(\S+))?$`)
 
 // markerRules reads the +kubebuilder:rbac markers of the reconciler, split
 // into the cluster-wide rules and the rules of each namespaced Role: exactly
@@ -42,10 +43,13 @@ func markerRules(t *testing.T) (cluster []rbacv1.PolicyRule, namespaced map[stri
 	for _, m := range rbacMarker.FindAllStringSubmatch(string(src), -1) {
 		groups := strings.Split(strings.Trim(m[1], `"`), ";")
 		rule := rbacv1.PolicyRule{APIGroups: groups, Resources: strings.Split(m[2], ";"), Verbs: strings.Split(m[3], ";")}
-		if m[4] == "" {
+		if m[4] != "" {
+			rule.ResourceNames = strings.Split(m[4], ";")
+		}
+		if m[5] == "" {
 			cluster = append(cluster, rule)
 		} else {
-			namespaced[m[4]] = append(namespaced[m[4]], rule)
+			namespaced[m[5]] = append(namespaced[m[5]], rule)
 		}
 	}
 	if len(cluster) == 0 {
@@ -55,21 +59,34 @@ func markerRules(t *testing.T) (cluster []rbacv1.PolicyRule, namespaced map[stri
 }
 
 // grant is one permission of a rule set: a verb on a resource of an API
-// group, in a namespace ("" for a ClusterRole's rules).
-type grant struct{ namespace, group, resource, verb string }
+// group, in a namespace ("" for a ClusterRole's rules), on the object named
+// name ("" for any).
+type grant struct{ namespace, group, resource, name, verb string }
 
-// String names g as namespace/group/resource:verb.
-func (g grant) String() string { return g.namespace + "/" + g.group + "/" + g.resource + ":" + g.verb }
+// String names g as namespace/group/resource[/name]:verb.
+func (g grant) String() string {
+	s := g.namespace + "/" + g.group + "/" + g.resource
+	if g.name != "" {
+		s += "/" + g.name
+	}
+	return s + ":" + g.verb
+}
 
 // grants expands rules in namespace into single permissions, so rule sets
 // that merge or order rules differently compare equal.
 func grants(namespace string, rules []rbacv1.PolicyRule) []grant {
 	var out []grant
 	for _, r := range rules {
+		names := r.ResourceNames
+		if len(names) == 0 {
+			names = []string{""}
+		}
 		for _, g := range r.APIGroups {
 			for _, res := range r.Resources {
-				for _, v := range r.Verbs {
-					out = append(out, grant{namespace, g, res, v})
+				for _, n := range names {
+					for _, v := range r.Verbs {
+						out = append(out, grant{namespace, g, res, n, v})
+					}
 				}
 			}
 		}
@@ -173,7 +190,7 @@ func TestRBACMarkersSuffice(t *testing.T) {
 		HealthProbeBindAddress:  "0",
 		LeaderElection:          true,
 		LeaderElectionNamespace: "fairqueue-system",
-		LeaderElectionID:        "rbac-test.fairqueue.dev",
+		LeaderElectionID:        LeaderElectionID,
 		LeaseDuration:           ptr.To(2 * time.Second),
 		RenewDeadline:           ptr.To(time.Second),
 		RetryPeriod:             ptr.To(200 * time.Millisecond),
@@ -190,10 +207,16 @@ func TestRBACMarkersSuffice(t *testing.T) {
 		}
 	})
 
+	// The namespace is fixed (the shared manager ignores it by name), and
+	// envtest never deletes namespaces: tolerate an earlier run's Secrets
+	// (go test -count=2) and name the policy uniquely.
 	for _, s := range newSecrets(rbacNamespace) {
-		g.Expect(k8s.Create(ctx(t), s)).To(Succeed())
+		if err := k8s.Create(ctx(t), s); !apierrors.IsAlreadyExists(err) {
+			g.Expect(err).NotTo(HaveOccurred())
+		}
 	}
 	p := newPolicy(rbacNamespace)
+	p.Name = fmt.Sprintf("llm-%d", nsCounter.Add(1))
 	g.Expect(k8s.Create(ctx(t), p)).To(Succeed())
 	waitReady(t, p)
 	getConfigMap(t, p)
@@ -201,6 +224,6 @@ func TestRBACMarkersSuffice(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		var list eventsv1.EventList
 		g.Expect(k8s.List(ctx(t), &list, client.InNamespace(rbacNamespace))).To(Succeed())
-		g.Expect(list.Items).To(ContainElement(HaveField("Reason", fqv1alpha1.ReasonRendered)))
+		g.Expect(list.Items).To(ContainElement(And(HaveField("Reason", fqv1alpha1.ReasonRendered), HaveField("Regarding.Name", p.Name))))
 	}).Should(Succeed())
 }

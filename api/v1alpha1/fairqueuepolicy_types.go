@@ -62,7 +62,20 @@ const (
 	// ConditionSecretsResolved is True when every Secret the policy names
 	// (weightsFrom, keyRegistry, hash key) exists and holds the keys it needs.
 	ConditionSecretsResolved = "SecretsResolved"
+	// ConditionPaused is True while the policy carries PausedAnnotation: the
+	// operator then writes no ConfigMap for it. It is absent otherwise.
+	ConditionPaused = "Paused"
+	// ConditionHashKeyRotated is True when the operator had to generate a
+	// new hash key for a policy it had already rendered (the hash-key Secret
+	// was deleted): every identity hash changed, resetting limits and queues.
+	ConditionHashKeyRotated = "HashKeyRotated"
 )
+
+// PausedAnnotation is the annotation that, set to "true" on a policy, stops
+// the operator from writing the policy's ConfigMap (creation, updates and
+// repairs) until it is removed, for incident response; status still reports
+// what would render.
+const PausedAnnotation = "fairqueue.dev/paused"
 
 // Condition reasons set on FairQueuePolicy status.conditions.
 const (
@@ -76,12 +89,22 @@ const (
 	ReasonSecretKeyNotFound = "SecretKeyNotFound"
 	// ReasonVariableUnresolved means a ${VAR} in weights is in none of the weightsFrom Secrets.
 	ReasonVariableUnresolved = "VariableUnresolved"
-	// ReasonDuplicateIdentity means two weights entries name the same identity
-	// once their variables are resolved.
+	// ReasonDuplicateIdentity means two key registry entries hold the same
+	// API key. (Weights entries that resolve to one identity are merged
+	// instead, so status never confirms a guessed Secret value.)
 	ReasonDuplicateIdentity = "DuplicateIdentity"
 	// ReasonInvalid means the policy or a referenced Secret holds a value the
 	// operator cannot render, for example a malformed key registry.
 	ReasonInvalid = "Invalid"
+	// ReasonPaused means the policy carries PausedAnnotation and its current
+	// generation is not in its ConfigMap.
+	ReasonPaused = "Paused"
+	// ReasonReconciling means the operator is still rendering the current
+	// generation (an API error is being retried); Ready is Unknown.
+	ReasonReconciling = "Reconciling"
+	// ReasonHashKeyGenerated means the operator generated a new hash key for
+	// a policy whose ConfigMap was rendered with another one.
+	ReasonHashKeyGenerated = "HashKeyGenerated"
 )
 
 // FairQueuePolicySpec is the desired admission policy of one shared HTTP API:
@@ -90,6 +113,7 @@ const (
 type FairQueuePolicySpec struct {
 	// identity says where the data plane finds a request's API key, user,
 	// team and model. Every field has a default, so it may be omitted.
+	// Defaults to {}.
 	// +optional
 	// +kubebuilder:default={}
 	Identity IdentitySpec `json:"identity,omitzero"`
@@ -101,12 +125,13 @@ type FairQueuePolicySpec struct {
 
 	// fairQueuing turns weighted fair queuing of refused requests on or off
 	// and sets its weights and bounds. Off by default: every exhausted limit
-	// then answers 429 at once.
+	// then answers 429 at once. Defaults to {}.
 	// +optional
 	// +kubebuilder:default={}
 	FairQueuing FairQueuing `json:"fairQueuing,omitzero"`
 
 	// timeouts bound how long a request may take, queued time included.
+	// Defaults to {}.
 	// +optional
 	// +kubebuilder:default={}
 	Timeouts Timeouts `json:"timeouts,omitzero"`
@@ -141,11 +166,14 @@ type LocalSecretReference struct {
 }
 
 // IdentitySpec says where the data plane reads each identity of a request.
+// +kubebuilder:validation:XValidation:rule="!has(self.userHeader) || !has(self.teamHeader) || self.userHeader.lowerAscii() != self.teamHeader.lowerAscii()",message="teamHeader names the same header as userHeader (header names are case-insensitive): every caller's team would equal its user id; name two different headers",fieldPath=".teamHeader"
+// +kubebuilder:validation:XValidation:rule="!has(self.userHeader) || (self.userHeader.lowerAscii() != 'authorization' && !(has(self.apiKeyHeaders) && self.apiKeyHeaders.exists(h, h.lowerAscii() == self.userHeader.lowerAscii())))",message="userHeader must not be Authorization or one of apiKeyHeaders: it would make a credential the user id; name the header your authenticating proxy sets",fieldPath=".userHeader"
+// +kubebuilder:validation:XValidation:rule="!has(self.teamHeader) || (self.teamHeader.lowerAscii() != 'authorization' && !(has(self.apiKeyHeaders) && self.apiKeyHeaders.exists(h, h.lowerAscii() == self.teamHeader.lowerAscii())))",message="teamHeader must not be Authorization or one of apiKeyHeaders: it would make a credential the team id; name the header your authenticating proxy sets",fieldPath=".teamHeader"
 // +kubebuilder:validation:XValidation:rule="!has(self.trustHeaders) || !self.trustHeaders || has(self.userHeader) || has(self.teamHeader)",message="trustHeaders is true but neither userHeader nor teamHeader is set; name the header your authenticating proxy sets, or set trustHeaders to false"
 type IdentitySpec struct {
 	// apiKeyHeaders are the request headers an API key is read from, 1 to 8
 	// distinct names, first match wins. "Authorization" is read as "Bearer <key>"; any other header
-	// holds the bare key.
+	// holds the bare key. Defaults to ["Authorization", "x-api-key"].
 	// +optional
 	// +listType=set
 	// +kubebuilder:default={"Authorization","x-api-key"}
@@ -159,6 +187,7 @@ type IdentitySpec struct {
 
 	// userHeader is the header holding the user id, set by an authenticating
 	// proxy in front of the data plane. Read only when trustHeaders is true.
+	// It may not be Authorization, an apiKeyHeaders entry or teamHeader.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128
@@ -167,6 +196,7 @@ type IdentitySpec struct {
 
 	// teamHeader is the header holding the team id, set by an authenticating
 	// proxy in front of the data plane. Read only when trustHeaders is true.
+	// It may not be Authorization, an apiKeyHeaders entry or userHeader.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128
@@ -174,15 +204,17 @@ type IdentitySpec struct {
 	TeamHeader string `json:"teamHeader,omitempty"`
 
 	// noTeamValue is a placeholder team id that means "no team" (for example
-	// "none"). A request whose team is empty or equal to it has no team
-	// identity.
+	// "none"), not blank and without surrounding whitespace. A request whose
+	// team is empty or equal to it has no team identity.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[[:space:]]|[[:space:]]$')",message="noTeamValue must not be blank or start or end with whitespace: header values never do, so it could never match"
 	NoTeamValue string `json:"noTeamValue,omitempty"`
 
 	// trustHeaders says whether userHeader and teamHeader are honoured. Set
 	// it only when every request reaches the data plane through a proxy that
 	// sets or strips these headers, otherwise callers can pick their tenant.
+	// Defaults to false.
 	// +optional
 	// +kubebuilder:default=false
 	TrustHeaders bool `json:"trustHeaders,omitempty"`
@@ -213,7 +245,8 @@ type KeyRegistry struct {
 	// +required
 	SecretRef LocalSecretReference `json:"secretRef"`
 
-	// key is the data key of the Secret holding the JSON registry.
+	// key is the data key of the Secret holding the JSON registry. Defaults
+	// to "keys.json".
 	// +optional
 	// +kubebuilder:default="keys.json"
 	// +kubebuilder:validation:MinLength=1
@@ -223,7 +256,7 @@ type KeyRegistry struct {
 
 	// enforce, when true, refuses with 401 a request whose API key is not in
 	// the registry. When false, such a request keeps its API-key identity and
-	// has no user or team from the registry.
+	// has no user or team from the registry. Defaults to false.
 	// +optional
 	// +kubebuilder:default=false
 	Enforce bool `json:"enforce,omitempty"`
@@ -274,7 +307,7 @@ type RateLimit struct {
 	Requests int64 `json:"requests"`
 
 	// period is the refill period of requests, a positive duration of at most
-	// 24h such as "1s" or "1m".
+	// 24h such as "1s" or "1m". Defaults to "1s".
 	// +optional
 	// +kubebuilder:default="1s"
 	// +kubebuilder:validation:Type=string
@@ -306,7 +339,7 @@ type ModelRateLimit struct {
 	Requests int64 `json:"requests,omitempty"`
 
 	// period is the refill period of requests, a positive duration of at most
-	// 24h such as "1s" or "1m".
+	// 24h such as "1s" or "1m". Defaults to "1s".
 	// +optional
 	// +kubebuilder:default="1s"
 	// +kubebuilder:validation:Type=string
@@ -357,7 +390,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="(self.action == 'Charge') == has(self.chargeAs)",message="set chargeAs exactly when action is Charge: it names the model whose bucket such requests are charged to"
 type UnknownModelPolicy struct {
 	// action is Refuse (the default: answer 400 model_not_determined) or
-	// Charge (charge the bucket of chargeAs).
+	// Charge (charge the bucket of chargeAs). Defaults to "Refuse".
 	// +optional
 	// +kubebuilder:default=Refuse
 	Action UnknownModelAction `json:"action,omitempty"`
@@ -401,7 +434,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.weights) || (has(self.weightsFrom) && size(self.weightsFrom) > 0) || self.weights.all(w, !w.identity.matches('^([^$]|[$][$])*[$]([{]|[A-Za-z_])'))",message="weights use a ${VAR} reference but weightsFrom names no Secret to resolve it from; add weightsFrom, or write $$ for a literal $",fieldPath=".weights"
 type FairQueuing struct {
 	// enabled turns fair queuing on. When false, every exhausted limit
-	// answers 429 at once and the other fields are ignored.
+	// answers 429 at once and the other fields are ignored. Defaults to
+	// false.
 	// +optional
 	// +kubebuilder:default=false
 	Enabled bool `json:"enabled,omitempty"`
@@ -409,12 +443,13 @@ type FairQueuing struct {
 	// tenantDimension is the identity a request is queued under: user,
 	// apiKey or team. When a request lacks it, the data plane falls back to
 	// user, then team, then API key; a request with none is not queued.
+	// Defaults to "user".
 	// +optional
 	// +kubebuilder:default=user
 	TenantDimension TenantDimension `json:"tenantDimension,omitempty"`
 
 	// defaultWeight is the weight of every tenant without a weights entry,
-	// from 1 to 1000.
+	// from 1 to 1000. Defaults to 1.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
@@ -444,6 +479,7 @@ type FairQueuing struct {
 	WeightsFrom []WeightsSource `json:"weightsFrom,omitempty"`
 
 	// bounds cap the queues' size and waiting time. Every bound has a default.
+	// Defaults to {}.
 	// +optional
 	// +kubebuilder:default={}
 	Bounds FairQueuingBounds `json:"bounds,omitzero"`
@@ -452,7 +488,8 @@ type FairQueuing struct {
 // TenantWeight is the weight of one tenant.
 type TenantWeight struct {
 	// identity is the tenant's raw user id, team id or API key, matching
-	// tenantDimension, at most 512 characters. It may contain ${VAR} or $VAR references resolved from
+	// tenantDimension, at most 512 characters, not blank and without
+	// surrounding whitespace. It may contain ${VAR} or $VAR references resolved from
 	// weightsFrom Secrets; write $$ for a literal $. Keep API keys in a
 	// Secret and reference them, never write them here. The rendered
 	// ConfigMap holds only the identity's hash.
@@ -460,6 +497,7 @@ type TenantWeight struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([^$]|[$][$]|[$][{][A-Za-z_][A-Za-z0-9_]*[}]|[$][A-Za-z_][A-Za-z0-9_]*)*$')",message="identity has a '$' that starts no variable: write ${NAME} or $NAME (letters, digits and '_', not starting with a digit), or $$ for a literal '$'"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[[:space:]]|[[:space:]]$')",message="identity must not be blank or start or end with whitespace: a request's identity never does, so the entry could never match"
 	Identity string `json:"identity"`
 
 	// weight is the tenant's relative share, from 1 to 1000.
@@ -481,7 +519,7 @@ type WeightsSource struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.maxTotalQueued) || !has(self.maxQueueDepthPerTenant) || self.maxTotalQueued >= self.maxQueueDepthPerTenant",message="maxTotalQueued must be at least maxQueueDepthPerTenant: one tenant's queue cannot hold more than all queues together",fieldPath=".maxTotalQueued"
 type FairQueuingBounds struct {
 	// maxQueueDepthPerTenant is the most requests queued for one tenant,
-	// from 1 to 65536.
+	// from 1 to 65536. Defaults to 32.
 	// +optional
 	// +kubebuilder:default=32
 	// +kubebuilder:validation:Minimum=1
@@ -489,7 +527,7 @@ type FairQueuingBounds struct {
 	MaxQueueDepthPerTenant int32 `json:"maxQueueDepthPerTenant,omitempty"`
 
 	// maxTotalQueued is the most requests queued across all tenants, from 1
-	// to 1048576 and at least maxQueueDepthPerTenant.
+	// to 1048576 and at least maxQueueDepthPerTenant. Defaults to 4096.
 	// +optional
 	// +kubebuilder:default=4096
 	// +kubebuilder:validation:Minimum=1
@@ -499,6 +537,7 @@ type FairQueuingBounds struct {
 	// maxTenants is the most tenant queues tracked at once, from 1 to 65536.
 	// A tenant keeps its slot for maxWait after its queue empties; with every
 	// slot taken, new tenants share 16 overflow queues (shuffle sharding).
+	// Defaults to 1024.
 	// +optional
 	// +kubebuilder:default=1024
 	// +kubebuilder:validation:Minimum=1
@@ -506,7 +545,7 @@ type FairQueuingBounds struct {
 	MaxTenants int32 `json:"maxTenants,omitempty"`
 
 	// maxInFlight is the most admission attempts running at once, from 1 to
-	// 4096.
+	// 4096. Defaults to 8.
 	// +optional
 	// +kubebuilder:default=8
 	// +kubebuilder:validation:Minimum=1
@@ -517,7 +556,7 @@ type FairQueuingBounds struct {
 	// duration of at most 10m. A request's budget is the smallest of maxWait,
 	// the smallest configured total timeout and the client's own deadline
 	// (X-Stainless-Timeout, X-Envoy-Expected-Rq-Timeout-Ms or
-	// timeouts.request.clientDeadlineHeader).
+	// timeouts.request.clientDeadlineHeader). Defaults to "5s".
 	// +optional
 	// +kubebuilder:default="5s"
 	// +kubebuilder:validation:Type=string
@@ -530,7 +569,7 @@ type FairQueuingBounds struct {
 // Timeouts bound how long requests may take.
 type Timeouts struct {
 	// request bounds each proxied request, from arrival to the end of the
-	// response, queued time included.
+	// response, queued time included. Defaults to {}.
 	// +optional
 	// +kubebuilder:default={}
 	Request RequestTimeouts `json:"request,omitzero"`
@@ -539,6 +578,7 @@ type Timeouts struct {
 // RequestTimeouts are the request timeouts: a default and per-model overrides.
 type RequestTimeouts struct {
 	// default applies to every request whose model has no entry in models.
+	// Defaults to {}.
 	// +optional
 	// +kubebuilder:default={}
 	Default RequestTimeout `json:"default,omitzero"`
@@ -567,7 +607,7 @@ type RequestTimeouts struct {
 // RequestTimeout is the default request timeout.
 type RequestTimeout struct {
 	// total is the longest a request may take, queued time included, a
-	// positive duration of at most 1h.
+	// positive duration of at most 1h. Defaults to "60s".
 	// +optional
 	// +kubebuilder:default="60s"
 	// +kubebuilder:validation:Type=string
@@ -606,15 +646,17 @@ type Backend struct {
 	Name string `json:"name"`
 
 	// url is the backend's absolute http or https base URL, for example
-	// "http://vllm-a.models.svc:8000", without credentials.
+	// "http://vllm-a.models.svc:8000", without credentials, query or fragment.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="url must be an absolute http or https URL, such as http://vllm-a.models.svc:8000"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^/?#]*//[^/?#]*@')",message="url must not hold credentials (user:password@): a policy is readable by everyone who can read the namespace's policies"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[?#]')",message="url must not have a query (?...) or fragment (#...): the data plane appends each request's own path and query to the base URL"
 	URL string `json:"url"`
 
 	// weight is the backend's relative share of requests, from 1 to 1000.
+	// Defaults to 1.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
@@ -630,8 +672,8 @@ type FairQueuePolicyStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions are the latest observations of the policy: Ready and
-	// SecretsResolved.
+	// conditions are the latest observations of the policy: Ready,
+	// SecretsResolved, and when they apply Paused and HashKeyRotated.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -650,7 +692,8 @@ type FairQueuePolicyStatus struct {
 	// +kubebuilder:validation:MaxLength=128
 	ConfigHash string `json:"configHash,omitempty"`
 
-	// weightedTenants is the number of weights entries rendered.
+	// weightedTenants is the number of weights entries of the rendered
+	// generation.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	WeightedTenants int32 `json:"weightedTenants,omitempty"`
@@ -659,13 +702,13 @@ type FairQueuePolicyStatus struct {
 	// policy, when known.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	DataPlaneReplicas int32 `json:"dataPlaneReplicas,omitempty"`
+	DataPlaneReplicas int32 `json:"dataPlaneReplicas"`
 
 	// updatedReplicas is the number of data-plane replicas running the
 	// configuration named by configHash, when known.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
+	UpdatedReplicas int32 `json:"updatedReplicas"`
 }
 
 // FairQueuePolicy gives every tenant of a shared HTTP API its weighted fair
@@ -679,7 +722,13 @@ type FairQueuePolicyStatus struct {
 // +kubebuilder:printcolumn:name="Enabled",type=boolean,JSONPath=`.spec.fairQueuing.enabled`
 // +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.fairQueuing.tenantDimension`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Updated",type=integer,JSONPath=`.status.updatedReplicas`,description="Data-plane replicas running the config named by configHash"
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.dataPlaneReplicas`,description="Data-plane replicas serving the policy"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Config Hash",type=string,JSONPath=`.status.configHash`,priority=1
+// +kubebuilder:printcolumn:name="Generation",type=integer,JSONPath=`.metadata.generation`,priority=1
+// +kubebuilder:printcolumn:name="Observed",type=integer,JSONPath=`.status.observedGeneration`,priority=1,description="The generation the status describes"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: the operator derives the ConfigMap's and hash key Secret's names and a label value from it"
 type FairQueuePolicy struct {
 	metav1.TypeMeta `json:",inline"`

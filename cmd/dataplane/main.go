@@ -261,14 +261,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
 
+	// With the key read from the Secret, follow it: see keyRotation.
+	var rot *keyRotation
+	if kube != nil && o.hashKeyFile == "" {
+		rot = newKeyRotation(kube, cmNamespace, hashKeySecretName(o, cmName), key, log)
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := server.New(server.Options{
+	srvOpts := server.Options{
 		Logger: log, HashKey: key, TrustedProxies: trusted, MaxBodyBytes: o.maxBodyBytes,
 		Registerer: reg, Gatherer: reg, ShutdownGrace: o.shutdownGrace, ShutdownDelay: o.shutdownDelay,
 		MaxBufferedBodyBytes: o.maxBuffered, BodyReadTimeout: o.bodyTimeout,
 		MaxHeaderBytes: o.maxHeaderBytes, ReadHeaderTimeout: o.headerTimeout,
-	})
+	}
+	if rot != nil {
+		srvOpts.HashKeys = rot.keys.Lookup
+	}
+	srv, err := server.New(srvOpts)
 	if err != nil {
 		return err
 	}
@@ -322,9 +332,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// we wait for both, at most stopWait, so a shutdown is always bounded.
 	bg, stopBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	var sink reload.Sink = reloader
+	if rot != nil {
+		sink = rot.sink(reloader)
+		wg.Go(func() { _ = rot.watcher.Run(bg) })
+	}
 	if source != nil {
 		wg.Go(func() {
-			if err := source.Run(bg, reloader); err != nil {
+			if err := source.Run(bg, sink); err != nil {
 				log.Error(err, "Config source stopped; the config in force stays until restart", "source", source.String())
 			}
 		})
@@ -417,10 +432,7 @@ func hashKey(ctx context.Context, o *options, kube kubernetes.Interface, namespa
 			return nil, fmt.Errorf("reading --hash-key-file: %w", err)
 		}
 	case kube != nil:
-		name := o.hashKeySecret
-		if name == "" {
-			name = strings.TrimSuffix(configMap, configMapSuffix) + hashKeySecretSuffix
-		}
+		name := hashKeySecretName(o, configMap)
 		secrets := kube.CoreV1().Secrets(namespace)
 		err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 			s, err := secrets.Get(ctx, name, metav1.GetOptions{})
@@ -444,4 +456,42 @@ func hashKey(ctx context.Context, o *options, kube kubernetes.Interface, namespa
 		return nil, fmt.Errorf("the hash key holds %d bytes; it needs at least %d (the operator generates 32)", len(key), minHashKeyLen)
 	}
 	return key, nil
+}
+
+// hashKeySecretName is the policy's hash-key Secret: --hash-key-secret, or
+// the operator's default for the ConfigMap's policy.
+func hashKeySecretName(o *options, configMap string) string {
+	if o.hashKeySecret != "" {
+		return o.hashKeySecret
+	}
+	return strings.TrimSuffix(configMap, configMapSuffix) + hashKeySecretSuffix
+}
+
+// keyRotation follows the policy's hash-key Secret (reload.HashKeyWatcher):
+// every key seen is kept by fingerprint for the server, and a config refused
+// for want of its key is offered again when the key arrives.
+type keyRotation struct {
+	keys    *reload.HashKeys
+	watcher *reload.HashKeyWatcher
+	retry   *reload.RetrySink
+}
+
+func newKeyRotation(kube kubernetes.Interface, namespace, secret string, key []byte, log logr.Logger) *keyRotation {
+	r := &keyRotation{keys: reload.NewHashKeys(key)}
+	r.watcher = reload.NewHashKeyWatcher(kube, namespace, secret, r.keys, reload.HashKeyWatcherOptions{
+		DataKey: hashKeySecretKey, MinLen: minHashKeyLen, Logger: log.WithName("hash-key"),
+		OnNewKey: func() {
+			if r.retry != nil {
+				r.retry.Retry()
+			}
+		},
+	})
+	return r
+}
+
+// sink returns the Sink the config source must feed, set before the
+// watcher runs.
+func (r *keyRotation) sink(next reload.Sink) reload.Sink {
+	r.retry = reload.NewRetrySink(next)
+	return r.retry
 }

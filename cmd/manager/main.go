@@ -30,19 +30,31 @@
 //	    Policies reconciled in parallel (default 2).
 //	-v int
 //	    Log verbosity (default 0); logs are structured key/value text and
-//	    never contain a Secret value or raw identity.
+//	    never contain a Secret value or raw identity. Levels above 5 act as
+//	    5: client-go logs request and response bodies (Secret data among
+//	    them) from level 6 on, so those levels are never enabled.
+//
+// On SIGTERM the manager stops reconciling, releases leadership and then
+// waits (up to 10s) until every Event it queued is written, so the Events of
+// a leader's last reconciles survive a handover.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2/textlogger"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -53,11 +65,9 @@ import (
 	"github.com/fairqueue/fairqueue/controllers"
 )
 
-// leaderElectionID names the Lease replicas of the operator compete for.
-const leaderElectionID = "fairqueue-operator.fairqueue.dev"
-
 // options are the command-line settings of the manager.
 type options struct {
+	kubeconfig              string
 	namespaces              []string
 	metricsAddr             string
 	probeAddr               string
@@ -71,6 +81,7 @@ type options struct {
 func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	var o options
 	var namespaces string
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; only needed out of cluster (KUBECONFIG also works).")
 	fs.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to watch; empty watches all namespaces.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `Address of the Prometheus metrics endpoint (plain HTTP); "0" disables it.`)
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address serving /healthz and /readyz.")
@@ -113,40 +124,55 @@ func parseNamespaces(s string) ([]string, error) {
 }
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "manager:", err)
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	logConfig := textlogger.NewConfig()
-	logConfig.AddFlags(flag.CommandLine)
-	// ctrl.GetConfig reads --kubeconfig, registered on flag.CommandLine by
-	// controller-runtime.
-	o, err := parseFlags(flag.CommandLine, os.Args[1:])
+// maxVerbosity is the highest log level ever enabled. client-go logs request
+// URLs from level 6 and request and response bodies, Secret data included,
+// from level 8, through the logger of the request's context, which is ours.
+const maxVerbosity = 5
+
+// eventFlushTimeout bounds how long a stopping manager waits for its queued
+// Events to be written.
+const eventFlushTimeout = 10 * time.Second
+
+// run runs the manager with the given arguments, logging to logOut, until
+// ctx ends.
+func run(ctx context.Context, args []string, logOut io.Writer) error {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.SetOutput(logOut)
+	logConfig := textlogger.NewConfig(textlogger.Output(logOut))
+	logConfig.AddFlags(fs)
+	o, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
-	ctrl.SetLogger(textlogger.NewLogger(logConfig))
-	log := ctrl.Log.WithName("setup")
+	logger := capVerbosity(textlogger.NewLogger(logConfig), maxVerbosity)
+	ctrl.SetLogger(logger)
+	log := logger.WithName("setup")
 
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), fqv1alpha1.AddToScheme(scheme)); err != nil {
 		return fmt.Errorf("building the scheme: %w", err)
 	}
-	restConfig, err := ctrl.GetConfig()
+	restConfig, err := restConfig(o.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("finding the API server (set --kubeconfig when out of cluster): %w", err)
 	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Logger:                        logger,
 		Scheme:                        scheme,
 		Cache:                         controllers.CacheOptions(o.namespaces),
 		Client:                        controllers.ClientOptions(),
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              leaderElectionID,
+		LeaderElectionID:              controllers.LeaderElectionID,
 		LeaderElectionNamespace:       o.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true, // run returns right after the manager stops
 	})
@@ -154,8 +180,27 @@ func run() error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 
-	ctx := ctrl.SetupSignalHandler()
-	r := &controllers.FairQueuePolicyReconciler{}
+	// Events are written by our own queue, flushed after the manager stops
+	// (see EventWriter), and outlive it by at most eventFlushTimeout.
+	instance, _ := os.Hostname()
+	recorder := controllers.NewEventWriter(mgr.GetClient(), "fairqueue-operator", instance, 0, logger.WithName("events"))
+	eventsCtx, stopEvents := context.WithCancel(context.WithoutCancel(ctx))
+	eventsDone := make(chan struct{})
+	go func() {
+		defer close(eventsDone)
+		recorder.Run(eventsCtx)
+	}()
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(eventsCtx, eventFlushTimeout)
+		if err := recorder.Flush(flushCtx); err != nil {
+			log.Error(err, "Some Events were not written before exit")
+		}
+		cancel()
+		stopEvents()
+		<-eventsDone
+	}()
+
+	r := &controllers.FairQueuePolicyReconciler{Recorder: recorder}
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.maxConcurrentReconciles}); err != nil {
 		return fmt.Errorf("setting up the FairQueuePolicy controller: %w", err)
 	}
@@ -171,4 +216,44 @@ func run() error {
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
+}
+
+// restConfig connects to the API server of kubeconfig, or else as
+// ctrl.GetConfig does (KUBECONFIG, then the in-cluster service account).
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return ctrl.GetConfig()
+}
+
+// capVerbosity returns l with every level above maxLevel disabled, whatever
+// the configured verbosity.
+func capVerbosity(l logr.Logger, maxLevel int) logr.Logger {
+	return logr.New(cappedSink{sink: l.GetSink(), max: maxLevel})
+}
+
+// cappedSink is a logr.LogSink that enables no level above max.
+type cappedSink struct {
+	sink logr.LogSink
+	max  int
+}
+
+func (s cappedSink) Init(info logr.RuntimeInfo) {
+	// One frame more: this wrapper sits between logr and the real sink.
+	info.CallDepth++
+	s.sink.Init(info)
+}
+func (s cappedSink) Enabled(level int) bool { return level <= s.max && s.sink.Enabled(level) }
+func (s cappedSink) Info(level int, msg string, kv ...any) {
+	if level <= s.max {
+		s.sink.Info(level, msg, kv...)
+	}
+}
+func (s cappedSink) Error(err error, msg string, kv ...any) { s.sink.Error(err, msg, kv...) }
+func (s cappedSink) WithValues(kv ...any) logr.LogSink {
+	return cappedSink{sink: s.sink.WithValues(kv...), max: s.max}
+}
+func (s cappedSink) WithName(name string) logr.LogSink {
+	return cappedSink{sink: s.sink.WithName(name), max: s.max}
 }

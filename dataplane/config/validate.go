@@ -99,6 +99,14 @@ func (id *Identity) validate(errs *fieldErrors) {
 	if id.ModelHeader != "" {
 		validateHeaderName("identity.modelHeader", id.ModelHeader, errs)
 	}
+	if id.UserHeader != "" && strings.EqualFold(id.UserHeader, id.TeamHeader) {
+		errs.add("identity.teamHeader", "names the same header as identity.userHeader (%q); header names are case-insensitive", id.UserHeader)
+	}
+	for _, h := range []struct{ path, name string }{{"identity.userHeader", id.UserHeader}, {"identity.teamHeader", id.TeamHeader}} {
+		if h.name != "" && isCredentialHeader(h.name, id.APIKeyHeaders) {
+			errs.add(h.path, "must not be Authorization or one of identity.apiKeyHeaders, got %q: it would make a credential an identity", h.name)
+		}
+	}
 	if id.TrustHeaders && id.UserHeader == "" && id.TeamHeader == "" {
 		errs.add("identity.trustHeaders", "is true but neither identity.userHeader nor identity.teamHeader is set")
 	}
@@ -120,6 +128,20 @@ func (id *Identity) validate(errs *fieldErrors) {
 			seen[e.APIKeyHash] = i
 		}
 	}
+}
+
+// isCredentialHeader reports whether name, case-insensitively, is
+// Authorization or one of the API-key headers.
+func isCredentialHeader(name string, apiKeyHeaders []string) bool {
+	if strings.EqualFold(name, "Authorization") {
+		return true
+	}
+	for _, h := range apiKeyHeaders {
+		if strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	return false
 }
 
 func (rl *RateLimits) validate(errs *fieldErrors) {
@@ -264,18 +286,20 @@ func validateBackends(backends []Backend, errs *fieldErrors) {
 		if b.Weight < 1 || b.Weight > MaxWeight {
 			errs.add(path+".weight", "must be in [1, %d], got %d", MaxWeight, b.Weight)
 		}
+		// Messages never quote the URL: its query or userinfo may hold a
+		// token, and these errors reach logs, status and Events.
 		u, err := url.Parse(b.URL)
 		switch {
 		case err != nil:
-			errs.add(path+".url", "must be an absolute http or https URL, got %q", b.URL)
+			errs.add(path+".url", "must be an absolute http or https URL, got a value of %d characters that does not parse", len(b.URL))
 		case u.Scheme != "http" && u.Scheme != "https":
 			errs.add(path+".url", "scheme must be http or https, got %q", u.Scheme)
 		case u.Host == "":
-			errs.add(path+".url", "must have a host, got %q", b.URL)
+			errs.add(path+".url", "must have a host")
 		case u.User != nil:
 			errs.add(path+".url", "must not contain credentials")
-		case u.RawQuery != "" || u.Fragment != "":
-			errs.add(path+".url", "must not have a query or fragment, got %q", b.URL)
+		case u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.ContainsAny(b.URL, "?#"):
+			errs.add(path+".url", "must not have a query or fragment")
 		}
 	}
 }

@@ -67,8 +67,14 @@ type Rendered struct {
 	Data []byte
 	// Hash is config.Hash(Data).
 	Hash string
-	// WeightedTenants is the number of weights entries rendered.
+	// WeightedTenants is the number of weights entries of the policy (zero
+	// while fair queuing is off), merged duplicates included: counting the
+	// rendered entries would reveal that two values are equal.
 	WeightedTenants int32
+	// Merged names the weights entries left out because an earlier entry
+	// resolves to the same identity, as "weights[j] = weights[i]", for the
+	// operator's log only (see renderWeights).
+	Merged []string
 }
 
 // Render turns a policy and its resolved Secrets into the canonical bytes of
@@ -130,12 +136,13 @@ func Render(in Input) (*Rendered, error) {
 	}
 	// Weights are accepted and ignored while fair queuing is off (the API
 	// promises this, so they can be staged), so their Secrets are not needed.
+	var merged []string
 	if spec.FairQueuing.Enabled {
-		weights, err := renderWeights(&spec.FairQueuing, in.HashKey, in.Secrets)
+		weights, m, err := renderWeights(&spec.FairQueuing, in.HashKey, in.Secrets)
 		if err != nil {
 			return nil, err
 		}
-		c.FairQueuing.Weights = weights
+		c.FairQueuing.Weights, merged = weights, m
 	}
 
 	data, err := config.Marshal(c)
@@ -144,7 +151,11 @@ func Render(in Input) (*Rendered, error) {
 		// fix rather than failing silently.
 		return nil, Invalid(fqv1alpha1.ReasonInvalid, "the policy renders an invalid data-plane config: %v", err)
 	}
-	return &Rendered{Data: data, Hash: config.Hash(data), WeightedTenants: int32(len(c.FairQueuing.Weights))}, nil
+	out := &Rendered{Data: data, Hash: config.Hash(data), Merged: merged}
+	if spec.FairQueuing.Enabled {
+		out.WeightedTenants = int32(len(spec.FairQueuing.Weights))
+	}
+	return out, nil
 }
 
 // ReferencedSecrets returns the names of the Secrets, besides the hash key,
@@ -164,12 +175,18 @@ func ReferencedSecrets(p *fqv1alpha1.FairQueuePolicy) []string {
 
 // renderWeights resolves and hashes every weights entry. Variables are looked
 // up in the weightsFrom Secrets in order, the first holding the key winning.
-func renderWeights(fq *fqv1alpha1.FairQueuing, key []byte, secrets map[string]*corev1.Secret) ([]config.Weight, error) {
+//
+// Entries that resolve to the same identity are merged, the first one
+// winning, and named in merged; they are not refused. The API server already
+// refuses two equal literal identities, so a duplicate involves a Secret
+// value, and refusing it would let anyone who may create policies but not
+// read Secrets confirm a guessed value (a literal next to ${VAR}).
+func renderWeights(fq *fqv1alpha1.FairQueuing, key []byte, secrets map[string]*corev1.Secret) (weights []config.Weight, merged []string, err error) {
 	var sources []*corev1.Secret
 	for _, src := range fq.WeightsFrom {
 		s, ok := secrets[src.SecretRef.Name]
 		if !ok {
-			return nil, Unresolved(fqv1alpha1.ReasonSecretNotFound,
+			return nil, nil, Unresolved(fqv1alpha1.ReasonSecretNotFound,
 				"Secret %q named in spec.fairQueuing.weightsFrom does not exist; create it in the policy's namespace", src.SecretRef.Name)
 		}
 		sources = append(sources, s)
@@ -185,32 +202,31 @@ func renderWeights(fq *fqv1alpha1.FairQueuing, key []byte, secrets map[string]*c
 		return "", false
 	}
 
-	weights := make([]config.Weight, 0, len(fq.Weights))
+	weights = make([]config.Weight, 0, len(fq.Weights))
 	byHash := make(map[string]int, len(fq.Weights))
 	for i, w := range fq.Weights {
 		id, err := fqv1alpha1.Expand(w.Identity, lookup)
 		var uv *fqv1alpha1.UnresolvedVariableError
 		switch {
 		case errors.As(err, &uv):
-			return nil, Unresolved(fqv1alpha1.ReasonVariableUnresolved,
+			return nil, nil, Unresolved(fqv1alpha1.ReasonVariableUnresolved,
 				"spec.fairQueuing.weights[%d]: variable %q is in none of the weightsFrom Secrets %s; add it as a data key of one of them",
 				i, uv.Name, secretList(fq.WeightsFrom))
 		case err != nil:
-			return nil, Invalid(fqv1alpha1.ReasonInvalid, "spec.fairQueuing.weights[%d].identity: %v", i, err)
+			return nil, nil, Invalid(fqv1alpha1.ReasonInvalid, "spec.fairQueuing.weights[%d].identity: %v", i, err)
 		case id == "":
-			return nil, Invalid(fqv1alpha1.ReasonInvalid,
+			return nil, nil, Invalid(fqv1alpha1.ReasonInvalid,
 				"spec.fairQueuing.weights[%d] resolves to an empty identity; check the Secret values it references", i)
 		}
 		h := identity.Hash(key, id)
 		if j, dup := byHash[h]; dup {
-			return nil, Invalid(fqv1alpha1.ReasonDuplicateIdentity,
-				"spec.fairQueuing.weights[%d] %s and spec.fairQueuing.weights[%d] %s resolve to the same identity; remove one of them",
-				j, describeEntry(fq.Weights[j].Identity), i, describeEntry(w.Identity))
+			merged = append(merged, fmt.Sprintf("weights[%d] %s = weights[%d] %s", i, describeEntry(w.Identity), j, describeEntry(fq.Weights[j].Identity)))
+			continue
 		}
 		byHash[h] = i
 		weights = append(weights, config.Weight{TenantHash: h, Weight: w.Weight})
 	}
-	return weights, nil
+	return weights, merged, nil
 }
 
 // describeEntry names a weights entry without its raw identity: by the
@@ -268,7 +284,7 @@ func renderKeyRegistry(r *fqv1alpha1.KeyRegistry, key []byte, secrets map[string
 	}
 	if len(entries) > maxRegistryEntries {
 		return nil, Invalid(fqv1alpha1.ReasonInvalid,
-			"key registry Secret %q key %q has %d entries, more than the %d supported", s.Name, dataKey, len(entries), maxRegistryEntries)
+			"key registry Secret %q key %q has more than the %d entries supported", s.Name, dataKey, maxRegistryEntries)
 	}
 	reg := &config.KeyRegistry{Enforce: r.Enforce}
 	byHash := make(map[string]int, len(entries))

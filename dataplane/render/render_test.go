@@ -151,15 +151,6 @@ func TestRenderFailures(t *testing.T) {
 			wantReason: fqv1alpha1.ReasonVariableUnresolved, wantMessage: []string{`spec.fairQueuing.weights[1]: variable "TEAM" is in none of the weightsFrom Secrets ["ids-a", "ids-b"]`},
 		},
 		{
-			name: "two entries resolve to the same identity",
-			mutate: func(p *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) {
-				s["ids-b"].Data["OLD_KEY"] = []byte("sk-acme-123")
-				p.Spec.FairQueuing.Weights = append(p.Spec.FairQueuing.Weights, fqv1alpha1.TenantWeight{Identity: "${OLD_KEY}", Weight: 1})
-			},
-			wantReason: fqv1alpha1.ReasonDuplicateIdentity, wantResolved: true,
-			wantMessage: []string{"spec.fairQueuing.weights[0] (from ${ACME_KEY}) and spec.fairQueuing.weights[3] (from ${OLD_KEY}) resolve to the same identity"},
-		},
-		{
 			name: "variable resolves to nothing",
 			mutate: func(_ *fqv1alpha1.FairQueuePolicy, s map[string]*corev1.Secret) {
 				s["ids-a"].Data["ACME_KEY"] = []byte(" \n")

@@ -8,6 +8,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +58,11 @@ type Options struct {
 	Clock clock.WithTickerAndDelayedExecution
 	// HashKey is the per-policy HMAC key incoming identities are hashed with.
 	HashKey []byte
+	// HashKeys, when set, returns the hash key with a given fingerprint: a
+	// config is then loaded with the key its hashKeySecret.fingerprint
+	// names (see reload.HashKeys), so the key can rotate without a restart.
+	// When unset, every config must name HashKey.
+	HashKeys func(fingerprint string) ([]byte, bool)
 	// TrustedProxies are the peers whose X-Forwarded-For is believed when
 	// deciding the client address for the per-client limit.
 	TrustedProxies []netip.Prefix
@@ -105,6 +111,7 @@ type Server struct {
 	clock    clock.WithTickerAndDelayedExecution
 	hasher   *hasher
 	hashKey  []byte
+	hashKeys func(fingerprint string) ([]byte, bool)
 	trusted  trustedProxies
 	maxBody  int64
 	reg      prometheus.Registerer
@@ -141,6 +148,7 @@ func New(opts Options) (*Server, error) {
 		clock:    opts.Clock,
 		hasher:   newHasher(opts.HashKey),
 		hashKey:  append([]byte(nil), opts.HashKey...),
+		hashKeys: opts.HashKeys,
 		trusted:  trustedProxies(opts.TrustedProxies),
 		maxBody:  opts.MaxBodyBytes,
 		reg:      opts.Registerer,
@@ -219,13 +227,14 @@ func (s *Server) Load(cfg *config.Config, configHash string) error {
 	if s.draining.Load() {
 		return errors.New("server: shutting down, not loading a new config")
 	}
-	if got := config.KeyFingerprint(s.hashKey); got != cfg.HashKeySecret.Fingerprint {
-		return fmt.Errorf("hashKeySecret.fingerprint: the config was rendered with key fingerprint %q but --hash-key-file has fingerprint %q; mount the key from Secret %s/%s",
-			cfg.HashKeySecret.Fingerprint, got, cfg.HashKeySecret.Namespace, cfg.HashKeySecret.Name)
+	restore, err := s.useHashKey(cfg.HashKeySecret)
+	if err != nil {
+		return err
 	}
 	prev := s.rt.Load()
 	rt, err := s.newRuntime(cfg, prev)
 	if err != nil {
+		restore()
 		return err
 	}
 	rt.hash = configHash
@@ -387,4 +396,27 @@ func (s *Server) upstreamBrokeOff(r *http.Request, backend string, err error, co
 	}
 	s.guards.UpstreamResponseError(backend, outcome)
 	s.log.Info(msg, "backend", backend, "path", r.URL.Path, "error", err.Error())
+}
+
+// useHashKey makes s.hasher hash with the key the config's fingerprint names
+// and returns how to undo it should the config not load. loadMu is held.
+func (s *Server) useHashKey(ref config.HashKeySecret) (restore func(), err error) {
+	key := s.hashKey
+	if s.hashKeys != nil {
+		k, ok := s.hashKeys(ref.Fingerprint)
+		if !ok {
+			return nil, fmt.Errorf("hashKeySecret.fingerprint: the config was rendered with key fingerprint %q, which Secret %s/%s has not held yet; "+
+				"it is loaded as soon as that key is seen, the config in force stays until then", ref.Fingerprint, ref.Namespace, ref.Name)
+		}
+		key = k
+	}
+	if got := config.KeyFingerprint(key); got != ref.Fingerprint {
+		return nil, fmt.Errorf("hashKeySecret.fingerprint: the config was rendered with key fingerprint %q but --hash-key-file has fingerprint %q; mount the key from Secret %s/%s",
+			ref.Fingerprint, got, ref.Namespace, ref.Name)
+	}
+	prevHasher, prevKey := s.hasher, s.hashKey
+	if !bytes.Equal(key, s.hashKey) {
+		s.hasher, s.hashKey = newHasher(key), append([]byte(nil), key...)
+	}
+	return func() { s.hasher, s.hashKey = prevHasher, prevKey }, nil
 }

@@ -18,6 +18,7 @@ package api_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -72,15 +73,26 @@ func TestCRDInstalled(t *testing.T) {
 	if v.Subresources == nil || v.Subresources.Status == nil {
 		t.Errorf("the status subresource is not enabled")
 	}
+	// Secondary columns (priority 1) show with -o wide only.
 	want := map[string]string{
-		"Enabled": ".spec.fairQueuing.enabled",
-		"Tenant":  ".spec.fairQueuing.tenantDimension",
-		"Ready":   `.status.conditions[?(@.type=="Ready")].status`,
-		"Age":     ".metadata.creationTimestamp",
+		"Enabled":       ".spec.fairQueuing.enabled",
+		"Tenant":        ".spec.fairQueuing.tenantDimension",
+		"Ready":         `.status.conditions[?(@.type=="Ready")].status`,
+		"Reason":        `.status.conditions[?(@.type=="Ready")].reason`,
+		"Updated":       ".status.updatedReplicas",
+		"Replicas":      ".status.dataPlaneReplicas",
+		"Age":           ".metadata.creationTimestamp",
+		"Config Hash/1": ".status.configHash",
+		"Generation/1":  ".metadata.generation",
+		"Observed/1":    ".status.observedGeneration",
 	}
 	got := map[string]string{}
 	for _, c := range v.AdditionalPrinterColumns {
-		got[c.Name] = c.JSONPath
+		name := c.Name
+		if c.Priority != 0 {
+			name = fmt.Sprintf("%s/%d", c.Name, c.Priority)
+		}
+		got[name] = c.JSONPath
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("printer columns = %v, want %v", got, want)

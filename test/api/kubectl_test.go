@@ -82,26 +82,30 @@ func TestKubectlApplyAndGet(t *testing.T) {
 		Type: fqv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: fqv1alpha1.ReasonRendered,
 		Message: "rendered", ObservedGeneration: full.Generation,
 	})
+	full.Status.ObservedGeneration = full.Generation
+	full.Status.ConfigHash = "0123456789abcdef"
+	full.Status.DataPlaneReplicas, full.Status.UpdatedReplicas = 2, 1
 	if err := env.Client.Status().Update(ctx, &full); err != nil {
 		t.Fatalf("setting the Ready condition: %v", err)
 	}
 
 	out := kubectl(ctx, t, bin, "get", "fqp", "-n", ns)
 	t.Logf("kubectl get fqp:\n%s", out)
-	lines := strings.Split(strings.TrimSpace(out), "\n")
 	want := []*regexp.Regexp{
-		regexp.MustCompile(`^NAME\s+ENABLED\s+TENANT\s+READY\s+AGE$`),
-		regexp.MustCompile(`^full\s+true\s+apiKey\s+True\s+\S+$`),
+		regexp.MustCompile(`^NAME\s+ENABLED\s+TENANT\s+READY\s+REASON\s+UPDATED\s+REPLICAS\s+AGE$`),
+		regexp.MustCompile(`^full\s+true\s+apiKey\s+True\s+Rendered\s+1\s+2\s+\S+$`),
 		regexp.MustCompile(`^minimal\s+false\s+user\s+\S+$`),
 	}
-	if len(lines) != len(want) {
-		t.Fatalf("kubectl get fqp printed %d lines, want %d:\n%s", len(lines), len(want), out)
-	}
-	for i, re := range want {
-		if !re.MatchString(lines[i]) {
-			t.Errorf("line %d = %q, want it to match %s", i, lines[i], re)
-		}
-	}
+	matchLines(t, "kubectl get fqp", out, want)
+
+	// -o wide adds the config hash and the generation the status describes.
+	wide := kubectl(ctx, t, bin, "get", "fqp", "-n", ns, "-o", "wide")
+	t.Logf("kubectl get fqp -o wide:\n%s", wide)
+	matchLines(t, "kubectl get fqp -o wide", wide, []*regexp.Regexp{
+		regexp.MustCompile(`^NAME\s+ENABLED\s+TENANT\s+READY\s+REASON\s+UPDATED\s+REPLICAS\s+AGE\s+CONFIG HASH\s+GENERATION\s+OBSERVED$`),
+		regexp.MustCompile(`^full\s+true\s+apiKey\s+True\s+Rendered\s+1\s+2\s+\S+\s+0123456789abcdef\s+1\s+1$`),
+		regexp.MustCompile(`^minimal\s+false\s+user\s+\S+\s+1$`),
+	})
 
 	// A minimal object shows every effective bound.
 	yamlOut := kubectl(ctx, t, bin, "get", "fqp", "minimal", "-n", ns, "-o", "yaml")
@@ -116,6 +120,20 @@ func TestKubectlApplyAndGet(t *testing.T) {
 	for _, s := range []string{"maxWait", "maxWait is the longest time one request may spend queued", "maxTotalQueued"} {
 		if !strings.Contains(explain, s) {
 			t.Errorf("kubectl explain fqp.spec.fairQueuing.bounds lacks %q:\n%s", s, explain)
+		}
+	}
+}
+
+// matchLines checks that out has exactly one line per pattern, each matching.
+func matchLines(t *testing.T, what, out string, want []*regexp.Regexp) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%s printed %d lines, want %d:\n%s", what, len(lines), len(want), out)
+	}
+	for i, re := range want {
+		if !re.MatchString(lines[i]) {
+			t.Errorf("%s line %d = %q, want it to match %s", what, i, lines[i], re)
 		}
 	}
 }

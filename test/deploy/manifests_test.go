@@ -25,8 +25,13 @@ import (
 	"github.com/fairqueue/fairqueue/internal/testenv"
 )
 
-// namespace is where config/default installs everything.
-const namespace = "fairqueue-system"
+// namespace is where config/default installs the operator, and
+// dataPlaneNamespace where it installs the data plane and its policy, the
+// namespace the operator watches.
+const (
+	namespace          = "fairqueue-system"
+	dataPlaneNamespace = "fairqueue-dataplane"
+)
 
 // managerRole and managerAccount are the rendered names of the operator's
 // generated ClusterRole and of its ServiceAccount.
@@ -119,19 +124,20 @@ func TestKustomizeRendersDeployment(t *testing.T) {
 	}
 	want := []string{
 		"Namespace/fairqueue-system",
+		"Namespace/fairqueue-dataplane",
 		"CustomResourceDefinition/fairqueuepolicies.fairqueue.dev",
 		"ServiceAccount/fairqueue-system/fairqueue-controller-manager",
-		"ServiceAccount/fairqueue-system/fairqueue-dataplane",
-		"Role/fairqueue-system/fairqueue-dataplane-config-reader",
+		"ServiceAccount/fairqueue-dataplane/fairqueue-dataplane",
+		"Role/fairqueue-dataplane/fairqueue-dataplane-config-reader",
 		"Role/fairqueue-system/fairqueue-manager-role",
 		"ClusterRole/fairqueue-manager-role",
-		"RoleBinding/fairqueue-system/fairqueue-dataplane-config-reader",
+		"RoleBinding/fairqueue-dataplane/fairqueue-dataplane-config-reader",
 		"RoleBinding/fairqueue-system/fairqueue-leader-election-rolebinding",
-		"RoleBinding/fairqueue-system/fairqueue-manager-rolebinding",
-		"Service/fairqueue-system/fairqueue-dataplane",
+		"RoleBinding/fairqueue-dataplane/fairqueue-manager-rolebinding",
+		"Service/fairqueue-dataplane/fairqueue-dataplane",
 		"Deployment/fairqueue-system/fairqueue-controller-manager",
-		"Deployment/fairqueue-system/fairqueue-dataplane",
-		"PodDisruptionBudget/fairqueue-system/fairqueue-dataplane",
+		"Deployment/fairqueue-dataplane/fairqueue-dataplane",
+		"PodDisruptionBudget/fairqueue-dataplane/fairqueue-dataplane",
 	}
 	slices.Sort(got)
 	slices.Sort(want)
@@ -141,29 +147,29 @@ func TestKustomizeRendersDeployment(t *testing.T) {
 
 	t.Run("hardened pods", func(t *testing.T) {
 		images := map[string]string{
-			"fairqueue-controller-manager": "ghcr.io/fairqueue/manager:dev",
-			"fairqueue-dataplane":          "ghcr.io/fairqueue/dataplane:dev",
+			namespace + "/fairqueue-controller-manager": "ghcr.io/fairqueue/manager:dev",
+			dataPlaneNamespace + "/fairqueue-dataplane": "ghcr.io/fairqueue/dataplane:dev",
 		}
 		for name, image := range images {
-			d := find[*appsv1.Deployment](t, objs, "Deployment/"+namespace+"/"+name)
+			d := find[*appsv1.Deployment](t, objs, "Deployment/"+name)
 			checkHardenedPod(t, name, &d.Spec.Template.Spec, image)
 		}
 	})
 
 	t.Run("data plane is highly available", func(t *testing.T) {
-		d := find[*appsv1.Deployment](t, objs, "Deployment/"+namespace+"/fairqueue-dataplane")
+		d := find[*appsv1.Deployment](t, objs, "Deployment/"+dataPlaneNamespace+"/fairqueue-dataplane")
 		if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 			t.Errorf("data plane replicas %v, want 2", d.Spec.Replicas)
 		}
 		pods := labels.Set(d.Spec.Template.Labels)
-		pdb := find[*policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget/"+namespace+"/fairqueue-dataplane")
+		pdb := find[*policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget/"+dataPlaneNamespace+"/fairqueue-dataplane")
 		if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 {
 			t.Errorf("PodDisruptionBudget minAvailable %v, want 1", pdb.Spec.MinAvailable)
 		}
 		if sel := labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels); !sel.Matches(pods) {
 			t.Errorf("PodDisruptionBudget selector %v does not select the data-plane pods %v", sel, pods)
 		}
-		svc := find[*corev1.Service](t, objs, "Service/"+namespace+"/fairqueue-dataplane")
+		svc := find[*corev1.Service](t, objs, "Service/"+dataPlaneNamespace+"/fairqueue-dataplane")
 		if sel := labels.SelectorFromSet(svc.Spec.Selector); !sel.Matches(pods) {
 			t.Errorf("Service selector %v does not select the data-plane pods %v", sel, pods)
 		}
@@ -174,16 +180,16 @@ func TestKustomizeRendersDeployment(t *testing.T) {
 	})
 
 	t.Run("data plane reads only its ConfigMap and hash-key Secret and writes only Leases", func(t *testing.T) {
-		role := find[*rbacv1.Role](t, objs, "Role/"+namespace+"/fairqueue-dataplane-config-reader")
+		role := find[*rbacv1.Role](t, objs, "Role/"+dataPlaneNamespace+"/fairqueue-dataplane-config-reader")
 		wantRules := []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"default-dataplane"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"default-hash-key"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"default-hash-key"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update", "delete"}},
 		}
 		if !slices.EqualFunc(role.Rules, wantRules, ruleEqual) {
 			t.Errorf("data-plane rules %+v, want exactly %+v", role.Rules, wantRules)
 		}
-		d := find[*appsv1.Deployment](t, objs, "Deployment/"+namespace+"/fairqueue-dataplane")
+		d := find[*appsv1.Deployment](t, objs, "Deployment/"+dataPlaneNamespace+"/fairqueue-dataplane")
 		if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--configmap=default-dataplane") {
 			t.Errorf("data-plane args %v do not name the ConfigMap the Role grants", d.Spec.Template.Spec.Containers[0].Args)
 		}
@@ -217,7 +223,8 @@ func TestKustomizeRendersDeployment(t *testing.T) {
 		role := find[*rbacv1.Role](t, objs, "Role/"+namespace+"/"+managerRole)
 		wantRules := []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "update"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"fairqueue-operator.fairqueue.dev"}, Verbs: []string{"get", "update"}},
 		}
 		if !slices.EqualFunc(role.Rules, wantRules, ruleEqual) {
 			t.Errorf("leader-election rules %+v, want exactly %+v", role.Rules, wantRules)
@@ -244,10 +251,10 @@ func TestKustomizeRendersDeployment(t *testing.T) {
 		for _, o := range objs {
 			var ref rbacv1.RoleRef
 			var subjects []rbacv1.Subject
-			ns := namespace
+			var ns string
 			switch b := o.(type) {
 			case *rbacv1.RoleBinding:
-				ref, subjects = b.RoleRef, b.Subjects
+				ref, subjects, ns = b.RoleRef, b.Subjects, b.Namespace
 			case *rbacv1.ClusterRoleBinding:
 				ref, subjects, ns = b.RoleRef, b.Subjects, ""
 			default:
@@ -465,9 +472,11 @@ func TestServerDryRunAcceptsEveryObject(t *testing.T) {
 	// Namespaced objects can only be dry-run into a namespace that exists, and
 	// Pod Security admission reads the labels of the stored namespace: create
 	// the rendered one for real first.
-	ns := find[*corev1.Namespace](t, objs, "Namespace/"+namespace)
-	if err := env.Client.Create(t.Context(), ns); err != nil {
-		t.Fatalf("creating namespace %s: %v", namespace, err)
+	for _, name := range []string{namespace, dataPlaneNamespace} {
+		ns := find[*corev1.Namespace](t, objs, "Namespace/"+name)
+		if err := env.Client.Create(t.Context(), ns); err != nil {
+			t.Fatalf("creating namespace %s: %v", name, err)
+		}
 	}
 
 	var stdout, stderr bytes.Buffer

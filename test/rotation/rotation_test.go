@@ -1,0 +1,372 @@
+// Package rotation checks, end to end on a real API server, that the policy's
+// hash key can rotate under traffic: the operator (in process) re-renders with
+// a new key, and a data-plane replica (the real binary, watching its
+// ConfigMap and hash-key Secret through the API) follows it without a restart
+// and without refusing a request.
+package rotation
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
+	"github.com/fairqueue/fairqueue/controllers"
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	// The operator's logs are not asserted on; without a logger
+	// controller-runtime prints a warning with a stack trace.
+	ctrl.SetLogger(logr.Discard())
+	// controller-runtime's metadata-only Secret watch can leave this
+	// goroutine blocked after its reflector stopped (see controllers'
+	// suite_test.go).
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("k8s.io/apimachinery/pkg/watch.(*filteredWatch).loop"))
+}
+
+const (
+	rotations = 2
+	// loaders send requests back to back through the data plane.
+	loaders = 4
+	// followTimeout bounds how long the replica may take to load the config
+	// rendered with a new key.
+	followTimeout = 30 * time.Second
+)
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// tally counts the answers of the load.
+type tally struct {
+	total, failed atomic.Int64
+	mu            sync.Mutex
+	samples       []string
+}
+
+func (t *tally) record(code int, err error) {
+	t.total.Add(1)
+	if err == nil && code >= 200 && code < 300 {
+		return
+	}
+	t.failed.Add(1)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.samples) < 10 {
+		t.samples = append(t.samples, fmt.Sprintf("%d %v", code, err))
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close() // only reserved the port number
+	return addr
+}
+
+// call sends one chat request with the API key through the data plane.
+func call(ctx context.Context, c *http.Client, addr, apiKey string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/chat/completions",
+		strings.NewReader(`{"model":"fake-model","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	_, _ = bytes.NewBuffer(nil).ReadFrom(resp.Body)
+	return resp.StatusCode, nil
+}
+
+// TestHashKeyRotationUnderTraffic rotates the hash key of a policy whose key
+// registry is enforced (a request hashed with the wrong key would get 401)
+// while a data-plane replica serves traffic. Every request must succeed, the
+// replica must report each new config within followTimeout, and a registry
+// change after the rotations must take effect, all without a restart.
+func TestHashKeyRotationUnderTraffic(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "dataplane")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/dataplane")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building cmd/dataplane: %v\n%s", err, out)
+	}
+
+	env := testenv.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	c := env.Client
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "rotation-"}}
+	if err := c.Create(ctx, nsObj); err != nil {
+		t.Fatal(err)
+	}
+	ns := nsObj.Name
+
+	upstream := httptest.NewServer(fakeupstream.New(fakeupstream.Options{}))
+	defer upstream.Close()
+
+	const keyA, keyB = "sk-rotation-a-4c1d", "sk-rotation-b-93fe"
+	registry := func(keys ...string) []byte {
+		var entries []string
+		for _, k := range keys {
+			entries = append(entries, `{"apiKey":"`+k+`","user":"u-`+k+`"}`)
+		}
+		return []byte("[" + strings.Join(entries, ",") + "]")
+	}
+	if err := c.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "registry"},
+		Data:       map[string][]byte{"keys.json": registry(keyA)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	policy := &fqv1alpha1.FairQueuePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm"},
+		Spec: fqv1alpha1.FairQueuePolicySpec{
+			Identity: fqv1alpha1.IdentitySpec{KeyRegistry: &fqv1alpha1.KeyRegistry{
+				SecretRef: fqv1alpha1.LocalSecretReference{Name: "registry"}, Enforce: true,
+			}},
+			Backends: []fqv1alpha1.Backend{{Name: "fake", URL: upstream.URL}},
+		},
+	}
+	if err := c.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+
+	// The operator.
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme: env.Scheme, Cache: controllers.CacheOptions([]string{ns}), Client: controllers.ClientOptions(),
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgrCtx, stopMgr := context.WithCancel(ctx)
+	if err := (&controllers.FairQueuePolicyReconciler{}).SetupWithManager(mgrCtx, mgr, controller.Options{SkipNameValidation: ptr.To(true)}); err != nil {
+		t.Fatal(err)
+	}
+	mgrDone := make(chan error, 1)
+	go func() { mgrDone <- mgr.Start(mgrCtx) }()
+	defer func() {
+		stopMgr()
+		if err := <-mgrDone; err != nil {
+			t.Errorf("operator: %v", err)
+		}
+	}()
+	rendered := waitPolicy(ctx, t, c, policy, func(p *fqv1alpha1.FairQueuePolicy) bool {
+		return meta.IsStatusConditionTrue(p.Status.Conditions, fqv1alpha1.ConditionReady)
+	})
+
+	// The data plane, as deployed: ConfigMap and Secret through the API.
+	listen, ops := freeAddr(t), freeAddr(t)
+	var dpOut syncBuffer
+	dp := exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--configmap", ns+"/"+controllers.ConfigMapName(policy.Name),
+		"--listen", listen, "--metrics-listen", ops, "--pod-name", "rotation-0")
+	dp.Stdout, dp.Stderr = &dpOut, &dpOut
+	if err := dp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dpDone := make(chan error, 1)
+	go func() { dpDone <- dp.Wait() }()
+	defer func() {
+		_ = dp.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-dpDone:
+			t.Logf("data plane exited after SIGTERM: %v", err)
+		case <-time.After(30 * time.Second):
+			_ = dp.Process.Kill()
+			t.Logf("data plane killed after ignoring SIGTERM: %v", <-dpDone)
+		}
+		if t.Failed() {
+			t.Logf("data plane output:\n%s", dpOut.String())
+		}
+	}()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	waitFor(ctx, t, "the data plane to be ready", func() bool {
+		resp, err := hc.Get("http://" + ops + "/readyz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	waitPolicy(ctx, t, c, policy, func(p *fqv1alpha1.FairQueuePolicy) bool {
+		return p.Status.ConfigHash == rendered.Status.ConfigHash && p.Status.UpdatedReplicas == 1
+	})
+
+	// Traffic through every rotation.
+	var load tally
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range loaders {
+		wg.Go(func() {
+			for loadCtx.Err() == nil {
+				code, err := call(loadCtx, hc, listen, keyA)
+				if loadCtx.Err() != nil {
+					return // the stop, not the data plane
+				}
+				load.record(code, err)
+			}
+		})
+	}
+	stopLoadAndWait := func() { stopLoad(); wg.Wait() }
+	defer stopLoadAndWait()
+	waitFor(ctx, t, "traffic to flow", func() bool { return load.total.Load() >= 50 })
+
+	hash := rendered.Status.ConfigHash
+	for i := range rotations {
+		old := &corev1.Secret{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: policy.HashKeySecretName()}, old); err != nil {
+			t.Fatal(err)
+		}
+		before := load.total.Load()
+		start := time.Now()
+		if err := c.Delete(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		p := waitPolicy(ctx, t, c, policy, func(p *fqv1alpha1.FairQueuePolicy) bool {
+			return p.Status.ConfigHash != hash && p.Status.UpdatedReplicas == 1 && p.Status.DataPlaneReplicas == 1
+		})
+		followed := time.Since(start)
+		hash = p.Status.ConfigHash
+		fresh := &corev1.Secret{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: policy.HashKeySecretName()}, fresh); err != nil {
+			t.Fatal(err)
+		}
+		if string(fresh.Data[fqv1alpha1.HashKeySecretKey]) == string(old.Data[fqv1alpha1.HashKeySecretKey]) {
+			t.Fatalf("rotation %d: the key did not change", i+1)
+		}
+		cm := &corev1.ConfigMap{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: controllers.ConfigMapName(policy.Name)}, cm); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Parse([]byte(cm.Data[config.ConfigMapKey]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.HashKeySecret.Fingerprint != config.KeyFingerprint(fresh.Data[fqv1alpha1.HashKeySecretKey]) {
+			t.Errorf("rotation %d: the ConfigMap names another key than the Secret holds", i+1)
+		}
+		t.Logf("rotation %d: replica running the new config %v after the Secret's deletion; %d requests meanwhile",
+			i+1, followed.Round(time.Millisecond), load.total.Load()-before)
+		waitFor(ctx, t, "more traffic", func() bool { return load.total.Load() >= before+50 })
+	}
+
+	// New configs still load after the rotations: a key added to the
+	// registry is accepted (enforce refuses it until then).
+	var sec corev1.Secret
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "registry"}, &sec); err != nil {
+		t.Fatal(err)
+	}
+	sec.Data["keys.json"] = registry(keyA, keyB)
+	if err := c.Update(ctx, &sec); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the key added after the rotations to be accepted", func() bool {
+		code, err := call(ctx, hc, listen, keyB)
+		return err == nil && code == http.StatusOK
+	})
+
+	stopLoadAndWait()
+	select {
+	case err := <-dpDone:
+		t.Fatalf("the data plane exited during the test: %v", err)
+	default:
+	}
+	// What an operator sees: kubectl's columns report the replica running
+	// the current config.
+	if kc, err := exec.LookPath("kubectl"); err == nil {
+		for _, args := range [][]string{{"get", "fqp"}, {"get", "fqp", "-o", "wide"}} {
+			out, err := exec.CommandContext(ctx, kc, append([]string{"--kubeconfig", env.Kubeconfig, "-n", ns}, args...)...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+			}
+			t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
+			if fields := strings.Fields(strings.Split(strings.TrimSpace(string(out)), "\n")[1]); len(fields) < 7 ||
+				fields[3] != "True" || fields[4] != fqv1alpha1.ReasonRendered || fields[5] != "1" || fields[6] != "1" {
+				t.Errorf("kubectl %v does not show the policy Ready with 1/1 replicas updated: %q", args, fields)
+			}
+		}
+	}
+	t.Logf("%d requests through %d rotations, %d not 2xx", load.total.Load(), rotations, load.failed.Load())
+	if n := load.failed.Load(); n > 0 {
+		t.Errorf("%d of %d requests failed during the rotations, for example %q", n, load.total.Load(), load.samples)
+	}
+}
+
+// waitFor polls cond every 50ms until it holds or ctx ends.
+func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(followTimeout)
+	for !cond() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("timed out after %v waiting for %s", followTimeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitPolicy polls the policy until cond holds, within followTimeout.
+func waitPolicy(ctx context.Context, t *testing.T, c client.Client, p *fqv1alpha1.FairQueuePolicy, cond func(*fqv1alpha1.FairQueuePolicy) bool) *fqv1alpha1.FairQueuePolicy {
+	t.Helper()
+	got := &fqv1alpha1.FairQueuePolicy{}
+	waitFor(ctx, t, "the policy's status", func() bool {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			t.Fatal(err)
+		}
+		return cond(got)
+	})
+	if t.Failed() {
+		t.Logf("policy status: %+v", got.Status)
+	}
+	return got
+}
