@@ -1,0 +1,102 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// swapScript stores this replica's report in the key's hash with an expiry
+// taken from Redis's own clock (so replica clock skew does not matter), drops
+// the expired reports of other replicas, and returns the live ones: one round
+// trip, atomic, touching one key (one Cluster slot).
+//
+// KEYS[1] the key's report hash; ARGV[1] replica; ARGV[2] report; ARGV[3] TTL in ms.
+var swapScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], (now + ttl) .. '|' .. ARGV[2])
+redis.call('PEXPIRE', KEYS[1], 4 * ttl)
+local all = redis.call('HGETALL', KEYS[1])
+local out = {}
+for i = 1, #all, 2 do
+  local v = all[i + 1]
+  local sep = string.find(v, '|', 1, true)
+  if sep == nil or tonumber(string.sub(v, 1, sep - 1)) < now then
+    redis.call('HDEL', KEYS[1], all[i])
+  else
+    out[#out + 1] = string.sub(v, sep + 1)
+  end
+end
+return out
+`)
+
+// RedisExchange is an Exchange on Redis: one hash per limit key, one field per
+// replica. It works on a single server, Sentinel or Cluster (each key's hash
+// is one slot).
+type RedisExchange struct {
+	client redis.UniversalClient
+	prefix string
+}
+
+// NewRedisExchange returns an Exchange storing reports under prefix (for
+// example "fairqueue:<namespace>/<policy>:fleet:"); the limit key is wrapped
+// in a hash tag.
+func NewRedisExchange(client redis.UniversalClient, prefix string) *RedisExchange {
+	return &RedisExchange{client: client, prefix: prefix}
+}
+
+// hashKey returns the Redis key holding key's reports.
+func (e *RedisExchange) hashKey(key string) string { return e.prefix + "{" + key + "}" }
+
+// Swap implements Exchange.
+func (e *RedisExchange) Swap(ctx context.Context, key string, r Report, ttl time.Duration) ([]Report, error) {
+	payload, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode fleet report: %w", err)
+	}
+	res, err := swapScript.Run(ctx, e.client, []string{e.hashKey(key)}, r.Replica, payload, ttl.Milliseconds()).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("swap fleet reports in Redis: %w", err)
+	}
+	out := make([]Report, 0, len(res))
+	var errs []error
+	for _, s := range res {
+		var rep Report
+		if err := json.Unmarshal([]byte(s), &rep); err != nil {
+			errs = append(errs, fmt.Errorf("decode a fleet report under %q (written by another version?): %w", e.hashKey(key), err))
+			continue
+		}
+		out = append(out, rep)
+	}
+	return out, errors.Join(errs...)
+}
+
+// Leave implements Exchange.
+func (e *RedisExchange) Leave(ctx context.Context, key, replica string) error {
+	if err := e.client.HDel(ctx, e.hashKey(key), replica).Err(); err != nil {
+		return fmt.Errorf("withdraw fleet report from Redis: %w", err)
+	}
+	return nil
+}
