@@ -53,22 +53,23 @@ return out
 `)
 
 // RedisExchange is an Exchange on Redis: one hash per limit key, one field per
-// replica. It works on a single server, Sentinel or Cluster (each key's hash
-// is one slot).
+// replica, expiring by Redis's clock. Each call touches one key, so it works
+// on a single server, Sentinel or Cluster.
 type RedisExchange struct {
 	client redis.UniversalClient
 	prefix string
 }
 
-// NewRedisExchange returns an Exchange storing reports under prefix (for
-// example "fairqueue:<namespace>/<policy>:fleet:"); the limit key is wrapped
-// in a hash tag.
+// NewRedisExchange returns an Exchange storing the reports of limit key k
+// under prefix+k. Give it the policy's bucket prefix plus "fleet:"
+// (redisstore.KeyPrefix(namespace, policy) + "fleet:"): the prefix's hash tag
+// then puts a policy's reports in the slot of its buckets.
 func NewRedisExchange(client redis.UniversalClient, prefix string) *RedisExchange {
 	return &RedisExchange{client: client, prefix: prefix}
 }
 
 // hashKey returns the Redis key holding key's reports.
-func (e *RedisExchange) hashKey(key string) string { return e.prefix + "{" + key + "}" }
+func (e *RedisExchange) hashKey(key string) string { return e.prefix + key }
 
 // Swap implements Exchange.
 func (e *RedisExchange) Swap(ctx context.Context, key string, r Report, ttl time.Duration) ([]Report, error) {
