@@ -120,7 +120,6 @@ type Pacer struct {
 // keyState is the Pacer's state for one limit key.
 type keyState struct {
 	tenants map[string]*tenantState
-	idle    int
 }
 
 // tenantState is the Pacer's state for one tenant on one key.

@@ -32,6 +32,8 @@ import (
 // trip, atomic, touching one key (one Cluster slot).
 //
 // KEYS[1] the key's report hash; ARGV[1] replica; ARGV[2] report; ARGV[3] TTL in ms.
+//
+//nolint:dupword // Lua closes nested blocks with consecutive "end"s.
 var swapScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

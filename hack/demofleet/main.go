@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string) error {
 	o.Out = os.Stdout
 	res, err := fleetdemo.Run(ctx, o)
 	if res != nil {
-		res.WriteReport(os.Stdout)
+		err = errors.Join(err, res.WriteReport(os.Stdout))
 		if chart != "" && len(res.Unavailable) > 0 {
 			if werr := res.Chart().WritePNG(chart); werr != nil {
 				err = errors.Join(err, werr)

@@ -118,6 +118,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
+	out := &printer{w: o.Out}
 	redis.SetLogger(quietRedisLog{})
 	rb, note, err := startRedis(ctx, o.RedisServer)
 	if err != nil {
@@ -125,10 +126,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer func() { _ = rb.Close() }()
 	if note != "" {
-		fmt.Fprintf(o.Out, "==> %s\n", note)
+		out.printf("==> %s\n", note)
 	}
 	res := &Result{Redis: rb.Describe(), OutageStart: -1, OutageEnd: -1, PerModel: o.PerModel}
-	fmt.Fprintf(o.Out, "==> Redis: %s; %d replicas share one model limit of %d/s; failure mode %s\n", res.Redis, Replicas, o.PerModel, o.FailureMode)
+	out.printf("==> Redis: %s; %d replicas share one model limit of %d/s; failure mode %s\n", res.Redis, Replicas, o.PerModel, o.FailureMode)
 
 	limits := limiter.Config{Model: &limiter.Limit{Requests: o.PerModel, Period: time.Second}}
 	weights := fairqueue.Weights{Default: 1, ByTenant: map[string]int{}}
@@ -191,23 +192,35 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		u := unavailable.Load()
 		res.Unavailable = append(res.Unavailable, int(u-prevUnavailable))
 		prevUnavailable = u
-		fmt.Fprintln(o.Out, res.line(s-1))
+		out.printf("%s\n", res.line(s-1))
 
 		el := time.Since(start)
 		switch {
 		case o.Outage > 0 && res.OutageStart < 0 && el >= o.OutageAt:
 			res.OutageStart = el
-			fmt.Fprintf(o.Out, "==> Killing Redis for %s (failure mode %s)\n", o.Outage, o.FailureMode)
+			out.printf("==> Killing Redis for %s (failure mode %s)\n", o.Outage, o.FailureMode)
 			errs = append(errs, rb.Kill())
 		case res.OutageStart >= 0 && res.OutageEnd < 0 && el >= res.OutageStart+o.Outage:
 			res.OutageEnd = el
-			fmt.Fprintln(o.Out, "==> Restarting Redis (empty) on the same address")
+			out.printf("==> Restarting Redis (empty) on the same address\n")
 			if err := rb.Restart(ctx); err != nil {
 				return res, err
 			}
 		}
 	}
-	return res, errors.Join(errs...)
+	return res, errors.Join(append(errs, out.err)...)
+}
+
+// printer writes formatted lines and keeps the first write error.
+type printer struct {
+	w   io.Writer
+	err error
+}
+
+func (p *printer) printf(format string, args ...any) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintf(p.w, format, args...)
+	}
 }
 
 func newReplica(ctx context.Context, name, addr string, mode redisstore.FailureMode, limits limiter.Config, weights fairqueue.Weights) (*replica, error) {
@@ -333,7 +346,8 @@ func (r *Result) line(s int) string {
 // WriteReport prints the shares and totals outside the outage (skipping the
 // first 2 seconds of warm-up and 2 seconds after the outage), and the 503s
 // during it.
-func (r *Result) WriteReport(w io.Writer) {
+func (r *Result) WriteReport(w io.Writer) error {
+	p := &printer{w: w}
 	n := len(r.Unavailable)
 	type span struct{ from, to int }
 	var steady []span
@@ -351,11 +365,11 @@ func (r *Result) WriteReport(w io.Writer) {
 			continue
 		}
 		shares, total := r.FleetShares(sp.from, sp.to)
-		fmt.Fprintf(w, "==> Seconds %d-%d: fleet shares", sp.from+1, sp.to)
+		p.printf("==> Seconds %d-%d: fleet shares", sp.from+1, sp.to)
 		for ti, t := range Tenants {
-			fmt.Fprintf(w, " %s %.3f (want %.1f)", t.Name, shares[ti], want[ti])
+			p.printf(" %s %.3f (want %.1f)", t.Name, shares[ti], want[ti])
 		}
-		fmt.Fprintf(w, "; total %.1f/s (limit %d/s)\n", total, r.PerModel)
+		p.printf("; total %.1f/s (limit %d/s)\n", total, r.PerModel)
 	}
 	if r.OutageStart >= 0 {
 		u := 0
@@ -367,9 +381,10 @@ func (r *Result) WriteReport(w io.Writer) {
 			end = time.Duration(n) * time.Second
 		}
 		_, total := r.FleetShares(int(r.OutageStart/time.Second), int(end/time.Second))
-		fmt.Fprintf(w, "==> Redis down from %s to %s: %d answers 503, %.1f/s admitted meanwhile\n",
+		p.printf("==> Redis down from %s to %s: %d answers 503, %.1f/s admitted meanwhile\n",
 			r.OutageStart.Round(time.Second), end.Round(time.Second), u, total)
 	}
+	return p.err
 }
 
 // Chart returns the fleet shares per second with the weighted shares and

@@ -70,7 +70,9 @@ func TestRunShowsFleetSharesAndTheOutage(t *testing.T) {
 		t.Errorf("nothing admitted in the last second, after Redis came back\n%s", out.String())
 	}
 	var report strings.Builder
-	res.WriteReport(&report)
+	if err := res.WriteReport(&report); err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(report.String(), "Redis down from") {
 		t.Errorf("the report does not mention the outage:\n%s", report.String())
 	}
