@@ -374,7 +374,7 @@ func (p *Pacer) apply(rounds []round) error {
 		s := synced{key: r.key, replicas: pl.replicas, contended: pl.contended}
 		for tenant, tp := range pl.tenants {
 			if ts := ks.tenants[tenant]; ts != nil {
-				ts.rate = tp.rate
+				ts.setRate(now, tp.rate)
 			}
 			s.shares = append(s.shares, Share{Tenant: tenant, Fleet: tp.fleetShare, Local: tp.localShare, Allocation: tp.allocation, Gate: tp.rate})
 		}
@@ -462,6 +462,21 @@ func (p *Pacer) Gates(key string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// setRate changes the gate's rate. At a steady rate the theoretical arrival
+// time is at most two intervals ahead (one interval plus the tolerance); a
+// turn scheduled further ahead at a lower rate is pulled back to that, so a
+// tenant owed more is not held back by its old pace, and a steady gate is
+// left alone.
+func (ts *tenantState) setRate(now time.Time, rate float64) {
+	ts.rate = rate
+	if rate <= 0 {
+		return
+	}
+	if limit := now.Add(2 * time.Duration(float64(time.Second)/rate)); ts.tat.After(limit) {
+		ts.tat = limit
+	}
 }
 
 func ewma(old, sample float64) float64 { return old + ewmaAlpha*(sample-old) }

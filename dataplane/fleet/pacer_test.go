@@ -216,3 +216,34 @@ func TestRunExchangesEveryPeriodAndLeavesOnShutdown(t *testing.T) {
 		t.Fatalf("%d reports after r1 shut down, want only the probe's", n)
 	}
 }
+
+func TestRaisedRateIsNotHeldBackByTheOldPace(t *testing.T) {
+	clk := testingclock.NewFakeClock(simT0)
+	p := newTestPacer(t, clk, NewMemoryExchange(clk), "r1", Options{})
+	p.Arrive("A", "m")
+	ts := p.keys["m"].tenants["A"]
+	now := clk.Now()
+	ts.setRate(now, 1)
+	for i := range 2 {
+		if ok, _ := p.Allow(now, "A", "m"); !ok {
+			t.Fatalf("request %d at 1/s held back, want the tolerance to pass it", i+1)
+		}
+	}
+	// The old pace scheduled A's next turn 2s ahead; at 10/s it is owed one
+	// within 200ms.
+	ts.setRate(now, 10)
+	clk.Step(200 * time.Millisecond)
+	if ok, wait := p.Allow(clk.Now(), "A", "m"); !ok {
+		t.Fatalf("after the rate rose to 10/s A is held for %v more, want it to pass", wait)
+	}
+
+	// Re-applying an unchanged rate every round grants nothing extra.
+	n := 0
+	for range 10 {
+		ts.setRate(clk.Now(), 10)
+		n += countAllowed(p, clk, "A", DefaultPeriod)
+	}
+	if n > 22 {
+		t.Fatalf("at a steady 10/s A passed %d times in 2s, want at most 20 plus the tolerance", n)
+	}
+}
