@@ -267,7 +267,13 @@ func TestRealRedisFleet(t *testing.T) {
 				for _, r := range reps {
 					r.close(t)
 				}
-				load.wg.Wait()
+				stopped := make(chan struct{})
+				go func() { load.wg.Wait(); close(stopped) }()
+				select {
+				case <-stopped:
+				case <-time.After(10 * time.Second):
+					t.Error("clients still blocked in Admit 10s after their replicas closed")
+				}
 			}()
 
 			time.Sleep(warm)

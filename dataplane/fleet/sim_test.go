@@ -331,7 +331,9 @@ func TestFleetSharesSkewedRouting(t *testing.T) {
 
 func TestFleetScaleThreeToTwo(t *testing.T) {
 	warm, scale, end := 3*time.Second, 15*time.Second, 30*time.Second
-	for _, seed := range []uint64{1, 2, 3} {
+	// The gates make a paced run independent of the replicas' random order,
+	// so one seed or another gives the same numbers; two are run.
+	for _, seed := range []uint64{1, 2} {
 		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
 			res := simulate(t, simScenario{replicas: 3, shared: true, paced: true, loads: skewed(), duration: end, scaleAt: scale, seed: seed},
 				[2]time.Duration{warm, scale}, [2]time.Duration{scale, end}, [2]time.Duration{scale, scale + time.Second})
