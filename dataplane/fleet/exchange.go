@@ -61,6 +61,11 @@ type Exchange interface {
 	Leave(ctx context.Context, key, replica string) error
 }
 
+// ErrNotShared is returned by an Exchange while the limiter's buckets are
+// not shared (each replica has its own): fleet pacing is then off, every gate
+// is open, and nothing is logged or counted as a failure.
+var ErrNotShared = errors.New("the rate-limit store is not shared between replicas: fleet pacing is off")
+
 // ErrExchangeClosed is returned by a closed MemoryExchange.
 var ErrExchangeClosed = errors.New("fleet exchange closed")
 

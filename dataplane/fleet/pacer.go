@@ -362,6 +362,15 @@ func (p *Pacer) apply(rounds []round) error {
 		if r.leave {
 			continue
 		}
+		if errors.Is(r.err, ErrNotShared) {
+			// Per-replica buckets: there is no fleet to divide.
+			if ks := p.keys[r.key]; ks != nil {
+				for _, ts := range ks.tenants {
+					ts.rate = 0
+				}
+			}
+			continue
+		}
 		if r.err != nil {
 			errs = append(errs, fmt.Errorf("fleet exchange for key %q: %w", r.key, r.err))
 			continue
@@ -403,7 +412,7 @@ func (p *Pacer) apply(rounds []round) error {
 	}
 	if obs := p.opts.Observer; obs != nil {
 		for _, r := range rounds {
-			if r.err != nil {
+			if r.err != nil && !errors.Is(r.err, ErrNotShared) {
 				obs.ExchangeFailed(r.key, r.err)
 			}
 		}

@@ -58,28 +58,42 @@ return out
 // replica, expiring by Redis's clock. Each call touches one key, so it works
 // on a single server, Sentinel or Cluster.
 type RedisExchange struct {
-	client redis.UniversalClient
-	prefix string
+	source RedisSource
 }
+
+// RedisSource returns the Redis client the policy's buckets live in and the
+// key prefix for the exchange, or a nil client while the buckets are not
+// shared (the memory store is in force).
+type RedisSource func() (client redis.UniversalClient, prefix string)
 
 // NewRedisExchange returns an Exchange storing the reports of limit key k
 // under prefix+k. Give it the policy's bucket prefix plus "fleet:"
 // (redisstore.KeyPrefix(namespace, policy) + "fleet:"): the prefix's hash tag
 // then puts a policy's reports in the slot of its buckets.
 func NewRedisExchange(client redis.UniversalClient, prefix string) *RedisExchange {
-	return &RedisExchange{client: client, prefix: prefix}
+	return &RedisExchange{source: func() (redis.UniversalClient, string) { return client, prefix }}
 }
 
-// hashKey returns the Redis key holding key's reports.
-func (e *RedisExchange) hashKey(key string) string { return e.prefix + key }
+// NewRedisExchangeFrom returns an Exchange that asks source for the client and
+// prefix on every call, so it follows a store that a config reload switches
+// between memory and Redis. While source returns a nil client every call
+// fails with ErrNotShared.
+func NewRedisExchangeFrom(source RedisSource) *RedisExchange {
+	return &RedisExchange{source: source}
+}
 
 // Swap implements Exchange.
 func (e *RedisExchange) Swap(ctx context.Context, key string, r Report, ttl time.Duration) ([]Report, error) {
+	client, prefix := e.source()
+	if client == nil {
+		return nil, ErrNotShared
+	}
 	payload, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encode fleet report: %w", err)
 	}
-	res, err := swapScript.Run(ctx, e.client, []string{e.hashKey(key)}, r.Replica, payload, ttl.Milliseconds()).StringSlice()
+	hashKey := prefix + key
+	res, err := swapScript.Run(ctx, client, []string{hashKey}, r.Replica, payload, ttl.Milliseconds()).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("swap fleet reports in Redis: %w", err)
 	}
@@ -88,7 +102,7 @@ func (e *RedisExchange) Swap(ctx context.Context, key string, r Report, ttl time
 	for _, s := range res {
 		var rep Report
 		if err := json.Unmarshal([]byte(s), &rep); err != nil {
-			errs = append(errs, fmt.Errorf("decode a fleet report under %q (written by another version?): %w", e.hashKey(key), err))
+			errs = append(errs, fmt.Errorf("decode a fleet report under %q (written by another version?): %w", hashKey, err))
 			continue
 		}
 		out = append(out, rep)
@@ -98,7 +112,11 @@ func (e *RedisExchange) Swap(ctx context.Context, key string, r Report, ttl time
 
 // Leave implements Exchange.
 func (e *RedisExchange) Leave(ctx context.Context, key, replica string) error {
-	if err := e.client.HDel(ctx, e.hashKey(key), replica).Err(); err != nil {
+	client, prefix := e.source()
+	if client == nil {
+		return ErrNotShared
+	}
+	if err := client.HDel(ctx, prefix+key, replica).Err(); err != nil {
 		return fmt.Errorf("withdraw fleet report from Redis: %w", err)
 	}
 	return nil

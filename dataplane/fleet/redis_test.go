@@ -32,6 +32,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
 	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/admission"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
@@ -313,5 +314,47 @@ func TestRealRedisFleet(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// countingObserver counts failed rounds.
+type countingObserver struct{ failed atomic.Int64 }
+
+func (*countingObserver) Synced(string, int, bool, []Share) {}
+func (o *countingObserver) ExchangeFailed(string, error)    { o.failed.Add(1) }
+
+// TestExchangeFollowsTheStore checks that pacing is off, silently, while the
+// buckets are per replica, and starts when a reload puts Redis in force.
+func TestExchangeFollowsTheStore(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	var shared atomic.Bool
+	ex := NewRedisExchangeFrom(func() (redis.UniversalClient, string) {
+		if !shared.Load() {
+			return nil, ""
+		}
+		return client, "fq:{ns/p}:fleet:"
+	})
+	clk := testingclock.NewFakeClock(simT0)
+	obs := &countingObserver{}
+	p := newTestPacer(t, clk, ex, "r1", Options{Observer: obs})
+	ctx := context.Background()
+
+	backlog(p, "A", "C")
+	if err := p.Sync(ctx); err != nil {
+		t.Fatalf("Sync on the memory store: %v, want nil (nothing to share)", err)
+	}
+	if n := countAllowed(p, clk, "A", 100*time.Millisecond); n != 100 || obs.failed.Load() != 0 {
+		t.Fatalf("on the memory store A passed %d of 100 polls and %d rounds failed, want all and none", n, obs.failed.Load())
+	}
+
+	shared.Store(true)
+	backlog(p, "A", "C")
+	if err := p.Sync(ctx); err != nil {
+		t.Fatalf("Sync on Redis: %v", err)
+	}
+	if n := countAllowed(p, clk, "A", time.Second); n > 4 {
+		t.Fatalf("on Redis A passed %d times in 1s, want it paced to 2.5/s", n)
 	}
 }
