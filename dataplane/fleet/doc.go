@@ -41,6 +41,10 @@ limitations under the License.
 // request path nothing beyond a local mutex and keeps this package separate
 // from the bucket script. This package implements (b).
 //
+// Only model limits are divided: they are the one identity limit that
+// several tenants share (an api key, user or team bucket belongs to one
+// identity), and the pre-authentication limits are never queued.
+//
 // Every period P (DefaultPeriod, 200 ms) each replica r publishes, for every
 // model key K it saw, one Report: per tenant T its weight w_T, its arrival
 // rate d_{r,T} (an EWMA), whether a request of T was held back during the
@@ -110,10 +114,12 @@ limitations under the License.
 // the simulation a 3 → 2 scale-down without a goodbye dropped the first
 // second to 77/s and the following 15 s averaged 89.1/s.
 //
-// Failure: when the exchange is unreachable a replica keeps its last gates
-// for the TTL, then opens them: fairness falls back to each replica's own
-// fair queue, while the shared bucket still holds the fleet to C (or, if the
-// bucket's store is down too, the store's failure mode decides).
+// Failure: while the buckets are per replica (the memory store in force)
+// the exchange answers ErrNotShared and every gate stays open. When the
+// exchange is unreachable a replica keeps its last gates for the TTL, then
+// opens them: fairness falls back to each replica's own fair queue, while
+// the shared bucket still holds the fleet to C (or, if the bucket's store is
+// down too, the store's failure mode decides).
 //
 // Positions and estimates stay meaningful fleet-wide in this sense: the fair
 // queue's estimate is measured from the replica's own grant spacing, which
