@@ -27,11 +27,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
+	SetClientLogger(logr.Discard()) // failed dials during outages are expected here
 	goleak.VerifyTestMain(m)
 }
 

@@ -164,7 +164,7 @@ type Options struct {
 	// Logger receives one line per state transition.
 	Logger logr.Logger
 	// Clock drives the health probe; nil means the real clock.
-	Clock clock.WithTicker
+	Clock clock.Clock
 	// ProbeInterval is the health probe period while Redis is unreachable;
 	// zero means DefaultProbeInterval.
 	ProbeInterval time.Duration
@@ -194,9 +194,12 @@ type Store struct {
 	replicas    Replicas
 	obs         Observer
 	log         logr.Logger
-	clock       clock.WithTicker
+	clock       clock.Clock
 	probeEvery  time.Duration
 	probeTO     time.Duration
+
+	// onProbe, if set by a test, is told each probe's result.
+	onProbe func(error)
 
 	down     atomic.Bool
 	fallback atomic.Pointer[limiter.MemoryStore]
@@ -559,11 +562,11 @@ func (s *Store) failureMode() FailureMode {
 // store to it. At most one probe runs per outage.
 func (s *Store) probe() {
 	defer s.wg.Done()
-	t := s.clock.NewTicker(s.probeEvery)
-	defer t.Stop()
 	for {
+		t := s.clock.NewTimer(s.probeEvery)
 		select {
 		case <-s.done:
+			t.Stop()
 			return
 		case <-t.C():
 		}
@@ -575,9 +578,18 @@ func (s *Store) probe() {
 			s.fallback.Store(nil)
 			s.log.Info("Redis rate-limit store answers again; using it")
 			s.obs.StoreState(true, false)
+			s.probed(nil)
 			return
 		}
 		s.log.V(1).Info("Redis rate-limit store still unreachable", "error", err.Error())
+		s.probed(err)
+	}
+}
+
+// probed tells a test's hook the result of one probe.
+func (s *Store) probed(err error) {
+	if s.onProbe != nil {
+		s.onProbe(err)
 	}
 }
 
@@ -611,3 +623,16 @@ type nopObserver struct{}
 func (nopObserver) StoreLatency(string, time.Duration) {}
 func (nopObserver) StoreError(string)                  {}
 func (nopObserver) StoreState(bool, bool)              {}
+
+// clientLogger sends go-redis's own messages (failed dials during an
+// outage, for example) to a logr.Logger at verbosity 1 instead of stderr.
+type clientLogger struct{ log logr.Logger }
+
+func (l clientLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.V(1).Info(fmt.Sprintf(format, v...))
+}
+
+// SetClientLogger routes the go-redis client library's messages, which are
+// process-wide, to log at verbosity 1. The store's own state transitions
+// are logged through Options.Logger regardless.
+func SetClientLogger(log logr.Logger) { redis.SetLogger(clientLogger{log: log}) }
