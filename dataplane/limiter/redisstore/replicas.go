@@ -53,6 +53,7 @@ type LeaseReplicas struct {
 	log       logr.Logger
 	report    func(int)
 	n         atomic.Int64
+	warned    atomic.Bool
 }
 
 // LeaseReplicasOptions tunes LeaseReplicas.
@@ -106,9 +107,16 @@ func (r *LeaseReplicas) poll(ctx context.Context) {
 	defer cancel()
 	list, err := r.client.CoordinationV1().Leases(r.namespace).List(ctx, metav1.ListOptions{LabelSelector: r.selector})
 	if err != nil {
-		if ctx.Err() == nil {
-			r.log.V(1).Info("Counting live replicas from their Leases failed; keeping the last count", "error", err.Error(), "count", r.Live())
+		if ctx.Err() != nil {
+			return
 		}
+		log := r.log.V(1)
+		if !r.warned.Swap(true) {
+			log = r.log // the first failure is worth seeing: it may be RBAC
+		}
+		log.Info("Counting live replicas from their report Leases failed; keeping the last count, which the fail-open fallback divides limits by. "+
+			"The data plane needs list on coordination.k8s.io leases in its namespace",
+			"error", err.Error(), "count", r.Live())
 		return
 	}
 	now := r.clock.Now()
