@@ -12,7 +12,7 @@ func redisConfig() *Config {
 	c := validConfig()
 	c.Store = &Store{Type: StoreRedis, Redis: &RedisStore{
 		Addresses: []string{"redis.cache.svc:6379"}, Mode: RedisStandalone,
-		Secret: &SecretRef{Namespace: "team-a", Name: "redis-auth"},
+		Secret:  &SecretRef{Namespace: "team-a", Name: "redis-auth"},
 		Timeout: dur(DefaultStoreTimeout), FailureMode: FailClosed,
 	}}
 	return c
