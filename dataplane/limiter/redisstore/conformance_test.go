@@ -52,7 +52,7 @@ func backends(t *testing.T) []backend {
 		{name: "miniredis", open: func(t *testing.T) (limiter.Store, func(time.Time)) {
 			m := miniredis.RunT(t)
 			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-			s := NewWithClient(c, Options{Namespace: "ns", Policy: "p"})
+			s := NewWithClient(c, Options{Namespace: "ns", Policy: "p", Timeout: time.Second})
 			t.Cleanup(func() { _ = s.Close(); _ = c.Close() })
 			return s, m.SetTime
 		}},
@@ -61,7 +61,7 @@ func backends(t *testing.T) []backend {
 		srv := startRedis(t)
 		bs = append(bs, backend{name: "redis-server", open: func(t *testing.T) (limiter.Store, func(time.Time)) {
 			c := redis.NewClient(&redis.Options{Addr: srv.addr})
-			s := NewWithClient(c, Options{Namespace: "ns", Policy: policyName(t), CallerClock: true})
+			s := NewWithClient(c, Options{Namespace: "ns", Policy: policyName(t), CallerClock: true, Timeout: time.Second})
 			t.Cleanup(func() { _ = s.Close(); _ = c.Close() })
 			return s, func(time.Time) {}
 		}})

@@ -168,23 +168,25 @@ func TestOnePolicyOneClusterSlot(t *testing.T) {
 // probeHarness is a Store on miniredis whose probe runs on a fake clock.
 type probeHarness struct {
 	m   *miniredis.Miniredis
-	c   *redis.Client
 	s   *Store
 	fc  *clocktesting.FakeClock
 	obs *testObserver
 	// probes receives each probe's result.
-	probes chan error
+	probes       chan error
+	lastProbeErr error
 }
 
 func newProbeHarness(t *testing.T, mode FailureMode, replicas int) *probeHarness {
 	h := &probeHarness{m: miniredis.RunT(t), fc: clocktesting.NewFakeClock(t0), obs: newTestObserver(), probes: make(chan error, 1)}
-	h.c = redis.NewClient(&redis.Options{Addr: h.m.Addr(), MaxRetries: -1, PoolSize: 8, DialerRetries: 1,
-		DialTimeout: 100 * time.Millisecond, ReadTimeout: DefaultTimeout, WriteTimeout: DefaultTimeout, ContextTimeoutEnabled: true})
-	h.s = NewWithClient(h.c, Options{Namespace: "ns", Policy: "p", FailureMode: mode, Replicas: StaticReplicas(replicas),
-		Clock: h.fc, Observer: h.obs})
+	var err error
+	h.s, err = New(Options{Addresses: []string{h.m.Addr()}, Namespace: "ns", Policy: "p", FailureMode: mode, Replicas: StaticReplicas(replicas),
+		Clock: h.fc, Observer: h.obs, PoolSize: 8, Timeout: 500 * time.Millisecond}) // generous: a loaded CI machine is not an outage
+	if err != nil {
+		t.Fatal(err)
+	}
 	h.s.onProbe = func(err error) { h.probes <- err }
 	<-h.obs.states // the initial "up"
-	t.Cleanup(func() { _ = h.s.Close(); _ = h.c.Close() })
+	t.Cleanup(func() { _ = h.s.Close() })
 	return h
 }
 
@@ -207,6 +209,9 @@ func (h *probeHarness) recover(t *testing.T) int {
 		h.fc.Step(DefaultProbeInterval)
 		select {
 		case err := <-h.probes:
+			if err != nil {
+				h.lastProbeErr = err
+			}
 			if err == nil {
 				if !h.s.Up() {
 					t.Fatal("a successful probe left the store down")
@@ -335,7 +340,7 @@ func TestTenOutagesLeakNothing(t *testing.T) {
 					}
 				}
 				if steps := h.recover(t); steps > 2 {
-					t.Fatalf("outage %d: recovery took %d probe periods", i, steps)
+					t.Fatalf("outage %d: recovery took %d probe periods (last error %v); pool %+v", i, steps, h.lastProbeErr, h.s.Client().(*redis.Client).PoolStats())
 				}
 				if _, err := h.s.Take(t0, userBatch("u", l)); err != nil {
 					t.Fatalf("after outage %d: %v", i, err)
@@ -347,7 +352,7 @@ func TestTenOutagesLeakNothing(t *testing.T) {
 			if g := runtime.NumGoroutine(); g > goroutines+2 {
 				t.Fatalf("%d goroutines after 10 outages, %d after the first", g, goroutines)
 			}
-			if st := h.c.PoolStats(); st.TotalConns > 8 {
+			if st := h.s.Client().(*redis.Client).PoolStats(); st.TotalConns > 8 {
 				t.Fatalf("the pool holds %d connections after 10 outages, more than its size 8", st.TotalConns)
 			}
 			if n := h.m.CurrentConnectionCount(); n > 2 {
