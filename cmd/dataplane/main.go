@@ -78,6 +78,8 @@ type options struct {
 	podUID         string
 	podNamespace   string
 	hashKeySecret  string
+	storeReplicas  int
+	storeSecretDir string
 }
 
 // Config sources for --config-source.
@@ -111,6 +113,10 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long admitted requests may finish; queued ones are answered 503 at once")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log verbosity: error, info, debug, or a number (higher is more verbose)")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs or addresses of proxies whose X-Forwarded-For decides the client address for the perClient limit")
+	fs.IntVar(&o.storeReplicas, "store-replicas", 0, "with a Redis store failing open, the number of data-plane replicas each limit is divided among while Redis is down; "+
+		"0 counts the live replicas' report Leases through the Kubernetes API (1 without it)")
+	fs.StringVar(&o.storeSecretDir, "store-secret-dir", "", "directory holding the Redis Secret's files (username, password, ca.crt), for a config naming one when the "+
+		"Kubernetes API is not used; with --configmap the Secret is read through the API")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (read to find the model); larger bodies get 413")
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(out, "Usage: dataplane [flags]\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
@@ -221,9 +227,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	stores, err := newStoreWiring(o, kube, cmNamespace, cmName, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stores.close()
 	srv, err := server.New(server.Options{
 		Logger: log, HashKey: key, TrustedProxies: trusted, MaxBodyBytes: o.maxBodyBytes,
-		Registerer: reg, Gatherer: reg, ShutdownGrace: o.shutdownGrace,
+		Registerer: reg, Gatherer: reg, ShutdownGrace: o.shutdownGrace, Store: stores.sw,
 	})
 	if err != nil {
 		return err
@@ -236,7 +247,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if reporter != nil {
 		onLoaded = reporter.OnLoaded
 	}
-	reloader, err := reload.New(srv.Load, reload.Options{Logger: log.WithName("reload"), Registerer: reg, OnLoaded: onLoaded})
+	reloader, err := reload.New(stores.apply(srv.Load), reload.Options{Logger: log.WithName("reload"), Registerer: reg, OnLoaded: onLoaded})
 	if err != nil {
 		return err
 	}
@@ -279,6 +290,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if reporter != nil {
 		wg.Go(func() { _ = reporter.Run(bg) })
 	}
+	wg.Go(func() { stores.run(bg) })
 	err = srv.Run(ctx, trafficLn, opsLn)
 	stopBG()
 	wg.Wait()

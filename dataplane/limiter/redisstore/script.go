@@ -40,7 +40,6 @@ package redisstore
 // nanoseconds, from which the caller derives Retry-After and the quota
 // exactly as the memory store does.
 const bucketScript = `
-local op = ARGV[1]
 local sec, nsec
 if ARGV[2] == '' then
   local t = redis.call('TIME')
@@ -48,34 +47,34 @@ if ARGV[2] == '' then
 else
   sec, nsec = tonumber(ARGV[2]), tonumber(ARGV[3])
 end
-local n = #KEYS
+local op, n = ARGV[1], #KEYS
 local vals = redis.call('MGET', unpack(KEYS))
-local debt, known, rescaled = {}, {}, {}
-local allowed = 1
+local out, known, rescaled = {1}, {}, {}
 for i = 1, n do
   local ivs, ws = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
-  local iv, w = tonumber(ivs), tonumber(ws)
   local d = 0
   local v = vals[i]
   if v then
-    local ts, tn, oiv, ow = string.match(v, '^(%d+) (%d+) (%d+) (%d+)$')
+    local ts, tn, shape = string.match(v, '^(%d+) (%d+) (.*)$')
     if ts then
       known[i] = true
       d = (tonumber(ts) - sec) * 1e9 + (tonumber(tn) - nsec)
-      if oiv ~= ivs or ow ~= ws then
+      if shape ~= ivs .. ' ' .. ws then
         -- The limit changed: keep the fraction of the capacity in use.
-        if d > 0 then d = math.floor(math.min(d / tonumber(ow), 1) * w) end
+        local ow = tonumber(string.match(shape, ' (%d+)$'))
+        if d > 0 and ow then d = math.floor(math.min(d / ow, 1) * tonumber(ws)) end
         rescaled[i] = true
       end
     end
   end
   if d < 0 then d = 0 end
-  debt[i] = d
-  if d + iv - w > 0 then allowed = 0 end
+  out[i + 1] = d
+  if d + tonumber(ivs) - tonumber(ws) > 0 then out[1] = 0 end
 end
 
 -- put stores bucket i as owing d nanoseconds from now, or deletes it when
--- it is full, which is the same as absent.
+-- it is full, which is the same as absent. Whole numbers below 1e14 print
+-- exactly with tostring.
 local function put(i, d)
   if d <= 0 then
     redis.call('DEL', KEYS[i])
@@ -85,22 +84,19 @@ local function put(i, d)
   local q = math.floor(tot / 1e9)
   local r = tot - q * 1e9
   if r < 0 then q = q - 1; r = r + 1e9 elseif r >= 1e9 then q = q + 1; r = r - 1e9 end
-  redis.call('SET', KEYS[i], string.format('%.0f %.0f ', sec + q, r) .. ARGV[2 + 2 * i] .. ' ' .. ARGV[3 + 2 * i],
-    'PX', string.format('%.0f', math.ceil(d / 1e6)))
+  redis.call('PSETEX', KEYS[i], math.ceil(d / 1e6), (sec + q) .. ' ' .. r .. ' ' .. ARGV[2 + 2 * i] .. ' ' .. ARGV[3 + 2 * i])
 end
 
-if op == 't' and allowed == 1 then
-  for i = 1, n do put(i, debt[i] + tonumber(ARGV[2 + 2 * i])) end
+if op == 't' and out[1] == 1 then
+  for i = 1, n do put(i, out[i + 1] + tonumber(ARGV[2 + 2 * i])) end
 elseif op == 'r' then
   for i = 1, n do
-    if known[i] then put(i, debt[i] - tonumber(ARGV[2 + 2 * i])) end
+    if known[i] then put(i, out[i + 1] - tonumber(ARGV[2 + 2 * i])) end
   end
 else
   for i = 1, n do
-    if rescaled[i] then put(i, debt[i]) end
+    if rescaled[i] then put(i, out[i + 1]) end
   end
 end
-local out = {allowed}
-for i = 1, n do out[i + 1] = debt[i] end
 return out
 `

@@ -164,7 +164,7 @@ type Options struct {
 	// Logger receives one line per state transition.
 	Logger logr.Logger
 	// Clock drives the health probe; nil means the real clock.
-	Clock clock.WithTicker
+	Clock clock.Clock
 	// ProbeInterval is the health probe period while Redis is unreachable;
 	// zero means DefaultProbeInterval.
 	ProbeInterval time.Duration
@@ -183,8 +183,8 @@ type Options struct {
 // data-plane replica of a policy. It is safe for concurrent use. Close it to
 // stop its health probe and, if New built it, its Redis client.
 type Store struct {
-	client      redis.UniversalClient
-	ownClient   bool
+	client      atomic.Pointer[clientBox]
+	newClient   func() redis.UniversalClient // nil when the caller owns the client
 	script      *redis.Script
 	dimPrefix   [limiter.NumDimensions]string
 	hashTag     string
@@ -194,9 +194,13 @@ type Store struct {
 	replicas    Replicas
 	obs         Observer
 	log         logr.Logger
-	clock       clock.WithTicker
+	clock       clock.Clock
 	probeEvery  time.Duration
 	probeTO     time.Duration
+	addrs       []string
+
+	// onProbe, if set by a test, is told each probe's result.
+	onProbe func(error)
 
 	down     atomic.Bool
 	fallback atomic.Pointer[limiter.MemoryStore]
@@ -298,16 +302,18 @@ func New(o Options) (*Store, error) {
 		PoolSize:              pool,
 	}
 	s := NewWithClient(redis.NewUniversalClient(uo), o)
-	s.ownClient = true
+	s.newClient = func() redis.UniversalClient { return redis.NewUniversalClient(uo) }
 	return s, nil
 }
 
 // NewWithClient returns a Store using an existing client, which the caller
 // keeps and closes. Only the key, timeout, failure and probe settings of o
-// are used.
+// are used, and Addresses, which gate the health probe: it pings through the
+// client only once one address accepts a TCP connection, so an outage does
+// not spend the client's dial budget (go-redis stops dialing for a second
+// after PoolSize failed dials in a row).
 func NewWithClient(c redis.UniversalClient, o Options) *Store {
 	s := &Store{
-		client:      c,
 		script:      redis.NewScript(bucketScript),
 		hashTag:     "{" + o.Namespace + "/" + o.Policy + "}",
 		timeout:     o.Timeout,
@@ -319,6 +325,7 @@ func NewWithClient(c redis.UniversalClient, o Options) *Store {
 		clock:       o.Clock,
 		probeEvery:  o.ProbeInterval,
 		probeTO:     o.ProbeTimeout,
+		addrs:       o.Addresses,
 		done:        make(chan struct{}),
 	}
 	if s.timeout <= 0 {
@@ -342,9 +349,13 @@ func NewWithClient(c redis.UniversalClient, o Options) *Store {
 	for d := range limiter.NumDimensions {
 		s.dimPrefix[d] = KeyPrefix(o.Namespace, o.Policy) + limiter.Dimension(d).String() + ":"
 	}
+	s.client.Store(&clientBox{c})
 	s.obs.StoreState(true, false)
 	return s
 }
+
+// clientBox holds the current client so a probe can replace it.
+type clientBox struct{ redis.UniversalClient }
 
 // KeyPrefix returns the prefix of every key of the policy: "fq:{ns/name}:".
 // The braces are a Redis Cluster hash tag, so all of the policy's buckets
@@ -363,7 +374,9 @@ func (s *Store) Key(d limiter.Dimension, key string) string { return s.dimPrefix
 func (s *Store) HashTag() string { return s.hashTag }
 
 // Client returns the Redis client, for other shared state of the policy.
-func (s *Store) Client() redis.UniversalClient { return s.client }
+// A Store built by New may replace its client after an outage (see probe),
+// so call Client for each use rather than keeping the result.
+func (s *Store) Client() redis.UniversalClient { return s.client.Load().UniversalClient }
 
 // Up reports whether Redis answered the last call or probe.
 func (s *Store) Up() bool { return !s.down.Load() }
@@ -430,7 +443,7 @@ func (s *Store) do(now time.Time, b *limiter.Batch, op string) (limiter.Decision
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	start := time.Now()
-	res, err := s.script.Run(ctx, s.client, keys[:n], args[:3+2*n]...).Int64Slice()
+	res, err := s.script.Run(ctx, s.Client(), keys[:n], args[:3+2*n]...).Int64Slice()
 	s.obs.StoreLatency(op, time.Since(start))
 	cancel()
 	if err == nil && len(res) != n+1 {
@@ -559,25 +572,73 @@ func (s *Store) failureMode() FailureMode {
 // store to it. At most one probe runs per outage.
 func (s *Store) probe() {
 	defer s.wg.Done()
-	t := s.clock.NewTicker(s.probeEvery)
-	defer t.Stop()
 	for {
+		t := s.clock.NewTimer(s.probeEvery)
 		select {
 		case <-s.done:
+			t.Stop()
 			return
 		case <-t.C():
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.probeTO)
-		err := s.client.Ping(ctx).Err()
+		err := s.reachable(ctx)
+		if err == nil {
+			err = s.Client().Ping(ctx).Err()
+			if err != nil && s.newClient != nil {
+				err = s.renewClient(ctx)
+			}
+		}
 		cancel()
 		if err == nil {
 			s.down.Store(false)
 			s.fallback.Store(nil)
 			s.log.Info("Redis rate-limit store answers again; using it")
 			s.obs.StoreState(true, false)
+			s.probed(nil)
 			return
 		}
 		s.log.V(1).Info("Redis rate-limit store still unreachable", "error", err.Error())
+		s.probed(err)
+	}
+}
+
+// renewClient replaces the client with a fresh one if that one answers. It
+// is the way back when Redis accepts connections but the old client will
+// not dial: go-redis counts failed dials over the client's life and, once
+// they reach its pool size, refuses to dial for a second at a time. No
+// request uses the client while the store is down, so the old one can be
+// closed at once.
+func (s *Store) renewClient(ctx context.Context) error {
+	c := s.newClient()
+	if err := c.Ping(ctx).Err(); err != nil {
+		_ = c.Close()
+		return err
+	}
+	old := s.client.Swap(&clientBox{c})
+	_ = old.Close()
+	s.log.V(1).Info("Replaced the Redis client after an outage")
+	return nil
+}
+
+// reachable reports whether any address accepts a TCP connection; it is
+// true when no address is known.
+func (s *Store) reachable(ctx context.Context) error {
+	var err error
+	var d net.Dialer
+	for _, a := range s.addrs {
+		var c net.Conn
+		if c, err = d.DialContext(ctx, "tcp", a); err == nil {
+			_ = c.Close()
+			return nil
+		}
+	}
+	return err
+}
+
+// probed tells a test's hook the result of one probe.
+func (s *Store) probed(err error) {
+	if s.onProbe != nil {
+		s.onProbe(err)
 	}
 }
 
@@ -592,8 +653,8 @@ func (s *Store) Close() error {
 	close(s.done)
 	s.mu.Unlock()
 	s.wg.Wait()
-	if s.ownClient {
-		return s.client.Close()
+	if s.newClient != nil {
+		return s.Client().Close()
 	}
 	return nil
 }
@@ -611,3 +672,16 @@ type nopObserver struct{}
 func (nopObserver) StoreLatency(string, time.Duration) {}
 func (nopObserver) StoreError(string)                  {}
 func (nopObserver) StoreState(bool, bool)              {}
+
+// clientLogger sends go-redis's own messages (failed dials during an
+// outage, for example) to a logr.Logger at verbosity 1 instead of stderr.
+type clientLogger struct{ log logr.Logger }
+
+func (l clientLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.V(1).Info(fmt.Sprintf(format, v...))
+}
+
+// SetClientLogger routes the go-redis client library's messages, which are
+// process-wide, to log at verbosity 1. The store's own state transitions
+// are logged through Options.Logger regardless.
+func SetClientLogger(log logr.Logger) { redis.SetLogger(clientLogger{log: log}) }
