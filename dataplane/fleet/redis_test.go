@@ -18,6 +18,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -356,5 +357,12 @@ func TestExchangeFollowsTheStore(t *testing.T) {
 	}
 	if n := countAllowed(p, clk, "A", time.Second); n > 4 {
 		t.Fatalf("on Redis A passed %d times in 1s, want it paced to 2.5/s", n)
+	}
+}
+
+func TestSwitchSourceIsOffOnTheMemoryStore(t *testing.T) {
+	ex := NewRedisExchangeFrom(SwitchSource(redisstore.NewSwitch(redisstore.SwitchOptions{})))
+	if _, err := ex.Swap(context.Background(), "m", Report{Replica: "r1"}, time.Second); !errors.Is(err, ErrNotShared) {
+		t.Fatalf("Swap on a Switch holding the memory store: %v, want ErrNotShared", err)
 	}
 }
