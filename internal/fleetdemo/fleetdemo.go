@@ -49,6 +49,10 @@ import (
 // Replicas is the number of data-plane replicas the demo runs.
 const Replicas = 3
 
+// tickSlack lets an event due a little after a one-second tick happen at that
+// tick rather than a whole second late.
+const tickSlack = 100 * time.Millisecond
+
 // Tenant is one of the scenario's tenants and where its clients connect.
 type Tenant struct {
 	// Name labels the tenant.
@@ -196,11 +200,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 		el := time.Since(start)
 		switch {
-		case o.Outage > 0 && res.OutageStart < 0 && el >= o.OutageAt:
+		case o.Outage > 0 && res.OutageStart < 0 && el+tickSlack >= o.OutageAt:
 			res.OutageStart = el
 			out.printf("==> Killing Redis for %s (failure mode %s)\n", o.Outage, o.FailureMode)
 			errs = append(errs, rb.Kill())
-		case res.OutageStart >= 0 && res.OutageEnd < 0 && el >= res.OutageStart+o.Outage:
+		case res.OutageStart >= 0 && res.OutageEnd < 0 && el+tickSlack >= res.OutageStart+o.Outage:
 			res.OutageEnd = el
 			out.printf("==> Restarting Redis (empty) on the same address\n")
 			if err := rb.Restart(ctx); err != nil {
