@@ -110,6 +110,10 @@ fuzz: ## Run every fuzz target (func Fuzz* in a _test.go file) for FUZZ_TIME eac
 demo: envtest ## Build everything and run the three-tenant fair-share demo on local processes (about 90s; DEMO_FLAGS="--duration 30s").
 	$(GO) run ./hack/demo $(DEMO_FLAGS)
 
+.PHONY: demo-fleet
+demo-fleet: ## Run three replicas sharing one Redis limit with skewed routing: live fleet shares, a Redis outage, a chart (about 30s; DEMO_FLAGS="--failure-mode Open").
+	$(GO) run ./hack/demofleet $(DEMO_FLAGS)
+
 .PHONY: test-e2e
 test-e2e: envtest ## Run the demo's scenario headless with assertions through the whole stack.
 	$(GO) test -tags e2e -count=1 -timeout=6m -v ./test/e2e/

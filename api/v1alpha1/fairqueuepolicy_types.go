@@ -153,6 +153,13 @@ type FairQueuePolicySpec struct {
 	// re-hashes every identity, which resets all queues and limits.
 	// +optional
 	HashKeySecretRef *LocalSecretReference `json:"hashKeySecretRef,omitempty"`
+
+	// store says where rate-limit bucket state lives: each replica's memory
+	// (type Memory, the default) or a Redis shared by every replica (type
+	// Redis), so the limits hold for the whole fleet.
+	// +optional
+	// +kubebuilder:default={}
+	Store Store `json:"store,omitzero"`
 }
 
 // LocalSecretReference names a Secret in the same namespace as the policy.

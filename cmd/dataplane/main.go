@@ -97,6 +97,8 @@ type options struct {
 	podNamespace   string
 	hashKeySecret  string
 	policy         policyOptions
+	storeReplicas  int
+	storeSecretDir string
 }
 
 // Config sources for --config-source.
@@ -132,6 +134,10 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 		"a second signal skips it")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log verbosity: error, info, debug, or a number (higher is more verbose)")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs or addresses of proxies whose X-Forwarded-For decides the client address for the perClient limit")
+	fs.IntVar(&o.storeReplicas, "store-replicas", 0, "with a Redis store failing open, the number of data-plane replicas each limit is divided among while Redis is down; "+
+		"0 counts the live replicas' report Leases through the Kubernetes API (1 without it)")
+	fs.StringVar(&o.storeSecretDir, "store-secret-dir", "", "directory holding the Redis Secret's files (username, password, ca.crt), for a config naming one when the "+
+		"Kubernetes API is not used; with --configmap the Secret is read through the API")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (read to find the model); larger bodies get 413")
 	fs.Int64Var(&o.maxBuffered, "max-buffered-body-bytes", server.DefaultMaxBufferedBytes, "request-body bytes held in memory across all requests at once; "+
 		"a body that would pass it gets 503 request_buffer_full; must be larger than --max-body-bytes")
@@ -269,11 +275,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	stores, err := newStoreWiring(o, kube, cmNamespace, cmName, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stores.close()
+	pacer, err := newFleetPacer(o, stores, reg, log)
+	if err != nil {
+		return err
+	}
 	srvOpts := server.Options{
 		Logger: log, HashKey: key, TrustedProxies: trusted, MaxBodyBytes: o.maxBodyBytes,
 		Registerer: reg, Gatherer: reg, ShutdownGrace: o.shutdownGrace, ShutdownDelay: o.shutdownDelay,
 		MaxBufferedBodyBytes: o.maxBuffered, BodyReadTimeout: o.bodyTimeout,
 		MaxHeaderBytes: o.maxHeaderBytes, ReadHeaderTimeout: o.headerTimeout,
+		Store: stores.sw, Fleet: pacer,
 	}
 	if rot != nil {
 		srvOpts.HashKeys = rot.keys.Lookup
@@ -293,7 +309,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if reporter != nil {
 		onLoaded = reporter.OnLoaded
 	}
-	reloader, err := reload.New(srv.Load, reload.Options{Logger: log.WithName("reload"), Registerer: reg, OnLoaded: onLoaded})
+	reloader, err := reload.New(stores.apply(srv.Load), reload.Options{Logger: log.WithName("reload"), Registerer: reg, OnLoaded: onLoaded})
 	if err != nil {
 		return err
 	}
@@ -347,6 +363,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if reporter != nil {
 		wg.Go(func() { _ = reporter.Run(bg) })
 	}
+	wg.Go(func() { stores.run(bg) })
+	wg.Go(func() { pacer.Run(bg) })
 	err = srv.Run(ctx, trafficLn, opsLn)
 	stopBG()
 	if !waitAtMost(&wg, stopWait) {

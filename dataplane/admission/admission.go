@@ -143,6 +143,7 @@ type Controller struct {
 	queue    *fairqueue.Queue
 	log      logr.Logger
 	settings atomic.Pointer[Settings]
+	gate     gateRef // optional fleet pacing (gate.go)
 }
 
 // New returns a Controller deciding with lim and queuing in q, reading time
@@ -199,14 +200,24 @@ func (c *Controller) Admit(ctx context.Context, r Request) Decision {
 	if s.Enabled {
 		tenant, used, queueable = r.Identity.Tenant(s.TenantDimension)
 	}
+	var gate Gate
 	if queueable {
 		all := limitKeysOf(keys)
+		if gate = c.gateFor(keys); gate != nil {
+			gate.Arrive(tenant, keys.Model)
+		}
 		if c.queue.HasWaitersAny(all[:]) {
 			return c.wait(ctx, now, r, keys, tenant, used, limiter.Decision{})
+		}
+		if ok, retry := gateAllow(gate, now, tenant, keys.Model); !ok {
+			return c.wait(ctx, now, r, keys, tenant, used, gated(retry))
 		}
 	}
 
 	d, err := c.lim.TakeIdentity(now, keys)
+	if err == nil {
+		gateDone(gate, tenant, keys.Model, d)
+	}
 	switch {
 	case err != nil:
 		return unavailable(err)
@@ -284,11 +295,17 @@ func (c *Controller) interval(d limiter.Decision, keys limiter.Keys) time.Durati
 // must not barge past waiters) and turns the queue's result into a Decision.
 func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys limiter.Keys, tenant string, used identity.Dimension, d limiter.Decision) Decision {
 	limitKeys, limitType := c.limitKeys(keys, d)
+	gate := c.gateFor(keys)
 	if d.RefusedBy == 0 && len(limitKeys) == 0 {
 		// The waiters we would have queued behind are gone: take the normal path.
 		var err error
-		if d, err = c.lim.TakeIdentity(now, keys); err != nil {
-			return unavailable(err)
+		if ok, retry := gateAllow(gate, now, tenant, keys.Model); !ok {
+			d = gated(retry)
+		} else {
+			if d, err = c.lim.TakeIdentity(now, keys); err != nil {
+				return unavailable(err)
+			}
+			gateDone(gate, tenant, keys.Model, d)
 		}
 		if d.Allowed {
 			return Decision{Allowed: true, Status: StatusOK, Quota: d.Tightest, HasQuota: d.HasQuota}
@@ -315,10 +332,15 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 	}
 	last := d
 	attempt := func() (bool, time.Duration, error) {
-		got, err := c.lim.TakeIdentity(c.clk.Now(), keys)
+		now := c.clk.Now()
+		if ok, retry := gateAllow(gate, now, tenant, keys.Model); !ok {
+			return false, retry, nil
+		}
+		got, err := c.lim.TakeIdentity(now, keys)
 		if err != nil {
 			return false, 0, err
 		}
+		gateDone(gate, tenant, keys.Model, got)
 		if !got.Allowed {
 			got.Tightest, got.HasQuota = c.refusedQuota(got, keys, "")
 		}

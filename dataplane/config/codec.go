@@ -101,6 +101,7 @@ func (c *Config) DeepCopy() *Config {
 	n.FairQueuing.Weights = slices.Clone(c.FairQueuing.Weights)
 	n.Timeouts.Models = slices.Clone(c.Timeouts.Models)
 	n.Backends = slices.Clone(c.Backends)
+	n.Store = c.Store.deepCopy()
 	return &n
 }
 

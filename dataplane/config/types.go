@@ -107,6 +107,8 @@ type Config struct {
 	Timeouts Timeouts `json:"timeouts"`
 	// Backends are the upstream servers, in the policy's order.
 	Backends []Backend `json:"backends,omitempty"`
+	// Store says where bucket state lives; nil means each replica's memory.
+	Store *Store `json:"store,omitempty"`
 }
 
 // PolicyRef identifies the FairQueuePolicy a config was rendered from.

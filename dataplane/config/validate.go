@@ -53,6 +53,7 @@ func (c *Config) Validate() error {
 	c.FairQueuing.validate(&errs)
 	c.Timeouts.validate(&errs)
 	validateBackends(c.Backends, &errs)
+	c.Store.validate(c, &errs)
 	return errors.Join(errs...)
 }
 

@@ -17,8 +17,10 @@ limitations under the License.
 // Package metrics defines the data plane's Prometheus collectors: the five
 // fair-queue metrics of the product specification and the limiter's decisions
 // by dimension and outcome. Collectors are registered on a registry passed in
-// (no global state), and every label value comes from a fixed set, so no raw
-// or hashed identity can ever reach a label.
+// (no global state), and every label value of Metrics comes from a fixed set,
+// so no raw or hashed identity can reach its labels. The separate Fleet
+// collectors (fleet.go) label at most MaxFleetTenants tenants per model by
+// hash prefix, never by raw identity.
 package metrics
 
 import (

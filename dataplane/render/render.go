@@ -109,6 +109,7 @@ func Render(in Input) (*Rendered, error) {
 			Bounds:          renderBounds(spec.FairQueuing.Bounds.WithDefaults()),
 		},
 		Timeouts: renderTimeouts(&spec.Timeouts.Request),
+		Store:    renderStore(p.Namespace, &spec.Store),
 	}
 	if len(c.Identity.APIKeyHeaders) == 0 {
 		c.Identity.APIKeyHeaders = fqv1alpha1.DefaultAPIKeyHeaders()
@@ -363,4 +364,37 @@ func renderTimeouts(t *fqv1alpha1.RequestTimeouts) config.Timeouts {
 		out.Models = append(out.Models, config.ModelTimeout{Model: m.Model, Total: config.Duration{Duration: m.Total.Duration}})
 	}
 	return out
+}
+
+// renderStore renders spec.store, filling the API's defaults for objects
+// built without an API server. The memory default renders nothing, so
+// policies that do not use a shared store keep their bytes. Only the
+// Secret's name is rendered; the data plane reads its values itself.
+func renderStore(namespace string, s *fqv1alpha1.Store) *config.Store {
+	if s.Type != fqv1alpha1.StoreTypeRedis || s.Redis == nil {
+		return nil
+	}
+	r := s.Redis
+	out := &config.RedisStore{
+		Addresses:          r.Addresses,
+		Mode:               string(r.Mode),
+		SentinelMasterName: r.SentinelMasterName,
+		DB:                 r.DB,
+		TLS:                r.TLS,
+		Timeout:            config.Duration{Duration: r.Timeout.Duration},
+		FailureMode:        string(r.FailureMode),
+	}
+	if out.Mode == "" {
+		out.Mode = config.RedisStandalone
+	}
+	if out.Timeout.Duration == 0 {
+		out.Timeout.Duration = config.DefaultStoreTimeout
+	}
+	if out.FailureMode == "" {
+		out.FailureMode = config.FailClosed
+	}
+	if r.SecretRef != nil {
+		out.Secret = &config.SecretRef{Namespace: namespace, Name: r.SecretRef.Name}
+	}
+	return &config.Store{Type: config.StoreRedis, Redis: out}
 }

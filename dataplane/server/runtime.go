@@ -110,6 +110,7 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 			return nil, fmt.Errorf("fairQueuing: %w", err)
 		}
 	}
+	s.applyFleet(rt.admit, limits, weights)
 	if len(cfg.Timeouts.Models) > 0 {
 		rt.modelTimeouts = make(map[string]time.Duration, len(cfg.Timeouts.Models))
 		for _, m := range cfg.Timeouts.Models {

@@ -80,6 +80,9 @@ type Options struct {
 	// Store holds rate-limit bucket state; nil means a per-replica
 	// in-memory store.
 	Store limiter.Store
+	// Fleet, if set, paces tenants to their fleet-wide fair share on model
+	// limits kept in a shared Store (see FleetGate).
+	Fleet FleetGate
 	// ShutdownGrace bounds how long admitted requests may finish after
 	// shutdown starts. Zero means DefaultShutdownGrace.
 	ShutdownGrace time.Duration
@@ -118,6 +121,7 @@ type Server struct {
 	gatherer prometheus.Gatherer
 	tr       http.RoundTripper
 	store    limiter.Store
+	fleet    FleetGate
 	grace    time.Duration
 	delay    time.Duration
 
@@ -155,6 +159,7 @@ func New(opts Options) (*Server, error) {
 		gatherer: opts.Gatherer,
 		tr:       opts.Transport,
 		store:    opts.Store,
+		fleet:    opts.Fleet,
 		grace:    opts.ShutdownGrace,
 		delay:    max(opts.ShutdownDelay, 0),
 

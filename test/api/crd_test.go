@@ -228,6 +228,7 @@ func TestMinimalObjectGetsDefaults(t *testing.T) {
 			Default: fqv1alpha1.RequestTimeout{Total: metav1.Duration{Duration: 60 * time.Second}},
 		}},
 		Backends: []fqv1alpha1.Backend{{Name: "vllm", URL: "http://vllm:8000", Weight: fqv1alpha1.DefaultWeight}},
+		Store:    fqv1alpha1.Store{Type: fqv1alpha1.StoreTypeMemory},
 	}
 	if !reflect.DeepEqual(got.Spec, want) {
 		t.Errorf("defaulted spec =\n%+v\nwant\n%+v", got.Spec, want)

@@ -1,0 +1,496 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
+)
+
+// Defaults of Options.
+const (
+	// DefaultPeriod is the default exchange period.
+	DefaultPeriod = 200 * time.Millisecond
+	// DefaultHeadroom is the default factor by which gate rates exceed the
+	// allocation. At 1 the gates sum to the shared capacity, and their one
+	// interval of tolerance absorbs scheduling jitter; above 1 the shared bucket
+	// binds and refuses the excess, not in proportion to the shares.
+	DefaultHeadroom = 1.0
+	// DefaultMaxKeys is the default bound on contended keys tracked.
+	DefaultMaxKeys = 64
+	// DefaultMaxTenants is the default bound on tenants tracked per key.
+	DefaultMaxTenants = 1024
+	// idlePeriods is how many silent periods a tenant or key is kept.
+	idlePeriods = 25
+	// ewmaAlpha weighs the newest period in the demand and admission rates.
+	ewmaAlpha = 0.5
+)
+
+// Share is one tenant's part of one key after an exchange round.
+type Share struct {
+	// Tenant is the tenant key (an identity hash).
+	Tenant string
+	// Fleet is the tenant's fraction of the key's admissions across the
+	// fleet during the last period.
+	Fleet float64
+	// Local is the same fraction on this replica alone.
+	Local float64
+	// Allocation is the tenant's fleet-wide max-min share of the key's
+	// capacity, per second.
+	Allocation float64
+	// Gate is this replica's pacing rate for the tenant, per second; 0 means
+	// the gate is open (the key is not contended).
+	Gate float64
+}
+
+// Observer receives the outcome of every exchange round, typically to update
+// metrics. It is called without the Pacer's lock held.
+type Observer interface {
+	// Synced reports the live replicas and the shares of key after a round.
+	Synced(key string, replicas int, contended bool, shares []Share)
+	// ExchangeFailed reports a round for key that could not reach the exchange.
+	ExchangeFailed(key string, err error)
+}
+
+// Options configure a Pacer.
+type Options struct {
+	// Replica names this replica, unique in the fleet (the pod name).
+	Replica string
+	// Exchange shares demand reports with the other replicas; required.
+	Exchange Exchange
+	// Period is the exchange period; 0 means DefaultPeriod.
+	Period time.Duration
+	// TTL is how long a report stays valid, so a replica that died without
+	// leaving stops counting after it; 0 means three periods.
+	TTL time.Duration
+	// Headroom is the factor by which gate rates exceed allocations; values
+	// below 1 mean DefaultHeadroom (see the package documentation).
+	Headroom float64
+	// MaxKeys bounds the keys tracked; 0 means DefaultMaxKeys. Requests on
+	// further keys pass the gate unpaced.
+	MaxKeys int
+	// MaxTenants bounds the tenants tracked per key; 0 means
+	// DefaultMaxTenants. Further tenants pass the gate unpaced.
+	MaxTenants int
+	// Observer, if set, is told the outcome of every round.
+	Observer Observer
+}
+
+// Pacer paces, on one replica, the admissions of each tenant on each shared
+// limit key to the tenant's part of the fleet's weighted max-min allocation
+// (see the package documentation). It is safe for concurrent use.
+type Pacer struct {
+	clk  clock.WithTicker
+	opts Options
+	log  logr.Logger
+
+	mu        sync.Mutex
+	weights   fairqueue.Weights
+	limits    limiter.Config
+	keys      map[string]*keyState
+	lastSync  time.Time
+	failing   bool
+	lastAlive time.Time
+}
+
+// keyState is the Pacer's state for one limit key.
+type keyState struct {
+	tenants map[string]*tenantState
+}
+
+// tenantState is the Pacer's state for one tenant on one key.
+type tenantState struct {
+	arrivals, admitted int64 // since the last round
+	held               bool  // a request was held back since the last round
+	demand, admitRate  float64
+	rate               float64   // gate rate per second; 0 = open
+	tat                time.Time // the gate's theoretical arrival time (GCRA)
+	idle               int
+}
+
+// New returns a Pacer; Run must be started for it to exchange reports.
+func New(clk clock.WithTicker, opts Options, log logr.Logger) (*Pacer, error) {
+	if clk == nil || opts.Exchange == nil {
+		return nil, errors.New("fleet pacer: a clock and an exchange are required")
+	}
+	if opts.Replica == "" {
+		return nil, errors.New("fleet pacer: the replica name is empty: set it to the pod name (or any name unique in the fleet)")
+	}
+	if opts.Period <= 0 {
+		opts.Period = DefaultPeriod
+	}
+	if opts.TTL <= 0 {
+		opts.TTL = 3 * opts.Period
+	}
+	if opts.Headroom < 1 {
+		opts.Headroom = DefaultHeadroom
+	}
+	if opts.MaxKeys <= 0 {
+		opts.MaxKeys = DefaultMaxKeys
+	}
+	if opts.MaxTenants <= 0 {
+		opts.MaxTenants = DefaultMaxTenants
+	}
+	return &Pacer{clk: clk, opts: opts, log: log, keys: map[string]*keyState{}, weights: fairqueue.Weights{Default: 1}}, nil
+}
+
+// SetWeights sets the tenant weights, the same ones given to the fair queue.
+func (p *Pacer) SetWeights(w fairqueue.Weights) {
+	c := fairqueue.Weights{Default: w.Default, ByTenant: make(map[string]int, len(w.ByTenant))}
+	for k, v := range w.ByTenant {
+		c.ByTenant[k] = v
+	}
+	p.mu.Lock()
+	p.weights = c
+	p.mu.Unlock()
+}
+
+// SetLimits sets the limits whose model buckets the fleet shares; the
+// capacity of a key is its model limit's rate.
+func (p *Pacer) SetLimits(cfg limiter.Config) {
+	c := limiter.Config{Model: cfg.Model, ModelOverrides: make(map[string]limiter.Limit, len(cfg.ModelOverrides))}
+	for k, v := range cfg.ModelOverrides {
+		c.ModelOverrides[k] = v
+	}
+	p.mu.Lock()
+	p.limits = c
+	p.mu.Unlock()
+}
+
+// capacityLocked returns the rate of key's model bucket per second, or 0
+// when no model limit applies.
+func (p *Pacer) capacityLocked(key string) float64 {
+	l, ok := p.limits.ModelOverrides[key]
+	if !ok {
+		if p.limits.Model == nil {
+			return 0
+		}
+		l = *p.limits.Model
+	}
+	if l.Requests <= 0 || l.Period <= 0 {
+		return 0
+	}
+	return float64(l.Requests) / l.Period.Seconds()
+}
+
+func (p *Pacer) weightLocked(tenant string) int {
+	w, ok := p.weights.ByTenant[tenant]
+	if !ok {
+		w = p.weights.Default
+	}
+	return min(max(w, 1), fairqueue.MaxWeight)
+}
+
+// stateLocked returns tenant's state on key, creating it within the bounds;
+// nil means the bounds are reached and the tenant passes unpaced.
+func (p *Pacer) stateLocked(tenant, key string) *tenantState {
+	ks := p.keys[key]
+	if ks == nil {
+		if len(p.keys) >= p.opts.MaxKeys {
+			return nil
+		}
+		ks = &keyState{tenants: map[string]*tenantState{}}
+		p.keys[key] = ks
+	}
+	ts := ks.tenants[tenant]
+	if ts == nil {
+		if len(ks.tenants) >= p.opts.MaxTenants {
+			return nil
+		}
+		ts = &tenantState{}
+		ks.tenants[tenant] = ts
+	}
+	return ts
+}
+
+// Arrive records a new request of tenant that needs key.
+func (p *Pacer) Arrive(tenant, key string) {
+	p.mu.Lock()
+	if ts := p.stateLocked(tenant, key); ts != nil {
+		ts.arrivals++
+	}
+	p.mu.Unlock()
+}
+
+// Allow reports whether tenant may try the shared bucket of key now, and
+// consumes its turn if so. Otherwise it returns how long to wait, at most one
+// exchange period (the allocation may change by then).
+func (p *Pacer) Allow(now time.Time, tenant, key string) (bool, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ts := p.stateLocked(tenant, key)
+	if ts == nil || ts.rate <= 0 {
+		return true, 0
+	}
+	interval := time.Duration(float64(time.Second) / ts.rate)
+	next := ts.tat
+	if next.Before(now) {
+		next = now
+	}
+	// One interval of tolerance: a gate admits at most two requests back
+	// to back, then one per interval.
+	if wait := next.Sub(now) - interval; wait > 0 {
+		ts.held = true
+		return false, min(wait, p.opts.Period)
+	}
+	ts.tat = next.Add(interval)
+	return true, 0
+}
+
+// Done records the outcome of an attempt Allow let through: admitted, or
+// refused by the shared bucket of key (which marks the tenant backlogged).
+// Refusals by other buckets must not be reported.
+func (p *Pacer) Done(tenant, key string, admitted bool) {
+	p.mu.Lock()
+	if ts := p.stateLocked(tenant, key); ts != nil {
+		if admitted {
+			ts.admitted++
+		} else {
+			ts.held = true
+		}
+	}
+	p.mu.Unlock()
+}
+
+// round is one key's part of an exchange round.
+type round struct {
+	key      string
+	capacity float64
+	report   Report
+	leave    bool
+	reports  []Report
+	err      error
+}
+
+// Sync runs one exchange round: it publishes this replica's report for every
+// tracked key, reads the fleet's, and recomputes the gate rates. A key whose
+// exchange fails keeps its rates while the last good round is within TTL and
+// opens its gates after (local fairness, the shared bucket still caps the
+// total). The error joins every key's failure.
+func (p *Pacer) Sync(ctx context.Context) error {
+	rounds := p.collect()
+	for i := range rounds {
+		r := &rounds[i]
+		if r.leave {
+			r.err = p.opts.Exchange.Leave(ctx, r.key, p.opts.Replica)
+			continue
+		}
+		r.reports, r.err = p.opts.Exchange.Swap(ctx, r.key, r.report, p.opts.TTL)
+	}
+	return p.apply(rounds)
+}
+
+// collect closes the current period: it turns counters into rates, drops
+// idle tenants and keys, and returns the reports to publish.
+func (p *Pacer) collect() []round {
+	now := p.clk.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	dt := now.Sub(p.lastSync).Seconds()
+	if p.lastSync.IsZero() || dt <= 0 {
+		dt = p.opts.Period.Seconds()
+	}
+	p.lastSync = now
+	rounds := make([]round, 0, len(p.keys))
+	for key, ks := range p.keys {
+		r := round{key: key, capacity: p.capacityLocked(key), report: Report{Replica: p.opts.Replica}}
+		for tenant, ts := range ks.tenants {
+			ts.demand = ewma(ts.demand, float64(ts.arrivals)/dt)
+			ts.admitRate = ewma(ts.admitRate, float64(ts.admitted)/dt)
+			if ts.arrivals == 0 && ts.admitted == 0 && !ts.held {
+				ts.idle++
+			} else {
+				ts.idle = 0
+			}
+			held := ts.held
+			ts.arrivals, ts.admitted, ts.held = 0, 0, false
+			if ts.idle > idlePeriods {
+				delete(ks.tenants, tenant)
+				continue
+			}
+			r.report.Tenants = append(r.report.Tenants, TenantReport{
+				Tenant: tenant, Weight: p.weightLocked(tenant),
+				Demand: ts.demand, Backlogged: held, Admitted: ts.admitRate,
+			})
+		}
+		if len(ks.tenants) == 0 {
+			delete(p.keys, key)
+			r.leave = true
+		}
+		rounds = append(rounds, r)
+	}
+	return rounds
+}
+
+// apply installs the plans of a round and reports them.
+func (p *Pacer) apply(rounds []round) error {
+	now := p.clk.Now()
+	var errs []error
+	type synced struct {
+		key       string
+		replicas  int
+		contended bool
+		shares    []Share
+	}
+	var out []synced
+	p.mu.Lock()
+	for _, r := range rounds {
+		if r.leave {
+			continue
+		}
+		if errors.Is(r.err, ErrNotShared) {
+			// Per-replica buckets: there is no fleet to divide.
+			if ks := p.keys[r.key]; ks != nil {
+				for _, ts := range ks.tenants {
+					ts.rate = 0
+				}
+			}
+			continue
+		}
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("fleet exchange for key %q: %w", r.key, r.err))
+			continue
+		}
+		pl := makePlan(r.capacity, p.opts.Replica, r.reports, p.opts.Headroom, minRate(r.capacity))
+		ks := p.keys[r.key]
+		if ks == nil {
+			continue
+		}
+		s := synced{key: r.key, replicas: pl.replicas, contended: pl.contended}
+		for tenant, tp := range pl.tenants {
+			if ts := ks.tenants[tenant]; ts != nil {
+				ts.setRate(now, tp.rate)
+			}
+			s.shares = append(s.shares, Share{Tenant: tenant, Fleet: tp.fleetShare, Local: tp.localShare, Allocation: tp.allocation, Gate: tp.rate})
+		}
+		out = append(out, s)
+	}
+	err := errors.Join(errs...)
+	wasFailing := p.failing
+	p.failing = err != nil
+	if err == nil {
+		p.lastAlive = now
+	} else if now.Sub(p.lastAlive) > p.opts.TTL {
+		// The fleet's view is stale: fall back to local fairness.
+		for _, ks := range p.keys {
+			for _, ts := range ks.tenants {
+				ts.rate = 0
+			}
+		}
+	}
+	p.mu.Unlock()
+
+	switch {
+	case err != nil && !wasFailing:
+		p.log.Error(err, "Fleet exchange failed: keeping the last fleet shares for the report TTL, then pacing by local fairness only", "replica", p.opts.Replica, "ttl", p.opts.TTL)
+	case err == nil && wasFailing:
+		p.log.Info("Fleet exchange recovered", "replica", p.opts.Replica)
+	}
+	if obs := p.opts.Observer; obs != nil {
+		for _, r := range rounds {
+			if r.err != nil && !errors.Is(r.err, ErrNotShared) {
+				obs.ExchangeFailed(r.key, r.err)
+			}
+		}
+		for _, s := range out {
+			obs.Synced(s.key, s.replicas, s.contended, s.shares)
+		}
+	}
+	return err
+}
+
+// Run exchanges reports every period until ctx ends, then withdraws this
+// replica's reports so the fleet re-divides its share at once.
+func (p *Pacer) Run(ctx context.Context) {
+	t := p.clk.NewTicker(p.opts.Period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			p.leaveAll()
+			return
+		case <-t.C():
+			rctx, cancel := context.WithTimeout(ctx, p.opts.Period)
+			_ = p.Sync(rctx) // logged by apply on every transition
+			cancel()
+		}
+	}
+}
+
+// leaveAll withdraws every report, bounded by one period.
+func (p *Pacer) leaveAll() {
+	p.mu.Lock()
+	keys := make([]string, 0, len(p.keys))
+	for k := range p.keys {
+		keys = append(keys, k)
+	}
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.Period)
+	defer cancel()
+	for _, k := range keys {
+		if err := p.opts.Exchange.Leave(ctx, k, p.opts.Replica); err != nil {
+			p.log.V(1).Info("Could not withdraw the fleet report; it expires after the TTL", "key", k, "err", err)
+			return
+		}
+	}
+}
+
+// Gates returns this replica's gate rates on key per tenant (named by
+// identity.Short), as of the last round, for a demo or a debug endpoint.
+func (p *Pacer) Gates(key string) map[string]float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]float64{}
+	if ks := p.keys[key]; ks != nil {
+		for t, ts := range ks.tenants {
+			out[identity.Short(t)] = ts.rate
+		}
+	}
+	return out
+}
+
+// setRate changes the gate's rate. At a steady rate the theoretical arrival
+// time is at most two intervals ahead (one interval plus the tolerance); a
+// turn scheduled further ahead at a lower rate is pulled back to that, so a
+// tenant owed more is not held back by its old pace, and a steady gate is
+// left alone.
+func (ts *tenantState) setRate(now time.Time, rate float64) {
+	ts.rate = rate
+	if rate <= 0 {
+		return
+	}
+	if limit := now.Add(2 * time.Duration(float64(time.Second)/rate)); ts.tat.After(limit) {
+		ts.tat = limit
+	}
+}
+
+func ewma(old, sample float64) float64 { return old + ewmaAlpha*(sample-old) }
+
+// minRate is the floor of a gate on a key of capacity c: one request per
+// second, or c/1000 on larger keys, so a tenant that was idle at the last
+// round is held back for at most one period.
+func minRate(c float64) float64 { return max(1, c/1000) }

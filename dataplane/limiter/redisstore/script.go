@@ -1,0 +1,102 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package redisstore
+
+// bucketScript checks, charges or refunds every bucket of one batch in one
+// atomic step: Redis runs a script without interleaving other commands, so
+// no replica can see a half-charged batch.
+//
+// Lua numbers are doubles, exact only up to 2^53, while nanoseconds since the
+// Unix epoch need 61 bits. A bucket's theoretical arrival time (TAT) is
+// therefore kept as whole seconds and nanoseconds, and only differences
+// (debts, at most maxWindow) are formed as single numbers: the arithmetic is
+// the memory store's, nanosecond for nanosecond.
+//
+// KEYS[i] is bucket i. ARGV[1] is the operation: "t" take (charge every
+// bucket one token if all have one), "p" peek, "r" refund (give one token
+// back to every bucket that exists). ARGV[2] and ARGV[3] are the time in
+// seconds and nanoseconds, or "" and "" to use Redis's own clock (TIME, which
+// Redis 7 allows in scripts since it replicates effects, not scripts).
+// ARGV[2+2i] and ARGV[3+2i] are bucket i's interval and window in
+// nanoseconds. A bucket is stored as the string "<tat s> <tat ns> <interval>
+// <window>" and expires when it is full again, so idle buckets vanish.
+//
+// The reply is {allowed, debt_1, ..., debt_n}: allowed is 1 when every bucket
+// had a token, and debt_i is bucket i's time until full before this call, in
+// nanoseconds, from which the caller derives Retry-After and the quota
+// exactly as the memory store does.
+const bucketScript = `
+local sec, nsec
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  sec, nsec = tonumber(t[1]), tonumber(t[2]) * 1000
+else
+  sec, nsec = tonumber(ARGV[2]), tonumber(ARGV[3])
+end
+local op, n = ARGV[1], #KEYS
+local vals = redis.call('MGET', unpack(KEYS))
+local out, known, rescaled = {1}, {}, {}
+for i = 1, n do
+  local ivs, ws = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  local d = 0
+  local v = vals[i]
+  if v then
+    local ts, tn, shape = string.match(v, '^(%d+) (%d+) (.*)$')
+    if ts then
+      known[i] = true
+      d = (tonumber(ts) - sec) * 1e9 + (tonumber(tn) - nsec)
+      if shape ~= ivs .. ' ' .. ws then
+        -- The limit changed: keep the fraction of the capacity in use.
+        local ow = tonumber(string.match(shape, ' (%d+)$'))
+        if d > 0 and ow then d = math.floor(math.min(d / ow, 1) * tonumber(ws)) end
+        rescaled[i] = true
+      end
+    end
+  end
+  if d < 0 then d = 0 end
+  out[i + 1] = d
+  if d + tonumber(ivs) - tonumber(ws) > 0 then out[1] = 0 end
+end
+
+-- put stores bucket i as owing d nanoseconds from now, or deletes it when
+-- it is full, which is the same as absent. Whole numbers below 1e14 print
+-- exactly with tostring.
+local function put(i, d)
+  if d <= 0 then
+    redis.call('DEL', KEYS[i])
+    return
+  end
+  local tot = nsec + d
+  local q = math.floor(tot / 1e9)
+  local r = tot - q * 1e9
+  if r < 0 then q = q - 1; r = r + 1e9 elseif r >= 1e9 then q = q + 1; r = r - 1e9 end
+  redis.call('PSETEX', KEYS[i], math.ceil(d / 1e6), (sec + q) .. ' ' .. r .. ' ' .. ARGV[2 + 2 * i] .. ' ' .. ARGV[3 + 2 * i])
+end
+
+if op == 't' and out[1] == 1 then
+  for i = 1, n do put(i, out[i + 1] + tonumber(ARGV[2 + 2 * i])) end
+elseif op == 'r' then
+  for i = 1, n do
+    if known[i] then put(i, out[i + 1] - tonumber(ARGV[2 + 2 * i])) end
+  end
+else
+  for i = 1, n do
+    if rescaled[i] then put(i, out[i + 1]) end
+  end
+end
+return out
+`

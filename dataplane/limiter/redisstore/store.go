@@ -1,0 +1,687 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package redisstore
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"k8s.io/utils/clock"
+
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
+)
+
+// Mode says how the addresses are to be read.
+type Mode string
+
+const (
+	// ModeStandalone is one Redis server (or a proxy in front of several) at
+	// exactly one address.
+	ModeStandalone Mode = "Standalone"
+	// ModeCluster is a Redis Cluster; the addresses are seed nodes.
+	ModeCluster Mode = "Cluster"
+	// ModeSentinel is a primary found through Redis Sentinel; the addresses
+	// are the sentinels and SentinelMasterName names the primary.
+	ModeSentinel Mode = "Sentinel"
+)
+
+// FailureMode says what the store answers while Redis is unreachable.
+type FailureMode string
+
+const (
+	// FailClosed refuses every request with limiter.ErrStoreUnavailable (a
+	// 503 store_unavailable) until Redis answers again.
+	FailClosed FailureMode = "Closed"
+	// FailOpen answers from per-replica in-memory buckets, each limit divided
+	// by the number of live replicas, until Redis answers again.
+	FailOpen FailureMode = "Open"
+)
+
+// Defaults for Options fields left zero.
+const (
+	// DefaultTimeout bounds one store call: a Redis that has not answered
+	// by then is unavailable for that request.
+	DefaultTimeout = 50 * time.Millisecond
+	// DefaultProbeInterval is how often an unreachable Redis is pinged, so
+	// the store returns to it within about this long of it answering.
+	DefaultProbeInterval = 200 * time.Millisecond
+	// DefaultProbeTimeout bounds one health probe, long enough for a fresh
+	// connection's handshake (TLS and AUTH included) on a slow network.
+	DefaultProbeTimeout = 500 * time.Millisecond
+	// DefaultPoolSize is the connection pool size per Redis node.
+	DefaultPoolSize = 64
+)
+
+// MaxWindow is the longest full-refill time (burst x period / requests) of a
+// bucket the store can hold, about 52 days: the script's arithmetic is exact
+// in nanoseconds up to 2^53 and this leaves a factor of two of headroom.
+const MaxWindow = time.Duration(1 << 52)
+
+// Error kinds reported to Observer.StoreError.
+const (
+	// ErrorTimeout is a call that ran out of its timeout.
+	ErrorTimeout = "timeout"
+	// ErrorConnection is a call that could not reach Redis.
+	ErrorConnection = "connection"
+	// ErrorReply is an error answered by Redis itself, e.g. a script error
+	// or a refused AUTH.
+	ErrorReply = "reply"
+	// ErrorDown is a call answered without contacting Redis because it is
+	// known to be unreachable.
+	ErrorDown = "down"
+)
+
+// Operations reported to Observer.StoreLatency.
+const (
+	// OpTake is a check-and-charge of one batch.
+	OpTake = "take"
+	// OpPeek is a check without charging.
+	OpPeek = "peek"
+	// OpRefund gives tokens back.
+	OpRefund = "refund"
+)
+
+// Observer receives the store's measurements. Implementations must be cheap
+// and safe for concurrent use; labels must come from the fixed sets above.
+type Observer interface {
+	// StoreLatency records the duration of one Redis round trip of op.
+	StoreLatency(op string, d time.Duration)
+	// StoreError counts one failed call of the given kind.
+	StoreError(kind string)
+	// StoreState records whether Redis is reachable and, when not, whether
+	// the store answers from its in-memory fallback.
+	StoreState(up, fallback bool)
+}
+
+// Replicas reports the number of live data-plane replicas sharing the store,
+// so a fail-open fallback can give each its share of every limit.
+type Replicas interface {
+	// Live returns the number of live replicas, at least 1.
+	Live() int
+}
+
+// StaticReplicas is a fixed replica count, for deployments outside
+// Kubernetes (the --store-replicas flag).
+type StaticReplicas int
+
+// Live implements Replicas; it never returns less than 1.
+func (n StaticReplicas) Live() int { return max(int(n), 1) }
+
+// Options configures a Store.
+type Options struct {
+	// Addresses are host:port pairs: exactly one for ModeStandalone, seed
+	// nodes for ModeCluster, sentinels for ModeSentinel.
+	Addresses []string
+	// Mode reads Addresses; empty means ModeStandalone.
+	Mode Mode
+	// SentinelMasterName names the primary; required with ModeSentinel.
+	SentinelMasterName string
+	// Username and Password authenticate (ACL user, or Password alone for
+	// requirepass); both may be empty.
+	Username, Password string
+	// DB selects the logical database; Redis Cluster has only 0.
+	DB int
+	// TLS, when set, connects with TLS using this configuration.
+	TLS *tls.Config
+	// Timeout bounds each call; zero means DefaultTimeout.
+	Timeout time.Duration
+	// FailureMode is the behaviour while Redis is unreachable; empty means
+	// FailClosed.
+	FailureMode FailureMode
+	// Namespace and Policy name the policy whose buckets the store holds.
+	// Every key of one policy shares the hash tag {Namespace/Policy}, so
+	// every script touches one Redis Cluster slot.
+	Namespace, Policy string
+	// Replicas counts the live replicas for the fail-open fallback; nil
+	// means 1, every replica keeping the whole limit.
+	Replicas Replicas
+	// Observer, if set, receives latency, errors and state changes.
+	Observer Observer
+	// Logger receives one line per state transition.
+	Logger logr.Logger
+	// Clock drives the health probe; nil means the real clock.
+	Clock clock.Clock
+	// ProbeInterval is the health probe period while Redis is unreachable;
+	// zero means DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// ProbeTimeout bounds one probe; zero means DefaultProbeTimeout.
+	ProbeTimeout time.Duration
+	// PoolSize is the connection pool size per node; zero means
+	// DefaultPoolSize.
+	PoolSize int
+	// CallerClock makes the store use the time passed to Take instead of
+	// Redis's clock. Replicas' clocks then have to agree; it exists for
+	// tests that step a fake clock and for a single replica.
+	CallerClock bool
+}
+
+// Store is a limiter.Store keeping token buckets in Redis, shared by every
+// data-plane replica of a policy. It is safe for concurrent use. Close it to
+// stop its health probe and, if New built it, its Redis client.
+type Store struct {
+	client      atomic.Pointer[clientBox]
+	newClient   func() redis.UniversalClient // nil when the caller owns the client
+	script      *redis.Script
+	dimPrefix   [limiter.NumDimensions]string
+	hashTag     string
+	timeout     time.Duration
+	failOpen    bool
+	callerClock bool
+	replicas    Replicas
+	obs         Observer
+	log         logr.Logger
+	clock       clock.Clock
+	probeEvery  time.Duration
+	probeTO     time.Duration
+	addrs       []string
+
+	// onProbe, if set by a test, is told each probe's result.
+	onProbe func(error)
+
+	down     atomic.Bool
+	fallback atomic.Pointer[limiter.MemoryStore]
+
+	mu     sync.Mutex // guards closed and wg.Add against Close
+	closed bool
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+var _ limiter.Store = (*Store)(nil)
+
+// Validate reports what is wrong with o's connection settings, if anything.
+func (o *Options) Validate() error {
+	var errs []error
+	if len(o.Addresses) == 0 {
+		errs = append(errs, errors.New("no Redis address: give host:port of the server, cluster seed nodes or sentinels"))
+	}
+	for _, a := range o.Addresses {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("redis address %q is not host:port, e.g. redis.cache.svc:6379", a))
+		}
+	}
+	switch o.Mode {
+	case "", ModeStandalone:
+		if len(o.Addresses) > 1 {
+			errs = append(errs, fmt.Errorf("mode Standalone takes exactly one address, got %d; use mode Cluster for cluster seed nodes or Sentinel for sentinels", len(o.Addresses)))
+		}
+		if o.SentinelMasterName != "" {
+			errs = append(errs, errors.New("sentinelMasterName is set but mode is not Sentinel"))
+		}
+	case ModeCluster:
+		if o.DB != 0 {
+			errs = append(errs, fmt.Errorf("db %d: Redis Cluster has only database 0", o.DB))
+		}
+		if o.SentinelMasterName != "" {
+			errs = append(errs, errors.New("sentinelMasterName is set but mode is not Sentinel"))
+		}
+	case ModeSentinel:
+		if o.SentinelMasterName == "" {
+			errs = append(errs, errors.New("mode Sentinel needs sentinelMasterName, the primary's name in the sentinels' configuration"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("mode %q: use Standalone, Cluster or Sentinel", o.Mode))
+	}
+	switch o.FailureMode {
+	case "", FailClosed, FailOpen:
+	default:
+		errs = append(errs, fmt.Errorf("failureMode %q: use Closed or Open", o.FailureMode))
+	}
+	if o.DB < 0 {
+		errs = append(errs, fmt.Errorf("db %d: must be 0 or more", o.DB))
+	}
+	if o.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("timeout %s: must be positive", o.Timeout))
+	}
+	if o.Policy == "" {
+		errs = append(errs, errors.New("no policy name: it scopes the store's keys"))
+	}
+	return errors.Join(errs...)
+}
+
+// New connects a Store to Redis as o says. Connections are made on first
+// use, so New succeeds while Redis is down.
+func New(o Options) (*Store, error) {
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("redis store: %w", err)
+	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	pool := o.PoolSize
+	if pool <= 0 {
+		pool = DefaultPoolSize
+	}
+	uo := &redis.UniversalOptions{
+		Addrs:         o.Addresses,
+		MasterName:    o.SentinelMasterName,
+		IsClusterMode: o.Mode == ModeCluster,
+		Username:      o.Username,
+		Password:      o.Password,
+		DB:            o.DB,
+		TLSConfig:     o.TLS,
+		ClientName:    "fairqueue-dataplane",
+		// RESP2 and no CLIENT SETINFO or maintenance handshake: fewer round
+		// trips per new connection, and servers back to 6.2 work.
+		Protocol:                 2,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		// A retry would exceed the timeout; the probe handles recovery.
+		MaxRetries:            -1,
+		DialerRetries:         1,
+		DialTimeout:           max(timeout, DefaultProbeTimeout),
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
+		PoolTimeout:           timeout,
+		ContextTimeoutEnabled: true,
+		PoolSize:              pool,
+	}
+	s := NewWithClient(redis.NewUniversalClient(uo), o)
+	s.newClient = func() redis.UniversalClient { return redis.NewUniversalClient(uo) }
+	return s, nil
+}
+
+// NewWithClient returns a Store using an existing client, which the caller
+// keeps and closes. Only the key, timeout, failure and probe settings of o
+// are used, and Addresses, which gate the health probe: it pings through the
+// client only once one address accepts a TCP connection, so an outage does
+// not spend the client's dial budget (go-redis stops dialing for a second
+// after PoolSize failed dials in a row).
+func NewWithClient(c redis.UniversalClient, o Options) *Store {
+	s := &Store{
+		script:      redis.NewScript(bucketScript),
+		hashTag:     "{" + o.Namespace + "/" + o.Policy + "}",
+		timeout:     o.Timeout,
+		failOpen:    o.FailureMode == FailOpen,
+		callerClock: o.CallerClock,
+		replicas:    o.Replicas,
+		obs:         o.Observer,
+		log:         o.Logger,
+		clock:       o.Clock,
+		probeEvery:  o.ProbeInterval,
+		probeTO:     o.ProbeTimeout,
+		addrs:       o.Addresses,
+		done:        make(chan struct{}),
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.replicas == nil {
+		s.replicas = StaticReplicas(1)
+	}
+	if s.obs == nil {
+		s.obs = nopObserver{}
+	}
+	if s.clock == nil {
+		s.clock = clock.RealClock{}
+	}
+	if s.probeEvery <= 0 {
+		s.probeEvery = DefaultProbeInterval
+	}
+	if s.probeTO <= 0 {
+		s.probeTO = DefaultProbeTimeout
+	}
+	for d := range limiter.NumDimensions {
+		s.dimPrefix[d] = KeyPrefix(o.Namespace, o.Policy) + limiter.Dimension(d).String() + ":"
+	}
+	s.client.Store(&clientBox{c})
+	s.obs.StoreState(true, false)
+	return s
+}
+
+// clientBox holds the current client so a probe can replace it.
+type clientBox struct{ redis.UniversalClient }
+
+// KeyPrefix returns the prefix of every key of the policy: "fq:{ns/name}:".
+// The braces are a Redis Cluster hash tag, so all of the policy's buckets
+// hash to one slot; a bucket's key is the prefix, its dimension, ':' and
+// its (hashed) key.
+func KeyPrefix(namespace, policy string) string {
+	return "fq:{" + namespace + "/" + policy + "}:"
+}
+
+// Key returns the Redis key of one bucket.
+func (s *Store) Key(d limiter.Dimension, key string) string { return s.dimPrefix[d] + key }
+
+// HashTag returns the policy's hash tag, "{ns/name}": a key containing it
+// lands in the same Redis Cluster slot as the buckets, so another script may
+// touch both atomically.
+func (s *Store) HashTag() string { return s.hashTag }
+
+// Client returns the Redis client, for other shared state of the policy.
+// A Store built by New may replace its client after an outage (see probe),
+// so call Client for each use rather than keeping the result.
+func (s *Store) Client() redis.UniversalClient { return s.client.Load().UniversalClient }
+
+// Up reports whether Redis answered the last call or probe.
+func (s *Store) Up() bool { return !s.down.Load() }
+
+// Take implements limiter.Store: it checks and charges every bucket of b in
+// one script, all or none.
+func (s *Store) Take(now time.Time, b limiter.Batch) (limiter.Decision, error) {
+	return s.do(now, &b, OpTake)
+}
+
+// Peek implements limiter.Store: it checks every bucket of b without
+// charging.
+func (s *Store) Peek(now time.Time, b limiter.Batch) (limiter.Decision, error) {
+	return s.do(now, &b, OpPeek)
+}
+
+// Refund gives one token back to every bucket of b that exists, never above
+// its capacity; an absent (full) bucket is left alone.
+func (s *Store) Refund(now time.Time, b limiter.Batch) error {
+	_, err := s.do(now, &b, OpRefund)
+	return err
+}
+
+// opCode returns the script's operation argument for op.
+func opCode(op string) string {
+	switch op {
+	case OpTake:
+		return "t"
+	case OpPeek:
+		return "p"
+	}
+	return "r"
+}
+
+// do runs op for b in Redis, or answers for an unreachable Redis.
+func (s *Store) do(now time.Time, b *limiter.Batch, op string) (limiter.Decision, error) {
+	n := b.Len()
+	if n == 0 {
+		return limiter.Decision{Allowed: true}, nil
+	}
+	if s.down.Load() {
+		s.obs.StoreError(ErrorDown)
+		return s.unavailable(now, b, op, errors.New("redis is unreachable, waiting for it to answer a probe"))
+	}
+	var (
+		keys [limiter.MaxBatch]string
+		args [3 + 2*limiter.MaxBatch]any
+	)
+	args[0] = opCode(op)
+	if s.callerClock {
+		args[1], args[2] = now.Unix(), int64(now.Nanosecond())
+	} else {
+		args[1], args[2] = "", ""
+	}
+	for i := range n {
+		r := b.At(i)
+		iv, w := r.Shape()
+		if w > int64(MaxWindow) {
+			return limiter.Decision{}, fmt.Errorf("%w: the %s limit takes %s to refill completely, longer than the Redis store's %s; lower burst or raise requests",
+				limiter.ErrStoreUnavailable, r.Dimension, time.Duration(w), MaxWindow)
+		}
+		keys[i] = s.dimPrefix[r.Dimension] + r.Key
+		args[3+2*i], args[4+2*i] = iv, w
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	start := time.Now()
+	res, err := s.script.Run(ctx, s.Client(), keys[:n], args[:3+2*n]...).Int64Slice()
+	s.obs.StoreLatency(op, time.Since(start))
+	cancel()
+	if err == nil && len(res) != n+1 {
+		err = badReply(fmt.Sprintf("bucket script answered %d values for %d buckets", len(res), n))
+	}
+	if err != nil {
+		kind := classify(err)
+		s.obs.StoreError(kind)
+		if kind != ErrorReply {
+			s.markDown(err)
+		}
+		return s.unavailable(now, b, op, err)
+	}
+	var debts [limiter.MaxBatch]int64
+	copy(debts[:], res[1:])
+	return limiter.DecisionFromDebts(b, &debts, op == OpTake), nil
+}
+
+// classify names the kind of a failed call.
+func classify(err error) string {
+	var re redis.Error
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &ne) && ne.Timeout():
+		return ErrorTimeout
+	case errors.As(err, &re) && !redis.IsLoadingError(err) && !redis.IsReadOnlyError(err) &&
+		!redis.IsClusterDownError(err) && !redis.IsTryAgainError(err):
+		return ErrorReply
+	}
+	return ErrorConnection
+}
+
+// unavailable answers op while Redis cannot: an ErrStoreUnavailable when
+// failing closed, the in-memory fallback's answer when failing open.
+func (s *Store) unavailable(now time.Time, b *limiter.Batch, op string, cause error) (limiter.Decision, error) {
+	if !s.failOpen {
+		return limiter.Decision{}, fmt.Errorf("%w: redis: %w", limiter.ErrStoreUnavailable, cause)
+	}
+	fb := s.fallbackStore()
+	share := Share(b, s.replicas.Live())
+	switch op {
+	case OpTake:
+		return fb.Take(now, share)
+	case OpPeek:
+		return fb.Peek(now, share)
+	}
+	if r, ok := any(fb).(interface {
+		Refund(time.Time, limiter.Batch) error
+	}); ok {
+		return limiter.Decision{}, r.Refund(now, share)
+	}
+	return limiter.Decision{}, nil
+}
+
+// fallbackStore returns the in-memory store of the current outage.
+func (s *Store) fallbackStore() *limiter.MemoryStore {
+	if fb := s.fallback.Load(); fb != nil {
+		return fb
+	}
+	s.fallback.CompareAndSwap(nil, limiter.NewMemoryStore(0))
+	return s.fallback.Load()
+}
+
+// Share returns b with every limit divided among n replicas: the same
+// requests per n times the period, and a burst of capacity/n (at least 1),
+// so n replicas together admit about what one shared bucket would.
+func Share(b *limiter.Batch, n int) limiter.Batch {
+	if n <= 1 {
+		return *b
+	}
+	var out limiter.Batch
+	for i := range b.Len() {
+		r := b.At(i)
+		out.Add(r.Dimension, r.Key, ShareLimit(r.Limit, n))
+	}
+	return out
+}
+
+// ShareLimit returns one replica's share of l among n replicas.
+func ShareLimit(l limiter.Limit, n int) limiter.Limit {
+	if n <= 1 {
+		return l
+	}
+	period := l.Period * time.Duration(n)
+	if period/time.Duration(n) != l.Period {
+		period = time.Duration(1<<63 - 1)
+	}
+	return limiter.Limit{Requests: l.Requests, Period: period, Burst: max(l.Capacity()/int64(n), 1)}
+}
+
+// markDown records that Redis stopped answering: it logs and reports the
+// transition once and starts the health probe.
+func (s *Store) markDown(cause error) {
+	if !s.down.CompareAndSwap(false, true) {
+		return
+	}
+	s.fallback.Store(limiter.NewMemoryStore(0)) // a fresh outage starts with full shares
+	s.log.Info("Redis rate-limit store unreachable; "+s.behaviour(), "error", cause.Error(),
+		"failureMode", s.failureMode(), "liveReplicas", s.replicas.Live(), "probeInterval", s.probeEvery.String())
+	s.obs.StoreState(false, s.failOpen)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.wg.Add(1)
+	go s.probe()
+}
+
+func (s *Store) behaviour() string {
+	if s.failOpen {
+		return "answering from in-memory buckets holding each replica's share of every limit until it answers again"
+	}
+	return "refusing requests with 503 store_unavailable until it answers again"
+}
+
+func (s *Store) failureMode() FailureMode {
+	if s.failOpen {
+		return FailOpen
+	}
+	return FailClosed
+}
+
+// probe pings Redis every probe interval until it answers, then returns the
+// store to it. At most one probe runs per outage.
+func (s *Store) probe() {
+	defer s.wg.Done()
+	for {
+		t := s.clock.NewTimer(s.probeEvery)
+		select {
+		case <-s.done:
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.probeTO)
+		err := s.reachable(ctx)
+		if err == nil {
+			err = s.Client().Ping(ctx).Err()
+			if err != nil && s.newClient != nil {
+				err = s.renewClient(ctx)
+			}
+		}
+		cancel()
+		if err == nil {
+			s.down.Store(false)
+			s.fallback.Store(nil)
+			s.log.Info("Redis rate-limit store answers again; using it")
+			s.obs.StoreState(true, false)
+			s.probed(nil)
+			return
+		}
+		s.log.V(1).Info("Redis rate-limit store still unreachable", "error", err.Error())
+		s.probed(err)
+	}
+}
+
+// renewClient replaces the client with a fresh one if that one answers. It
+// is the way back when Redis accepts connections but the old client will
+// not dial: go-redis counts failed dials over the client's life and, once
+// they reach its pool size, refuses to dial for a second at a time. No
+// request uses the client while the store is down, so the old one can be
+// closed at once.
+func (s *Store) renewClient(ctx context.Context) error {
+	c := s.newClient()
+	if err := c.Ping(ctx).Err(); err != nil {
+		_ = c.Close()
+		return err
+	}
+	old := s.client.Swap(&clientBox{c})
+	_ = old.Close()
+	s.log.V(1).Info("Replaced the Redis client after an outage")
+	return nil
+}
+
+// reachable reports whether any address accepts a TCP connection; it is
+// true when no address is known.
+func (s *Store) reachable(ctx context.Context) error {
+	var err error
+	var d net.Dialer
+	for _, a := range s.addrs {
+		var c net.Conn
+		if c, err = d.DialContext(ctx, "tcp", a); err == nil {
+			_ = c.Close()
+			return nil
+		}
+	}
+	return err
+}
+
+// probed tells a test's hook the result of one probe.
+func (s *Store) probed(err error) {
+	if s.onProbe != nil {
+		s.onProbe(err)
+	}
+}
+
+// Close stops the health probe and closes the Redis client if New built it.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	s.mu.Unlock()
+	s.wg.Wait()
+	if s.newClient != nil {
+		return s.Client().Close()
+	}
+	return nil
+}
+
+// badReply is a reply of the wrong shape; it counts as a redis.Error.
+type badReply string
+
+func (e badReply) Error() string { return string(e) }
+
+// RedisError marks badReply as a redis.Error.
+func (badReply) RedisError() {}
+
+type nopObserver struct{}
+
+func (nopObserver) StoreLatency(string, time.Duration) {}
+func (nopObserver) StoreError(string)                  {}
+func (nopObserver) StoreState(bool, bool)              {}
+
+// clientLogger sends go-redis's own messages (failed dials during an
+// outage, for example) to a logr.Logger at verbosity 1 instead of stderr.
+type clientLogger struct{ log logr.Logger }
+
+func (l clientLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.V(1).Info(fmt.Sprintf(format, v...))
+}
+
+// SetClientLogger routes the go-redis client library's messages, which are
+// process-wide, to log at verbosity 1. The store's own state transitions
+// are logged through Options.Logger regardless.
+func SetClientLogger(log logr.Logger) { redis.SetLogger(clientLogger{log: log}) }

@@ -1,0 +1,136 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairqueue/fairqueue/dataplane/fleet"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+)
+
+// Fleet metric names.
+const (
+	// FleetShareName is the gauge of a tenant's share of a model's
+	// admissions across the fleet, by model and tenant (hash prefix).
+	FleetShareName = "rate_limit_fleet_share"
+	// FleetLocalShareName is the same share on this replica alone.
+	FleetLocalShareName = "rate_limit_fleet_local_share"
+	// FleetGateRateName is this replica's pacing rate for a tenant, per
+	// second; 0 means not paced.
+	FleetGateRateName = "rate_limit_fleet_gate_rate"
+	// FleetReplicasName is the gauge of live replicas reporting on a model,
+	// as this replica sees them.
+	FleetReplicasName = "rate_limit_fleet_replicas"
+	// FleetContendedName is 1 while a model's fleet demand exceeds its limit.
+	FleetContendedName = "rate_limit_fleet_contended"
+	// FleetExchangeErrorsName counts exchange rounds that failed, by model.
+	FleetExchangeErrorsName = "rate_limit_fleet_exchange_errors_total"
+)
+
+// MaxFleetTenants is the most tenants per model the fleet gauges carry: the
+// ones with the largest fleet shares. Tenant labels are identity.Short hash
+// prefixes, never raw identities; this bound keeps their number fixed.
+const MaxFleetTenants = 20
+
+// Fleet holds the fleet-fairness collectors; it implements fleet.Observer.
+// Unlike Metrics its tenant label is not from a fixed set: it is the hash
+// prefix of at most MaxFleetTenants tenants per model, replaced every round.
+type Fleet struct {
+	share, local, gate  *prometheus.GaugeVec
+	replicas, contended *prometheus.GaugeVec
+	exchangeErrors      *prometheus.CounterVec
+}
+
+var _ fleet.Observer = (*Fleet)(nil)
+
+// NewFleet creates the fleet collectors and registers them on reg.
+func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
+	byTenant := []string{"model", "tenant"}
+	f := &Fleet{
+		share: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: FleetShareName,
+			Help: "Tenant's share of the model's admissions across the fleet over the last exchange period (tenant is a hash prefix).",
+		}, byTenant),
+		local: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: FleetLocalShareName,
+			Help: "Tenant's share of the model's admissions on this replica over the last exchange period.",
+		}, byTenant),
+		gate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: FleetGateRateName,
+			Help: "This replica's pacing rate for the tenant on the model, requests per second; 0 when not paced.",
+		}, byTenant),
+		replicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: FleetReplicasName,
+			Help: "Live data-plane replicas reporting on the model, as this replica sees them.",
+		}, []string{"model"}),
+		contended: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: FleetContendedName,
+			Help: "1 while the fleet's demand on the model exceeds its limit and grants are paced.",
+		}, []string{"model"}),
+		exchangeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: FleetExchangeErrorsName,
+			Help: "Fleet exchange rounds that could not reach the shared store.",
+		}, []string{"model"}),
+	}
+	var errs []error
+	for _, c := range []prometheus.Collector{f.share, f.local, f.gate, f.replicas, f.contended, f.exchangeErrors} {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("registering fleet metrics (NewFleet must be called once per registry): %w", err)
+	}
+	return f, nil
+}
+
+// Synced implements fleet.Observer.
+func (f *Fleet) Synced(model string, replicas int, contended bool, shares []fleet.Share) {
+	f.replicas.WithLabelValues(model).Set(float64(replicas))
+	c := 0.0
+	if contended {
+		c = 1
+	}
+	f.contended.WithLabelValues(model).Set(c)
+	byModel := prometheus.Labels{"model": model}
+	f.share.DeletePartialMatch(byModel)
+	f.local.DeletePartialMatch(byModel)
+	f.gate.DeletePartialMatch(byModel)
+	top := append([]fleet.Share(nil), shares...)
+	sort.Slice(top, func(i, j int) bool {
+		if top[i].Fleet != top[j].Fleet {
+			return top[i].Fleet > top[j].Fleet
+		}
+		return top[i].Tenant < top[j].Tenant
+	})
+	for _, s := range top[:min(len(top), MaxFleetTenants)] {
+		t := identity.Short(s.Tenant)
+		f.share.WithLabelValues(model, t).Set(s.Fleet)
+		f.local.WithLabelValues(model, t).Set(s.Local)
+		f.gate.WithLabelValues(model, t).Set(s.Gate)
+	}
+}
+
+// ExchangeFailed implements fleet.Observer.
+func (f *Fleet) ExchangeFailed(model string, _ error) {
+	f.exchangeErrors.WithLabelValues(model).Inc()
+}
