@@ -29,8 +29,10 @@ const (
 
 	// DefaultStoreTimeout is the default bound on one store call.
 	DefaultStoreTimeout = 50 * time.Millisecond
-	// MinStoreTimeout and MaxStoreTimeout bound the store timeout.
-	MinStoreTimeout, MaxStoreTimeout = time.Millisecond, 5 * time.Second
+	// MinStoreTimeout is the shortest store timeout accepted.
+	MinStoreTimeout = time.Millisecond
+	// MaxStoreTimeout is the longest store timeout accepted.
+	MaxStoreTimeout = 5 * time.Second
 	// MaxStoreAddresses bounds the Redis addresses.
 	MaxStoreAddresses = 16
 	// MaxRedisRefillWindow is the longest time a bucket kept in Redis may

@@ -175,22 +175,6 @@ func (o *testObserver) errorCount(kind string) int {
 	return o.errors[kind]
 }
 
-// waitState waits at most 5s for the store to report up (or down).
-func (o *testObserver) waitState(t testing.TB, up bool) {
-	t.Helper()
-	timeout := time.After(5 * time.Second)
-	for {
-		select {
-		case got := <-o.states:
-			if got == up {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("the store did not report up=%v within 5s", up)
-		}
-	}
-}
-
 func policyName(t testing.TB) string {
 	return fmt.Sprintf("p%d", time.Now().UnixNano())
 }

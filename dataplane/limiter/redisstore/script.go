@@ -39,6 +39,8 @@ package redisstore
 // had a token, and debt_i is bucket i's time until full before this call, in
 // nanoseconds, from which the caller derives Retry-After and the quota
 // exactly as the memory store does.
+//
+//nolint:dupword // Lua closes nested blocks with "end end".
 const bucketScript = `
 local sec, nsec
 if ARGV[2] == '' then

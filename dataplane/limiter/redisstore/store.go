@@ -447,7 +447,7 @@ func (s *Store) do(now time.Time, b *limiter.Batch, op string) (limiter.Decision
 	s.obs.StoreLatency(op, time.Since(start))
 	cancel()
 	if err == nil && len(res) != n+1 {
-		err = badReply(fmt.Sprintf("bucket script answered %d values for %d buckets", len(res), n))
+		err = badReplyError(fmt.Sprintf("bucket script answered %d values for %d buckets", len(res), n))
 	}
 	if err != nil {
 		kind := classify(err)
@@ -659,13 +659,13 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// badReply is a reply of the wrong shape; it counts as a redis.Error.
-type badReply string
+// badReplyError is a reply of the wrong shape; it counts as a redis.Error.
+type badReplyError string
 
-func (e badReply) Error() string { return string(e) }
+func (e badReplyError) Error() string { return string(e) }
 
-// RedisError marks badReply as a redis.Error.
-func (badReply) RedisError() {}
+// RedisError marks badReplyError as a redis.Error.
+func (badReplyError) RedisError() {}
 
 type nopObserver struct{}
 

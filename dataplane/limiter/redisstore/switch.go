@@ -209,7 +209,7 @@ func (s *Switch) options(ctx context.Context, cfg *config.Config) (Options, erro
 		o.Username, o.Password = string(data[SecretUsernameKey]), string(data[SecretPasswordKey])
 		ca = data[SecretCAKey]
 		if len(ca) > 0 && !r.TLS {
-			return o, fmt.Errorf("Secret %s/%s holds %s but tls is false; set store.redis.tls to true or remove the key", ref.Namespace, ref.Name, SecretCAKey)
+			return o, fmt.Errorf("the Secret %s/%s holds %s but tls is false; set store.redis.tls to true or remove the key", ref.Namespace, ref.Name, SecretCAKey)
 		}
 	}
 	if r.TLS {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/dataplane/metrics"
 )
 
 func storeConfig(addr string, secret *config.SecretRef) *config.Config {
@@ -134,3 +135,6 @@ func TestSwitchNeedsASecretReaderForASecret(t *testing.T) {
 		t.Fatalf("Prepare = %v, want an error saying how to give the data plane the Secret", err)
 	}
 }
+
+// The data plane's store metrics are what it passes as the Observer.
+var _ Observer = (*metrics.StoreMetrics)(nil)

@@ -1,0 +1,56 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package redisstore is a limiter.Store keeping token buckets in Redis, so
+// every data-plane replica of a policy charges the same buckets and a limit
+// holds for the whole fleet (spec.store.type Redis).
+//
+// # One script per batch
+//
+// All buckets of one limiter.Batch (the identity dimensions of a request:
+// api key, user, team, model) are checked and charged by one Lua script in
+// one EVALSHA round trip, falling back to EVAL when Redis has lost its
+// script cache. Redis runs a script without interleaving other commands, so
+// the charge is all or none across replicas. The script reads Redis's own
+// clock (TIME), so replicas' clock skew does not matter, and does the memory
+// store's GCRA arithmetic to the nanosecond (see bucketScript); the caller
+// turns the debts it returns into a limiter.Decision with
+// limiter.DecisionFromDebts, so Retry-After and the x-ratelimit-* quota are
+// those of the memory store.
+//
+// # Keys
+//
+// A bucket is the string key "fq:{<namespace>/<policy>}:<dimension>:<key>"
+// whose value is "<tat seconds> <tat nanoseconds> <interval> <window>". The
+// braces are a Redis Cluster hash tag: every key of a policy hashes to one
+// slot, so every script touches one slot, as Redis Cluster requires. A key
+// expires when its bucket is full again (a full bucket and an absent one are
+// the same), so idle identities cost nothing.
+//
+// # Failure
+//
+// A call that fails to reach Redis within the timeout marks the store down:
+// with FailClosed every call then returns limiter.ErrStoreUnavailable at
+// once (the server answers 503 store_unavailable, never queued); with
+// FailOpen calls are decided by an in-memory store holding each limit
+// divided by the live replicas (Replicas). One probe goroutine per outage
+// pings Redis every ProbeInterval and returns the store to it as soon as it
+// answers; the transition is logged once each way and reported to the
+// Observer.
+//
+// Switch holds the store a data plane's loaded config selects, memory or
+// Redis, and changes it on reload.
+package redisstore
