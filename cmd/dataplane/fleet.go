@@ -31,7 +31,7 @@ func newFleetPacer(o *options, stores *storeWiring, reg prometheus.Registerer, l
 	}
 	return fleet.New(clock.RealClock{}, fleet.Options{
 		Replica:  replica,
-		Exchange: fleet.NewRedisExchangeFrom(fleet.SwitchSource(stores.sw)),
+		Exchange: fleet.NewRedisExchangeFrom(stores.sw.FleetClient),
 		Observer: fm,
 	}, log.WithName("fleet"))
 }

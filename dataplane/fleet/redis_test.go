@@ -361,7 +361,7 @@ func TestExchangeFollowsTheStore(t *testing.T) {
 }
 
 func TestSwitchSourceIsOffOnTheMemoryStore(t *testing.T) {
-	ex := NewRedisExchangeFrom(SwitchSource(redisstore.NewSwitch(redisstore.SwitchOptions{})))
+	ex := NewRedisExchangeFrom(redisstore.NewSwitch(redisstore.SwitchOptions{}).FleetClient)
 	if _, err := ex.Swap(context.Background(), "m", Report{Replica: "r1"}, time.Second); !errors.Is(err, ErrNotShared) {
 		t.Fatalf("Swap on a Switch holding the memory store: %v, want ErrNotShared", err)
 	}

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
@@ -227,4 +228,16 @@ func (s *Switch) options(ctx context.Context, cfg *config.Config) (Options, erro
 		o.TLS = tc
 	}
 	return o, o.Validate()
+}
+
+// FleetClient returns the client of the Redis store in force and the key
+// prefix for fleet-wide scheduling state, which carries the policy's hash tag
+// so it shares the Cluster slot of the policy's buckets; the client is nil
+// while the memory store is in force. It is a fleet.RedisSource.
+func (sw *Switch) FleetClient() (redis.UniversalClient, string) {
+	st := sw.Redis()
+	if st == nil {
+		return nil, ""
+	}
+	return st.Client(), "fq:" + st.HashTag() + ":fleet:"
 }
