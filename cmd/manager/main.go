@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -59,6 +60,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
@@ -203,6 +205,13 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	r := &controllers.FairQueuePolicyReconciler{Recorder: recorder}
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.maxConcurrentReconciles}); err != nil {
 		return fmt.Errorf("setting up the FairQueuePolicy controller: %w", err)
+	}
+	// fairqueue_policy_ready feeds the PolicyNotRendered alert. The registry
+	// is process-wide, so a second run in one process (tests) reuses the
+	// collector registered by the first.
+	if err := ctrlmetrics.Registry.Register(controllers.NewPolicyCollector(mgr.GetClient())); err != nil &&
+		!errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+		return fmt.Errorf("registering the policy metrics: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)

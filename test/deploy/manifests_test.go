@@ -184,7 +184,7 @@ func TestKustomizeRendersDeployment(t *testing.T) {
 		wantRules := []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"default-dataplane"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"default-hash-key"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update", "delete"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
 		}
 		if !slices.EqualFunc(role.Rules, wantRules, ruleEqual) {
 			t.Errorf("data-plane rules %+v, want exactly %+v", role.Rules, wantRules)

@@ -74,7 +74,7 @@ func rbacMatrix() []access {
 		{dp, "update", coord, "leases", "", dpNS, "default-dataplane-pod-a", true, ""},
 		{dp, "get", coord, "leases", "", dpNS, "default-dataplane-pod-a", true, ""},
 		{dp, "delete", coord, "leases", "", dpNS, "default-dataplane-pod-a", true, ""},
-		{dp, "list", coord, "leases", "", dpNS, "", false, ""},
+		{dp, "list", coord, "leases", "", dpNS, "", true, "counts live replicas for the fail-open store"},
 		// ConfigMaps: its policy's, read-only.
 		{dp, "get", "", "configmaps", "", dpNS, "default-dataplane", true, ""},
 		{dp, "watch", "", "configmaps", "", dpNS, "default-dataplane", true, ""},
