@@ -156,7 +156,7 @@ type FairQueuePolicySpec struct {
 
 	// store says where rate-limit bucket state lives: each replica's memory
 	// (type Memory, the default) or a Redis shared by every replica (type
-	// Redis), so the limits hold for the whole fleet.
+	// Redis), so the limits hold for the whole fleet. Defaults to {}.
 	// +optional
 	// +kubebuilder:default={}
 	Store Store `json:"store,omitzero"`

@@ -78,7 +78,7 @@ type Store struct {
 	// type is Memory (the default) or Redis. With Memory each data-plane
 	// replica keeps its own buckets, so N replicas admit N times every limit.
 	// With Redis every replica charges the same buckets in Redis, so the
-	// limits hold for the whole fleet.
+	// limits hold for the whole fleet. Defaults to "Memory".
 	// +optional
 	// +kubebuilder:default=Memory
 	Type StoreType `json:"type,omitempty"`
@@ -105,7 +105,7 @@ type RedisStore struct {
 	Addresses []string `json:"addresses"`
 
 	// mode says how addresses are read: Standalone (the default), Cluster
-	// or Sentinel.
+	// or Sentinel. Defaults to "Standalone".
 	// +optional
 	// +kubebuilder:default=Standalone
 	Mode RedisMode `json:"mode,omitempty"`
@@ -126,7 +126,7 @@ type RedisStore struct {
 	SecretRef *LocalSecretReference `json:"secretRef,omitempty"`
 
 	// db is the logical database, from 0 (the default) to 15; Redis Cluster
-	// has only 0.
+	// has only 0. Defaults to 0.
 	// +optional
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
@@ -134,13 +134,13 @@ type RedisStore struct {
 	DB int32 `json:"db,omitempty"`
 
 	// tls connects with TLS, verifying the server against the system roots
-	// and the secret's ca.crt. Default false.
+	// and the secret's ca.crt. Defaults to false.
 	// +optional
 	// +kubebuilder:default=false
 	TLS bool `json:"tls,omitempty"`
 
 	// timeout bounds every store call on the request path, from 1ms to 5s;
-	// default 50ms. A call that takes longer fails as failureMode says.
+	// a call that takes longer fails as failureMode says. Defaults to "50ms".
 	// +optional
 	// +kubebuilder:default="50ms"
 	// +kubebuilder:validation:Type=string
@@ -153,7 +153,7 @@ type RedisStore struct {
 	// default) answers 503 store_unavailable at once; Open decides by
 	// per-replica in-memory buckets holding each limit divided by the number
 	// of live replicas. Either way the data plane returns to Redis within
-	// about a second of it answering again.
+	// about a second of it answering again. Defaults to "Closed".
 	// +optional
 	// +kubebuilder:default=Closed
 	FailureMode StoreFailureMode `json:"failureMode,omitempty"`

@@ -61,6 +61,10 @@ spec:
       models:
       - model: m
         total: 30s
+  store:
+    type: Redis
+    redis:
+      addresses: ["redis:6379"]
   backends:
   - name: b
     url: http://b:8000
