@@ -24,9 +24,11 @@ func newFleetPacer(o *options, stores *storeWiring, reg prometheus.Registerer, l
 	if replica == "" {
 		// Outside Kubernetes the host name is the best unique name at hand;
 		// two replicas on one host need distinct --pod-name values.
-		if replica, err = os.Hostname(); err != nil || replica == "" {
-			return nil, fmt.Errorf("the fleet pacer needs a replica name unique in the fleet: set --pod-name (host name unavailable: %v)", err)
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("the fleet pacer needs a replica name unique in the fleet: set --pod-name (the host name is unavailable: %w)", err)
 		}
+		replica = host
 		replica = fmt.Sprintf("%s-%d", replica, os.Getpid())
 	}
 	return fleet.New(clock.RealClock{}, fleet.Options{

@@ -234,8 +234,8 @@ func (s *Switch) options(ctx context.Context, cfg *config.Config) (Options, erro
 // prefix for fleet-wide scheduling state, which carries the policy's hash tag
 // so it shares the Cluster slot of the policy's buckets; the client is nil
 // while the memory store is in force. It is a fleet.RedisSource.
-func (sw *Switch) FleetClient() (redis.UniversalClient, string) {
-	st := sw.Redis()
+func (s *Switch) FleetClient() (redis.UniversalClient, string) {
+	st := s.Redis()
 	if st == nil {
 		return nil, ""
 	}
