@@ -175,7 +175,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 		e.message = "this gateway replica is shutting down; the request was not sent upstream, retry it"
 		e.limitType = ""
 	case dec.Status == http.StatusServiceUnavailable:
-		e.errType, e.code = errorTypeUnavailable, "rate_limit_store_unavailable"
+		e.errType, e.code = errorTypeUnavailable, "store_unavailable"
 		e.message = "the rate-limit store is unavailable; this is not your quota, retry shortly"
 		if dec.Err != nil {
 			s.log.Info("Rate-limit store unavailable, answering 503", "error", dec.Err.Error())

@@ -404,8 +404,8 @@ func TestStoreOutageAnswers503AtOnce(t *testing.T) {
 					resp.Header.Get("Retry-After"), resp.Header.Get("X-Fair-Queue-Position"))
 			}
 			e := decodeError(t, resp)
-			if e.Error.Type != "service_unavailable" || e.Error.Code != "rate_limit_store_unavailable" {
-				t.Errorf("error = %+v, want service_unavailable/rate_limit_store_unavailable", e.Error)
+			if e.Error.Type != "service_unavailable" || e.Error.Code != "store_unavailable" {
+				t.Errorf("error = %+v, want service_unavailable/store_unavailable", e.Error)
 			}
 			if up.Count() != 0 {
 				t.Errorf("upstream saw %d requests during a store outage, want 0", up.Count())
