@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/dataplane/server"
 )
@@ -89,6 +90,7 @@ type options struct {
 	bodyTimeout    time.Duration
 	maxHeaderBytes int
 	headerTimeout  time.Duration
+	topTenants     int
 	configSource   string
 	configMap      string
 	kubeconfig     string
@@ -143,6 +145,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 		"a body that would pass it gets 503 request_buffer_full; must be larger than --max-body-bytes")
 	fs.DurationVar(&o.bodyTimeout, "body-read-timeout", server.DefaultBodyReadTimeout, "how long a client may take to send its request body; a slower one gets 408")
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request line and headers accepted; larger ones get 431")
+	fs.IntVar(&o.topTenants, "tenant-metrics-top", metrics.DefaultTopTenants, "how many tenants without a weights entry get per-tenant metric series of their own (the most active); "+
+		"tenants with a weights entry always do, all others are summed under tenant=\"other\"; 0 means only the weighted tenants")
 	fs.DurationVar(&o.headerTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "how long a client may take to send its request line and headers")
 	addPolicyFlags(fs, &o.policy)
 	fs.Usage = func() {
@@ -289,7 +293,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Registerer: reg, Gatherer: reg, ShutdownGrace: o.shutdownGrace, ShutdownDelay: o.shutdownDelay,
 		MaxBufferedBodyBytes: o.maxBuffered, BodyReadTimeout: o.bodyTimeout,
 		MaxHeaderBytes: o.maxHeaderBytes, ReadHeaderTimeout: o.headerTimeout,
-		Store: stores.sw, Fleet: pacer,
+		Store: stores.sw, Fleet: pacer, TopTenants: o.topTenants,
+	}
+	if o.topTenants <= 0 {
+		srvOpts.TopTenants = -1 // only the weighted tenants
 	}
 	if rot != nil {
 		srvOpts.HashKeys = rot.keys.Lookup

@@ -144,6 +144,7 @@ type Controller struct {
 	log      logr.Logger
 	settings atomic.Pointer[Settings]
 	gate     gateRef // optional fleet pacing (gate.go)
+	tenants  obsRef  // optional per-tenant observer (tenants.go)
 }
 
 // New returns a Controller deciding with lim and queuing in q, reading time
@@ -180,7 +181,7 @@ func (c *Controller) SetSettings(s Settings) error {
 
 // Admit decides r, blocking while it waits in the fair queue. ctx ending
 // (the client disconnecting) takes the request out of the queue at once.
-func (c *Controller) Admit(ctx context.Context, r Request) Decision {
+func (c *Controller) Admit(ctx context.Context, r Request) (dec Decision) {
 	now := c.clk.Now()
 	pre, err := c.lim.TakePreAuth(now, r.ClientAddr)
 	if err != nil {
@@ -202,6 +203,9 @@ func (c *Controller) Admit(ctx context.Context, r Request) Decision {
 	}
 	var gate Gate
 	if queueable {
+		if o := c.tenantObserver(); o != nil {
+			defer func() { observeTenant(o, now, tenant, used, &dec) }()
+		}
 		all := limitKeysOf(keys)
 		if gate = c.gateFor(keys); gate != nil {
 			gate.Arrive(tenant, keys.Model)
@@ -346,6 +350,10 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		}
 		last = got
 		return got.Allowed, got.RetryAfter, nil
+	}
+	if o := c.tenantObserver(); o != nil {
+		o.TenantWaiting(tenant, used, 1)
+		defer o.TenantWaiting(tenant, used, -1)
 	}
 	res, err := c.queue.Wait(ctx, fairqueue.Request{
 		Tenant:     tenant,

@@ -10,8 +10,11 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
 )
+
+var _ admission.TenantObserver = (*metrics.Tenants)(nil)
 
 // runtime is everything built from one loaded config: identity rules, the
 // limiter, the fair queue and admission controller, and the backends. The
@@ -111,6 +114,8 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 		}
 	}
 	s.applyFleet(rt.admit, limits, weights)
+	s.tenants.SetWeights(weights, dim)
+	rt.admit.SetTenantObserver(s.tenants)
 	if len(cfg.Timeouts.Models) > 0 {
 		rt.modelTimeouts = make(map[string]time.Duration, len(cfg.Timeouts.Models))
 		for _, m := range cfg.Timeouts.Models {

@@ -104,6 +104,10 @@ type Options struct {
 	// ReadHeaderTimeout bounds reading a request's line and headers. Zero
 	// means DefaultReadHeaderTimeout.
 	ReadHeaderTimeout time.Duration
+	// TopTenants is how many tenants without a weights entry get
+	// per-tenant metric series of their own (metrics.NewTenants). Zero
+	// means metrics.DefaultTopTenants, negative none.
+	TopTenants int
 }
 
 // Server is the admission proxy. Build it with New, give it a config with
@@ -133,6 +137,7 @@ type Server struct {
 
 	metrics *metrics.Metrics
 	guards  *metrics.Guards
+	tenants *metrics.Tenants
 
 	rt       atomic.Pointer[runtime]
 	draining atomic.Bool
@@ -215,6 +220,9 @@ func New(opts Options) (*Server, error) {
 	}
 	s.metrics = m
 	if s.guards, err = metrics.NewGuards(s.reg, s.bodies.buffered); err != nil {
+		return nil, err
+	}
+	if s.tenants, err = metrics.NewTenants(s.reg, opts.TopTenants); err != nil {
 		return nil, err
 	}
 	return s, nil
