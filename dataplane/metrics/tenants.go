@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -182,11 +183,14 @@ func (t *Tenants) TenantAdmitted(now time.Time, tenant string, dim identity.Dime
 	if i < 0 {
 		return
 	}
-	t.otherGrants[i].Inc()
-	if waited > 0 {
-		t.otherWait[i].Add(waited.Seconds())
+	grants, wait := t.otherGrants[i], t.otherWait[i]
+	if s := t.notice(tenant, string(dim)); s != nil {
+		grants, wait = s.grants, s.wait
 	}
-	t.notice(tenant, string(dim))
+	grants.Inc()
+	if waited > 0 {
+		wait.Add(waited.Seconds())
+	}
 }
 
 // TenantRefused implements admission.TenantObserver.
@@ -203,8 +207,11 @@ func (t *Tenants) TenantRefused(now time.Time, tenant string, dim identity.Dimen
 		s.active.Add(1)
 		return
 	}
+	if s := t.notice(tenant, string(dim)); s != nil {
+		t.refused.WithLabelValues(s.dim, s.label, reason).Inc()
+		return
+	}
 	t.refused.WithLabelValues(string(dim), OtherTenant, reason).Inc()
-	t.notice(tenant, string(dim))
 }
 
 // TenantWaiting implements admission.TenantObserver. Queued tenants are
@@ -273,18 +280,22 @@ func (t *Tenants) deleteSeries(s *tenantSeries) {
 	t.refused.DeletePartialMatch(byTenant)
 }
 
-// notice counts a request of a tenant without series of its own.
-func (t *Tenants) notice(tenant, dim string) {
+// notice counts a request of a tenant without series of its own, and
+// returns its series if it has them now.
+func (t *Tenants) notice(tenant, dim string) *tenantSeries {
 	t.mu.Lock()
-	t.noticeLocked(tenant, dim)
-	t.mu.Unlock()
+	defer t.mu.Unlock()
+	return t.noticeLocked(tenant, dim)
 }
 
-func (t *Tenants) noticeLocked(tenant, dim string) {
+func (t *Tenants) noticeLocked(tenant, dim string) *tenantSeries {
 	old := *t.series.Load()
 	if s := old[tenant]; s != nil {
 		s.active.Add(1)
-		return
+		return s
+	}
+	if !isHash(tenant) {
+		return nil // never label a value that is not an identity hash
 	}
 	if t.others < t.top {
 		// Room in the top: series at once.
@@ -297,15 +308,15 @@ func (t *Tenants) noticeLocked(tenant, dim string) {
 		next[tenant] = s
 		t.others++
 		t.series.Store(&next)
-		return
+		return s
 	}
 	if t.top == 0 {
-		return
+		return nil
 	}
 	if _, ok := t.cand[tenant]; ok || len(t.cand) < 4*t.top {
 		t.cand[tenant]++
 		t.dims[tenant] = dim
-		return
+		return nil
 	}
 	// Space-saving: the new tenant replaces the least active candidate and
 	// inherits its count, so a heavy tenant arriving late still rises.
@@ -320,6 +331,21 @@ func (t *Tenants) noticeLocked(tenant, dim string) {
 	delete(t.dims, minKey)
 	t.cand[tenant] = minN + 1
 	t.dims[tenant] = dim
+	return nil
+}
+
+// isHash reports whether tenant looks like an identity hash: at least
+// identity.Short's length of lower-case hex digits.
+func isHash(tenant string) bool {
+	if len(tenant) < len(identity.Short(strings.Repeat("0", 64))) {
+		return false
+	}
+	for i := 0; i < len(tenant); i++ {
+		if c := tenant[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // tick starts a new period when the current one is over.

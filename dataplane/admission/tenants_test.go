@@ -1,0 +1,145 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package admission
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/dataplane/metrics"
+)
+
+// tenantLog records TenantObserver calls.
+type tenantLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (l *tenantLog) add(s string) { l.mu.Lock(); l.events = append(l.events, s); l.mu.Unlock() }
+func (l *tenantLog) TenantAdmitted(_ time.Time, tenant string, dim identity.Dimension, waited time.Duration) {
+	l.add(fmt.Sprintf("admitted %s %s %v", tenant, dim, waited))
+}
+func (l *tenantLog) TenantRefused(_ time.Time, tenant string, dim identity.Dimension, reason string) {
+	l.add(fmt.Sprintf("refused %s %s %s", tenant, dim, reason))
+}
+func (l *tenantLog) TenantWaiting(tenant string, dim identity.Dimension, delta int) {
+	l.add(fmt.Sprintf("waiting %s %s %+d", tenant, dim, delta))
+}
+
+func TestTenantObserverSeesEveryOutcome(t *testing.T) {
+	user := identity.Set{User: "h-alice"}
+	cases := []struct {
+		name     string
+		cfg      limiter.Config
+		settings Settings
+		store    limiter.Store
+		exhaust  bool
+		budget   time.Duration
+		step     time.Duration
+		want     []string
+	}{{
+		name: "admitted at once", cfg: limiter.Config{User: lim(5, time.Second)}, settings: on,
+		want: []string{"admitted h-alice user 0s"},
+	}, {
+		name: "admitted after waiting", cfg: limiter.Config{User: lim(1, time.Second)}, settings: on, exhaust: true,
+		budget: 5 * time.Second, step: time.Second,
+		want: []string{"waiting h-alice user +1", "waiting h-alice user -1", "admitted h-alice user 1s"},
+	}, {
+		name: "refused by the queue", cfg: limiter.Config{User: lim(1, time.Minute)}, settings: on, exhaust: true,
+		budget: time.Second,
+		want:   []string{"waiting h-alice user +1", "waiting h-alice user -1", "refused h-alice user wait_exceeds_budget"},
+	}, {
+		name: "store unavailable", cfg: limiter.Config{User: lim(1, time.Second)}, settings: on, store: downStore{},
+		want: []string{"refused h-alice user unavailable"},
+	}, {
+		name: "fair queuing off: no tenant, nothing observed", cfg: limiter.Config{User: lim(1, time.Second)},
+		settings: Settings{Enabled: false},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOpts{cfg: tc.cfg, settings: tc.settings, store: tc.store})
+			r := Request{Identity: user, TotalTimeout: tc.budget}
+			if tc.exhaust {
+				e.exhaust(t, r)
+			}
+			log := &tenantLog{}
+			e.c.SetTenantObserver(log)
+			ch := e.admitAsync(context.Background(), r)
+			if tc.step > 0 {
+				waitFor(t, "the request to queue", func() bool { return e.depth() == 1 })
+				e.clk.Step(tc.step)
+			}
+			receive(t, ch)
+			if !reflect.DeepEqual(log.events, tc.want) {
+				t.Fatalf("observed %q, want %q", log.events, tc.want)
+			}
+		})
+	}
+}
+
+// BenchmarkAdmitFastPathTenantMetrics is BenchmarkAdmitFastPath with the
+// per-tenant metrics installed; compare the two in one run for the ratio.
+func BenchmarkAdmitFastPathTenantMetrics(b *testing.B) {
+	huge := &limiter.Limit{Requests: 1 << 40, Period: time.Second}
+	cfg := limiter.Config{Global: huge, Client: huge, APIKey: huge, User: huge, Team: huge, Model: huge}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tm, err := metrics.NewTenants(reg, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lim, err := limiter.New(cfg, limiter.Options{Observer: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	clk := clock.RealClock{}
+	q := fairqueue.New(clk, fairqueue.Bounds{}, fairqueue.Weights{}, m)
+	defer q.Close()
+	c, err := New(clk, lim, q, Settings{Enabled: true, TenantDimension: identity.DimensionUser}, logr.Discard())
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.SetTenantObserver(tm)
+	key := []byte("0123456789abcdef0123456789abcdef")
+	r := Request{
+		ClientAddr:   "10.1.2.3",
+		Identity:     identity.Set{APIKey: identity.Hash(key, "sk-1"), User: identity.Hash(key, "alice"), Team: identity.Hash(key, "red")},
+		Model:        "llama-3-70b",
+		TotalTimeout: time.Minute,
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if d := c.Admit(ctx, r); !d.Allowed {
+			b.Fatalf("refused: %+v", d)
+		}
+	}
+}
