@@ -29,18 +29,26 @@ func topVerb() *verb {
 	var interval time.Duration
 	var port string
 	var count int
+	var opts topOptions
 	return &verb{
 		name: "top", args: "POLICY",
-		short: "live per-replica queue table: grants/s, waits, refusals by reason, depth",
+		short: "live queue tables per replica and per tenant: grants/s, share vs weighted share, waits, refusals",
 		long: "Scrape the metrics of every data-plane replica serving a FairQueuePolicy (found through its report\n" +
-			"Leases) through the API server's pod proxy, twice, --interval apart, and print per replica and tenant\n" +
-			"dimension the grants/s, each replica's share, the queue wait p50/p99, refusals/s by reason, depth and\n" +
-			"tenants. Needs get on pods/proxy. The data plane labels tenants only by dimension, never by identity\n" +
-			"or hash, so individual tenants are not shown.",
+			"Leases) through the API server's pod proxy, twice, --interval apart, and print two tables. Per replica:\n" +
+			"grants/s by tenant dimension, each replica's share, the queue wait p50/p99, refusals/s by reason, depth\n" +
+			"and tenants. Per tenant, across all replicas: grants/s, share of all grants vs weighted share (its\n" +
+			"weight over the weights of the tenants granted or queued now), mean wait, queued and refusals/s by\n" +
+			"reason. Tenants are shown by the first 12 hex digits of their identity hash; each replica exports its\n" +
+			"weighted tenants and its most active others (--tenant-metrics-top), the rest as \"other\". With\n" +
+			"--resolve, tenants with a weights entry are also named, by hashing each entry's identity with the\n" +
+			"policy's hash key: this needs get on the policy's hash-key and weightsFrom Secrets. API keys are\n" +
+			"named by the ${VAR} they come from, never shown. Needs get on pods/proxy and list on leases.",
 		flags: func(fs *flag.FlagSet) {
 			fs.DurationVar(&interval, "interval", 5*time.Second, "time between the two scrapes rates are computed from")
 			fs.StringVar(&port, "port", "9090", "the data plane's metrics port (number or name)")
 			fs.IntVar(&count, "count", 1, "how many tables to print, one per --interval; 0 means until interrupted")
+			fs.BoolVar(&opts.resolve, "resolve", false, "name the tenants that have a weights entry (needs get on the policy's Secrets)")
+			fs.IntVar(&opts.tenants, "tenants", 20, "most tenant rows to print, busiest first; 0 means all")
 		},
 		run: func(ctx context.Context, g *globals, args []string, out io.Writer) error {
 			name, err := onePolicy("top", args)
@@ -50,10 +58,14 @@ func topVerb() *verb {
 			if interval <= 0 {
 				return fmt.Errorf("--interval %v must be positive", interval)
 			}
+			if opts.tenants < 0 {
+				return fmt.Errorf("--tenants %d must not be negative", opts.tenants)
+			}
 			if err := g.connect(); err != nil {
 				return err
 			}
-			return runTop(ctx, g, name, port, interval, count, g.podProxy, out)
+			opts.port, opts.interval, opts.count = port, interval, count
+			return runTop(ctx, g, name, opts, g.podProxy, out)
 		},
 	}
 }
@@ -69,14 +81,41 @@ func (g *globals) podProxy(ctx context.Context, namespace, pod, port string) ([]
 // replicaSample is what one scrape of one replica said.
 type replicaSample struct {
 	depth, tenants float64
-	grants         map[string]float64  // by tenant dimension
-	refused        map[string]float64  // by reason
-	wait           map[float64]float64 // cumulative bucket counts by upper bound
+	grants         map[string]float64       // by tenant dimension
+	refused        map[string]float64       // by reason
+	wait           map[float64]float64      // cumulative bucket counts by upper bound
+	byTenant       map[string]*tenantSample // by tenant label (hash prefix or "other")
 	hash           string
 	err            error
 }
 
-func runTop(ctx context.Context, g *globals, policy, port string, interval time.Duration, count int, scrape scrapeFunc, out io.Writer) error {
+// tenantSample is what one scrape said about one tenant.
+type tenantSample struct {
+	dim                  string
+	grants, wait, queued float64
+	weight               float64            // 0 when not exported (the "other" tenants)
+	refused              map[string]float64 // by reason
+}
+
+// topOptions are top's flags.
+type topOptions struct {
+	port     string
+	interval time.Duration
+	count    int
+	// resolve names the weighted tenants; tenants is the most tenant rows.
+	resolve bool
+	tenants int
+}
+
+func runTop(ctx context.Context, g *globals, policy string, o topOptions, scrape scrapeFunc, out io.Writer) error {
+	port, interval, count := o.port, o.interval, o.count
+	var names map[string]string
+	if o.resolve {
+		var err error
+		if names, err = resolveTenants(ctx, g, policy); err != nil {
+			return err
+		}
+	}
 	for n := 0; count == 0 || n < count; n++ {
 		var leases coordinationv1.LeaseList
 		lctx, cancel := context.WithTimeout(ctx, requestTimeout)
@@ -106,6 +145,9 @@ func runTop(ctx context.Context, g *globals, policy, port string, interval time.
 		if err := printTop(out, pods, before, after, interval); err != nil {
 			return err
 		}
+		if err := printTenants(out, before, after, interval, o.tenants, names); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -127,7 +169,28 @@ func scrapeAll(ctx context.Context, namespace, port string, pods []string, scrap
 
 // parseSample reads the data plane's metrics from a scrape.
 func parseSample(data []byte) replicaSample {
-	s := replicaSample{grants: map[string]float64{}, refused: map[string]float64{}, wait: map[float64]float64{}}
+	s := replicaSample{grants: map[string]float64{}, refused: map[string]float64{}, wait: map[float64]float64{},
+		byTenant: map[string]*tenantSample{}}
+	tenant := func(m *dto.Metric) *tenantSample {
+		var name, dim string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "tenant":
+				name = l.GetValue()
+			case "tenant_dimension":
+				dim = l.GetValue()
+			}
+		}
+		ts := s.byTenant[name]
+		if ts == nil {
+			ts = &tenantSample{refused: map[string]float64{}}
+			s.byTenant[name] = ts
+		}
+		if dim != "" {
+			ts.dim = dim
+		}
+		return ts
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(bytes.NewReader(data))
 	if err != nil {
@@ -159,6 +222,16 @@ func parseSample(data []byte) replicaSample {
 				}
 			case reload.ConfigInfoName:
 				s.hash = label(m, "hash")
+			case metrics.TenantGrantsName:
+				tenant(m).grants += m.GetCounter().GetValue()
+			case metrics.TenantWaitName:
+				tenant(m).wait += m.GetCounter().GetValue()
+			case metrics.TenantQueuedName:
+				tenant(m).queued += m.GetGauge().GetValue()
+			case metrics.TenantWeightName:
+				tenant(m).weight = m.GetGauge().GetValue()
+			case metrics.TenantRefusedName:
+				tenant(m).refused[label(m, "reason")] += m.GetCounter().GetValue()
 			}
 		}
 	}

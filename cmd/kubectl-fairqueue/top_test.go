@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"context"
 	"io"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 )
@@ -104,7 +106,7 @@ func TestTopComputesRatesPerReplica(t *testing.T) {
 		r.m.Granted("apiKey", time.Second) // before the window: not counted
 	}
 	var out bytes.Buffer
-	if err := runTop(context.Background(), g, "llm", "9090", 10*time.Millisecond, 1, scrape, &out); err != nil {
+	if err := runTop(context.Background(), g, "llm", topOptions{port: "9090", interval: 10 * time.Millisecond, count: 1}, scrape, &out); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", out.String())
@@ -170,3 +172,129 @@ func TestPodProxyPath(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// tenantReplica is a data plane's real registry with per-tenant metrics.
+type tenantReplica struct {
+	*replica
+	tm *metrics.Tenants
+}
+
+func newTenantReplica(t *testing.T, w fairqueue.Weights) *tenantReplica {
+	r := newReplica(t)
+	tm, err := metrics.NewTenants(r.reg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm.SetWeights(w, identity.DimensionUser)
+	return &tenantReplica{replica: r, tm: tm}
+}
+
+func leaseClient(t *testing.T, ns, policy string, pods ...string) *globals {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	b := fake.NewClientBuilder().WithScheme(scheme)
+	for _, pod := range pods {
+		b = b.WithObjects(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: policy + "-dataplane-" + pod,
+			Labels: map[string]string{reload.LeasePolicyLabel: policy, reload.LeaseComponentLabel: reload.LeaseComponentValue}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(pod)}})
+	}
+	return &globals{namespace: ns, client: b.Build()}
+}
+
+// tenantTable returns top's tenant rows by their first column.
+func tenantTable(out string) map[string]string {
+	rows := map[string]string{}
+	_, table, _ := strings.Cut(out, "TENANT")
+	for line := range strings.SplitSeq(table, "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			rows[f[0]] = line
+		}
+	}
+	return rows
+}
+
+func TestTopShowsTenantsAcrossReplicas(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	alice, bob := identity.Hash(key, "alice"), identity.Hash(key, "bob")
+	w := fairqueue.Weights{Default: 1, ByTenant: map[string]int{alice: 3}}
+	reps := map[string]*tenantReplica{"dp-a": newTenantReplica(t, w), "dp-b": newTenantReplica(t, w)}
+	g := leaseClient(t, "ns", "llm", "dp-a", "dp-b")
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	scrapes := map[string]int{}
+	scrape := func(_ context.Context, _, pod, _ string) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		r := reps[pod]
+		// Between the scrapes each replica grants alice 30 and bob 10; on
+		// dp-a alice waited 100ms each; dp-b refuses bob 5 times and holds
+		// 2 of his requests.
+		if scrapes[pod] == 1 {
+			for range 30 {
+				waited := time.Duration(0)
+				if pod == "dp-a" {
+					waited = 100 * time.Millisecond
+				}
+				r.tm.TenantAdmitted(now, alice, identity.DimensionUser, waited)
+			}
+			for range 10 {
+				r.tm.TenantAdmitted(now, bob, identity.DimensionUser, 0)
+			}
+			if pod == "dp-b" {
+				for range 5 {
+					r.tm.TenantRefused(now, bob, identity.DimensionUser, "tenant_queue_full")
+				}
+				r.tm.TenantWaiting(bob, identity.DimensionUser, 2)
+			}
+		}
+		scrapes[pod]++
+		return r.page(t), nil
+	}
+	for _, r := range reps {
+		r.tm.TenantAdmitted(now, bob, identity.DimensionUser, time.Hour) // before the window: not counted
+	}
+	var out bytes.Buffer
+	if err := runTop(context.Background(), g, "llm", topOptions{port: "9090", interval: 10 * time.Millisecond, count: 1}, scrape, &out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	rows := tenantTable(out.String())
+	// 10ms window: 60 grants are 6000/s. alice has 75% of the grants and,
+	// weight 3 against bob's 1, a weighted share of 75%.
+	for label, want := range map[string][]string{
+		identity.Short(alice): {" user ", " 6000.0 ", " 75.0% ", " 3 ", " 75.0% ", " 50ms ", " 0 ", " -"},
+		identity.Short(bob):   {" user ", " 2000.0 ", " 25.0% ", " 1 ", " 25.0% ", " 0s ", " 2 ", "tenant_queue_full=500.0"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(rows[label]+" ", w) {
+				t.Errorf("tenant row %s lacks %q: %q", label, w, rows[label])
+			}
+		}
+	}
+	if strings.Contains(out.String(), alice) || strings.Contains(out.String(), "alice") {
+		t.Errorf("top shows a full hash or a name without --resolve:\n%s", out.String())
+	}
+}
+
+func TestTopTenantRowsAreBounded(t *testing.T) {
+	rows := make([]replicaSample, 1)
+	before := []replicaSample{{byTenant: map[string]*tenantSample{}}}
+	rows[0].byTenant = map[string]*tenantSample{}
+	for i := range 30 {
+		rows[0].byTenant[fmt.Sprintf("%012d", i)] = &tenantSample{dim: "user", grants: float64(i), refused: map[string]float64{}}
+	}
+	var out bytes.Buffer
+	if err := printTenants(&out, before, rows, time.Second, 5, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := tenantTable(out.String())
+	if _, ok := got["000000000029"]; !ok || len(got) != 7 { // header rest, 5 rows, the "more" line
+		t.Errorf("--tenants 5 printed %d lines, want the 5 busiest and a note:\n%s", len(got), out.String())
+	}
+	if !strings.Contains(out.String(), "(25 more tenants; --tenants 0 shows all)") {
+		t.Errorf("no note of the hidden tenants:\n%s", out.String())
+	}
+}
