@@ -13,8 +13,10 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +26,8 @@ import (
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/controllers"
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/internal/testenv"
 )
@@ -230,6 +234,72 @@ func TestAgainstTheControlPlane(t *testing.T) {
 		}
 		if !strings.Contains(strings.Join(rows["dp-gone"], " "), "no (expired)") {
 			t.Errorf("dp-gone (renewed an hour ago) is not shown expired: %v", rows["dp-gone"])
+		}
+	})
+
+	t.Run("top --resolve names the weighted tenants, only for who may read the Secrets", func(t *testing.T) {
+		key := hashKey.Data["key"]
+		acme := identity.Hash(key, "sk-example-acme-0000000000000000")
+		stranger := identity.Hash(key, "sk-unknown")
+		rep := newTenantReplica(t, fairqueue.Weights{Default: 1, ByTenant: map[string]int{acme: 3}})
+		now := time.Now()
+		scrape := func(context.Context, string, string, string) ([]byte, error) {
+			rep.tm.TenantAdmitted(now, acme, identity.DimensionAPIKey, 0)
+			rep.tm.TenantAdmitted(now, stranger, identity.DimensionAPIKey, 0)
+			return rep.page(t), nil
+		}
+		if err := c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "full-dataplane-dp-top",
+			Labels: map[string]string{reload.LeasePolicyLabel: "full", reload.LeaseComponentLabel: reload.LeaseComponentValue}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("dp-top")}}); err != nil {
+			t.Fatal(err)
+		}
+		opts := topOptions{port: "9090", interval: time.Millisecond, count: 1, resolve: true}
+		var out bytes.Buffer
+		if err := runTop(ctx, &globals{namespace: ns, client: c}, "full", opts, scrape, &out); err != nil {
+			t.Fatal(err)
+		}
+		rows := tenantTable(out.String())
+		if f := strings.Fields(rows[identity.Short(acme)]); len(f) < 2 || f[1] != "${ACME_KEY}" {
+			t.Errorf("acme's row %q, want it named ${ACME_KEY}:\n%s", rows[identity.Short(acme)], out.String())
+		}
+		if f := strings.Fields(rows[identity.Short(stranger)]); len(f) < 2 || f[1] != "-" {
+			t.Errorf("an unweighted tenant's row %q, want no name:\n%s", rows[identity.Short(stranger)], out.String())
+		}
+		if strings.Contains(out.String(), "sk-example") {
+			t.Errorf("top --resolve printed a raw API key:\n%s", out.String())
+		}
+
+		// A user who may read the policy and the Leases but not Secrets.
+		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fairqueue-viewer"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{fqv1alpha1.GroupVersion.Group}, Resources: []string{"fairqueuepolicies"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list"}},
+		}}
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fairqueue-viewer"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "viewer"}}}
+		for _, o := range []client.Object{role, binding} {
+			if err := c.Create(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rc := rest.CopyConfig(env.Config)
+		rc.Impersonate = rest.ImpersonationConfig{UserName: "viewer"}
+		viewer, err := client.New(rc, client.Options{Scheme: env.Scheme})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Reset()
+		err = runTop(ctx, &globals{namespace: ns, client: viewer}, "full", opts, scrape, &out)
+		if err == nil || !strings.Contains(err.Error(), "--resolve needs get on secrets in namespace "+ns) || !strings.Contains(err.Error(), `hash-key Secret "full-hash-key"`) {
+			t.Fatalf("top --resolve without get on secrets: %v, want an error naming the missing permission", err)
+		}
+		t.Logf("top --resolve without get on secrets: %v", err)
+		opts.resolve = false
+		if err := runTop(ctx, &globals{namespace: ns, client: viewer}, "full", opts, scrape, &out); err != nil {
+			t.Errorf("top without --resolve for the same user: %v", err)
+		}
+		if !strings.Contains(out.String(), identity.Short(acme)) {
+			t.Errorf("top without --resolve does not show the tenant by hash prefix:\n%s", out.String())
 		}
 	})
 }
