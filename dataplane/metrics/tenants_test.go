@@ -93,6 +93,7 @@ func TestTenantSeriesAreBoundedUnderChurn(t *testing.T) {
 			maxSeries = max(maxSeries, len(tenantLabels(t, reg, TenantGrantsName)), len(tenantLabels(t, reg, TenantRefusedName)))
 		}
 	}
+	t.Logf("at most %d tenant label values under a churn of %d tenants (%d weighted, top %d)", maxSeries, churn, weighted, top)
 	// Every weighted tenant, at most top others, and "other".
 	if limit := weighted + top + 1; maxSeries > limit {
 		t.Fatalf("%d tenant label values under a churn of %d tenants, want at most %d", maxSeries, churn, limit)
