@@ -230,3 +230,43 @@ func BenchmarkQueueGranted(b *testing.B) {
 		m.Granted("user", 0)
 	}
 }
+
+func TestTenantsAreSafeForConcurrentUse(t *testing.T) {
+	m, reg := newTenants(t, 3)
+	start := time.Unix(1000, 0)
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 2000 {
+				now := start.Add(time.Duration(i) * 100 * time.Millisecond) // crosses periods
+				h := tenantHash(fmt.Sprintf("t-%d-%d", g, i%20))
+				m.TenantWaiting(h, identity.DimensionUser, 1)
+				m.TenantAdmitted(now, h, identity.DimensionUser, time.Millisecond)
+				m.TenantWaiting(h, identity.DimensionUser, -1)
+				m.TenantRefused(now, h, identity.DimensionUser, "queue_full")
+				if i%500 == 0 {
+					m.SetWeights(fairqueue.Weights{Default: 1, ByTenant: map[string]int{h: 2}}, identity.DimensionUser)
+				}
+			}
+		}()
+	}
+	for range 20 {
+		if _, err := reg.Gather(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("observers did not finish within 30s")
+		}
+	}
+	// Every queued request left: no tenant, nor "other", shows one queued.
+	for label, n := range tenantLabels(t, reg, TenantQueuedName) {
+		if n != 0 {
+			t.Errorf("queued of %s after every request left = %v, want 0", label, n)
+		}
+	}
+}
