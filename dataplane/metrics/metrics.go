@@ -20,7 +20,9 @@ limitations under the License.
 // (no global state), and every label value of Metrics comes from a fixed set,
 // so no raw or hashed identity can reach its labels. The separate Fleet
 // collectors (fleet.go) label at most MaxFleetTenants tenants per model by
-// hash prefix, never by raw identity.
+// hash prefix, and the per-tenant Tenants collectors (tenants.go) the
+// weighted tenants plus a bounded top of the most active others, by the same
+// prefix; neither ever labels a raw identity.
 package metrics
 
 import (
