@@ -143,3 +143,39 @@ func BenchmarkAdmitFastPathTenantMetrics(b *testing.B) {
 		}
 	}
 }
+
+// TestTenantReasonsReachTheMetrics keeps the per-tenant metrics' reason set
+// in step with the reasons admission reports (metrics cannot import them).
+func TestTenantReasonsReachTheMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tm, err := metrics.NewTenants(reg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := identity.Hash([]byte("0123456789abcdef0123456789abcdef"), "alice")
+	for _, reason := range []string{TenantRateLimited, TenantUnavailable, string(fairqueue.ReasonWaitExceedsBudget)} {
+		tm.TenantRefused(time.Unix(1000, 0), h, identity.DimensionUser, reason)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, f := range families {
+		if f.GetName() != metrics.TenantRefusedName {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					got[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	for _, want := range []string{TenantRateLimited, TenantUnavailable, string(fairqueue.ReasonWaitExceedsBudget)} {
+		if !got[want] {
+			t.Errorf("refusal reason %q is not exported (got %v)", want, got)
+		}
+	}
+}

@@ -106,6 +106,8 @@ type Tenants struct {
 	others  int               // tenants with series and no weights entry
 	cand    map[string]uint64 // candidate tenants' requests this period
 	dims    map[string]string // candidate tenants' dimensions
+	// waiting holds the tenants with requests in the fair queue now: at
+	// most one entry per waiting request, so the queue's bounds bound it.
 	waiting map[string]waiting
 }
 
