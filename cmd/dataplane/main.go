@@ -99,6 +99,7 @@ type options struct {
 	policy         policyOptions
 	storeReplicas  int
 	storeSecretDir string
+	gcHeapFloor    uint64
 }
 
 // Config sources for --config-source.
@@ -144,6 +145,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.DurationVar(&o.bodyTimeout, "body-read-timeout", server.DefaultBodyReadTimeout, "how long a client may take to send its request body; a slower one gets 408")
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request line and headers accepted; larger ones get 431")
 	fs.DurationVar(&o.headerTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "how long a client may take to send its request line and headers")
+	fs.Uint64Var(&o.gcHeapFloor, "gc-heap-floor", defaultGCHeapFloor, "bytes the garbage collector's heap goal stays at least, so a small live heap is not collected every few hundred requests; "+
+		"above half of it GOGC=100 applies as usual; 0, or a GOGC environment variable, leaves GOGC to Go")
 	addPolicyFlags(fs, &o.policy)
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(out, "Usage: dataplane [flags]\n       dataplane render --policy FILE (see dataplane render --help)\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
@@ -243,6 +246,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
+	defer startGCFloor(o.gcHeapFloor, getenv)()
 	var kube kubernetes.Interface
 	var cmNamespace, cmName string
 	if o.configSource == sourceKubernetes {

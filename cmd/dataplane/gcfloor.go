@@ -1,0 +1,107 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync/atomic"
+)
+
+// defaultGCHeapFloor is the default of --gc-heap-floor.
+const defaultGCHeapFloor = 32 << 20
+
+// Why a heap floor: every proxied request allocates about 10 KiB (most of
+// it net/http's), so the collector runs every few hundred requests, and
+// each cycle marks the whole live heap. The data plane's live heap is a few
+// MiB even when idle (client-go's type registrations, the limiter and
+// fair-queue tables), several times a bare reverse proxy's, so with the
+// default GOGC=100 (heap goal twice the live heap, at least 4 MiB) marking
+// cost about a tenth of the CPU per request under load (make bench-http,
+// BENCHMARKS.md). Keeping the heap goal at least a floor makes cycles rarer
+// while the live heap is small; once the live heap passes half the floor
+// the goal is GOGC=100's again, so memory is bounded by max(floor, twice
+// the live heap) and the bounds on bodies and tables still hold.
+
+// gcPercentFor returns the GOGC value whose heap goal, live*(1+GOGC/100), is
+// floor for a live heap of live bytes, and never below 100 (Go's default).
+func gcPercentFor(live, floor uint64) int {
+	const maxPercent = 100_000 // a near-empty heap: still a finite goal
+	if live == 0 || floor <= 2*live {
+		return 100
+	}
+	p := floor/live*100 - 100 + (floor%live)*100/live
+	return int(min(p, maxPercent))
+}
+
+// gcFloor keeps the collector's heap goal at least floor bytes: after every
+// cycle it sets GOGC from the live heap that cycle measured. It does nothing
+// when the operator set GOGC, which then decides alone; GOMEMLIMIT still
+// applies either way, as Go enforces it whatever GOGC says.
+type gcFloor struct {
+	floor   uint64
+	stopped atomic.Bool
+	sample  []metrics.Sample
+	// percent is the GOGC value last set, for tests.
+	percent atomic.Int64
+}
+
+// startGCFloor starts keeping the heap goal at least floor bytes and returns
+// the function that stops it and restores GOGC=100. A floor of 0 or a GOGC
+// environment variable turns it off (the returned function then does nothing).
+func startGCFloor(floor uint64, getenv func(string) string) (stop func()) {
+	if floor == 0 || getenv("GOGC") != "" {
+		return func() {}
+	}
+	g := &gcFloor{floor: floor, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	g.arm()
+	return func() {
+		g.stopped.Store(true)
+		debug.SetGCPercent(100)
+	}
+}
+
+// gcSentinel is garbage the moment it is made; its finalizer runs once per
+// collection and re-arms itself, the usual way to run code after each GC
+// cycle without polling.
+type gcSentinel struct{ g *gcFloor }
+
+func (g *gcFloor) arm() {
+	runtime.SetFinalizer(&gcSentinel{g: g}, func(s *gcSentinel) {
+		if s.g.stopped.Load() {
+			return
+		}
+		s.g.adjust()
+		runtime.SetFinalizer(s, nil)
+		s.g.arm()
+	})
+}
+
+// adjust sets GOGC for the live heap the last cycle measured, when it
+// differs from the value set before.
+func (g *gcFloor) adjust() {
+	metrics.Read(g.sample)
+	if g.sample[0].Value.Kind() != metrics.KindUint64 {
+		return // not reported by this Go: leave GOGC alone
+	}
+	p := gcPercentFor(g.sample[0].Value.Uint64(), g.floor)
+	if int64(p) != g.percent.Load() && !g.stopped.Load() {
+		debug.SetGCPercent(p)
+		g.percent.Store(int64(p))
+	}
+}
