@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"sync/atomic"
 )
 
@@ -54,11 +55,14 @@ func gcPercentFor(live, floor uint64) int {
 // when the operator set GOGC, which then decides alone; GOMEMLIMIT still
 // applies either way, as Go enforces it whatever GOGC says.
 type gcFloor struct {
-	floor   uint64
+	floor uint64
+	// mu orders adjust against stop, so no GOGC is set after stop restored 100.
+	mu      sync.Mutex
 	stopped atomic.Bool
 	sample  []metrics.Sample
-	// percent is the GOGC value last set, for tests.
-	percent atomic.Int64
+	// percent is the GOGC value last set (guarded by mu), so an unchanged one
+	// is not set again.
+	percent int
 }
 
 // startGCFloor starts keeping the heap goal at least floor bytes and returns
@@ -71,14 +75,17 @@ func startGCFloor(floor uint64, getenv func(string) string) (stop func()) {
 	g := &gcFloor{floor: floor, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 	g.arm()
 	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
 		g.stopped.Store(true)
 		debug.SetGCPercent(100)
 	}
 }
 
-// gcSentinel is garbage the moment it is made; its finalizer runs once per
-// collection and re-arms itself, the usual way to run code after each GC
-// cycle without polling.
+// gcSentinel is garbage the moment it is made; its finalizer runs after the
+// collection that found it and arms a new one, the usual way to run code
+// after each GC cycle without polling. (It holds a pointer, so it is never
+// batched by the tiny allocator, which would delay the finalizer.)
 type gcSentinel struct{ g *gcFloor }
 
 func (g *gcFloor) arm() {
@@ -87,7 +94,6 @@ func (g *gcFloor) arm() {
 			return
 		}
 		s.g.adjust()
-		runtime.SetFinalizer(s, nil)
 		s.g.arm()
 	})
 }
@@ -95,13 +101,15 @@ func (g *gcFloor) arm() {
 // adjust sets GOGC for the live heap the last cycle measured, when it
 // differs from the value set before.
 func (g *gcFloor) adjust() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	metrics.Read(g.sample)
 	if g.sample[0].Value.Kind() != metrics.KindUint64 {
 		return // not reported by this Go: leave GOGC alone
 	}
 	p := gcPercentFor(g.sample[0].Value.Uint64(), g.floor)
-	if int64(p) != g.percent.Load() && !g.stopped.Load() {
+	if p != g.percent && !g.stopped.Load() {
 		debug.SetGCPercent(p)
-		g.percent.Store(int64(p))
+		g.percent = p
 	}
 }
