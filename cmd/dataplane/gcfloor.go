@@ -35,19 +35,21 @@ const defaultGCHeapFloor = 32 << 20
 // default GOGC=100 (heap goal twice the live heap, at least 4 MiB) marking
 // cost about a tenth of the CPU per request under load (make bench-http,
 // BENCHMARKS.md). Keeping the heap goal at least a floor makes cycles rarer
-// while the live heap is small; once the live heap passes half the floor
-// the goal is GOGC=100's again, so memory is bounded by max(floor, twice
-// the live heap) and the bounds on bodies and tables still hold.
+// while the live heap is small; once GOGC=100's goal (about twice the live
+// heap) reaches the floor, that goal applies again, so the heap goal is
+// max(floor, GOGC=100's goal) and the bounds on bodies and tables still hold.
 
-// gcPercentFor returns the GOGC value whose heap goal, live*(1+GOGC/100), is
-// floor for a live heap of live bytes, and never below 100 (Go's default).
-func gcPercentFor(live, floor uint64) int {
+// gcPercentFor returns the GOGC value whose heap goal is floor for a live
+// heap of live bytes and scan roots (goroutine stacks and globals) of roots
+// bytes, never below 100 (Go's default). Go's goal is
+// live + (live+roots)*GOGC/100.
+func gcPercentFor(live, roots, floor uint64) int {
 	const maxPercent = 100_000 // a near-empty heap: still a finite goal
-	if live == 0 || floor <= 2*live {
+	if live == 0 || floor <= 2*live+roots {
 		return 100
 	}
-	p := floor/live*100 - 100 + (floor%live)*100/live
-	return int(min(p, maxPercent))
+	p := (floor - live) * 100 / (live + roots)
+	return int(min(max(p, 100), maxPercent))
 }
 
 // gcFloor keeps the collector's heap goal at least floor bytes: after every
@@ -72,7 +74,9 @@ func startGCFloor(floor uint64, getenv func(string) string) (stop func()) {
 	if floor == 0 || getenv("GOGC") != "" {
 		return func() {}
 	}
-	g := &gcFloor{floor: floor, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	g := &gcFloor{floor: floor, sample: []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"},
+	}}
 	g.arm()
 	return func() {
 		g.mu.Lock()
@@ -104,10 +108,12 @@ func (g *gcFloor) adjust() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	metrics.Read(g.sample)
-	if g.sample[0].Value.Kind() != metrics.KindUint64 {
-		return // not reported by this Go: leave GOGC alone
+	for _, m := range g.sample {
+		if m.Value.Kind() != metrics.KindUint64 {
+			return // not reported by this Go: leave GOGC alone
+		}
 	}
-	p := gcPercentFor(g.sample[0].Value.Uint64(), g.floor)
+	p := gcPercentFor(g.sample[0].Value.Uint64(), g.sample[1].Value.Uint64()+g.sample[2].Value.Uint64(), g.floor)
 	if p != g.percent && !g.stopped.Load() {
 		debug.SetGCPercent(p)
 		g.percent = p

@@ -26,11 +26,12 @@ import (
 func TestGCPercentFor(t *testing.T) {
 	const mib = 1 << 20
 	tests := []struct {
-		name        string
-		live, floor uint64
-		want        int
+		name               string
+		live, roots, floor uint64
+		want               int
 	}{
 		{name: "small live heap: the goal is the floor", live: 2 * mib, floor: 32 * mib, want: 1500},
+		{name: "roots count towards the goal", live: 2 * mib, roots: 1 * mib, floor: 32 * mib, want: 1000},
 		{name: "uneven division rounds down", live: 3 * mib, floor: 32 * mib, want: 966},
 		{name: "live heap at half the floor: Go's default", live: 16 * mib, floor: 32 * mib, want: 100},
 		{name: "live heap past the floor: Go's default", live: 200 * mib, floor: 32 * mib, want: 100},
@@ -39,12 +40,14 @@ func TestGCPercentFor(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := gcPercentFor(tc.live, tc.floor)
+			got := gcPercentFor(tc.live, tc.roots, tc.floor)
 			if got != tc.want {
-				t.Errorf("gcPercentFor(%d, %d) = %d, want %d", tc.live, tc.floor, got, tc.want)
+				t.Errorf("gcPercentFor(%d, %d, %d) = %d, want %d", tc.live, tc.roots, tc.floor, got, tc.want)
 			}
-			if goal := tc.live * uint64(100+got) / 100; tc.live > 0 && got > 100 && got < 100_000 && (goal > tc.floor || goal < tc.floor-tc.live) {
-				t.Errorf("heap goal %d for live %d, want about the floor %d", goal, tc.live, tc.floor)
+			// Go's heap goal: live + (live+roots)*GOGC/100.
+			goal := tc.live + (tc.live+tc.roots)*uint64(got)/100
+			if tc.live > 0 && got > 100 && got < 100_000 && (goal > tc.floor || goal < tc.floor-tc.live) {
+				t.Errorf("heap goal %d for live %d and roots %d, want about the floor %d", goal, tc.live, tc.roots, tc.floor)
 			}
 		})
 	}
