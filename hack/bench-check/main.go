@@ -40,13 +40,25 @@ func main() {
 	dataplane := flag.String("dataplane", "", "the cmd/dataplane binary, for the HTTP check")
 	vegeta := flag.String("vegeta", "bin/vegeta", "the vegeta binary, for the HTTP check")
 	rounds := flag.Int("rounds", 5, "rounds per check")
+	advisory := flag.String("advisory", "", "comma-separated checks (scanner, scaling, http) whose miss is printed but does not fail the run: "+
+		"for a target the code is known not to meet yet, so CI keeps measuring it without going red")
 	flag.Parse()
+	soft := map[string]bool{}
+	for _, k := range strings.Split(*advisory, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			soft[k] = true
+		}
+	}
 
 	var failed []string
-	check := func(name string, got float64, op string, target float64) {
+	check := func(key, name string, got float64, op string, target float64) {
 		ok := (op == "<=" && got <= target) || (op == ">=" && got >= target)
 		verdict := "ok"
-		if !ok {
+		switch {
+		case ok:
+		case soft[key]:
+			verdict = "MISSED (advisory: a known gap, not failing the run)"
+		default:
 			verdict = "MISSED"
 			failed = append(failed, name)
 		}
@@ -62,7 +74,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	check("model scanner time / encoding/json time", scanner, "<=", 0.25)
+	check("scanner", "model scanner time / encoding/json time", scanner, "<=", 0.25)
 
 	// Admissions per second with two cores over one, parallel goroutines
 	// with their own keys sharing a model.
@@ -71,7 +83,7 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
-		check("limiter admissions/s, GOMAXPROCS=2 over 1", scaling, ">=", 1.6)
+		check("scaling", "limiter admissions/s, GOMAXPROCS=2 over 1", scaling, ">=", 1.6)
 	} else {
 		fmt.Println("bench-check: limiter scaling skipped: one CPU")
 	}
@@ -80,7 +92,11 @@ func main() {
 		cmd := exec.Command(*benchHTTP, "--dataplane", *dataplane, "--vegeta", *vegeta, "--rounds", strconv.Itoa(*rounds), "--check")
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
-			failed = append(failed, "HTTP CPU per request and throughput against a bare proxy")
+			if !soft["http"] {
+				failed = append(failed, "HTTP CPU per request and throughput against a bare proxy")
+			} else {
+				fmt.Println("bench-check: HTTP CPU per request and throughput against a bare proxy MISSED (advisory: a known gap, not failing the run)")
+			}
 		}
 	}
 	if len(failed) > 0 {
