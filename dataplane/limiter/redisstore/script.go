@@ -31,9 +31,15 @@ package redisstore
 // back to every bucket that exists). ARGV[2] and ARGV[3] are the time in
 // seconds and nanoseconds, or "" and "" to use Redis's own clock (TIME, which
 // Redis 7 allows in scripts since it replicates effects, not scripts).
-// ARGV[2+2i] and ARGV[3+2i] are bucket i's interval and window in
-// nanoseconds. A bucket is stored as the string "<tat s> <tat ns> <interval>
-// <window>" and expires when it is full again, so idle buckets vanish.
+// ARGV[1+3i] and ARGV[2+3i] are bucket i's interval and window in
+// nanoseconds and ARGV[3+3i] is its shape, the two joined by a space. A
+// bucket is stored as the string "<tat s> <tat ns> <shape>" and expires when
+// it is full again, so idle buckets vanish.
+//
+// Cost: a call runs 2+n Redis commands for a take of n buckets (TIME, one
+// MGET, one PSETEX per bucket; a denied take or a peek writes nothing unless
+// a limit changed), and the shape is passed ready-made so that reading a
+// bucket formats nothing.
 //
 // The reply is {allowed, debt_1, ..., debt_n}: allowed is 1 when every bucket
 // had a token, and debt_i is bucket i's time until full before this call, in
@@ -51,32 +57,34 @@ else
 end
 local op, n = ARGV[1], #KEYS
 local vals = redis.call('MGET', unpack(KEYS))
-local out, known, rescaled = {1}, {}, {}
+-- state[i] is nil for an absent (full) bucket, 1 for a known one and 2
+-- for one stored under another shape.
+local out, state = {1}, {}
 for i = 1, n do
-  local ivs, ws = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
   local d = 0
   local v = vals[i]
   if v then
     local ts, tn, shape = string.match(v, '^(%d+) (%d+) (.*)$')
     if ts then
-      known[i] = true
+      state[i] = 1
       d = (tonumber(ts) - sec) * 1e9 + (tonumber(tn) - nsec)
-      if shape ~= ivs .. ' ' .. ws then
+      -- Lua interns strings, so this compares two pointers.
+      if shape ~= ARGV[3 + 3 * i] then
         -- The limit changed: keep the fraction of the capacity in use.
         local ow = tonumber(string.match(shape, ' (%d+)$'))
-        if d > 0 and ow then d = math.floor(math.min(d / ow, 1) * tonumber(ws)) end
-        rescaled[i] = true
+        if d > 0 and ow then d = math.floor(math.min(d / ow, 1) * tonumber(ARGV[2 + 3 * i])) end
+        state[i] = 2
       end
     end
   end
   if d < 0 then d = 0 end
   out[i + 1] = d
-  if d + tonumber(ivs) - tonumber(ws) > 0 then out[1] = 0 end
+  if d + tonumber(ARGV[1 + 3 * i]) - tonumber(ARGV[2 + 3 * i]) > 0 then out[1] = 0 end
 end
 
 -- put stores bucket i as owing d nanoseconds from now, or deletes it when
 -- it is full, which is the same as absent. Whole numbers below 1e14 print
--- exactly with tostring.
+-- exactly.
 local function put(i, d)
   if d <= 0 then
     redis.call('DEL', KEYS[i])
@@ -86,19 +94,22 @@ local function put(i, d)
   local q = math.floor(tot / 1e9)
   local r = tot - q * 1e9
   if r < 0 then q = q - 1; r = r + 1e9 elseif r >= 1e9 then q = q + 1; r = r - 1e9 end
-  redis.call('PSETEX', KEYS[i], math.ceil(d / 1e6), (sec + q) .. ' ' .. r .. ' ' .. ARGV[2 + 2 * i] .. ' ' .. ARGV[3 + 2 * i])
+  redis.call('PSETEX', KEYS[i], math.ceil(d / 1e6), (sec + q) .. ' ' .. r .. ' ' .. ARGV[3 + 3 * i])
 end
 
-if op == 't' and out[1] == 1 then
-  for i = 1, n do put(i, out[i + 1] + tonumber(ARGV[2 + 2 * i])) end
+if op == 't' then
+  if out[1] == 1 then
+    for i = 1, n do put(i, out[i + 1] + tonumber(ARGV[1 + 3 * i])) end
+    return out
+  end
 elseif op == 'r' then
   for i = 1, n do
-    if known[i] then put(i, out[i + 1] - tonumber(ARGV[2 + 2 * i])) end
+    if state[i] then put(i, out[i + 1] - tonumber(ARGV[1 + 3 * i])) end
   end
-else
-  for i = 1, n do
-    if rescaled[i] then put(i, out[i + 1]) end
-  end
+  return out
+end
+for i = 1, n do
+  if state[i] == 2 then put(i, out[i + 1]) end
 end
 return out
 `
