@@ -185,7 +185,7 @@ type Options struct {
 type Store struct {
 	client      atomic.Pointer[clientBox]
 	newClient   func() redis.UniversalClient // nil when the caller owns the client
-	scriptHash  any // the bucket script's SHA1, as a command argument
+	scriptHash  any                          // the bucket script's SHA1, as a command argument
 	shapes      shapeCache
 	dimPrefix   [limiter.NumDimensions]string
 	hashTag     string
