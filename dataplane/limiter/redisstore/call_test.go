@@ -18,6 +18,7 @@ package redisstore
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -85,5 +86,67 @@ func TestAdmissionAllocations(t *testing.T) {
 	}
 	if allocs > maxAllocs {
 		t.Errorf("one four-bucket admission allocates %.0f times, want at most %d", allocs, maxAllocs)
+	}
+}
+
+// TestConcurrentTakesSharePooledArguments runs many admissions at once
+// through one store, each with its own keys besides a shared bucket: every
+// call's pooled arguments must stay its own (run under -race too), and the
+// shared bucket grants exactly its capacity while each caller's own bucket
+// is charged for exactly that caller's grants.
+func TestConcurrentTakesSharePooledArguments(t *testing.T) {
+	const workers, perWorker, capacity = 8, 40, 100
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: workers})
+	t.Cleanup(func() { _ = c.Close() })
+	s := NewWithClient(c, Options{Namespace: "ns", Policy: policyName(t), CallerClock: true, Timeout: 5 * time.Second})
+	t.Cleanup(func() { _ = s.Close() })
+	now := time.Unix(1764547200, 0)
+	shared := lim(capacity, time.Hour, 0)
+	own := lim(perWorker, time.Hour, 0)
+	type result struct{ worker, granted int }
+	allowed := make(chan result, workers)
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			n := 0
+			for range perWorker {
+				b := batchOf(bucket{limiter.DimensionUser, "user-" + strconv.Itoa(w), own},
+					bucket{limiter.DimensionModel, "llama", shared})
+				d, err := s.Take(now, b)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if d.Allowed {
+					n++
+				}
+			}
+			allowed <- result{w, n}
+		}()
+	}
+	total, granted := 0, make([]int, workers)
+	for range workers {
+		select {
+		case r := <-allowed:
+			total += r.granted
+			granted[r.worker] = r.granted
+		case err := <-errs:
+			t.Fatal(err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("concurrent takes did not finish within 30s")
+		}
+	}
+	if total != capacity {
+		t.Errorf("%d concurrent takes granted %d, want exactly the shared capacity %d", workers*perWorker, total, capacity)
+	}
+	for w := range workers {
+		d, err := s.Peek(now, batchOf(bucket{limiter.DimensionUser, "user-" + strconv.Itoa(w), own}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(perWorker - granted[w]); !d.HasQuota || d.Tightest.Remaining != want {
+			t.Errorf("user-%d's own bucket: remaining %d (quota %v), want %d: charged for other callers' takes", w, d.Tightest.Remaining, d.HasQuota, want)
+		}
 	}
 }
