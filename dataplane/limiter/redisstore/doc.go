@@ -34,7 +34,9 @@ limitations under the License.
 // # Keys
 //
 // A bucket is the string key "fq:{<namespace>/<policy>}:<dimension>:<key>"
-// whose value is "<tat seconds> <tat nanoseconds> <interval> <window>". The
+// whose value is "<s> <ns> <interval> <window>", the bucket's theoretical
+// arrival time being s seconds plus ns nanoseconds (ns may exceed a second,
+// so that a charge usually rewrites only ns). The
 // braces are a Redis Cluster hash tag: every key of a policy hashes to one
 // slot, so every script touches one slot, as Redis Cluster requires. A key
 // expires when its bucket is full again (a full bucket and an absent one are

@@ -31,9 +31,17 @@ package redisstore
 // back to every bucket that exists). ARGV[2] and ARGV[3] are the time in
 // seconds and nanoseconds, or "" and "" to use Redis's own clock (TIME, which
 // Redis 7 allows in scripts since it replicates effects, not scripts).
-// ARGV[2+2i] and ARGV[3+2i] are bucket i's interval and window in
-// nanoseconds. A bucket is stored as the string "<tat s> <tat ns> <interval>
-// <window>" and expires when it is full again, so idle buckets vanish.
+// ARGV[1+3i] and ARGV[2+3i] are bucket i's interval and window in
+// nanoseconds and ARGV[3+3i] is its shape, the two joined by a space. A
+// bucket is stored as the string "<s> <ns> <shape>", its TAT being s seconds
+// plus ns nanoseconds (ns may exceed a second: a bucket keeps its s while ns
+// stays below 1e14, so a charge formats one number, not two), and expires
+// when it is full again, so idle buckets vanish.
+//
+// Cost: a call runs 2+n Redis commands for a take of n buckets (TIME, one
+// MGET, one PSETEX per bucket; a denied take or a peek writes nothing unless
+// a limit changed), and the shape is passed ready-made so that reading a
+// bucket formats nothing.
 //
 // The reply is {allowed, debt_1, ..., debt_n}: allowed is 1 when every bucket
 // had a token, and debt_i is bucket i's time until full before this call, in
@@ -42,60 +50,80 @@ package redisstore
 //
 //nolint:dupword // Lua closes nested blocks with "end end".
 const bucketScript = `
-local sec, nsec
-if ARGV[2] == '' then
-  local t = redis.call('TIME')
-  sec, nsec = tonumber(t[1]), tonumber(t[2]) * 1000
+-- Globals are table lookups; locals are registers.
+local argv, keys, call, tonumber, floor = ARGV, KEYS, redis.call, tonumber, math.floor
+local secs, sec, nsec
+if argv[2] == '' then
+  local t = call('TIME')
+  secs, nsec = t[1], tonumber(t[2]) * 1000
 else
-  sec, nsec = tonumber(ARGV[2]), tonumber(ARGV[3])
+  secs, nsec = argv[2], tonumber(argv[3])
 end
-local op, n = ARGV[1], #KEYS
-local vals = redis.call('MGET', unpack(KEYS))
-local out, known, rescaled = {1}, {}, {}
+sec = tonumber(secs)
+local op, n = argv[1], #keys
+-- vals[i] becomes bucket i's base seconds (a string) when it is known, or
+-- false when it is absent, which is the same as full.
+local vals = call('MGET', unpack(keys))
+local out, rescaled = {1}, nil
 for i = 1, n do
-  local ivs, ws = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
   local d = 0
   local v = vals[i]
   if v then
     local ts, tn, shape = string.match(v, '^(%d+) (%d+) (.*)$')
+    vals[i] = ts or false
     if ts then
-      known[i] = true
       d = (tonumber(ts) - sec) * 1e9 + (tonumber(tn) - nsec)
-      if shape ~= ivs .. ' ' .. ws then
+      -- Lua interns strings, so this compares two pointers.
+      if shape ~= argv[3 + 3 * i] then
         -- The limit changed: keep the fraction of the capacity in use.
         local ow = tonumber(string.match(shape, ' (%d+)$'))
-        if d > 0 and ow then d = math.floor(math.min(d / ow, 1) * tonumber(ws)) end
+        if d > 0 and ow then d = floor(math.min(d / ow, 1) * tonumber(argv[2 + 3 * i])) end
+        rescaled = rescaled or {}
         rescaled[i] = true
       end
     end
   end
   if d < 0 then d = 0 end
   out[i + 1] = d
-  if d + tonumber(ivs) - tonumber(ws) > 0 then out[1] = 0 end
+  if d + tonumber(argv[1 + 3 * i]) - tonumber(argv[2 + 3 * i]) > 0 then out[1] = 0 end
 end
 
 -- put stores bucket i as owing d nanoseconds from now, or deletes it when
--- it is full, which is the same as absent. Whole numbers below 1e14 print
--- exactly with tostring.
+-- it is full, which is the same as absent. The TAT is base seconds plus
+-- offset nanoseconds. A known bucket keeps its base while the offset stays
+-- below 1e14 and a new one takes now's seconds, so that usually only the
+-- offset is formatted; whole numbers below 1e14 print exactly.
 local function put(i, d)
   if d <= 0 then
-    redis.call('DEL', KEYS[i])
+    call('DEL', keys[i])
     return
   end
-  local tot = nsec + d
-  local q = math.floor(tot / 1e9)
-  local r = tot - q * 1e9
-  if r < 0 then q = q - 1; r = r + 1e9 elseif r >= 1e9 then q = q + 1; r = r - 1e9 end
-  redis.call('PSETEX', KEYS[i], math.ceil(d / 1e6), (sec + q) .. ' ' .. r .. ' ' .. ARGV[2 + 2 * i] .. ' ' .. ARGV[3 + 2 * i])
+  local bs, o = vals[i], nil
+  if bs then o = d + nsec + (sec - tonumber(bs)) * 1e9 end
+  if not o or o < 0 or o >= 1e14 then
+    bs, o = secs, nsec + d
+    if o >= 1e14 then
+      local q = floor(o / 1e9)
+      o = o - q * 1e9
+      if o < 0 then q = q - 1; o = o + 1e9 elseif o >= 1e9 then q = q + 1; o = o - 1e9 end
+      bs = sec + q
+    end
+  end
+  call('PSETEX', keys[i], math.ceil(d / 1e6), bs .. ' ' .. o .. ' ' .. argv[3 + 3 * i])
 end
 
-if op == 't' and out[1] == 1 then
-  for i = 1, n do put(i, out[i + 1] + tonumber(ARGV[2 + 2 * i])) end
+if op == 't' then
+  if out[1] == 1 then
+    for i = 1, n do put(i, out[i + 1] + tonumber(argv[1 + 3 * i])) end
+    return out
+  end
 elseif op == 'r' then
   for i = 1, n do
-    if known[i] then put(i, out[i + 1] - tonumber(ARGV[2 + 2 * i])) end
+    if vals[i] then put(i, out[i + 1] - tonumber(argv[1 + 3 * i])) end
   end
-else
+  return out
+end
+if rescaled then
   for i = 1, n do
     if rescaled[i] then put(i, out[i + 1]) end
   end

@@ -185,7 +185,8 @@ type Options struct {
 type Store struct {
 	client      atomic.Pointer[clientBox]
 	newClient   func() redis.UniversalClient // nil when the caller owns the client
-	script      *redis.Script
+	scriptHash  any                          // the bucket script's SHA1, as a command argument
+	shapes      shapeCache
 	dimPrefix   [limiter.NumDimensions]string
 	hashTag     string
 	timeout     time.Duration
@@ -314,7 +315,7 @@ func New(o Options) (*Store, error) {
 // after PoolSize failed dials in a row).
 func NewWithClient(c redis.UniversalClient, o Options) *Store {
 	s := &Store{
-		script:      redis.NewScript(bucketScript),
+		scriptHash:  redis.NewScript(bucketScript).Hash(),
 		hashTag:     "{" + o.Namespace + "/" + o.Policy + "}",
 		timeout:     o.Timeout,
 		failOpen:    o.FailureMode == FailOpen,
@@ -421,10 +422,9 @@ func (s *Store) do(now time.Time, b *limiter.Batch, op string) (limiter.Decision
 		s.obs.StoreError(ErrorDown)
 		return s.unavailable(now, b, op, errors.New("redis is unreachable, waiting for it to answer a probe"))
 	}
-	var (
-		keys [limiter.MaxBatch]string
-		args [3 + 2*limiter.MaxBatch]any
-	)
+	a := callArgsPool.Get().(*callArgs)
+	defer callArgsPool.Put(a)
+	args := a.cmd[3+n:]
 	args[0] = opCode(op)
 	if s.callerClock {
 		args[1], args[2] = now.Unix(), int64(now.Nanosecond())
@@ -438,12 +438,14 @@ func (s *Store) do(now time.Time, b *limiter.Batch, op string) (limiter.Decision
 			return limiter.Decision{}, fmt.Errorf("%w: the %s limit takes %s to refill completely, longer than the Redis store's %s; lower burst or raise requests",
 				limiter.ErrStoreUnavailable, r.Dimension, time.Duration(w), MaxWindow)
 		}
-		keys[i] = s.dimPrefix[r.Dimension] + r.Key
-		args[3+2*i], args[4+2*i] = iv, w
+		k := &a.keys[i]
+		k.b = append(append(k.b[:0], s.dimPrefix[r.Dimension]...), r.Key...)
+		a.cmd[3+i] = k
+		copy(args[3+3*i:6+3*i], s.shapeArgs(r.Dimension, iv, w)[:])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	start := time.Now()
-	res, err := s.script.Run(ctx, s.Client(), keys[:n], args[:3+2*n]...).Int64Slice()
+	res, err := s.runScript(ctx, a, n, 3+3*n)
 	s.obs.StoreLatency(op, time.Since(start))
 	cancel()
 	if err == nil && len(res) != n+1 {

@@ -1,0 +1,109 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
+)
+
+// The bucket script is called with a hand-built command rather than
+// redis.Script.Run so that an admission allocates little: the argument
+// slice and the keys' bytes come from a pool, the shape arguments are
+// formatted once per limit, and the reply is read straight into integers.
+// The bytes on the wire are the same.
+
+// numKeysArg[n] is the script's key count n as a command argument.
+var numKeysArg = func() (a [limiter.MaxBatch + 1]any) {
+	for n := range a {
+		a[n] = strconv.Itoa(n)
+	}
+	return a
+}()
+
+// keyArg is one bucket key written into a pooled buffer. go-redis writes a
+// BinaryMarshaler's bytes as the argument, and a pointer in an interface
+// costs no allocation, unlike a string.
+type keyArg struct{ b []byte }
+
+// MarshalBinary returns the key's bytes.
+func (k *keyArg) MarshalBinary() ([]byte, error) { return k.b, nil }
+
+// String returns the key, as a Redis Cluster client reads it to route the
+// call.
+func (k *keyArg) String() string { return string(k.b) }
+
+// callArgs is one script call's command: EVALSHA, the hash, the key count,
+// the keys, then the operation, the time and every bucket's shape.
+type callArgs struct {
+	cmd  [3 + limiter.MaxBatch + 3 + 3*limiter.MaxBatch]any
+	keys [limiter.MaxBatch]keyArg
+}
+
+var callArgsPool = sync.Pool{New: func() any { return new(callArgs) }}
+
+// shapeArg is a bucket shape's script arguments: its interval, its window
+// and both joined by a space. It is kept per dimension because a policy's
+// limits rarely change.
+type shapeArg struct {
+	interval, window int64
+	args             [3]any
+}
+
+// shapeArgs returns the script arguments for a bucket of dimension d with
+// the given shape, formatting them only when the dimension's last shape
+// differs.
+func (s *Store) shapeArgs(d limiter.Dimension, interval, window int64) *[3]any {
+	c := &s.shapes[d]
+	if p := c.Load(); p != nil && p.interval == interval && p.window == window {
+		return &p.args
+	}
+	iv, w := strconv.FormatInt(interval, 10), strconv.FormatInt(window, 10)
+	p := &shapeArg{interval: interval, window: window, args: [3]any{iv, w, iv + " " + w}}
+	c.Store(p)
+	return &p.args
+}
+
+// shapeCache holds the last shape argument of each dimension.
+type shapeCache = [limiter.NumDimensions]atomic.Pointer[shapeArg]
+
+// runScript runs the bucket script with the command a built for n buckets
+// and nargs script arguments, loading the script if Redis does not know it
+// (a restarted or new server), and returns its integer reply.
+func (s *Store) runScript(ctx context.Context, a *callArgs, n, nargs int) ([]int64, error) {
+	c := s.Client()
+	argv := a.cmd[:3+n+nargs]
+	argv[0], argv[1], argv[2] = "evalsha", s.scriptHash, numKeysArg[n]
+	cmd := redis.NewIntSliceCmd(ctx, argv...)
+	err := c.Process(ctx, cmd)
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT ") {
+		argv[0], argv[1] = "eval", bucketScript
+		cmd = redis.NewIntSliceCmd(ctx, argv...)
+		err = c.Process(ctx, cmd)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Val(), nil
+}
