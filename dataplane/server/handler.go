@@ -178,7 +178,10 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 		e.errType, e.code = errorTypeUnavailable, "store_unavailable"
 		e.message = "the rate-limit store is unavailable; this is not your quota, retry shortly"
 		if dec.Err != nil {
-			s.log.Info("Rate-limit store unavailable, answering 503", "error", dec.Err.Error())
+			// The store logs each outage once and counts every error
+			// (rate_limit_store_errors_total); one line per refused
+			// request would flood the log for the outage's length.
+			s.log.V(1).Info("Rate-limit store unavailable, answering 503", "error", dec.Err.Error())
 		}
 	case dec.TableFull:
 		e.errType, e.code = errorTypeRateLimit, dec.LimitType+"_table_full"
