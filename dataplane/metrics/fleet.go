@@ -17,8 +17,6 @@ limitations under the License.
 package metrics
 
 import (
-	"errors"
-	"fmt"
 	"sort"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,14 +89,8 @@ func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
 			Help: "Fleet exchange rounds that could not reach the shared store.",
 		}, []string{"model"}),
 	}
-	var errs []error
-	for _, c := range []prometheus.Collector{f.share, f.local, f.gate, f.replicas, f.contended, f.exchangeErrors} {
-		if err := reg.Register(c); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("registering fleet metrics (NewFleet must be called once per registry): %w", err)
+	if err := registerAll(reg, "fleet metrics", "NewFleet", f.share, f.local, f.gate, f.replicas, f.contended, f.exchangeErrors); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -106,11 +98,7 @@ func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
 // Synced implements fleet.Observer.
 func (f *Fleet) Synced(model string, replicas int, contended bool, shares []fleet.Share) {
 	f.replicas.WithLabelValues(model).Set(float64(replicas))
-	c := 0.0
-	if contended {
-		c = 1
-	}
-	f.contended.WithLabelValues(model).Set(c)
+	f.contended.WithLabelValues(model).Set(b2f(contended))
 	byModel := prometheus.Labels{"model": model}
 	f.share.DeletePartialMatch(byModel)
 	f.local.DeletePartialMatch(byModel)

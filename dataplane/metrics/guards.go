@@ -17,9 +17,6 @@ limitations under the License.
 package metrics
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -101,14 +98,8 @@ func NewGuards(reg prometheus.Registerer, buffered func() int64) (*Guards, error
 		Name: BodyBufferedBytesName,
 		Help: "Request-body bytes buffered in memory now, across all requests.",
 	}, func() float64 { return float64(buffered()) })
-	var errs []error
-	for _, c := range []prometheus.Collector{refused, g.upstream, gauge} {
-		if err := reg.Register(c); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("registering data-plane guard metrics (NewGuards must be called once per registry): %w", err)
+	if err := registerAll(reg, "data-plane guard metrics", "NewGuards", refused, g.upstream, gauge); err != nil {
+		return nil, err
 	}
 	return g, nil
 }

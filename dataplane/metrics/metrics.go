@@ -134,14 +134,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 
-	var errs []error
-	for _, c := range []prometheus.Collector{m.depth, m.tenants, m.wait, m.grants, m.refused, decisions} {
-		if err := reg.Register(c); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("registering data-plane metrics (New must be called once per registry): %w", err)
+	if err := registerAll(reg, "data-plane metrics", "New", m.depth, m.tenants, m.wait, m.grants, m.refused, decisions); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -207,4 +201,19 @@ func (m *Metrics) ObserveDecision(d limiter.Dimension, o limiter.Outcome) {
 	if int(d) < limiter.NumDimensions && int(o) < limiter.NumOutcomes {
 		m.decisions[d][o].Inc()
 	}
+}
+
+// registerAll registers every collector on reg and reports all failures at
+// once, naming the constructor that must run only once per registry.
+func registerAll(reg prometheus.Registerer, what, ctor string, cs ...prometheus.Collector) error {
+	var errs []error
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("registering %s (%s must be called once per registry): %w", what, ctor, err)
+	}
+	return nil
 }

@@ -17,8 +17,6 @@ limitations under the License.
 package metrics
 
 import (
-	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -100,14 +98,8 @@ func NewStore(reg prometheus.Registerer) (*StoreMetrics, error) {
 	for i, k := range storeErrorKinds {
 		m.errors[i] = m.errorsVec.WithLabelValues(k)
 	}
-	var errs []error
-	for _, c := range []prometheus.Collector{m.latencyVec, m.errorsVec, m.up, m.fallback, transitions, m.replicas} {
-		if err := reg.Register(c); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("registering store metrics (NewStore must be called once per registry): %w", err)
+	if err := registerAll(reg, "store metrics", "NewStore", m.latencyVec, m.errorsVec, m.up, m.fallback, transitions, m.replicas); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

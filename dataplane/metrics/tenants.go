@@ -17,8 +17,6 @@ limitations under the License.
 package metrics
 
 import (
-	"errors"
-	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -156,14 +154,8 @@ func NewTenants(reg prometheus.Registerer, top int) (*Tenants, error) {
 		t.otherGrants[i] = t.grants.WithLabelValues(string(d), OtherTenant)
 		t.otherWait[i] = t.wait.WithLabelValues(string(d), OtherTenant)
 	}
-	var errs []error
-	for _, c := range []prometheus.Collector{t.grants, t.wait, t.refused, t} {
-		if err := reg.Register(c); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("registering per-tenant metrics (NewTenants must be called once per registry): %w", err)
+	if err := registerAll(reg, "per-tenant metrics", "NewTenants", t.grants, t.wait, t.refused, t); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
@@ -338,8 +330,11 @@ func (t *Tenants) noticeLocked(tenant, dim string) *tenantSeries {
 
 // isHash reports whether tenant looks like an identity hash: at least
 // identity.Short's length of lower-case hex digits.
+// shortHashLen is the length of identity.Short's tenant labels.
+var shortHashLen = len(identity.Short(strings.Repeat("0", 64)))
+
 func isHash(tenant string) bool {
-	if len(tenant) < len(identity.Short(strings.Repeat("0", 64))) {
+	if len(tenant) < shortHashLen {
 		return false
 	}
 	for i := 0; i < len(tenant); i++ {
