@@ -20,6 +20,7 @@ import (
 	"hash/maphash"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -326,7 +327,7 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 		}
 		if wait, ok := sh.room(t, s.perShard); !ok {
 			d.TableFull = d.TableFull.Add(r.Dimension)
-			s.refuse(&d, r.Dimension, time.Duration(wait))
+			refuse(&d, r.Dimension, time.Duration(wait))
 		}
 	}
 	if d.TableFull != 0 {
@@ -350,22 +351,8 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 			}
 			cur = max(bk.tat, t)
 		}
-		next := cur + interval
-		tat[i] = next
-		capacity := r.Limit.capacity()
-		if over := next - t - window; over > 0 {
-			// No whole token: the wait is until the deficit has refilled.
-			s.refuse(&d, r.Dimension, time.Duration(over))
-			tighten(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: 0, Reset: time.Duration(cur - t)})
-			continue
-		}
-		remaining := (window - (next - t)) / interval
-		reset := next - t
-		if !charge {
-			remaining = (window - (cur - t)) / interval
-			reset = cur - t
-		}
-		tighten(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: remaining, Reset: time.Duration(reset)})
+		tat[i] = cur + interval
+		judge(&d, r, cur-t, charge)
 	}
 	if !d.Allowed || !charge {
 		return d
@@ -410,7 +397,7 @@ func (s *MemoryStore) decideShared(t int64, b *Batch, charge bool) (d Decision, 
 	nh := 0
 	for k := 0; k < locked.n; k++ {
 		for i := 0; i < b.n; i++ {
-			if int(locked.of[i]) == k && !slicesContains(held[:nh], bks[i]) {
+			if int(locked.of[i]) == k && !slices.Contains(held[:nh], bks[i]) {
 				spinLock(&bks[i].busy)
 				held[nh] = bks[i]
 				nh++
@@ -427,19 +414,8 @@ func (s *MemoryStore) decideShared(t int64, b *Batch, charge bool) (d Decision, 
 	for i := 0; i < b.n; i++ {
 		r, bk := &b.reqs[i], bks[i]
 		cur := max(bk.tat, t)
-		next := cur + r.interval
-		tat[i] = next
-		capacity := r.Limit.capacity()
-		if over := next - t - r.window; over > 0 {
-			s.refuse(&d, r.Dimension, time.Duration(over))
-			tighten(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: 0, Reset: time.Duration(cur - t)})
-			continue
-		}
-		remaining, reset := (r.window-(next-t))/r.interval, next-t
-		if !charge {
-			remaining, reset = (r.window-(cur-t))/r.interval, cur-t
-		}
-		tighten(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: remaining, Reset: time.Duration(reset)})
+		tat[i] = cur + r.interval
+		judge(&d, r, cur-t, charge)
 	}
 	if d.Allowed && charge {
 		for i := 0; i < b.n; i++ {
@@ -447,15 +423,6 @@ func (s *MemoryStore) decideShared(t int64, b *Batch, charge bool) (d Decision, 
 		}
 	}
 	return d, true
-}
-
-func slicesContains(s []*bucket, b *bucket) bool {
-	for _, x := range s {
-		if x == b {
-			return true
-		}
-	}
-	return false
 }
 
 // spinLock takes a bucket's spin lock. It is held for a few arithmetic
@@ -468,18 +435,42 @@ func spinLock(w *uint32) {
 	}
 }
 
-// refuse records a refusal by dim that lasts wait.
-func (s *MemoryStore) refuse(d *Decision, dim Dimension, wait time.Duration) {
-	if d.RefusedBy == 0 || wait > d.RetryAfter {
+// refuse records a refusal by dim that lasts wait, and reports whether dim
+// became the decision's LimitType (the refusal with the longest wait).
+func refuse(d *Decision, dim Dimension, wait time.Duration) bool {
+	first := d.RefusedBy == 0 || wait > d.RetryAfter
+	if first {
 		d.LimitType = dim
 	}
 	d.Allowed = false
 	d.RefusedBy = d.RefusedBy.Add(dim)
 	d.RetryAfter = max(d.RetryAfter, wait)
+	return first
 }
 
-// tighten records q as the decision's quota if it has fewer tokens left.
-func tighten(d *Decision, q Quota) {
+// judge records in d the verdict of bucket r, which is debt nanoseconds
+// from full: every store decides each bucket with it, so they all answer the
+// same. An allowed decision's quota is the bucket with the fewest tokens
+// left; a refusal's quota is the bucket named by LimitType, so the
+// x-ratelimit-* headers never describe a bucket that let the request pass.
+func judge(d *Decision, r *Request, debt int64, charge bool) {
+	next := debt + r.interval
+	capacity := r.Limit.capacity()
+	if over := next - r.window; over > 0 {
+		// No whole token: the wait is until the deficit has refilled.
+		if refuse(d, r.Dimension, time.Duration(over)) {
+			d.Tightest, d.HasQuota = Quota{Dimension: r.Dimension, Limit: capacity, Remaining: 0, Reset: time.Duration(debt)}, true
+		}
+		return
+	}
+	if !d.Allowed {
+		return // a refusal's quota is the refusing bucket's
+	}
+	remaining, reset := (r.window-next)/r.interval, next
+	if !charge {
+		remaining, reset = (r.window-debt)/r.interval, debt
+	}
+	q := Quota{Dimension: r.Dimension, Limit: capacity, Remaining: remaining, Reset: time.Duration(reset)}
 	if !d.HasQuota || q.Remaining < d.Tightest.Remaining ||
 		(q.Remaining == d.Tightest.Remaining && q.Reset > d.Tightest.Reset) {
 		d.Tightest, d.HasQuota = q, true

@@ -357,3 +357,40 @@ func BenchmarkTakeKeyChurn(b *testing.B) {
 		b.Fatalf("table grew to %d", n)
 	}
 }
+
+// TestRefusalQuotaDescribesTheRefusingBucket: when the model refuses while
+// the API key still lets the request pass, the x-ratelimit-* quota is the
+// model bucket's (no token, full again when its debt has refilled), never the
+// API key's, whichever store decides.
+func TestRefusalQuotaDescribesTheRefusingBucket(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var b Batch
+	b.Add(DimensionAPIKey, "k", Limit{Requests: 2, Period: 10 * time.Second, Burst: 2})
+	b.Add(DimensionModel, "m", Limit{Requests: 1, Period: time.Second, Burst: 1})
+	s := NewMemoryStore(0)
+	if d, err := s.Take(now, b); err != nil || !d.Allowed {
+		t.Fatalf("first take: %+v, %v", d, err)
+	}
+	want := Quota{Dimension: DimensionModel, Limit: 1, Remaining: 0, Reset: time.Second}
+	for _, charge := range []bool{true, false} {
+		var d Decision
+		var err error
+		if charge {
+			d, err = s.Take(now, b)
+		} else {
+			d, err = s.Peek(now, b)
+		}
+		if err != nil || d.Allowed || d.LimitType != DimensionModel {
+			t.Fatalf("second decision (charge %v): %+v, %v; want a model refusal", charge, d, err)
+		}
+		if !d.HasQuota || d.Tightest != want {
+			t.Errorf("memory store (charge %v): quota %+v, want the refusing model bucket's %+v", charge, d.Tightest, want)
+		}
+	}
+	// The same bucket state through the arithmetic shared stores use: the
+	// API key owes 5s of its 20s window, the model a full 1s window.
+	debts := [MaxBatch]int64{int64(5 * time.Second), int64(time.Second)}
+	if d := DecisionFromDebts(&b, &debts, true); d.Allowed || d.Tightest != want {
+		t.Errorf("DecisionFromDebts: %+v, want a refusal with quota %+v", d, want)
+	}
+}

@@ -16,8 +16,6 @@ limitations under the License.
 
 package limiter
 
-import "time"
-
 // This file exports the GCRA arithmetic of MemoryStore for stores that keep
 // bucket state elsewhere (a shared Redis), so every store answers the same
 // Decision, Retry-After and quota for the same bucket state.
@@ -36,39 +34,9 @@ func (r Request) Shape() (interval, window int64) { return r.interval, r.window 
 // arithmetic of MemoryStore, so a store holding the debts elsewhere answers
 // identically.
 func DecisionFromDebts(b *Batch, debts *[MaxBatch]int64, charge bool) Decision {
-	var d Decision
-	d.Allowed = true
+	d := Decision{Allowed: true}
 	for i := 0; i < b.n; i++ {
-		r := &b.reqs[i]
-		interval, window := r.interval, r.window
-		cur := debts[i]
-		next := cur + interval
-		capacity := r.Limit.capacity()
-		if over := next - window; over > 0 {
-			wait := time.Duration(over)
-			if d.Allowed || wait > d.RetryAfter {
-				d.LimitType = r.Dimension
-			}
-			d.Allowed = false
-			d.RefusedBy = d.RefusedBy.Add(r.Dimension)
-			d.RetryAfter = max(d.RetryAfter, wait)
-			tightenQuota(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: 0, Reset: time.Duration(cur)})
-			continue
-		}
-		remaining, reset := (window-next)/interval, next
-		if !charge {
-			remaining, reset = (window-cur)/interval, cur
-		}
-		tightenQuota(&d, Quota{Dimension: r.Dimension, Limit: capacity, Remaining: remaining, Reset: time.Duration(reset)})
+		judge(&d, &b.reqs[i], debts[i], charge)
 	}
 	return d
-}
-
-// tightenQuota records q as d's quota if it has fewer tokens left, as
-// MemoryStore.tighten does.
-func tightenQuota(d *Decision, q Quota) {
-	if !d.HasQuota || q.Remaining < d.Tightest.Remaining ||
-		(q.Remaining == d.Tightest.Remaining && q.Reset > d.Tightest.Reset) {
-		d.Tightest, d.HasQuota = q, true
-	}
 }
