@@ -103,8 +103,7 @@ limitations under the License.
 // Headroom h > 1 makes the gates ask more than C, so the bucket binds and
 // refuses the excess (h−1)·C per second. Those refusals are not spread in
 // proportion to the shares (whoever retries at the wrong moment loses), so a
-// tenant's rate is only bounded below by h·a_T − (h−1)·C; in the simulation
-// h = 1.05 moved A from 0.200 to 0.210 and C from 0.600 to 0.580. h = 1 keeps
+// tenant's rate is only bounded below by h·a_T − (h−1)·C. h = 1 keeps
 // shares exact and pays with capacity lost to delays beyond the gates'
 // tolerance and to transitions.
 //
