@@ -53,9 +53,14 @@ func FuzzScheduler(f *testing.F) {
 					deadline = now + int64(a%16)*15*ms
 				}
 				b, tenantsBefore := s.bounds, len(s.tenants)
-				w, reason, pos, est := s.enqueue(now, tenantName(int(a%5)), "user", keys, deadline, int64(a/64)*20*ms, int64(a%4)*ms)
-				if pos < 1 || est <= 0 {
-					t.Fatalf("position %d < 1 or estimate %d <= 0", pos, est)
+				retryAfter := int64(a/64) * 20 * ms
+				w, reason, pos, est := s.enqueue(now, tenantName(int(a%5)), "user", keys, deadline, retryAfter, int64(a%4)*ms)
+				if pos < 1 {
+					t.Fatalf("position %d < 1", pos)
+				}
+				if w != nil && est < retryAfter {
+					// The wait includes the limiter's own Retry-After.
+					t.Fatalf("estimate %d is shorter than the Retry-After %d it starts from", est, retryAfter)
 				}
 				if w == nil {
 					if reason == "" {
