@@ -183,15 +183,11 @@ func (c *Controller) SetSettings(s Settings) error {
 // (the client disconnecting) takes the request out of the queue at once.
 func (c *Controller) Admit(ctx context.Context, r Request) (dec Decision) {
 	now := c.clk.Now()
-	pre, err := c.lim.TakePreAuth(now, r.ClientAddr)
-	if err != nil {
-		return unavailable(err)
-	}
-	if !pre.Allowed {
-		return c.refusal(pre, limiter.Keys{}, r.ClientAddr)
+	if dec, ok := c.PreAuth(now, r.ClientAddr); !ok {
+		return dec
 	}
 
-	keys := limiter.Keys{APIKey: r.Identity.APIKey, User: r.Identity.User, Team: r.Identity.Team, Model: r.Model}
+	keys := identityKeys(r)
 	s := c.settings.Load()
 	var (
 		tenant    string
@@ -231,6 +227,42 @@ func (c *Controller) Admit(ctx context.Context, r Request) (dec Decision) {
 		return c.refusal(d, keys, "")
 	}
 	return c.wait(ctx, now, r, keys, tenant, used, d)
+}
+
+// PreAuth checks and charges the pre-authentication buckets (global, per
+// client) for a request from client, the first step of Admit. It is also for
+// a request answered before the admission core (a 401 or 413 still pays
+// them). ok is true when they admit the request; otherwise dec is the
+// immediate 429 (never queued) or, with the store unavailable, 503.
+func (c *Controller) PreAuth(now time.Time, client string) (dec Decision, ok bool) {
+	pre, err := c.lim.TakePreAuth(now, client)
+	switch {
+	case err != nil:
+		return unavailable(err), false
+	case !pre.Allowed:
+		return c.refusal(pre, limiter.Keys{}, client), false
+	}
+	return Decision{Allowed: true, Status: StatusOK}, true
+}
+
+// BackendRefusal is the immediate 429 for an admitted request that no
+// backend can take, retryable after retry. Backend capacity is never queued,
+// so the decision carries no queue details; its quota describes the
+// per-backend limit when one is configured.
+func (c *Controller) BackendRefusal(retry time.Duration) Decision {
+	return c.refusal(limiter.Decision{LimitType: limiter.DimensionBackend, RetryAfter: retry}, limiter.Keys{}, "")
+}
+
+// Refund gives back the identity tokens Admit took for an admitted r, for a
+// request a later stage refused (every backend exhausted), so none is lost
+// to it (SPEC section 2).
+func (c *Controller) Refund(r Request) error {
+	return c.lim.RefundIdentity(c.clk.Now(), identityKeys(r))
+}
+
+// identityKeys returns the identity bucket keys of r.
+func identityKeys(r Request) limiter.Keys {
+	return limiter.Keys{APIKey: r.Identity.APIKey, User: r.Identity.User, Team: r.Identity.Team, Model: r.Model}
 }
 
 // limitKeysOf returns the fair-queue keys of the identity buckets, each

@@ -11,7 +11,6 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/admission"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
-	"github.com/fairqueue/fairqueue/dataplane/limiter"
 )
 
 // ServeHTTP runs one request through the admission path of SPEC section 2:
@@ -80,7 +79,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		ClientAddr:   client,
 		Identity:     identity.Set{APIKey: id.apiKeyHash, User: id.userHash, Team: id.teamHash},
 		Model:        id.model,
-		TotalTimeout: smallestTimeout(rt.smallestTimeout, total),
+		TotalTimeout: rt.smallestTimeout,
 	}
 	if d, ok := clientTimeout(r.Header, rt.deadlineHeader); ok {
 		ar.Deadline = start.Add(d)
@@ -96,13 +95,10 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	rt = s.rt.Load()
 	b, retry := rt.pool.Pick(rt.take)
 	if b == nil {
-		s.refundIdentity(rt, &id)
+		s.refundIdentity(rt, &ar)
 		// Backend capacity is never queued, so the refusal carries no queue
 		// details even when the request waited for its identity limits.
-		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: "backend", RetryAfter: retry}
-		if lim, ok := rt.lim.LimitOf(limiter.DimensionBackend, ""); ok {
-			dec.Quota, dec.HasQuota = lim.RefusedQuota(limiter.DimensionBackend, retry), true
-		}
+		dec = rt.admit.BackendRefusal(retry)
 		s.refuse(w, r, &dec, &id)
 		return
 	}
@@ -137,21 +133,8 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 // preAuthRefused charges the pre-auth limits for a request answered before
 // the admission core (401, 413), and answers 429 or 503 when they refuse.
 func (s *Server) preAuthRefused(w http.ResponseWriter, r *http.Request, rt *runtime, client string) bool {
-	d, err := rt.lim.TakePreAuth(s.clock.Now(), client)
-	var dec admission.Decision
-	switch {
-	case err != nil:
-		dec = admission.Decision{Status: http.StatusServiceUnavailable, RetryAfter: time.Second, Err: err}
-	case !d.Allowed:
-		dec = admission.Decision{Status: http.StatusTooManyRequests, LimitType: d.LimitType.String(), RetryAfter: d.RetryAfter, TableFull: d.TableFull != 0}
-		key := ""
-		if d.LimitType == limiter.DimensionClient {
-			key = client
-		}
-		if lim, ok := rt.lim.LimitOf(d.LimitType, key); ok {
-			dec.Quota, dec.HasQuota = lim.RefusedQuota(d.LimitType, d.RetryAfter), true
-		}
-	default:
+	dec, ok := rt.admit.PreAuth(s.clock.Now(), client)
+	if ok {
 		return false
 	}
 	s.refuse(w, r, &dec, nil)
@@ -220,18 +203,6 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 func writeTimeout(w http.ResponseWriter) {
 	(&apiError{status: http.StatusGatewayTimeout, errType: errorTypeUpstream, code: "upstream_timeout",
 		message: "the request's total timeout ran out before the backend answered; time spent queued counts against it"}).write(w)
-}
-
-// smallestTimeout returns the smallest positive of a and b, or 0 when
-// neither is set.
-func smallestTimeout(a, b time.Duration) time.Duration {
-	switch {
-	case a <= 0:
-		return max(b, 0)
-	case b <= 0:
-		return a
-	}
-	return min(a, b)
 }
 
 // Client deadline headers read besides the one a policy names.
