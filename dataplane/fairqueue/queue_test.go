@@ -368,7 +368,10 @@ func TestQueueWeightedFairness(t *testing.T) {
 	for step := 0; ; step++ {
 		if step > 10*grants {
 			q.Close()
-			t.Fatalf("only %d grants after %d clock steps, want %d", rb.n, step, grants)
+			mu.Lock()
+			n := rb.n
+			mu.Unlock()
+			t.Fatalf("only %d grants after %d clock steps, want %d", n, step, grants)
 		}
 		q.waitIdle(t)
 		mu.Lock()
@@ -380,7 +383,7 @@ func TestQueueWeightedFairness(t *testing.T) {
 		clk.Step(time.Millisecond)
 	}
 	q.Close()
-	wg.Wait()
+	waitGroup(t, "the waiters", &wg)
 	r := rb.report()
 	t.Logf("grants %d shares %v maxLag %.2f", r.grants, r.shares, r.maxLag)
 	if err := r.check(0.03, 0.99, 2); err != nil {
