@@ -207,10 +207,10 @@ func (c *Controller) Admit(ctx context.Context, r Request) (dec Decision) {
 			gate.Arrive(tenant, keys.Model)
 		}
 		if c.queue.HasWaitersAny(all[:]) {
-			return c.wait(ctx, now, r, keys, tenant, used, limiter.Decision{})
+			return c.wait(ctx, now, r, keys, tenant, used, gate, limiter.Decision{})
 		}
 		if ok, retry := gateAllow(gate, now, tenant, keys.Model); !ok {
-			return c.wait(ctx, now, r, keys, tenant, used, gated(retry))
+			return c.wait(ctx, now, r, keys, tenant, used, gate, gated(retry))
 		}
 	}
 
@@ -223,10 +223,16 @@ func (c *Controller) Admit(ctx context.Context, r Request) (dec Decision) {
 		return unavailable(err)
 	case d.Allowed:
 		return Decision{Allowed: true, Status: StatusOK, Quota: d.Tightest, HasQuota: d.HasQuota}
-	case !queueable || !d.LimitType.Queueable() || d.TableFull != 0:
+	case !queueable || !canQueue(d):
 		return c.refusal(d, keys, "")
 	}
-	return c.wait(ctx, now, r, keys, tenant, used, d)
+	return c.wait(ctx, now, r, keys, tenant, used, gate, d)
+}
+
+// canQueue reports whether a refusal may wait in the fair queue: one by an
+// identity dimension, and not because that dimension's key table is full.
+func canQueue(d limiter.Decision) bool {
+	return d.LimitType.Queueable() && d.TableFull == 0
 }
 
 // PreAuth checks and charges the pre-authentication buckets (global, per
@@ -329,9 +335,10 @@ func (c *Controller) interval(d limiter.Decision, keys limiter.Keys) time.Durati
 
 // wait queues a request refused by d (or, with d.RefusedBy empty, one that
 // must not barge past waiters) and turns the queue's result into a Decision.
-func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys limiter.Keys, tenant string, used identity.Dimension, d limiter.Decision) Decision {
+// gate is the fleet gate Admit consulted, so one request reports to one gate
+// even when a reload swaps it meanwhile.
+func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys limiter.Keys, tenant string, used identity.Dimension, gate Gate, d limiter.Decision) Decision {
 	limitKeys, limitType := c.limitKeys(keys, d)
-	gate := c.gateFor(keys)
 	if d.RefusedBy == 0 && len(limitKeys) == 0 {
 		// The waiters we would have queued behind are gone: take the normal path.
 		var err error
@@ -346,7 +353,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		if d.Allowed {
 			return Decision{Allowed: true, Status: StatusOK, Quota: d.Tightest, HasQuota: d.HasQuota}
 		}
-		if !d.LimitType.Queueable() {
+		if !canQueue(d) {
 			return c.refusal(d, keys, "")
 		}
 		limitKeys, _ = c.limitKeys(keys, d)
