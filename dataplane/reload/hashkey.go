@@ -2,15 +2,11 @@ package reload
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -87,7 +83,10 @@ type RetrySink struct {
 	lastData   []byte
 }
 
-var _ Sink = (*RetrySink)(nil)
+var (
+	_ Sink       = (*RetrySink)(nil)
+	_ HealthSink = (*RetrySink)(nil)
+)
 
 // NewRetrySink returns a RetrySink in front of sink.
 func NewRetrySink(sink Sink) *RetrySink { return &RetrySink{sink: sink} }
@@ -118,9 +117,26 @@ func (s *RetrySink) Retry() {
 	}
 }
 
+// SourceError implements HealthSink: it passes the report on when its Sink
+// is a HealthSink, so a Source in front of a RetrySink still reports.
+func (s *RetrySink) SourceError(source string, err error) {
+	if h, ok := s.sink.(HealthSink); ok {
+		h.SourceError(source, err)
+	}
+}
+
+// SourceOK implements HealthSink like SourceError.
+func (s *RetrySink) SourceOK(source string) {
+	if h, ok := s.sink.(HealthSink); ok {
+		h.SourceOK(source)
+	}
+}
+
 // HashKeyWatcher watches one hash-key Secret by name (a list and watch with a
 // metadata.name field selector, which RBAC resourceNames can grant) and adds
-// every key it holds to a HashKeys; after a new key it calls OnNewKey.
+// every key it holds to a HashKeys; after a new key it calls OnNewKey. Like
+// ConfigMapSource it retries failed lists and watches with a backoff capped
+// at MaxWatchBackoff and reports them to HashKeyWatcherOptions.Health.
 type HashKeyWatcher struct {
 	client          kubernetes.Interface
 	namespace, name string
@@ -128,7 +144,9 @@ type HashKeyWatcher struct {
 	minLen          int
 	keys            *HashKeys
 	onNewKey        func()
+	health          HealthSink
 	log             logr.Logger
+	backoff         wait.Backoff
 }
 
 // HashKeyWatcherOptions configures a HashKeyWatcher.
@@ -141,6 +159,9 @@ type HashKeyWatcherOptions struct {
 	// OnNewKey is called, from the watcher's goroutine, after a key not
 	// seen before is added; typically RetrySink.Retry.
 	OnNewKey func()
+	// Health, when set, receives every failed and successful list or watch
+	// of the Secret; typically the Reloader.
+	Health HealthSink
 	// Logger receives the watcher's logs; never a key, only fingerprints.
 	Logger logr.Logger
 }
@@ -152,62 +173,76 @@ func NewHashKeyWatcher(c kubernetes.Interface, namespace, name string, keys *Has
 	}
 	return &HashKeyWatcher{
 		client: c, namespace: namespace, name: name, dataKey: opts.DataKey, minLen: opts.MinLen,
-		keys: keys, onNewKey: opts.OnNewKey, log: opts.Logger,
+		keys: keys, onNewKey: opts.OnNewKey, health: opts.Health, log: opts.Logger, backoff: watchBackoff,
 	}
 }
 
 // Run watches until ctx ends. A deleted Secret keeps every key already seen:
 // the config in force still needs its own.
 func (w *HashKeyWatcher) Run(ctx context.Context) error {
-	selector := fields.OneTermEqualSelector("metadata.name", w.name).String()
 	secrets := w.client.CoreV1().Secrets(w.namespace)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return secrets.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return secrets.Watch(ctx, o)
-		},
+	nw := &namedWatch[*corev1.SecretList]{
+		client: w.client, name: w.name, desc: "Secret " + w.namespace + "/" + w.name,
+		list: secrets.List, watch: secrets.Watch, object: &corev1.Secret{},
+		store:  &secretStore{w: w},
+		health: w.health, log: w.log, backoff: w.backoff,
 	}
-	deliver := func(obj any) {
-		s, ok := obj.(*corev1.Secret)
-		if !ok || s.Name != w.name {
-			return
-		}
-		key := s.Data[w.dataKey]
-		if len(key) < w.minLen || len(key) == 0 {
-			w.log.Info("Hash key Secret holds no usable key; keeping the keys already known",
-				"secret", w.namespace+"/"+w.name, "dataKey", w.dataKey, "minBytes", w.minLen)
-			return
-		}
-		fp, added := w.keys.Add(key)
-		if !added {
-			return
-		}
-		w.log.Info("New hash key", "secret", w.namespace+"/"+w.name, "fingerprint", fp)
-		if w.onNewKey != nil {
-			w.onNewKey()
-		}
-	}
-	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		Logger:        &w.log,
-		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, w.client),
-		ObjectType:    &corev1.Secret{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    deliver,
-			UpdateFunc: func(_, obj any) { deliver(obj) },
-			DeleteFunc: func(any) {
-				w.log.Info("Hash key Secret deleted; keeping the keys already known until a new one appears", "secret", w.namespace+"/"+w.name)
-			},
-		},
-	})
-	ctrl.RunWithContext(ctx)
+	nw.run(ctx) // returns once ctx ends
 	return nil
 }
 
-// String names the watched Secret for logs.
-func (w *HashKeyWatcher) String() string {
-	return fmt.Sprintf("hash key Secret %s/%s", w.namespace, w.name)
+// deliver adds the key obj holds, if it is the watched Secret's.
+func (w *HashKeyWatcher) deliver(obj any) {
+	s, ok := obj.(*corev1.Secret)
+	if !ok || s.Name != w.name {
+		return
+	}
+	key := s.Data[w.dataKey]
+	if len(key) < w.minLen || len(key) == 0 {
+		w.log.Info("Hash key Secret holds no usable key; keeping the keys already known",
+			"secret", w.namespace+"/"+w.name, "dataKey", w.dataKey, "minBytes", w.minLen)
+		return
+	}
+	fp, added := w.keys.Add(key)
+	if !added {
+		return
+	}
+	w.log.Info("New hash key", "secret", w.namespace+"/"+w.name, "fingerprint", fp)
+	if w.onNewKey != nil {
+		w.onNewKey()
+	}
 }
+
+// secretStore receives the reflector's view of the one Secret and adds its
+// key. It keeps no objects.
+type secretStore struct{ w *HashKeyWatcher }
+
+var _ cache.ReflectorStore = (*secretStore)(nil)
+
+// Add implements cache.ReflectorStore.
+func (st *secretStore) Add(obj any) error { st.w.deliver(obj); return nil }
+
+// Update implements cache.ReflectorStore.
+func (st *secretStore) Update(obj any) error { st.w.deliver(obj); return nil }
+
+// Delete implements cache.ReflectorStore.
+func (st *secretStore) Delete(any) error {
+	st.w.log.Info("Hash key Secret deleted; keeping the keys already known until a new one appears", "secret", st.w.namespace+"/"+st.w.name)
+	return nil
+}
+
+// Replace implements cache.ReflectorStore: a (re)list. A key already known
+// is not added again.
+func (st *secretStore) Replace(list []any, _ string) error {
+	for _, obj := range list {
+		if s, ok := obj.(*corev1.Secret); ok && s.Name == st.w.name {
+			st.w.deliver(obj)
+			return nil
+		}
+	}
+	st.w.log.V(1).Info("Hash key Secret absent from the list; keeping the keys already known", "secret", st.w.namespace+"/"+st.w.name)
+	return nil
+}
+
+// Resync implements cache.ReflectorStore; there is nothing to resync.
+func (st *secretStore) Resync() error { return nil }

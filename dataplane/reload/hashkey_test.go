@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 )
@@ -117,9 +121,7 @@ func TestHashKeyWatcherFollowsTheSecret(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 	defer func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run() = %v", err)
-		}
+		waitRun(t, done)
 	}()
 	wait := func(what string) {
 		t.Helper()
@@ -159,7 +161,86 @@ func TestHashKeyWatcherFollowsTheSecret(t *testing.T) {
 		t.Error("OnNewKey was called for something that is no new key")
 	default:
 	}
-	if got := fmt.Sprint(w); got != "hash key Secret team-a/llm-hash-key" {
-		t.Errorf("String() = %q", got)
+}
+
+// healthRecorder counts a source's health reports.
+type healthRecorder struct {
+	errors, oks atomic.Int32
+	mu          sync.Mutex
+	sources     map[string]bool
+}
+
+func (h *healthRecorder) record(source string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sources == nil {
+		h.sources = map[string]bool{}
 	}
+	h.sources[source] = true
+}
+
+func (h *healthRecorder) SourceError(source string, _ error) { h.record(source); h.errors.Add(1) }
+func (h *healthRecorder) SourceOK(source string)             { h.record(source); h.oks.Add(1) }
+
+func TestHashKeyWatcherRetriesOnTheCappedBackoffAndReportsHealth(t *testing.T) {
+	if w := NewHashKeyWatcher(fake.NewClientset(), "team-a", "llm-hash-key", NewHashKeys(), HashKeyWatcherOptions{}); w.backoff != watchBackoff {
+		t.Errorf("the watcher retries on %+v, want watchBackoff (capped at MaxWatchBackoff)", w.backoff)
+	}
+	client := fake.NewClientset(&corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "llm-hash-key"},
+		Data:       map[string][]byte{"key": testKey},
+	})
+	var down atomic.Bool
+	var failures atomic.Int32
+	down.Store(true)
+	client.PrependReactor("list", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			failures.Add(1)
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	health := &healthRecorder{}
+	keys := NewHashKeys()
+	w := NewHashKeyWatcher(client, "team-a", "llm-hash-key", keys, HashKeyWatcherOptions{Health: health, Logger: testLogger(t)})
+	// 20 failures within waitFor's limit show the watcher's own schedule
+	// drives the retries: client-go's default starts at 800 ms and doubles.
+	w.backoff = wait.Backoff{Duration: time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 5 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		waitRun(t, done)
+	}()
+
+	waitFor(t, "20 failed lists", func() bool { return failures.Load() >= 20 })
+	if got := health.errors.Load(); got < 20 {
+		t.Errorf("%d failed lists reported %d errors to the HealthSink, want each", failures.Load(), got)
+	}
+	down.Store(false)
+	waitFor(t, "the key after the outage", func() bool {
+		_, ok := keys.Lookup(config.KeyFingerprint(testKey))
+		return ok
+	})
+	waitFor(t, "the recovery report", func() bool { return health.oks.Load() > 0 })
+	health.mu.Lock()
+	defer health.mu.Unlock()
+	if !health.sources["Secret team-a/llm-hash-key"] || len(health.sources) != 1 {
+		t.Errorf("reports named %v, want only the Secret", health.sources)
+	}
+}
+
+func TestRetrySinkPassesHealthOn(t *testing.T) {
+	health := &struct {
+		healthRecorder
+		keyedSink
+	}{}
+	sink := NewRetrySink(health)
+	sink.SourceError("ConfigMap ns/cm", errors.New("refused"))
+	sink.SourceOK("ConfigMap ns/cm")
+	if health.errors.Load() != 1 || health.oks.Load() != 1 {
+		t.Errorf("through a RetrySink the HealthSink got %d errors and %d oks, want 1 and 1", health.errors.Load(), health.oks.Load())
+	}
+	NewRetrySink(&keyedSink{}).SourceOK("ConfigMap ns/cm") // a Sink without health: a no-op
 }

@@ -37,10 +37,9 @@ var _ HealthSink = (*Reloader)(nil)
 // sourceHealth is the Reloader's record of its source's failures.
 type sourceHealth struct {
 	mu         sync.Mutex
-	failing    bool
 	since      time.Time // first failure of the current run of failures
 	lastErr    error
-	failures   int // in the current run
+	failures   int // in the current run; 0 while the source works
 	lastLogged time.Time
 
 	up     prometheus.Gauge
@@ -74,8 +73,8 @@ func (r *Reloader) SourceError(source string, err error) {
 	h.up.Set(0)
 	h.lastErr = err
 	h.failures++
-	if !h.failing {
-		h.failing, h.since, h.lastLogged = true, now, now
+	if h.failures == 1 {
+		h.since, h.lastLogged = now, now
 		r.log.Error(err, "Config source failing; the config in force stays, retrying with backoff",
 			"source", source, "configHash", r.Hash(), "maxBackoff", MaxWatchBackoff.String())
 		return
@@ -93,12 +92,12 @@ func (r *Reloader) SourceOK(source string) {
 	h := r.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.failing {
+	if h.failures == 0 {
 		return
 	}
 	r.log.Info("Config source reachable again", "source", source,
 		"after", r.clk.Now().Sub(h.since).Round(time.Millisecond).String(), "failures", h.failures)
-	h.failing, h.lastErr, h.failures = false, nil, 0
+	h.lastErr, h.failures = nil, 0
 	h.up.Set(1)
 }
 
@@ -108,7 +107,7 @@ func (r *Reloader) SourceHealth() error {
 	h := r.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.failing {
+	if h.failures == 0 {
 		return nil
 	}
 	return fmt.Errorf("config source failing for %s (%d failures): %w",

@@ -97,14 +97,7 @@ func TestConfigMapSourceRecoversFromAnOutage(t *testing.T) {
 	go func() { done <- src.Run(ctx, rl) }()
 	defer func() {
 		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run() = %v, want nil after cancel", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return within 10 s of the cancel")
-		}
+		waitRun(t, done)
 	}()
 
 	waitFor(t, "20 failed lists", func() bool { return failures.Load() >= 20 })

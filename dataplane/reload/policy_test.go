@@ -68,9 +68,7 @@ func runPolicySource(t *testing.T, src *PolicySource, clk *clocktesting.FakeCloc
 	go func() { done <- src.Run(ctx, sink) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run() = %v, want nil after cancel", err)
-		}
+		waitRun(t, done)
 	})
 	waitFor(t, "the source to start", func() bool { return clk.HasWaiters() })
 	return sink
