@@ -104,9 +104,6 @@ type tenant struct {
 	place      tenantPlace
 	heapIdx    int
 	seq        uint64
-	// since is when the tenant was last admitted a request, or when it last
-	// became active; it dates the tenant's next expected grant.
-	since int64
 	// idlePrev and idleNext link the idle list while the queue is empty.
 	idlePrev, idleNext *tenant
 	idle               bool  // on the idle list
@@ -357,7 +354,6 @@ func (s *sched) activate(t *tenant, now int64) {
 		s.unlinkIdle(t)
 	}
 	t.finish = vmax(t.finish, s.vnow)
-	t.since = now
 	s.sumWeights += t.weight
 	s.active++
 }
@@ -522,7 +518,6 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 				s.spacing += spacingWeight * (dt - s.spacing)
 			}
 		}
-		t.since = now
 		s.finish(w, now, true, "")
 		s.lastGrant, s.lastGrantSet = now, s.depth > 0
 		return outcomeAdmitted

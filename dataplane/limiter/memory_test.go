@@ -300,8 +300,8 @@ func BenchmarkTakeIdentity(b *testing.B) {
 }
 
 // BenchmarkTakeIdentityParallel charges the identity buckets from parallel
-// goroutines, each with its own API key and user and all sharing a team and
-// a model, as a replica serving many tenants does. Run with -cpu 1,2: with
+// goroutines, each with its own API key, user and team and all sharing a
+// model, as a replica serving many tenants does. Run with -cpu 1,2: with
 // sharded locks, admissions per second scale with cores.
 func BenchmarkTakeIdentityParallel(b *testing.B) {
 	cfg := Config{APIKey: lim(1<<40, time.Second, 0), User: lim(1<<40, time.Second, 0), Team: lim(1<<40, time.Second, 0), Model: lim(1<<40, time.Second, 0)}

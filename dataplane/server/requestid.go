@@ -49,7 +49,7 @@ func (w *requestIDWriter) setID() {
 // WriteHeader implements http.ResponseWriter.
 func (w *requestIDWriter) WriteHeader(code int) {
 	w.setID()
-	if w.status == 0 || w.status < 200 {
+	if w.status < 200 {
 		w.status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
