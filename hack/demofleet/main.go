@@ -40,11 +40,20 @@ import (
 	"github.com/fairqueue/fairqueue/internal/fleetdemo"
 )
 
+// errInterrupted ends a run stopped by Ctrl-C or SIGTERM.
+var errInterrupted = errors.New("interrupted")
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop() // before os.Exit, which skips deferred calls
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
+	if err != nil {
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			return
+		case errors.Is(err, errInterrupted):
+			os.Exit(130) // as hack/demo does
+		}
 		fmt.Fprintln(os.Stderr, "demofleet:", err)
 		os.Exit(1)
 	}
@@ -81,6 +90,10 @@ func run(ctx context.Context, args []string) error {
 	}
 	o.Out = os.Stdout
 	res, err := fleetdemo.Run(ctx, o)
+	if ctx.Err() != nil {
+		fmt.Println("==> Interrupted: the replicas and Redis the demo started have been stopped")
+		return errInterrupted
+	}
 	if res != nil {
 		err = errors.Join(err, res.WriteReport(os.Stdout))
 		if chart != "" && len(res.Unavailable) > 0 {
