@@ -19,10 +19,10 @@ import (
 const (
 	// DataPlaneComponentLabel marks data-plane report Leases; its value is
 	// DataPlaneComponentValue. The data plane writes the same values.
-	DataPlaneComponentLabel = "app.kubernetes.io/component"
+	DataPlaneComponentLabel = config.ComponentLabel
 	// DataPlaneComponentValue is the value of DataPlaneComponentLabel on
 	// data-plane report Leases.
-	DataPlaneComponentValue = "fairqueue-dataplane"
+	DataPlaneComponentValue = config.DataPlaneComponent
 )
 
 // replicaCount is what the data-plane Leases of one policy say.

@@ -32,6 +32,12 @@ const (
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	// ManagedByValue is the value of ManagedByLabel on operator-managed objects.
 	ManagedByValue = "fairqueue-operator"
+	// ComponentLabel marks the data plane's report Leases; its value is
+	// DataPlaneComponent. The operator selects the Leases by it.
+	ComponentLabel = "app.kubernetes.io/component"
+	// DataPlaneComponent is the value of ComponentLabel on data-plane
+	// report Leases.
+	DataPlaneComponent = "fairqueue-dataplane"
 	// ConfigHashAnnotation is set on the rendered ConfigMap to Hash of its
 	// ConfigMapKey data, so the loaded version is visible without parsing.
 	ConfigHashAnnotation = "fairqueue.dev/config-hash"

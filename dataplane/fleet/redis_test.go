@@ -20,9 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +37,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
+	"github.com/fairqueue/fairqueue/internal/redistest"
 )
 
 func TestRedisExchangeExpiresByRedisTime(t *testing.T) {
@@ -87,47 +85,6 @@ func TestRedisExchangeExpiresByRedisTime(t *testing.T) {
 	if _, err := ex.Swap(ctx, "m", Report{Replica: "r3"}, 600*time.Millisecond); err == nil || !strings.Contains(err.Error(), "decode a fleet report") {
 		t.Fatalf("a corrupt report gave err %v, want one naming the undecodable report", err)
 	}
-}
-
-// startRedisServer starts a real redis-server on a free loopback port and
-// stops it when the test ends. It skips the test when redis-server is not
-// installed, unless CI is set.
-func startRedisServer(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("redis-server not found on PATH, and CI is set: install it (apt-get install -y redis-server)")
-		}
-		t.Skip("redis-server not found on PATH: install it (apt-get install -y redis-server) to run the real fleet test")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer func() { _ = c.Close() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not answer PING within 10s", addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return addr
 }
 
 // realReplica is one data-plane replica's admission path on real Redis: the
@@ -237,7 +194,7 @@ func TestRealRedisFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for about 30s of real time")
 	}
-	addr := startRedisServer(t)
+	addr := redistest.Start(t).Addr()
 	limits := limiter.Config{Model: &limiter.Limit{Requests: 90, Period: time.Second}}
 	weights := fairqueue.Weights{Default: 1, ByTenant: map[string]int{"A": 1, "B": 1, "C": 3}}
 	want := map[string]float64{"A": 0.2, "B": 0.2, "C": 0.6}

@@ -34,9 +34,9 @@ const (
 	LeasePolicyLabel = config.PolicyLabel
 	// LeaseComponentLabel marks data-plane Leases; its value is
 	// LeaseComponentValue.
-	LeaseComponentLabel = "app.kubernetes.io/component"
+	LeaseComponentLabel = config.ComponentLabel
 	// LeaseComponentValue is the value of LeaseComponentLabel.
-	LeaseComponentValue = "fairqueue-dataplane"
+	LeaseComponentValue = config.DataPlaneComponent
 	// LeaseConfigHashAnnotation holds the hash of the config the replica
 	// has in force, comparable with the policy's status.configHash.
 	LeaseConfigHashAnnotation = config.ConfigHashAnnotation

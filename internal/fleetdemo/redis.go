@@ -18,14 +18,12 @@ package fleetdemo
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os/exec"
-	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
+
+	"github.com/fairqueue/fairqueue/internal/redistest"
 )
 
 // redisBackend is the Redis the demo's replicas share, which it can kill and
@@ -49,19 +47,15 @@ type redisBackend interface {
 func startRedis(ctx context.Context, bin string) (redisBackend, string, error) {
 	if bin != "-" {
 		if bin == "" {
-			bin = "redis-server"
+			bin = redistest.DefaultBinary
 		}
 		path, err := exec.LookPath(bin)
 		if err == nil {
-			port, err := freePort()
+			s, err := redistest.Launch(ctx, path, "")
 			if err != nil {
 				return nil, "", err
 			}
-			s := &realRedis{bin: path, addr: fmt.Sprintf("127.0.0.1:%d", port)}
-			if err := s.start(ctx); err != nil {
-				return nil, "", err
-			}
-			return s, "", nil
+			return realRedis{s}, "", nil
 		}
 		note := fmt.Sprintf("%s not found on PATH (install the redis-server package for a real one): serving an embedded miniredis instead", bin)
 		m, err := startMini()
@@ -71,56 +65,11 @@ func startRedis(ctx context.Context, bin string) (redisBackend, string, error) {
 	return m, "embedded miniredis requested", err
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free loopback port for redis-server: %w", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	return port, l.Close()
-}
-
 // realRedis is a redis-server child process without persistence.
-type realRedis struct {
-	bin, addr string
-	cmd       *exec.Cmd
-}
+type realRedis struct{ *redistest.Server }
 
-func (s *realRedis) Addr() string     { return s.addr }
-func (s *realRedis) Describe() string { return "redis-server (" + s.bin + ") on " + s.addr }
-
-func (s *realRedis) start(ctx context.Context) error {
-	_, port, _ := net.SplitHostPort(s.addr)
-	s.cmd = exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err := s.cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.bin, err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: s.addr})
-	defer func() { _ = c.Close() }()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for c.Ping(ctx).Err() != nil {
-		select {
-		case <-ctx.Done():
-			return errors.Join(fmt.Errorf("redis-server on %s did not answer PING within 10s", s.addr), s.Kill())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
-func (s *realRedis) Kill() error {
-	if s.cmd == nil {
-		return nil
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait() // killed: the exit status is expected
-	s.cmd = nil
-	return nil
-}
-
-func (s *realRedis) Restart(ctx context.Context) error { return s.start(ctx) }
-func (s *realRedis) Close() error                      { return s.Kill() }
+func (s realRedis) Describe() string { return "redis-server (" + s.Binary() + ") on " + s.Addr() }
+func (s realRedis) Close() error     { return s.Kill() }
 
 // miniRedis is the embedded fallback.
 type miniRedis struct{ m *miniredis.Miniredis }

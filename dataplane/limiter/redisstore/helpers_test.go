@@ -19,17 +19,15 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/fairqueue/fairqueue/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
@@ -53,89 +51,43 @@ func TestMain(m *testing.M) {
 }
 
 // redisServer is a redis-server process started by a test on a free
-// loopback port, without persistence.
+// loopback port, without persistence (see package redistest).
 type redisServer struct {
 	t    testing.TB
 	addr string
-	args []string
-	cmd  *exec.Cmd
-	dir  string
+	srv  *redistest.Server
 }
 
-// needRedisServer returns the path of redis-server, skipping the test when
-// it is absent outside CI and failing it under CI, which must install it.
-func needRedisServer(t testing.TB) string {
-	t.Helper()
-	path, err := lookRedisServer()
-	if err == nil {
-		return path
-	}
-	if inCI() {
-		t.Fatalf("redis-server is not on PATH but CI is set: install it (Debian: apt-get install -y redis-server)")
-	}
-	t.Skip("redis-server is not on PATH; install it (Debian: apt-get install -y redis-server) to run the real-Redis tests")
-	return ""
-}
-
-func lookRedisServer() (string, error) { return exec.LookPath("redis-server") }
+func lookRedisServer() (string, error) { return redistest.Look() }
 
 // inCI reports whether the tests run under CI, where every real part must
 // be present.
-func inCI() bool { return os.Getenv("CI") != "" }
+func inCI() bool { return redistest.InCI() }
 
 // startRedis starts a redis-server on a free loopback port and stops it
-// when the test ends. extra are additional server arguments.
+// when the test ends; it skips the test when redis-server is absent outside
+// CI and fails it under CI. extra are additional server arguments.
 func startRedis(t testing.TB, extra ...string) *redisServer {
 	t.Helper()
-	needRedisServer(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	s := &redisServer{t: t, addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir()}
-	s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--protected-mode", "no"}, extra...)
-	s.start()
-	t.Cleanup(s.stop)
-	return s
+	srv := redistest.Start(t, extra...)
+	return &redisServer{t: t, addr: srv.Addr(), srv: srv}
 }
 
-// start runs the server and waits, at most 10s, until it answers PING.
+// start runs the stopped server again on the same port and waits, at most
+// 10s, until it answers PING.
 func (s *redisServer) start() {
 	s.t.Helper()
-	s.cmd = exec.Command("redis-server", s.args...)
-	s.cmd.Stdout, s.cmd.Stderr = nil, nil
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("starting redis-server: %v", err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	defer func() { _ = c.Close() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			s.t.Fatalf("redis-server on %s did not answer PING within 10s: %v", s.addr, err)
-		}
-		time.Sleep(10 * time.Millisecond) // polling an external process, not test timing
+	if err := s.srv.Restart(context.Background()); err != nil {
+		s.t.Fatal(err)
 	}
 }
 
 // stop kills the server and waits for it to exit.
 func (s *redisServer) stop() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
+	s.t.Helper()
+	if err := s.srv.Kill(); err != nil {
+		s.t.Fatal(err)
 	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
 }
 
 // testObserver records what a Store reports.

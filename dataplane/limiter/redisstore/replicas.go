@@ -26,14 +26,16 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
 )
 
-// Labels of the data-plane report Leases (see package reload), repeated here
-// so the store does not depend on the reload package.
+// Labels of the data-plane report Leases (see package reload), taken from
+// package config so the store does not depend on the reload package.
 const (
-	leasePolicyLabel    = "fairqueue.dev/policy"
-	leaseComponentLabel = "app.kubernetes.io/component"
-	leaseComponentValue = "fairqueue-dataplane"
+	leasePolicyLabel    = config.PolicyLabel
+	leaseComponentLabel = config.ComponentLabel
+	leaseComponentValue = config.DataPlaneComponent
 )
 
 // DefaultReplicaPoll is how often LeaseReplicas recounts the Leases.
