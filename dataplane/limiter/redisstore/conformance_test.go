@@ -147,7 +147,9 @@ func TestSameTableOnEveryBackend(t *testing.T) {
 			{op: OpTake, b: []bucket{{limiter.DimensionUser, "u", lim(1, time.Second, 0)}, {limiter.DimensionTeam, "t", lim(1, 10*time.Second, 0)}, {limiter.DimensionModel, "m", lim(1, 5*time.Second, 0)}},
 				want: expect{allowed: true, remaining: 0, reset: 10 * time.Second}},
 			{at: 6 * time.Second, op: OpTake, b: []bucket{{limiter.DimensionUser, "u", lim(1, time.Second, 0)}, {limiter.DimensionTeam, "t", lim(1, 10*time.Second, 0)}, {limiter.DimensionModel, "m", lim(1, 5*time.Second, 0)}},
-				want: expect{limitType: limiter.DimensionTeam, retry: 4 * time.Second, reset: 5 * time.Second}},
+				// The quota is the refusing team bucket's (full again in 4s),
+				// not the model's, which let the request pass.
+				want: expect{limitType: limiter.DimensionTeam, retry: 4 * time.Second, reset: 4 * time.Second}},
 		},
 	}, {
 		name: "the quota is the tightest bucket's",
