@@ -67,23 +67,38 @@ type gcFloor struct {
 	percent int
 }
 
+// gcFloorEnabled reports whether the heap floor applies: not for a floor of
+// 0, and not when the environment (read through getenv) sets GOGC, whatever
+// its value, as the operator's GOGC then decides alone.
+func gcFloorEnabled(floor uint64, getenv func(string) string) bool {
+	return floor != 0 && getenv("GOGC") == ""
+}
+
 // startGCFloor starts keeping the heap goal at least floor bytes and returns
-// the function that stops it and restores GOGC=100. A floor of 0 or a GOGC
-// environment variable turns it off (the returned function then does nothing).
+// the function that stops it and restores GOGC=100. When gcFloorEnabled says
+// no it changes nothing and the returned function does nothing.
 func startGCFloor(floor uint64, getenv func(string) string) (stop func()) {
-	if floor == 0 || getenv("GOGC") != "" {
+	if !gcFloorEnabled(floor, getenv) {
 		return func() {}
 	}
-	g := &gcFloor{floor: floor, sample: []metrics.Sample{
+	g := newGCFloor(floor)
+	g.arm()
+	return g.stop
+}
+
+func newGCFloor(floor uint64) *gcFloor {
+	return &gcFloor{floor: floor, sample: []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"},
 	}}
-	g.arm()
-	return func() {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		g.stopped.Store(true)
-		debug.SetGCPercent(100)
-	}
+}
+
+// stop stops adjusting GOGC and restores 100; no adjust that runs later (a
+// finalizer already under way) sets GOGC again.
+func (g *gcFloor) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopped.Store(true)
+	debug.SetGCPercent(100)
 }
 
 // gcSentinel is garbage the moment it is made; its finalizer runs after the

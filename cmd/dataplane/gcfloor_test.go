@@ -18,6 +18,7 @@ package main
 
 import (
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"testing"
 	"time"
@@ -72,26 +73,74 @@ func TestGCFloorRaisesGOGCAfterACollectionAndStops(t *testing.T) {
 			stop()
 		}
 	}()
+	// The floor is applied by a finalizer, which runs on its own goroutine
+	// after the cycle that found its object: poll for it, bounded.
 	deadline := time.Now().Add(5 * time.Second)
 	for gogc(t) <= 100 {
 		if time.Now().After(deadline) {
 			t.Fatal("GOGC still 100 five seconds after collections began: the heap floor is not applied after a GC cycle")
 		}
-		runtime.GC() // the finalizer runs after the cycle
+		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
 	}
 	stop()
 	stopped = true
-	for range 3 {
-		runtime.GC()
-	}
-	time.Sleep(50 * time.Millisecond)
 	if got := gogc(t); got != 100 {
 		t.Errorf("GOGC = %d after stop, want 100 restored", got)
 	}
 }
 
+// TestGCFloorAdjustAfterStopLeavesGOGC checks the other half of stop
+// directly: a finalizer already under way when stop ran (so its adjust comes
+// after) must not set GOGC again.
+func TestGCFloorAdjustAfterStopLeavesGOGC(t *testing.T) {
+	if gogc(t) != 100 {
+		t.Skip("GOGC is not 100 in this test process")
+	}
+	g := newGCFloor(1 << 40) // far above any test heap: adjust would raise GOGC
+	g.stop()
+	g.adjust()
+	if got := gogc(t); got != 100 {
+		debug.SetGCPercent(100)
+		t.Errorf("GOGC = %d after an adjust that followed stop, want 100", got)
+	}
+}
+
+func TestGCFloorEnabled(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		floor uint64
+		env   string // GOGC
+		want  bool
+	}{
+		{name: "floor, no GOGC", floor: defaultGCHeapFloor, want: true},
+		{name: "GOGC set", floor: 1 << 40, env: "50", want: false},
+		{name: "GOGC=100 set: still the operator's", floor: 1 << 40, env: "100", want: false},
+		{name: "GOGC=off", floor: 1 << 40, env: "off", want: false},
+		{name: "floor 0", floor: 0, want: false},
+		{name: "floor 0 and GOGC set", floor: 0, env: "50", want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			getenv := func(k string) string {
+				if k == "GOGC" {
+					return tc.env
+				}
+				return ""
+			}
+			if got := gcFloorEnabled(tc.floor, getenv); got != tc.want {
+				t.Errorf("gcFloorEnabled(%d, GOGC=%q) = %v, want %v", tc.floor, tc.env, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestGCFloorLeavesAnOperatorsGOGCAlone checks that a disabled floor changes
+// nothing, not even on stop: GOGC is set to a value neither the floor nor
+// stop would set, so any write shows.
 func TestGCFloorLeavesAnOperatorsGOGCAlone(t *testing.T) {
+	const operators = 73
+	prev := debug.SetGCPercent(operators)
+	defer debug.SetGCPercent(prev)
 	for _, tc := range []struct {
 		name  string
 		floor uint64
@@ -101,20 +150,15 @@ func TestGCFloorLeavesAnOperatorsGOGCAlone(t *testing.T) {
 		{name: "floor 0", floor: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := gogc(t)
 			stop := startGCFloor(tc.floor, func(k string) string {
 				if k == "GOGC" {
 					return tc.env
 				}
 				return ""
 			})
-			for range 3 {
-				runtime.GC()
-			}
-			time.Sleep(50 * time.Millisecond)
 			stop()
-			if got := gogc(t); got != before {
-				t.Errorf("GOGC = %d, want %d untouched", got, before)
+			if got := gogc(t); got != operators {
+				t.Errorf("GOGC = %d, want %d untouched", got, operators)
 			}
 		})
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -121,19 +121,29 @@ func TestRunStartsAndStops(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var stderr bytes.Buffer
+	var stderr testutil.SyncBuffer
 	go func() {
 		done <- run(ctx, []string{"--hash-key-file", write(t, "k", key), "--config", write(t, "c.json", good),
 			"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--shutdown-grace", "1s", "--shutdown-delay", "0s"}, func(string) string { return "" }, &stderr)
 	}()
 	cancel()
+	waitRun(t, done, 10*time.Second, &stderr)
+}
+
+// waitRun waits for a run started in a goroutine, which sends its result on
+// done, to return after its context ended, and fails the test (with run's
+// log) if it returns an error or has not returned within timeout, so a run
+// that does not stop fails in seconds instead of hanging until go test's
+// own timeout. It only reports (t.Errorf), so it can be deferred.
+func waitRun(t *testing.T, done <-chan error, timeout time.Duration, log *testutil.SyncBuffer) {
+	t.Helper()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("run() = %v, want nil after cancellation; log:\n%s", err, stderr.String())
+			t.Errorf("run() = %v, want nil after its context ended; log:\n%s", err, log.String())
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("run did not return after its context ended")
+	case <-time.After(timeout):
+		t.Errorf("run() did not return within %v after its context ended; log:\n%s", timeout, log.String())
 	}
 }
 
@@ -185,19 +195,17 @@ func TestRunFollowsTheConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := write(t, "config.json", v1)
-	ops := freeAddr(t)
+	ops := testutil.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var stderr bytes.Buffer
+	var stderr testutil.SyncBuffer
 	go func() {
 		done <- run(ctx, []string{"--hash-key-file", write(t, "k", key), "--config", path,
 			"--listen", "127.0.0.1:0", "--metrics-listen", ops, "--shutdown-grace", "1s", "--shutdown-delay", "0s"}, func(string) string { return "" }, &stderr)
 	}()
 	defer func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run() = %v; log:\n%s", err, stderr.String())
-		}
+		waitRun(t, done, 20*time.Second, &stderr)
 	}()
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + ops + path)
@@ -248,20 +256,6 @@ func TestRunFollowsTheConfigFile(t *testing.T) {
 	if code, _ := get("/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz = %d after a refused edit, want 200: the last good config is in force", code)
 	}
-}
-
-// freeAddr returns a loopback address with a port that was free just now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatalf("freeing %s for the test: %v", addr, err)
-	}
-	return addr
 }
 
 // TestDeploymentArgsParse keeps config/dataplane/deployment.yaml and the flags

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/dataplane/render"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 const samplesDir = "../../config/samples"
@@ -230,10 +230,10 @@ func TestSamplesRunStandalone(t *testing.T) {
 // SIGTERM when the test ends.
 func runBinary(t *testing.T, bin string, args []string) string {
 	t.Helper()
-	traffic, ops := freeAddr(t), freeAddr(t)
+	traffic, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	cmd := exec.CommandContext(ctx, bin, append(args, "--listen", traffic, "--metrics-listen", ops)...)
-	var logs bytes.Buffer
+	var logs testutil.SyncBuffer // read below while the process still writes
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		cancel()
@@ -286,24 +286,17 @@ func TestRunFollowsThePolicyAndSecrets(t *testing.T) {
 	writeAtomically(t, filepath.Join(secretsDir, "tenants.yaml"), secret("sk-1"))
 	keyFile := filepath.Join(dir, "key")
 
-	ops := freeAddr(t)
+	ops := testutil.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var stderr syncBuffer
+	var stderr testutil.SyncBuffer
 	go func() {
 		done <- run(ctx, []string{"--policy", policyPath, "--secrets", secretsDir, "--hash-key-file", keyFile,
 			"--listen", "127.0.0.1:0", "--metrics-listen", ops, "--shutdown-grace", "1s"}, noEnv, &stderr)
 	}()
 	defer func() {
 		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run() = %v; log:\n%s", err, stderr.String())
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("run() did not return 20s after cancel")
-		}
+		waitRun(t, done, 20*time.Second, &stderr)
 	}()
 	// hashOf renders what the data plane should load for the inputs now on disk.
 	hashOf := func() string {
@@ -383,22 +376,4 @@ func waitFile(t *testing.T, path string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger and the test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // TestRunUsesTheRedisStoreOfTheConfig runs the data plane on a config whose
@@ -42,19 +42,17 @@ func TestRunUsesTheRedisStoreOfTheConfig(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(secretDir, "password"), []byte("s3cret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	traffic, ops := freeAddr(t), freeAddr(t)
+	traffic, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var stderr bytes.Buffer
+	var stderr testutil.SyncBuffer // read by until while run still writes
 	go func() {
 		done <- run(ctx, []string{"--hash-key-file", write(t, "k", key), "--config", write(t, "c.json", data), "--store-secret-dir", secretDir,
 			"--listen", traffic, "--metrics-listen", ops, "--shutdown-grace", "1s"}, func(string) string { return "" }, &stderr)
 	}()
 	defer func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run() = %v; log:\n%s", err, stderr.String())
-		}
+		waitRun(t, done, 20*time.Second, &stderr)
 	}()
 	call := func() (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+traffic+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))

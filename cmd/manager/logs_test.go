@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,28 +18,11 @@ import (
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/internal/testenv"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // managerRan is set once run has started a manager in this process.
 var managerRan atomic.Bool
-
-// syncBuffer is a bytes.Buffer safe for the manager's concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestManagerAtHighestVerbosity runs the manager at -v=10 against a real API
 // server through a full reconcile of a policy with weightsFrom, a key
@@ -99,7 +80,7 @@ func TestManagerAtHighestVerbosity(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)

@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"os"
 	"os/exec"
@@ -10,10 +9,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // startupTimeout bounds how long the control plane may take to become ready
@@ -55,7 +55,7 @@ func TestLocalControlPlaneStartsAndCleansUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = stdout.Close() }() // our read end: nothing to flush
-	var stderr syncBuffer
+	var stderr testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = stdoutW, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -210,23 +210,4 @@ func equalSet(m map[int]string, names ...string) bool {
 		}
 	}
 	return true
-}
-
-// syncBuffer is a bytes.Buffer safe to write from a process's output copier
-// while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -37,6 +36,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
 	"github.com/fairqueue/fairqueue/internal/testenv"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -58,24 +58,6 @@ const (
 	followTimeout = 30 * time.Second
 )
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // tally counts the answers of the load.
 type tally struct {
 	total, failed atomic.Int64
@@ -94,17 +76,6 @@ func (t *tally) record(code int, err error) {
 	if len(t.samples) < 10 {
 		t.samples = append(t.samples, fmt.Sprintf("%d %v", code, err))
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close() // only reserved the port number
-	return addr
 }
 
 // call sends one chat request with the API key through the data plane.
@@ -198,8 +169,13 @@ func TestHashKeyRotationUnderTraffic(t *testing.T) {
 	go func() { mgrDone <- mgr.Start(mgrCtx) }()
 	defer func() {
 		stopMgr()
-		if err := <-mgrDone; err != nil {
-			t.Errorf("operator: %v", err)
+		select {
+		case err := <-mgrDone:
+			if err != nil {
+				t.Errorf("operator: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("operator: the manager did not stop within 30s of its context ending")
 		}
 	}()
 	rendered := waitPolicy(ctx, t, c, policy, func(p *fqv1alpha1.FairQueuePolicy) bool {
@@ -207,8 +183,8 @@ func TestHashKeyRotationUnderTraffic(t *testing.T) {
 	})
 
 	// The data plane, as deployed: ConfigMap and Secret through the API.
-	listen, ops := freeAddr(t), freeAddr(t)
-	var dpOut syncBuffer
+	listen, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	var dpOut testutil.SyncBuffer
 	dp := exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--configmap", ns+"/"+controllers.ConfigMapName(policy.Name),
 		"--listen", listen, "--metrics-listen", ops, "--pod-name", "rotation-0")
 	dp.Stdout, dp.Stderr = &dpOut, &dpOut

@@ -177,6 +177,7 @@ type probeHarness struct {
 }
 
 func newProbeHarness(t *testing.T, mode FailureMode, replicas int) *probeHarness {
+	t.Helper()
 	h := &probeHarness{m: miniredis.RunT(t), fc: clocktesting.NewFakeClock(t0), obs: newTestObserver(), probes: make(chan error, 1)}
 	var err error
 	h.s, err = New(Options{Addresses: []string{h.m.Addr()}, Namespace: "ns", Policy: "p", FailureMode: mode, Replicas: StaticReplicas(replicas),
@@ -185,8 +186,13 @@ func newProbeHarness(t *testing.T, mode FailureMode, replicas int) *probeHarness
 		t.Fatal(err)
 	}
 	h.s.onProbe = func(err error) { h.probes <- err }
-	<-h.obs.states // the initial "up"
 	t.Cleanup(func() { _ = h.s.Close() })
+	select {
+	case <-h.obs.states: // the initial "up"
+	case <-time.After(30 * time.Second):
+		// The observer drops a state its full buffer cannot take.
+		t.Fatal("the store did not report its initial state within 30s")
+	}
 	return h
 }
 
