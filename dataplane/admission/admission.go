@@ -90,6 +90,10 @@ type Request struct {
 	// TotalTimeout is the smallest configured total timeout for the request's
 	// route; queued time counts against it. Zero means none.
 	TotalTimeout time.Duration
+	// Tokens is the request's token reservation (estimated prompt tokens
+	// plus its output cap), reserved after the request-count limits admit
+	// it when deferred admission is on; 0 means token accounting is off.
+	Tokens int64
 }
 
 // QueueInfo describes the fair queue's part in a decision, for the
@@ -132,8 +136,13 @@ type Decision struct {
 	TableFull bool
 	// Queue describes the fair queue's involvement.
 	Queue QueueInfo
+	// Tokens describes the token budget's part (SPEC section 6).
+	Tokens TokenInfo
 	// Err is the cause of a 503 or 499, for logs; nil otherwise.
 	Err error
+
+	// settle is what Settle corrects once the response has ended.
+	settle settlement
 }
 
 // Controller makes admission decisions. It is safe for concurrent use.
@@ -145,6 +154,10 @@ type Controller struct {
 	settings atomic.Pointer[Settings]
 	gate     gateRef // optional fleet pacing (gate.go)
 	tenants  obsRef  // optional per-tenant observer (tenants.go)
+	// deferq, tokens and tokenObs are deferred admission (tokens.go).
+	deferq   atomic.Pointer[fairqueue.Queue]
+	tokens   atomic.Pointer[TokenSettings]
+	tokenObs atomic.Pointer[TokenObserver]
 }
 
 // New returns a Controller deciding with lim and queuing in q, reading time
@@ -179,10 +192,21 @@ func (c *Controller) SetSettings(s Settings) error {
 	return nil
 }
 
-// Admit decides r, blocking while it waits in the fair queue. ctx ending
-// (the client disconnecting) takes the request out of the queue at once.
-func (c *Controller) Admit(ctx context.Context, r Request) (dec Decision) {
-	now := c.clk.Now()
+// Admit decides r, blocking while it waits in the fair queue and, with
+// deferred admission on, while it is held for its token reservation. ctx
+// ending (the client disconnecting) takes the request out of either queue at
+// once, giving back what it was charged.
+func (c *Controller) Admit(ctx context.Context, r Request) Decision {
+	arrival := c.clk.Now()
+	dec := c.admitRequests(ctx, arrival, r)
+	if !dec.Allowed || r.Tokens <= 0 {
+		return dec
+	}
+	return c.reserve(ctx, arrival, r, dec)
+}
+
+// admitRequests decides r's request-count limits (SPEC sections 2 and 5).
+func (c *Controller) admitRequests(ctx context.Context, now time.Time, r Request) (dec Decision) {
 	if dec, ok := c.PreAuth(now, r.ClientAddr); !ok {
 		return dec
 	}
@@ -289,13 +313,13 @@ func keyOf(d limiter.Dimension, k limiter.Keys, client string) string {
 	switch d {
 	case limiter.DimensionClient:
 		return client
-	case limiter.DimensionAPIKey:
+	case limiter.DimensionAPIKey, limiter.DimensionAPIKeyTokens:
 		return k.APIKey
-	case limiter.DimensionUser:
+	case limiter.DimensionUser, limiter.DimensionUserTokens:
 		return k.User
-	case limiter.DimensionTeam:
+	case limiter.DimensionTeam, limiter.DimensionTeamTokens:
 		return k.Team
-	case limiter.DimensionModel:
+	case limiter.DimensionModel, limiter.DimensionModelTokens:
 		return k.Model
 	}
 	return ""
@@ -401,6 +425,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		Deadline:   budget(ctx, now, r),
 		RetryAfter: d.RetryAfter,
 		Interval:   c.interval(d, keys),
+		Cost:       c.queueCost(r),
 		Attempt:    attempt,
 	})
 	info := QueueInfo{
@@ -423,7 +448,11 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		log.V(4).Info("Client left the fair queue", "waited", res.Waited, "err", err)
 		return Decision{Status: StatusClientClosedRequest, Queue: info, Err: err}
 	case res.Admitted:
-		return Decision{Allowed: true, Status: StatusOK, Quota: last.Tightest, HasQuota: last.HasQuota, Queue: info}
+		dec := Decision{Allowed: true, Status: StatusOK, Quota: last.Tightest, HasQuota: last.HasQuota, Queue: info}
+		if cost := c.queueCost(r); cost > 1 {
+			dec.settle = settlement{accounted: cost, fq: c.queue, fqTenant: tenant}
+		}
+		return dec
 	case res.Reason == fairqueue.ReasonDisabled:
 		// Fair queuing was switched off: answer exactly as without it.
 		return c.unqueued(keys)

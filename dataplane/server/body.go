@@ -103,6 +103,22 @@ func (b *bufferedBody) Close() error {
 	return nil
 }
 
+// bytes returns the buffered body; nil for a request without one.
+func (b *bufferedBody) bytes() []byte {
+	if b == nil {
+		return nil
+	}
+	return b.data
+}
+
+// replace makes data (a rewritten body, a few bytes longer at most) what is
+// sent upstream. The budget keeps the original reservation: the difference
+// is bounded by the rewrite.
+func (b *bufferedBody) replace(data []byte) {
+	b.data = data
+	b.rd.Reset(data)
+}
+
 // release returns the reservation once, whoever calls it first.
 func (b *bufferedBody) release() {
 	if b.budget != nil && !b.released.Swap(true) {

@@ -84,11 +84,21 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if d, ok := clientTimeout(r.Header, rt.deadlineHeader); ok {
 		ar.Deadline = start.Add(d)
 	}
+	var est usage.Estimate
+	if rt.tokens != nil {
+		est = rt.tokens.estimator.Estimate(id.model, body.bytes())
+		ar.Tokens = max(est.Total(), 1)
+	}
+	tokensRT := rt.tokens
 	dec := rt.admit.Admit(r.Context(), ar)
 	if !dec.Allowed {
 		s.refuse(w, r, &dec, &id)
 		return
 	}
+	// Whatever happens from here, the token reservation is settled once:
+	// by what the response used, or to nothing when no backend was called.
+	var used int64
+	defer func() { s.settle(rt, &ar, &dec, used) }()
 
 	// A request that waited through a reload goes to the backends in force
 	// now, not to those of the config it arrived under.
@@ -107,6 +117,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if dec.HasQuota {
 		writeQuotaHeaders(h, quota{limit: dec.Quota.Limit, remaining: dec.Quota.Remaining, reset: dec.Quota.Reset})
 	}
+	writeTokenHeaders(h, &dec.Tokens)
 	if q := &dec.Queue; q.Queued {
 		h.Set(headerQueuePosition, strconv.Itoa(q.Position))
 		h.Set(headerQueueWaitMS, strconv.FormatInt(q.Waited.Milliseconds(), 10))
@@ -127,7 +138,21 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		defer cancel(nil)
 		r = r.WithContext(ctx)
 	}
-	b.ServeHTTP(w, r)
+	if tokensRT == nil || ar.Tokens <= 0 {
+		b.ServeHTTP(w, r)
+		return
+	}
+	strip := false
+	if tokensRT.includeUsage && est.Stream && !est.ClientAskedUsage {
+		if out, ok := usage.AddStreamUsage(body.bytes()); ok {
+			body.replace(out)
+			r.ContentLength = int64(len(out))
+			strip = true
+		}
+	}
+	m := usage.NewMeter(tokensRT.estimator, id.model, est, strip)
+	b.ServeHTTP(usage.NewResponseWriter(w, m), r)
+	used = usedTokens(m, r.Context().Err() == nil, w.status)
 }
 
 // preAuthRefused charges the pre-auth limits for a request answered before
@@ -170,6 +195,9 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 		e.errType, e.code = errorTypeRateLimit, dec.LimitType+"_table_full"
 		e.message = "this gateway replica tracks as many " + dec.LimitType + " keys as it may and none has refilled, " +
 			"so a new one cannot be limited yet; retry after the indicated time"
+	case isTokenDimension(dec.LimitType):
+		e.errType = errorTypeRateLimit
+		tokenError(&e, dec)
 	case q.Queued && q.Reason != "":
 		e.errType, e.code = errorTypeRateLimit, string(q.Reason)
 		e.message = "fair queue refused the request (" + string(q.Reason) + ") while the " + dec.LimitType +
@@ -185,6 +213,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 	if dec.HasQuota {
 		writeQuotaHeaders(w.Header(), quota{limit: dec.Quota.Limit, remaining: dec.Quota.Remaining, reset: dec.Quota.Reset})
 	}
+	writeTokenHeaders(w.Header(), &dec.Tokens)
 	e.write(w)
 	if log := s.log.V(1); log.Enabled() {
 		kv := []any{"status", dec.Status, "code", e.code, "limitType", dec.LimitType, "retryAfter", dec.RetryAfter.String(), "path", r.URL.Path,

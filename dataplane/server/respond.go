@@ -59,6 +59,7 @@ type apiError struct {
 	limitType  string        // set on rate-limit refusals
 	retryAfter time.Duration // written as Retry-After and retry-after-ms when > 0 or on 429
 	queue      *queueInfo    // set when the fair queue was involved
+	deferred   *deferredDetails // set on a token-budget refusal
 }
 
 // errorBody is the JSON document of an error answer.
@@ -80,6 +81,7 @@ type errorDetails struct {
 	LimitType    string            `json:"limit_type,omitempty"`
 	RetryAfterMS int64             `json:"retry_after_ms"`
 	FairQueue    *fairQueueDetails `json:"fair_queue,omitempty"`
+	Deferred     *deferredDetails  `json:"deferred,omitempty"`
 }
 
 type fairQueueDetails struct {
@@ -114,6 +116,9 @@ func (e *apiError) write(w http.ResponseWriter) {
 			Position:        q.position,
 			WaitedMS:        q.waited.Milliseconds(),
 		}
+	}
+	if e.deferred != nil && body.Error.Details != nil {
+		body.Error.Details.Deferred = e.deferred
 	}
 	data, err := json.Marshal(body)
 	if err != nil { // cannot happen: only strings and integers

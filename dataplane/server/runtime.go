@@ -25,7 +25,12 @@ type runtime struct {
 	identity *identityRules
 	lim      *limiter.Limiter
 	queue    *fairqueue.Queue
-	admit    *admission.Controller
+	// deferq holds requests deferred for their token budget; created with
+	// the first config and kept across reloads like queue.
+	deferq *fairqueue.Queue
+	// tokens is deferred admission for the request path; nil when off.
+	tokens *tokenRuntime
+	admit  *admission.Controller
 	pool     *proxy.Pool
 	// take charges per-backend tokens; built once so Pick does not allocate.
 	take proxy.TakeFunc
@@ -62,6 +67,7 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 		return nil, err
 	}
 	limits := limiterConfig(cfg.RateLimits)
+	tokenLimits(&limits, cfg.DeferredAdmission)
 	if err := limits.Validate(); err != nil {
 		return nil, fmt.Errorf("rateLimits: %w", err)
 	}
@@ -93,26 +99,46 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 	if h := cfg.Timeouts.ClientDeadlineHeader; h != "" {
 		rt.deadlineHeader = http.CanonicalHeaderKey(h)
 	}
+	da := cfg.DeferredAdmission
+	tokenSettings := admission.TokenSettings{Enabled: da != nil, CostTokens: fq.Cost == config.CostTokens}
+	if da != nil {
+		tokenSettings.MaxWait = da.Bounds.MaxWait.Duration
+	}
+	dbounds := deferralBounds(da, fq.Bounds)
 	if prev == nil {
 		if rt.lim, err = limiter.New(limits, limiter.Options{Store: s.store, Observer: s.metrics}); err != nil {
 			return nil, fmt.Errorf("rateLimits: %w", err)
 		}
 		rt.queue = fairqueue.New(s.clock, bounds, weights, s.metrics)
+		rt.deferq = fairqueue.New(s.clock, dbounds, weights, s.tokenMetrics)
 		if rt.admit, err = admission.New(s.clock, rt.lim, rt.queue, settings, s.log.WithName("admission")); err != nil {
 			rt.queue.Close()
+			rt.deferq.Close()
 			return nil, fmt.Errorf("fairQueuing: %w", err)
 		}
 	} else {
-		rt.lim, rt.queue, rt.admit = prev.lim, prev.queue, prev.admit
+		rt.lim, rt.queue, rt.deferq, rt.admit = prev.lim, prev.queue, prev.deferq, prev.admit
 		if err := rt.lim.SetConfig(limits); err != nil {
 			return nil, fmt.Errorf("rateLimits: %w", err)
 		}
 		rt.queue.SetBounds(bounds)
 		rt.queue.SetWeights(weights)
+		rt.deferq.SetBounds(dbounds)
+		rt.deferq.SetWeights(weights)
 		if err := rt.admit.SetSettings(settings); err != nil {
 			return nil, fmt.Errorf("fairQueuing: %w", err)
 		}
 	}
+	if err := rt.admit.SetTokens(rt.deferq, tokenSettings); err != nil {
+		return nil, fmt.Errorf("deferredAdmission: %w", err)
+	}
+	rt.admit.SetTokenObserver(s.tokenMetrics)
+	var prevTokens *tokenRuntime
+	var prevCap int64
+	if prev != nil && prev.tokens != nil {
+		prevTokens, prevCap = prev.tokens, prev.cfg.DeferredAdmission.Estimation.DefaultMaxTokens
+	}
+	rt.tokens = newTokenRuntime(da, prevTokens, prevCap)
 	s.applyFleet(rt.admit, limits, weights)
 	s.tenants.SetWeights(weights, dim)
 	rt.admit.SetTenantObserver(s.tenants)
@@ -124,8 +150,8 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 	}
 	rt.modelPolicy = modelPolicy{
 		header:   http.CanonicalHeaderKey(cfg.Identity.ModelHeader),
-		readBody: cfg.RateLimits.PerModel != nil || len(cfg.Timeouts.Models) > 0,
-		limited:  cfg.RateLimits.PerModel != nil,
+		readBody: cfg.RateLimits.PerModel != nil || len(cfg.Timeouts.Models) > 0 || da != nil,
+		limited:  cfg.RateLimits.PerModel != nil || (da != nil && da.TokenLimits.PerModel != nil),
 	}
 	if m := cfg.RateLimits.PerModel; m != nil && m.UnknownModel.Action == config.UnknownModelCharge {
 		rt.modelPolicy.chargeAs = m.UnknownModel.ChargeAs
@@ -139,6 +165,11 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 	for _, m := range cfg.Timeouts.Models {
 		rt.models[m.Model] = m.Model
 	}
+	if da != nil && da.TokenLimits.PerModel != nil {
+		for _, o := range da.TokenLimits.PerModel.Overrides {
+			rt.models[o.Model] = o.Model
+		}
+	}
 	if cfg.RateLimits.PerBackend != nil {
 		rt.take = s.takeBackend(rt)
 	}
@@ -147,7 +178,10 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 
 // close answers every queued request with a shutdown refusal (503) and stops
 // the queue's scheduling goroutine.
-func (rt *runtime) close() { rt.queue.Close() }
+func (rt *runtime) close() {
+	rt.queue.Close()
+	rt.deferq.Close()
+}
 
 // timeout returns the total timeout for a model; zero means none.
 func (rt *runtime) timeout(model string) time.Duration {

@@ -135,9 +135,10 @@ type Server struct {
 	maxHeaderBytes    int
 	readHeaderTimeout time.Duration
 
-	metrics *metrics.Metrics
-	guards  *metrics.Guards
-	tenants *metrics.Tenants
+	metrics      *metrics.Metrics
+	guards       *metrics.Guards
+	tenants      *metrics.Tenants
+	tokenMetrics *metrics.Tokens
 
 	rt       atomic.Pointer[runtime]
 	draining atomic.Bool
@@ -223,6 +224,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if s.tenants, err = metrics.NewTenants(s.reg, opts.TopTenants); err != nil {
+		return nil, err
+	}
+	if s.tokenMetrics, err = metrics.NewTokens(s.reg); err != nil {
 		return nil, err
 	}
 	return s, nil

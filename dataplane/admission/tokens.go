@@ -1,0 +1,420 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
+)
+
+// TokenSettings configure token budgets (SPEC section 6): deferred admission
+// on the token buckets, and whether the fair queues charge tenants by tokens.
+type TokenSettings struct {
+	// Enabled turns deferred admission on: a request admitted by the
+	// request-count limits then reserves its tokens, and a token refusal
+	// whose size-aware Retry-After fits the budget is held.
+	Enabled bool
+	// CostTokens charges a tenant's virtual time by its reservation instead
+	// of one per request (fairQueuing.cost Tokens), corrected at settle.
+	CostTokens bool
+	// MaxWait bounds a hold, counted from the request's arrival like the
+	// fair-queue wait, so the two never stack beyond the request's budget.
+	MaxWait time.Duration
+}
+
+// TokenObserver is told what token accounting does, for metrics. Its
+// methods are called on the request path: they must be cheap and must not
+// block.
+type TokenObserver interface {
+	// TokensReserved reports n tokens reserved in a bucket of dimension d.
+	TokensReserved(d limiter.Dimension, n int64)
+	// TokensSettled reports n tokens a request used, settled in a bucket of
+	// dimension d.
+	TokensSettled(d limiter.Dimension, n int64)
+	// Estimated reports a settled request's reservation and actual usage.
+	Estimated(reserved, used int64)
+	// DeferralRefused reports a token refusal answered without holding the
+	// request, because its Retry-After did not fit the budget (reason
+	// wait_exceeds_budget) or the key table was full (table_full).
+	DeferralRefused(reason string)
+}
+
+// TokenInfo describes the token budget's part in an admitted or refused
+// request, for the x-ratelimit-*-tokens and x-fair-queue-deferred-ms headers.
+type TokenInfo struct {
+	// Requested is the reservation the request asked for: its estimated
+	// prompt tokens plus its output cap.
+	Requested int64
+	// Reserved is the number of tokens reserved in the token buckets; 0 when
+	// none applied or token accounting is off.
+	Reserved int64
+	// Quota is the tightest token bucket that applied (the refusing one on a
+	// token refusal); valid when HasQuota.
+	Quota limiter.Quota
+	// HasQuota is false when no token bucket applied.
+	HasQuota bool
+	// Deferred is true when the request was held for its tokens.
+	Deferred bool
+	// Reason is the hold's refusal reason; empty when admitted.
+	Reason fairqueue.Reason
+	// Waited is the time held.
+	Waited time.Duration
+	// Estimate is the hold predicted when the request was held.
+	Estimate time.Duration
+}
+
+// settlement is what Settle needs to correct an admitted request's
+// reservation. It stays unexported: only the Controller reads it.
+type settlement struct {
+	// reserved is the reservation charged to the token buckets (0: none).
+	reserved int64
+	// accounted is the reservation a queue charged a tenant for.
+	accounted int64
+	// fq and dq are the queues (fair queue, deferral queue) that charged
+	// tenant fqTenant / dqTenant, nil when none did.
+	fq, dq             *fairqueue.Queue
+	fqTenant, dqTenant string
+}
+
+// SetTokens installs the deferral queue and token settings. q holds the
+// deferred requests; it may be nil only while s.Enabled is false. Turning
+// deferred admission off answers every held request as if it had never been
+// on (admitted without a reservation).
+func (c *Controller) SetTokens(q *fairqueue.Queue, s TokenSettings) error {
+	if s.Enabled && q == nil {
+		return errors.New("admission: deferred admission needs a deferral queue")
+	}
+	if s.MaxWait < 0 {
+		return fmt.Errorf("admission: deferred admission maxWait must not be negative, got %s", s.MaxWait)
+	}
+	c.deferq.Store(q)
+	old := c.tokens.Swap(&s)
+	if q != nil {
+		switch {
+		case s.Enabled && (old == nil || !old.Enabled):
+			q.Enable()
+		case !s.Enabled:
+			q.Disable()
+		}
+	}
+	return nil
+}
+
+// SetTokenObserver installs o (nil removes it).
+func (c *Controller) SetTokenObserver(o TokenObserver) {
+	if o == nil {
+		c.tokenObs.Store(nil)
+		return
+	}
+	c.tokenObs.Store(&o)
+}
+
+func (c *Controller) tokenObserver() TokenObserver {
+	if p := c.tokenObs.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// queueCost is what the request-count fair queue charges r's tenant at a
+// grant: its reservation with fairQueuing.cost Tokens, else one.
+func (c *Controller) queueCost(r Request) int64 {
+	if s := c.tokens.Load(); s != nil && s.CostTokens && r.Tokens > 0 {
+		return r.Tokens
+	}
+	return 1
+}
+
+// tokenKeysOf returns the deferral-queue keys of the token buckets of k, each
+// carrying its token dimension.
+func tokenKeysOf(k limiter.Keys) [limiter.MaxBatch]fairqueue.LimitKey {
+	return [limiter.MaxBatch]fairqueue.LimitKey{
+		{Kind: uint8(limiter.DimensionAPIKeyTokens), Key: k.APIKey},
+		{Kind: uint8(limiter.DimensionUserTokens), Key: k.User},
+		{Kind: uint8(limiter.DimensionTeamTokens), Key: k.Team},
+		{Kind: uint8(limiter.DimensionModelTokens), Key: k.Model},
+	}
+}
+
+// reserve takes r's token reservation after the request-count limits
+// admitted it (dec), holding it in the deferral queue when a token bucket
+// refuses and the size-aware Retry-After fits the hold's budget. Every path
+// that does not admit gives back the request-count tokens dec took.
+func (c *Controller) reserve(ctx context.Context, arrival time.Time, r Request, dec Decision) Decision {
+	s := c.tokens.Load()
+	q := c.deferq.Load()
+	if s == nil || !s.Enabled || q == nil || r.Tokens <= 0 {
+		return dec
+	}
+	keys := identityKeys(r)
+	if !c.lim.HasTokenLimits(keys) {
+		return dec
+	}
+	dec.Tokens.Requested = r.Tokens
+	now := c.clk.Now()
+	all := tokenKeysOf(keys)
+	var d limiter.Decision
+	if q.HasWaitersAny(all[:]) {
+		// Holders go first (no barging): wait behind them for what the
+		// buckets would need now.
+		p, err := c.lim.PeekTokens(now, keys, r.Tokens)
+		if err != nil {
+			c.undoCount(r, &dec)
+			return unavailable(err)
+		}
+		d = p
+	} else {
+		got, err := c.lim.TakeTokens(now, keys, r.Tokens)
+		if err != nil {
+			c.undoCount(r, &dec)
+			return unavailable(err)
+		}
+		if got.Allowed {
+			c.reserved(keys, r.Tokens, &dec, got)
+			return dec
+		}
+		d = got
+	}
+	if d.TableFull != 0 {
+		c.undoCount(r, &dec)
+		if o := c.tokenObserver(); o != nil {
+			o.DeferralRefused("table_full")
+		}
+		return c.tokenRefusal(d, keys, dec)
+	}
+	end := c.holdDeadline(ctx, arrival, r, s)
+	if !end.IsZero() && now.Add(d.RetryAfter).After(end) {
+		c.undoCount(r, &dec)
+		if o := c.tokenObserver(); o != nil {
+			o.DeferralRefused(string(fairqueue.ReasonWaitExceedsBudget))
+		}
+		return c.tokenRefusal(d, keys, dec)
+	}
+	return c.hold(ctx, now, end, r, keys, dec, d, s, q)
+}
+
+// holdDeadline is the end of a hold: the request's budget (its own
+// deadline, ctx's, its total timeout), and MaxWait, all counted from arrival.
+func (c *Controller) holdDeadline(ctx context.Context, arrival time.Time, r Request, s *TokenSettings) time.Time {
+	end := budget(ctx, arrival, r)
+	if s.MaxWait > 0 {
+		if t := arrival.Add(s.MaxWait); end.IsZero() || t.Before(end) {
+			end = t
+		}
+	}
+	return end
+}
+
+// hold waits in the deferral queue q until r's token buckets hold its
+// reservation, d being the refusal (or, with d.RefusedBy empty, the peek of a
+// request queued behind holders).
+func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, keys limiter.Keys, dec Decision, d limiter.Decision, s *TokenSettings, q *fairqueue.Queue) Decision {
+	all := tokenKeysOf(keys)
+	limitKeys := make([]fairqueue.LimitKey, 0, len(all))
+	for _, k := range all {
+		if k.Key != "" && (d.RefusedBy.Has(limiter.Dimension(k.Kind)) || q.HasWaiters(k)) {
+			limitKeys = append(limitKeys, k)
+		}
+	}
+	if len(limitKeys) == 0 {
+		for _, k := range all {
+			if k.Key != "" {
+				if _, ok := c.lim.LimitOf(limiter.Dimension(k.Kind), k.Key); ok {
+					limitKeys = append(limitKeys, k)
+					break
+				}
+			}
+		}
+	}
+	// The hold's tenant: the fair-queue tenant when fair queuing is on, so
+	// weights (and token cost) decide between tenants; otherwise one queue
+	// per token key, which makes holders FIFO per key.
+	tenant, used, cost := "", identity.Dimension(""), int64(1)
+	if set := c.settings.Load(); set.Enabled {
+		var ok bool
+		if tenant, used, ok = r.Identity.Tenant(set.TenantDimension); !ok {
+			tenant = ""
+		}
+	}
+	if tenant == "" && len(limitKeys) > 0 {
+		tenant = "tokens/" + limiter.Dimension(limitKeys[0].Kind).String() + "/" + limitKeys[0].Key
+	} else if s.CostTokens {
+		cost = r.Tokens
+	}
+	var interval time.Duration
+	if len(limitKeys) > 0 {
+		if lim, ok := c.lim.LimitOf(limiter.Dimension(limitKeys[0].Kind), limitKeys[0].Key); ok {
+			// The queue measures spacing per unit of cost.
+			interval = lim.RefillInterval() * time.Duration(r.Tokens) / time.Duration(cost)
+		}
+	}
+	var last limiter.Decision
+	attempt := func() (bool, time.Duration, error) {
+		got, err := c.lim.TakeTokens(c.clk.Now(), keys, r.Tokens)
+		if err != nil {
+			return false, 0, err
+		}
+		last = got
+		return got.Allowed, got.RetryAfter, nil
+	}
+	res, err := q.Wait(ctx, fairqueue.Request{
+		Tenant:     tenant,
+		Dimension:  string(used),
+		LimitKeys:  limitKeys,
+		Deadline:   end,
+		RetryAfter: d.RetryAfter,
+		Interval:   interval,
+		Cost:       cost,
+		Attempt:    attempt,
+	})
+	dec.Tokens.Deferred = true
+	dec.Tokens.Waited = res.Waited
+	dec.Tokens.Estimate = res.Estimate
+	dec.Tokens.Reason = res.Reason
+	switch {
+	case errors.Is(err, limiter.ErrStoreUnavailable):
+		c.undoCount(r, &dec)
+		return unavailable(err)
+	case err != nil:
+		c.undoCount(r, &dec)
+		return Decision{Status: StatusClientClosedRequest, Tokens: dec.Tokens, Err: err}
+	case res.Admitted:
+		c.reserved(keys, r.Tokens, &dec, last)
+		if cost > 1 {
+			dec.settle.dq, dec.settle.dqTenant = q, tenant
+			dec.settle.accounted = r.Tokens
+		}
+		return dec
+	case res.Reason == fairqueue.ReasonDisabled:
+		// Deferred admission was switched off: admit as without it.
+		return dec
+	}
+	c.undoCount(r, &dec)
+	if last.RefusedBy != 0 {
+		d = last
+	}
+	out := c.tokenRefusal(d, keys, dec)
+	out.RetryAfter = max(out.RetryAfter, res.RetryAfter)
+	if res.Reason == fairqueue.ReasonShutdown {
+		out.Status = StatusServiceUnavailable
+		out.Err = errors.New("deferral queue shut down while the request was held")
+	}
+	return out
+}
+
+// reserved records an admitted reservation of n tokens in dec.
+func (c *Controller) reserved(keys limiter.Keys, n int64, dec *Decision, d limiter.Decision) {
+	dec.Tokens.Reserved = n
+	dec.Tokens.Quota, dec.Tokens.HasQuota = d.Tightest, d.HasQuota
+	dec.settle.reserved = n
+	if o := c.tokenObserver(); o != nil {
+		for _, k := range tokenKeysOf(keys) {
+			if k.Key == "" {
+				continue
+			}
+			if _, ok := c.lim.LimitOf(limiter.Dimension(k.Kind), k.Key); ok {
+				o.TokensReserved(limiter.Dimension(k.Kind), n)
+			}
+		}
+	}
+}
+
+// tokenRefusal is the 429 for a token-budget refusal: limit_type the token
+// dimension, the size-aware Retry-After, and the refusing token bucket in the
+// x-ratelimit-*-tokens quota.
+func (c *Controller) tokenRefusal(d limiter.Decision, keys limiter.Keys, dec Decision) Decision {
+	out := Decision{
+		Status:     StatusTooManyRequests,
+		LimitType:  d.LimitType.String(),
+		RetryAfter: d.RetryAfter,
+		TableFull:  d.TableFull != 0,
+		Quota:      dec.Quota,
+		HasQuota:   dec.HasQuota,
+		Queue:      dec.Queue,
+		Tokens:     dec.Tokens,
+	}
+	if d.RefusedBy != 0 {
+		out.Tokens.Quota, out.Tokens.HasQuota = c.refusedQuota(d, keys, "")
+	}
+	if out.RetryAfter <= 0 {
+		out.RetryAfter = time.Millisecond
+	}
+	return out
+}
+
+// undoCount gives back what the request-count admission in dec charged: the
+// identity tokens, and the cost the fair queue charged its tenant.
+func (c *Controller) undoCount(r Request, dec *Decision) {
+	if err := c.lim.RefundIdentity(c.clk.Now(), identityKeys(r)); err != nil {
+		c.log.V(1).Info("Could not give back request-count tokens of a request refused for its token budget", "err", err)
+	}
+	if st := &dec.settle; st.fq != nil && st.accounted > 0 {
+		st.fq.Adjust(st.fqTenant, -st.accounted)
+		st.fq = nil
+	}
+}
+
+// Settle corrects an admitted request's token reservation by what it used:
+// the token buckets are charged or refunded the difference, and a queue that
+// charged its tenant the reservation (fairQueuing.cost Tokens) is corrected
+// the same way. Call it once per admitted request, when its response has
+// ended (used = 0 for a request that never reached a backend).
+func (c *Controller) Settle(r Request, dec *Decision, used int64) error {
+	st := &dec.settle
+	used = max(used, 0)
+	if st.accounted > 0 {
+		delta := used - st.accounted
+		if st.fq != nil {
+			st.fq.Adjust(st.fqTenant, delta)
+		}
+		if st.dq != nil {
+			st.dq.Adjust(st.dqTenant, delta)
+		}
+	}
+	if st.reserved <= 0 {
+		*st = settlement{}
+		return nil
+	}
+	keys := identityKeys(r)
+	o := c.tokenObserver()
+	if o != nil {
+		o.Estimated(st.reserved, used)
+		for _, k := range tokenKeysOf(keys) {
+			if k.Key == "" {
+				continue
+			}
+			if _, ok := c.lim.LimitOf(limiter.Dimension(k.Kind), k.Key); ok {
+				o.TokensSettled(limiter.Dimension(k.Kind), used)
+			}
+		}
+	}
+	delta := used - st.reserved
+	*st = settlement{}
+	if delta == 0 {
+		return nil
+	}
+	if err := c.lim.SettleTokens(c.clk.Now(), keys, delta); err != nil {
+		return fmt.Errorf("settling %d tokens: %w", delta, err)
+	}
+	return nil
+}

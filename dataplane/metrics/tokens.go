@@ -1,0 +1,187 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
+)
+
+// Token-budget metric names (SPEC section 6).
+const (
+	// DeferredHeldName is the gauge of requests held for their token reservation now.
+	DeferredHeldName = "rate_limit_deferred_held"
+	// DeferredWaitName is the histogram of time held before the reservation was granted.
+	DeferredWaitName = "rate_limit_deferred_wait_seconds"
+	// DeferredGrantsName counts held requests whose reservation was granted.
+	DeferredGrantsName = "rate_limit_deferred_grants_total"
+	// DeferredRefusedName counts token-budget refusals, held or not, by reason.
+	DeferredRefusedName = "rate_limit_deferred_refused_total"
+	// TokensReservedName counts tokens reserved, by the token bucket's limit_type.
+	TokensReservedName = "rate_limit_tokens_reserved_total"
+	// TokensSettledName counts tokens requests actually used, by limit_type.
+	TokensSettledName = "rate_limit_tokens_settled_total"
+	// TokensEstimateRatioName is the histogram of used / reserved tokens per
+	// settled request: below 1 the reservation was too large.
+	TokensEstimateRatioName = "rate_limit_tokens_estimate_ratio"
+)
+
+// deferredReasons are the reason label values of DeferredRefusedName.
+var deferredReasons = [...]string{
+	string(fairqueue.ReasonQueueFull), string(fairqueue.ReasonTenantQueueFull), string(fairqueue.ReasonTenantTableFull),
+	string(fairqueue.ReasonWaitExceedsBudget), string(fairqueue.ReasonDeadlineExceeded),
+	string(fairqueue.ReasonShutdown), "table_full",
+}
+
+// tokenDimensions are the limit_type label values of the token counters.
+var tokenDimensions = [...]limiter.Dimension{
+	limiter.DimensionAPIKeyTokens, limiter.DimensionUserTokens, limiter.DimensionTeamTokens, limiter.DimensionModelTokens,
+}
+
+// RatioBuckets are the estimate-ratio histogram's upper bounds.
+var RatioBuckets = []float64{0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2, 4}
+
+// Tokens holds the token-budget collectors. It implements fairqueue.Observer
+// for the deferral queue and admission.TokenObserver; every label value comes
+// from a fixed set.
+type Tokens struct {
+	held     prometheus.Gauge
+	wait     prometheus.Histogram
+	grants   prometheus.Counter
+	refused  *prometheus.CounterVec
+	reserved *prometheus.CounterVec
+	settled  *prometheus.CounterVec
+	ratio    prometheus.Histogram
+
+	refusedBy  [len(deferredReasons)]prometheus.Counter
+	reservedBy [len(tokenDimensions)]prometheus.Counter
+	settledBy  [len(tokenDimensions)]prometheus.Counter
+}
+
+var _ fairqueue.Observer = (*Tokens)(nil)
+
+// NewTokens creates the token-budget collectors and registers them on reg.
+// It fails when they are already registered there.
+func NewTokens(reg prometheus.Registerer) (*Tokens, error) {
+	t := &Tokens{
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: DeferredHeldName,
+			Help: "Requests held now for their token reservation (deferred admission).",
+		}),
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    DeferredWaitName,
+			Help:    "Time a request was held before its token reservation was granted.",
+			Buckets: WaitBuckets,
+		}),
+		grants: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: DeferredGrantsName,
+			Help: "Held requests whose token reservation was granted.",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: DeferredRefusedName,
+			Help: "Token-budget refusals by reason: wait_exceeds_budget and table_full are answered without holding; the others after or instead of a hold.",
+		}, []string{"reason"}),
+		reserved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: TokensReservedName,
+			Help: "Tokens reserved at admission, by the token bucket's limit_type.",
+		}, []string{"limit_type"}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: TokensSettledName,
+			Help: "Tokens requests actually used (settled from the response's usage, or counted), by limit_type.",
+		}, []string{"limit_type"}),
+		ratio: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    TokensEstimateRatioName,
+			Help:    "Tokens used divided by tokens reserved, per settled request.",
+			Buckets: RatioBuckets,
+		}),
+	}
+	for i, r := range deferredReasons {
+		t.refusedBy[i] = t.refused.WithLabelValues(r)
+	}
+	for i, d := range tokenDimensions {
+		t.reservedBy[i] = t.reserved.WithLabelValues(d.String())
+		t.settledBy[i] = t.settled.WithLabelValues(d.String())
+	}
+	if err := registerAll(reg, "token-budget metrics", "NewTokens", t.held, t.wait, t.grants, t.refused, t.reserved, t.settled, t.ratio); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// QueueChanged implements fairqueue.Observer for the deferral queue.
+func (t *Tokens) QueueChanged(depth, _ int) { t.held.Set(float64(depth)) }
+
+// Granted implements fairqueue.Observer for the deferral queue.
+func (t *Tokens) Granted(_ string, waited time.Duration) {
+	t.wait.Observe(waited.Seconds())
+	t.grants.Inc()
+}
+
+// Refused implements fairqueue.Observer for the deferral queue. Disabling
+// deferred admission admits held requests, so ReasonDisabled is not a refusal.
+func (t *Tokens) Refused(_ string, reason fairqueue.Reason) {
+	if reason != fairqueue.ReasonDisabled {
+		t.DeferralRefused(string(reason))
+	}
+}
+
+// DeferralRefused counts a token-budget refusal; an unknown reason is
+// recorded as "unknown".
+func (t *Tokens) DeferralRefused(reason string) {
+	for i, r := range deferredReasons {
+		if r == reason {
+			t.refusedBy[i].Inc()
+			return
+		}
+	}
+	t.refused.WithLabelValues(unknownLabel).Inc()
+}
+
+// TokensReserved counts n tokens reserved in a bucket of dimension d.
+func (t *Tokens) TokensReserved(d limiter.Dimension, n int64) {
+	if i := tokenIndex(d); i >= 0 && n > 0 {
+		t.reservedBy[i].Add(float64(n))
+	}
+}
+
+// TokensSettled counts n tokens used, settled in a bucket of dimension d.
+func (t *Tokens) TokensSettled(d limiter.Dimension, n int64) {
+	if i := tokenIndex(d); i >= 0 && n > 0 {
+		t.settledBy[i].Add(float64(n))
+	}
+}
+
+// Estimated records one settled request's used / reserved ratio.
+func (t *Tokens) Estimated(reserved, used int64) {
+	if reserved > 0 {
+		t.ratio.Observe(float64(used) / float64(reserved))
+	}
+}
+
+// tokenIndex returns the index of d in tokenDimensions, or -1.
+func tokenIndex(d limiter.Dimension) int {
+	for i, td := range tokenDimensions {
+		if td == d {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,171 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package server
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/fairqueue/fairqueue/dataplane/admission"
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/dataplane/usage"
+)
+
+// Token-budget response headers (SPEC section 6), as OpenAI sends the first
+// three.
+const (
+	headerTokensLimit     = "X-Ratelimit-Limit-Tokens"
+	headerTokensRemaining = "X-Ratelimit-Remaining-Tokens"
+	headerTokensReset     = "X-Ratelimit-Reset-Tokens"
+	// headerDeferredMS is the time a request was held for its tokens.
+	headerDeferredMS = "X-Fair-Queue-Deferred-Ms"
+)
+
+// tokenRuntime is deferred admission compiled for the request path; nil in a
+// runtime without deferredAdmission.
+type tokenRuntime struct {
+	estimator *usage.Estimator
+	// includeUsage asks the upstream for the usage of streamed responses.
+	includeUsage bool
+}
+
+// newTokenRuntime returns the token runtime of cfg, reusing prev's estimator
+// when its default output cap is unchanged (the tokenizer is loaded once).
+func newTokenRuntime(da *config.DeferredAdmission, prev *tokenRuntime, prevCap int64) *tokenRuntime {
+	if da == nil {
+		return nil
+	}
+	capTokens := da.Estimation.DefaultMaxTokens
+	if capTokens <= 0 {
+		capTokens = config.DefaultMaxTokensReserved
+	}
+	tr := &tokenRuntime{includeUsage: da.Estimation.IncludeUsage}
+	if prev != nil && prevCap == capTokens {
+		tr.estimator = prev.estimator
+	} else {
+		tr.estimator = usage.NewEstimator(capTokens)
+	}
+	return tr
+}
+
+// tokenLimits adds the rendered token limits to c.
+func tokenLimits(c *limiter.Config, da *config.DeferredAdmission) {
+	if da == nil {
+		return
+	}
+	conv := func(l *config.TokenLimit) *limiter.Limit {
+		if l == nil {
+			return nil
+		}
+		return &limiter.Limit{Requests: l.Tokens, Period: l.Period.Duration, Burst: l.Burst}
+	}
+	tl := da.TokenLimits
+	c.APIKeyTokens, c.UserTokens, c.TeamTokens = conv(tl.PerAPIKey), conv(tl.PerUser), conv(tl.PerTeam)
+	if m := tl.PerModel; m != nil {
+		c.ModelTokens = conv(m.Default)
+		if len(m.Overrides) > 0 {
+			c.ModelTokenOverrides = make(map[string]limiter.Limit, len(m.Overrides))
+			for _, o := range m.Overrides {
+				c.ModelTokenOverrides[o.Model] = *conv(&o.Limit)
+			}
+		}
+	}
+}
+
+// deferralBounds are the deferral queue's bounds for da: maxHeld and
+// maxHeldPerTenant bound the holds, maxWait each hold; the tenant table and
+// the attempts in flight take the fair queue's.
+func deferralBounds(da *config.DeferredAdmission, fq config.Bounds) fairqueue.Bounds {
+	b := fairqueue.Bounds{MaxTenants: int(fq.MaxTenants), MaxInFlight: int(fq.MaxInFlight)}
+	if da != nil {
+		b.MaxTotalQueued = int(da.Bounds.MaxHeld)
+		b.MaxQueueDepthPerTenant = int(da.Bounds.MaxHeldPerTenant)
+		b.MaxWait = da.Bounds.MaxWait.Duration
+	}
+	return b
+}
+
+// writeTokenHeaders sets x-ratelimit-*-tokens from the tightest token bucket.
+func writeTokenHeaders(h http.Header, t *admission.TokenInfo) {
+	if t.HasQuota {
+		q := t.Quota
+		h.Set(headerTokensLimit, strconv.FormatInt(q.Limit, 10))
+		h.Set(headerTokensRemaining, strconv.FormatInt(max(q.Remaining, 0), 10))
+		h.Set(headerTokensReset, formatReset(q.Reset))
+	}
+	if t.Deferred {
+		h.Set(headerDeferredMS, strconv.FormatInt(t.Waited.Milliseconds(), 10))
+	}
+}
+
+// usedTokens is what an admitted request used: the upstream's reported
+// usage, or what was counted; an error answer without reported usage used
+// nothing (the backend refused or failed before generating).
+func usedTokens(m *usage.Meter, complete bool, status int) int64 {
+	u := m.Usage(complete)
+	if !u.Reported && (status == 0 || status >= 400) {
+		return 0
+	}
+	return u.Total()
+}
+
+// deferredDetails is the error body's account of a hold.
+type deferredDetails struct {
+	Reason   string `json:"reason,omitempty"`
+	WaitedMS int64  `json:"waited_ms"`
+	Tokens   int64  `json:"tokens"`
+}
+
+// tokenError fills e for a token-budget refusal: its code, message and hold
+// details.
+func tokenError(e *apiError, dec *admission.Decision) {
+	t := &dec.Tokens
+	reserve := t.Requested
+	switch {
+	case t.Deferred && t.Reason != "":
+		e.code = string(t.Reason)
+		e.message = "the request was held for its token budget (" + dec.LimitType + ") and refused (" + string(t.Reason) +
+			"); it reserves " + strconv.FormatInt(reserve, 10) + " tokens; retry after the indicated time"
+	default:
+		e.code = dec.LimitType + "_rate_limit_exceeded"
+		e.message = "token budget exceeded for " + dec.LimitType + ": the request reserves " + strconv.FormatInt(reserve, 10) +
+			" tokens (prompt estimate plus its output cap); retry after the indicated time, or lower max_tokens"
+	}
+	e.deferred = &deferredDetails{Reason: string(t.Reason), WaitedMS: t.Waited.Milliseconds(), Tokens: reserve}
+}
+
+// isTokenDimension reports whether a limit_type names a token bucket.
+func isTokenDimension(limitType string) bool {
+	switch limitType {
+	case limiter.DimensionAPIKeyTokens.String(), limiter.DimensionUserTokens.String(),
+		limiter.DimensionTeamTokens.String(), limiter.DimensionModelTokens.String():
+		return true
+	}
+	return false
+}
+
+// settle settles an admitted request's token reservation with what it used,
+// logging (never failing the request) when the store cannot take it: the
+// buckets then keep the reservation, which refills on its own.
+func (s *Server) settle(rt *runtime, ar *admission.Request, dec *admission.Decision, used int64) {
+	if err := rt.admit.Settle(*ar, dec, used); err != nil {
+		s.log.V(1).Info("Settling a token reservation failed", "error", err.Error(),
+			"apiKey", shortHash(ar.Identity.APIKey), "user", shortHash(ar.Identity.User))
+	}
+}
