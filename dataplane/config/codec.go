@@ -102,6 +102,7 @@ func (c *Config) DeepCopy() *Config {
 	n.Timeouts.Models = slices.Clone(c.Timeouts.Models)
 	n.Backends = slices.Clone(c.Backends)
 	n.Store = c.Store.deepCopy()
+	n.DeferredAdmission = c.DeferredAdmission.deepCopy()
 	return &n
 }
 
@@ -123,6 +124,7 @@ func (c *Config) normalize() {
 	slices.SortFunc(c.Timeouts.Models, func(a, b ModelTimeout) int { return strings.Compare(a.Model, b.Model) })
 	c.Timeouts.Models = nilIfEmpty(c.Timeouts.Models)
 	c.Backends = nilIfEmpty(c.Backends)
+	c.DeferredAdmission.normalize()
 }
 
 func nilIfEmpty[T any](s []T) []T {

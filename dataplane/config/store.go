@@ -167,6 +167,14 @@ func (s *Store) validate(c *Config, errs *fieldErrors) {
 				w, MaxRedisRefillWindow)
 		}
 	})
+	if d := c.DeferredAdmission; d != nil {
+		d.TokenLimits.eachLimit(func(path string, l *TokenLimit) {
+			if w := l.refillWindow(); w > MaxRedisRefillWindow {
+				errs.add(path, "takes %s to refill completely (burst x period / tokens), longer than the Redis store's %s; lower burst or raise tokens",
+					w, MaxRedisRefillWindow)
+			}
+		})
+	}
 }
 
 // eachLimit calls fn with every limit in rl and its path.

@@ -115,6 +115,9 @@ type Config struct {
 	Backends []Backend `json:"backends,omitempty"`
 	// Store says where bucket state lives; nil means each replica's memory.
 	Store *Store `json:"store,omitempty"`
+	// DeferredAdmission configures token budgets with deferred admission;
+	// nil means the mode is off.
+	DeferredAdmission *DeferredAdmission `json:"deferredAdmission,omitempty"`
 }
 
 // PolicyRef identifies the FairQueuePolicy a config was rendered from.
@@ -258,6 +261,9 @@ type FairQueuing struct {
 	Weights []Weight `json:"weights,omitempty"`
 	// Bounds limit every queue.
 	Bounds Bounds `json:"bounds"`
+	// Cost is what a granted request charges its tenant: CostRequests (also
+	// when empty) or CostTokens.
+	Cost string `json:"cost,omitempty"`
 }
 
 // Weight is the relative share of one hashed tenant.

@@ -54,6 +54,8 @@ func (c *Config) Validate() error {
 	c.Timeouts.validate(&errs)
 	validateBackends(c.Backends, &errs)
 	c.Store.validate(c, &errs)
+	c.DeferredAdmission.validate(&errs)
+	c.validateCost(&errs)
 	return errors.Join(errs...)
 }
 

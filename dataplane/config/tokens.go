@@ -1,0 +1,268 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Fair-queuing cost modes: what one granted request charges its tenant's
+// virtual time.
+const (
+	// CostRequests charges one unit per request. It is the default, also
+	// when FairQueuing.Cost is empty.
+	CostRequests = "Requests"
+	// CostTokens charges the request's token reservation at grant and
+	// corrects it by the tokens actually used at settle. It needs
+	// DeferredAdmission, which estimates the reservation.
+	CostTokens = "Tokens"
+)
+
+// Defaults and limits of deferred admission, shared by the operator (which
+// fills defaults before rendering) and the data plane (which enforces the
+// limits on load).
+const (
+	// DefaultMaxTokensReserved is the default output cap reserved for a
+	// request that sets neither max_completion_tokens nor max_tokens.
+	DefaultMaxTokensReserved = 1024
+	// DefaultMaxHeld is the default bound on requests held across a replica.
+	DefaultMaxHeld = 1024
+	// DefaultMaxHeldPerTenant is the default bound on requests held for one
+	// tenant.
+	DefaultMaxHeldPerTenant = 32
+	// DefaultMaxHoldWait is the default longest time a request may be held.
+	DefaultMaxHoldWait = 10 * time.Second
+
+	// LimitMaxTokensReserved is the largest accepted defaultMaxTokens.
+	LimitMaxTokensReserved = 1 << 24
+	// LimitMaxHeld is the largest accepted maxHeld.
+	LimitMaxHeld = 1 << 20
+	// LimitMaxHeldPerTenant is the largest accepted maxHeldPerTenant.
+	LimitMaxHeldPerTenant = 1 << 16
+	// LimitTokens is the largest accepted tokens or burst of a token limit.
+	LimitTokens = 1_000_000_000_000
+)
+
+// DeferredAdmission is the rendered token-budget mode (SPEC section 6): after
+// the request-count check, a request reserves its estimated tokens from the
+// token buckets and is held while they refill. A nil DeferredAdmission in
+// Config means the mode is off.
+type DeferredAdmission struct {
+	// TokenLimits are the token buckets, each optional.
+	TokenLimits TokenLimits `json:"tokenLimits"`
+	// Estimation says how a request's reservation is estimated.
+	Estimation TokenEstimation `json:"estimation"`
+	// Bounds limit the held requests of one replica.
+	Bounds DeferredBounds `json:"bounds"`
+}
+
+// TokenLimit is a token bucket counted in model tokens: Tokens per Period,
+// holding at most Burst.
+type TokenLimit struct {
+	// Tokens is the number of tokens added per Period.
+	Tokens int64 `json:"tokens"`
+	// Period is the refill interval.
+	Period Duration `json:"period"`
+	// Burst is the bucket capacity in tokens.
+	Burst int64 `json:"burst"`
+}
+
+// TokenLimits holds the optional token buckets, one per dimension.
+type TokenLimits struct {
+	// PerAPIKey is one bucket per hashed API key.
+	PerAPIKey *TokenLimit `json:"perAPIKey,omitempty"`
+	// PerUser is one bucket per hashed user id.
+	PerUser *TokenLimit `json:"perUser,omitempty"`
+	// PerTeam is one bucket per hashed team id.
+	PerTeam *TokenLimit `json:"perTeam,omitempty"`
+	// PerModel is one bucket per model name.
+	PerModel *ModelTokenLimits `json:"perModel,omitempty"`
+}
+
+// ModelTokenLimits is the per-model token limit with per-model overrides.
+type ModelTokenLimits struct {
+	// Default applies to models without an override; nil means such models
+	// have no token limit.
+	Default *TokenLimit `json:"default,omitempty"`
+	// Overrides are sorted by Model.
+	Overrides []ModelTokenOverride `json:"overrides,omitempty"`
+}
+
+// ModelTokenOverride is the token limit of one model.
+type ModelTokenOverride struct {
+	// Model is the model name as sent by clients.
+	Model string `json:"model"`
+	// Limit replaces ModelTokenLimits.Default for Model.
+	Limit TokenLimit `json:"limit"`
+}
+
+// TokenEstimation says how a request's token reservation is estimated.
+type TokenEstimation struct {
+	// DefaultMaxTokens is the output cap reserved when a request sets
+	// neither max_completion_tokens nor max_tokens.
+	DefaultMaxTokens int64 `json:"defaultMaxTokens"`
+	// IncludeUsage adds stream_options.include_usage to streaming requests
+	// so the upstream reports the usage to settle.
+	IncludeUsage bool `json:"includeUsage"`
+}
+
+// DeferredBounds are the hold limits of one data-plane replica.
+type DeferredBounds struct {
+	// MaxHeld bounds the requests held across the replica.
+	MaxHeld int32 `json:"maxHeld"`
+	// MaxHeldPerTenant bounds the requests held for one tenant.
+	MaxHeldPerTenant int32 `json:"maxHeldPerTenant"`
+	// MaxWait bounds the time one request may be held.
+	MaxWait Duration `json:"maxWait"`
+}
+
+// DefaultDeferredBounds returns the hold bounds the spec prescribes when a
+// policy sets none.
+func DefaultDeferredBounds() DeferredBounds {
+	return DeferredBounds{
+		MaxHeld:          DefaultMaxHeld,
+		MaxHeldPerTenant: DefaultMaxHeldPerTenant,
+		MaxWait:          Duration{DefaultMaxHoldWait},
+	}
+}
+
+// DefaultTokenEstimation returns the estimation settings the spec prescribes
+// when a policy sets none.
+func DefaultTokenEstimation() TokenEstimation {
+	return TokenEstimation{DefaultMaxTokens: DefaultMaxTokensReserved, IncludeUsage: true}
+}
+
+// TokensCost reports whether the fair queue charges tokens (FairQueuing.Cost
+// is CostTokens) rather than one unit per request.
+func (f *FairQueuing) TokensCost() bool { return f.Cost == CostTokens }
+
+// eachLimit calls fn with every token limit in tl and its path.
+func (tl *TokenLimits) eachLimit(fn func(path string, l *TokenLimit)) {
+	for _, l := range []struct {
+		path  string
+		limit *TokenLimit
+	}{
+		{"deferredAdmission.tokenLimits.perAPIKey", tl.PerAPIKey},
+		{"deferredAdmission.tokenLimits.perUser", tl.PerUser},
+		{"deferredAdmission.tokenLimits.perTeam", tl.PerTeam},
+	} {
+		if l.limit != nil {
+			fn(l.path, l.limit)
+		}
+	}
+	if m := tl.PerModel; m != nil {
+		if m.Default != nil {
+			fn("deferredAdmission.tokenLimits.perModel.default", m.Default)
+		}
+		for i := range m.Overrides {
+			fn(fmt.Sprintf("deferredAdmission.tokenLimits.perModel.overrides[%d].limit", i), &m.Overrides[i].Limit)
+		}
+	}
+}
+
+func (d *DeferredAdmission) validate(errs *fieldErrors) {
+	if d == nil {
+		return
+	}
+	tl := &d.TokenLimits
+	tl.eachLimit(func(path string, l *TokenLimit) { l.validate(path, errs) })
+	if m := tl.PerModel; m != nil {
+		if m.Default == nil && len(m.Overrides) == 0 {
+			errs.add("deferredAdmission.tokenLimits.perModel", "must set a default or at least one override, or be omitted")
+		}
+		seen := map[string]int{}
+		for i, o := range m.Overrides {
+			path := fmt.Sprintf("deferredAdmission.tokenLimits.perModel.overrides[%d].model", i)
+			validateModelName(path, o.Model, errs)
+			if j, dup := seen[o.Model]; dup {
+				errs.add(path, "duplicates deferredAdmission.tokenLimits.perModel.overrides[%d] (%q)", j, o.Model)
+			} else {
+				seen[o.Model] = i
+			}
+		}
+	}
+	if v := d.Estimation.DefaultMaxTokens; v < 1 || v > LimitMaxTokensReserved {
+		errs.add("deferredAdmission.estimation.defaultMaxTokens", "must be in [1, %d], got %d", LimitMaxTokensReserved, v)
+	}
+	b := &d.Bounds
+	if b.MaxHeld < 1 || b.MaxHeld > LimitMaxHeld {
+		errs.add("deferredAdmission.bounds.maxHeld", "must be in [1, %d], got %d", LimitMaxHeld, b.MaxHeld)
+	}
+	if b.MaxHeldPerTenant < 1 || b.MaxHeldPerTenant > LimitMaxHeldPerTenant {
+		errs.add("deferredAdmission.bounds.maxHeldPerTenant", "must be in [1, %d], got %d", LimitMaxHeldPerTenant, b.MaxHeldPerTenant)
+	}
+	if b.MaxHeld >= 1 && b.MaxHeldPerTenant >= 1 && b.MaxHeldPerTenant > b.MaxHeld {
+		errs.add("deferredAdmission.bounds.maxHeldPerTenant", "must be <= maxHeld (%d), got %d", b.MaxHeld, b.MaxHeldPerTenant)
+	}
+	if b.MaxWait.Duration <= 0 || b.MaxWait.Duration > LimitMaxWait {
+		errs.add("deferredAdmission.bounds.maxWait", "must be in (0s, %s], got %s", LimitMaxWait, b.MaxWait)
+	}
+}
+
+func (l *TokenLimit) validate(path string, errs *fieldErrors) {
+	if l.Tokens < 1 || l.Tokens > LimitTokens {
+		errs.add(path+".tokens", "must be in [1, %d], got %d", int64(LimitTokens), l.Tokens)
+	}
+	if l.Period.Duration <= 0 {
+		errs.add(path+".period", "must be > 0, got %s", l.Period)
+	}
+	if l.Burst < 1 || l.Burst > LimitTokens {
+		errs.add(path+".burst", "must be in [1, %d], got %d", int64(LimitTokens), l.Burst)
+	}
+}
+
+// validateCost checks fairQueuing.cost against the rest of c: token cost needs
+// deferred admission, which estimates the reservation it charges.
+func (c *Config) validateCost(errs *fieldErrors) {
+	switch c.FairQueuing.Cost {
+	case "", CostRequests:
+	case CostTokens:
+		if c.DeferredAdmission == nil {
+			errs.add("fairQueuing.cost", "is %q but deferredAdmission is off: token-weighted fairness charges the reservation that deferred admission estimates; enable deferredAdmission or use %q",
+				CostTokens, CostRequests)
+		}
+	default:
+		errs.add("fairQueuing.cost", "must be %q or %q, got %q", CostRequests, CostTokens, c.FairQueuing.Cost)
+	}
+}
+
+// refillWindow is the time l's bucket takes to refill from empty, computed
+// as Limit.refillWindow does.
+func (l *TokenLimit) refillWindow() time.Duration {
+	return (&Limit{Requests: l.Tokens, Period: l.Period, Burst: l.Burst}).refillWindow()
+}
+
+// deepCopy returns a copy of d sharing no memory with it.
+func (d *DeferredAdmission) deepCopy() *DeferredAdmission {
+	if d == nil {
+		return nil
+	}
+	n := *d
+	tl := &n.TokenLimits
+	for _, l := range []**TokenLimit{&tl.PerAPIKey, &tl.PerUser, &tl.PerTeam} {
+		if *l != nil {
+			v := **l
+			*l = &v
+		}
+	}
+	if m := d.TokenLimits.PerModel; m != nil {
+		nm := &ModelTokenLimits{Overrides: slices.Clone(m.Overrides)}
+		if m.Default != nil {
+			v := *m.Default
+			nm.Default = &v
+		}
+		tl.PerModel = nm
+	}
+	return &n
+}
+
+// normalize sorts the model overrides and turns an empty list into nil.
+func (d *DeferredAdmission) normalize() {
+	if d == nil || d.TokenLimits.PerModel == nil {
+		return
+	}
+	m := d.TokenLimits.PerModel
+	slices.SortFunc(m.Overrides, func(a, b ModelTokenOverride) int { return strings.Compare(a.Model, b.Model) })
+	m.Overrides = nilIfEmpty(m.Overrides)
+}

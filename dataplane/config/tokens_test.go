@@ -1,0 +1,228 @@
+package config
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// tokenConfig returns validConfig with deferred admission on, every token
+// limit set, the model overrides out of order, and token-weighted fair
+// queuing.
+func tokenConfig() *Config {
+	c := validConfig()
+	c.FairQueuing.Cost = CostTokens
+	c.DeferredAdmission = &DeferredAdmission{
+		TokenLimits: TokenLimits{
+			PerAPIKey: &TokenLimit{Tokens: 20000, Period: dur(time.Minute), Burst: 40000},
+			PerUser:   &TokenLimit{Tokens: 10000, Period: dur(time.Minute), Burst: 10000},
+			PerTeam:   &TokenLimit{Tokens: 50000, Period: dur(time.Minute), Burst: 50000},
+			PerModel: &ModelTokenLimits{
+				Default: &TokenLimit{Tokens: 100000, Period: dur(time.Minute), Burst: 100000},
+				Overrides: []ModelTokenOverride{
+					{Model: "llama-70b", Limit: TokenLimit{Tokens: 30000, Period: dur(time.Minute), Burst: 30000}},
+					{Model: "gpt-small", Limit: TokenLimit{Tokens: 500000, Period: dur(time.Minute), Burst: 500000}},
+				},
+			},
+		},
+		Estimation: DefaultTokenEstimation(),
+		Bounds:     DefaultDeferredBounds(),
+	}
+	return c
+}
+
+func TestTokenConfigRoundTrips(t *testing.T) {
+	c := tokenConfig()
+	data, err := Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`"cost": "Tokens"`,
+		`"deferredAdmission": {`,
+		`"perAPIKey": {
+        "tokens": 20000,
+        "period": "1m0s",
+        "burst": 40000
+      }`,
+		`"estimation": {
+      "defaultMaxTokens": 1024,
+      "includeUsage": true
+    }`,
+		`"bounds": {
+      "maxHeld": 1024,
+      "maxHeldPerTenant": 32,
+      "maxWait": "10s"
+    }`,
+	} {
+		if !bytes.Contains(data, []byte(want)) {
+			t.Errorf("rendered config lacks %s:\n%s", want, data)
+		}
+	}
+	got, err := Parse(data)
+	if err != nil {
+		t.Fatalf("Parse(Marshal(c)) = %v", err)
+	}
+	if o := got.DeferredAdmission.TokenLimits.PerModel.Overrides; o[0].Model != "gpt-small" || o[1].Model != "llama-70b" {
+		t.Errorf("model token overrides not sorted by model: %+v", o)
+	}
+	want := c.DeepCopy()
+	want.normalize()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("round trip changed the config:\n got %+v\nwant %+v", got.DeferredAdmission, want.DeferredAdmission)
+	}
+	if !got.FairQueuing.TokensCost() {
+		t.Error("TokensCost() = false for cost Tokens")
+	}
+
+	// The same overrides in another order give the same bytes.
+	r := tokenConfig()
+	o := r.DeferredAdmission.TokenLimits.PerModel.Overrides
+	o[0], o[1] = o[1], o[0]
+	if b, err := Marshal(r); err != nil || !bytes.Equal(b, data) {
+		t.Errorf("reordered model token overrides changed the bytes (err %v)", err)
+	}
+}
+
+// TestTokenFieldsOffKeepBytes pins that a config without deferred admission
+// and with the default cost encodes exactly as before these fields existed,
+// so every existing ConfigMap keeps its bytes and hash.
+func TestTokenFieldsOffKeepBytes(t *testing.T) {
+	c := validConfig()
+	data, err := Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, absent := range []string{`"deferredAdmission"`, `"cost"`} {
+		if bytes.Contains(data, []byte(absent)) {
+			t.Errorf("a config without token fields renders %s:\n%s", absent, data)
+		}
+	}
+	c.FairQueuing.Cost = ""
+	if c.FairQueuing.TokensCost() {
+		t.Error("TokensCost() = true for an empty cost")
+	}
+}
+
+func TestTokenValidateNamesEveryBadField(t *testing.T) {
+	tl := func(tokens int64, period time.Duration, burst int64) TokenLimit {
+		return TokenLimit{Tokens: tokens, Period: dur(period), Burst: burst}
+	}
+	tests := []struct {
+		name   string
+		mutate func(c *Config)
+		want   []string
+	}{
+		{"token limits", func(c *Config) {
+			l := tl(0, 0, -1)
+			c.DeferredAdmission.TokenLimits.PerAPIKey = &l
+			big := tl(LimitTokens+1, time.Second, LimitTokens+1)
+			c.DeferredAdmission.TokenLimits.PerTeam = &big
+		}, []string{
+			"deferredAdmission.tokenLimits.perAPIKey.tokens: must be in [1, 1000000000000], got 0",
+			"deferredAdmission.tokenLimits.perAPIKey.period: must be > 0, got 0s",
+			"deferredAdmission.tokenLimits.perAPIKey.burst: must be in [1, 1000000000000], got -1",
+			"deferredAdmission.tokenLimits.perTeam.tokens: must be in [1, 1000000000000], got 1000000000001",
+			"deferredAdmission.tokenLimits.perTeam.burst: must be in [1, 1000000000000], got 1000000000001",
+		}},
+		{"empty perModel", func(c *Config) { c.DeferredAdmission.TokenLimits.PerModel = &ModelTokenLimits{} }, []string{
+			"deferredAdmission.tokenLimits.perModel: must set a default or at least one override, or be omitted",
+		}},
+		{"model overrides", func(c *Config) {
+			c.DeferredAdmission.TokenLimits.PerModel.Overrides = []ModelTokenOverride{
+				{Model: "", Limit: tl(1, time.Second, 1)},
+				{Model: "m", Limit: tl(1, time.Second, 1)},
+				{Model: "m", Limit: tl(1, time.Second, 0)},
+			}
+		}, []string{
+			"deferredAdmission.tokenLimits.perModel.overrides[0].model: must be 1 to 256 characters, got 0",
+			`deferredAdmission.tokenLimits.perModel.overrides[2].model: duplicates deferredAdmission.tokenLimits.perModel.overrides[1] ("m")`,
+			"deferredAdmission.tokenLimits.perModel.overrides[2].limit.burst: must be in [1, 1000000000000], got 0",
+		}},
+		{"estimation", func(c *Config) { c.DeferredAdmission.Estimation.DefaultMaxTokens = 0 }, []string{
+			"deferredAdmission.estimation.defaultMaxTokens: must be in [1, 16777216], got 0",
+		}},
+		{"bounds out of range", func(c *Config) {
+			c.DeferredAdmission.Bounds = DeferredBounds{MaxHeld: LimitMaxHeld + 1, MaxHeldPerTenant: 0, MaxWait: dur(11 * time.Minute)}
+		}, []string{
+			"deferredAdmission.bounds.maxHeld: must be in [1, 1048576], got 1048577",
+			"deferredAdmission.bounds.maxHeldPerTenant: must be in [1, 65536], got 0",
+			"deferredAdmission.bounds.maxWait: must be in (0s, 10m0s], got 11m0s",
+		}},
+		{"per-tenant holds above the total", func(c *Config) {
+			c.DeferredAdmission.Bounds.MaxHeld = 8
+			c.DeferredAdmission.Bounds.MaxHeldPerTenant = 9
+		}, []string{"deferredAdmission.bounds.maxHeldPerTenant: must be <= maxHeld (8), got 9"}},
+		{"zero max wait", func(c *Config) { c.DeferredAdmission.Bounds.MaxWait = dur(0) }, []string{
+			"deferredAdmission.bounds.maxWait: must be in (0s, 10m0s], got 0s",
+		}},
+		{"unknown cost", func(c *Config) { c.FairQueuing.Cost = "Bytes" }, []string{
+			`fairQueuing.cost: must be "Requests" or "Tokens", got "Bytes"`,
+		}},
+		{"token cost without deferred admission", func(c *Config) { c.DeferredAdmission = nil }, []string{
+			`fairQueuing.cost: is "Tokens" but deferredAdmission is off: token-weighted fairness charges the reservation that deferred admission estimates`,
+		}},
+		{"token limit too slow for Redis", func(c *Config) {
+			c.Store = redisConfig().Store
+			c.DeferredAdmission.TokenLimits.PerUser = &TokenLimit{Tokens: 1, Period: dur(24 * time.Hour), Burst: 1000}
+		}, []string{"deferredAdmission.tokenLimits.perUser: takes 24000h0m0s to refill completely (burst x period / tokens), longer than the Redis store's"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tokenConfig()
+			tt.mutate(c)
+			err := c.Validate()
+			if err == nil {
+				t.Fatal("Validate() = nil, want an error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not contain %q; got:\n%v", w, err)
+				}
+			}
+			if got, want := strings.Count(err.Error(), "\n")+1, len(tt.want); got != want {
+				t.Errorf("got %d errors, want %d:\n%v", got, want, err)
+			}
+		})
+	}
+}
+
+func TestTokenValidateAcceptsNearMisses(t *testing.T) {
+	for name, mutate := range map[string]func(c *Config){
+		"cost Requests without deferred admission": func(c *Config) { c.DeferredAdmission = nil; c.FairQueuing.Cost = CostRequests },
+		"per-tenant holds equal to the total": func(c *Config) {
+			c.DeferredAdmission.Bounds.MaxHeld, c.DeferredAdmission.Bounds.MaxHeldPerTenant = 1, 1
+		},
+		"max wait at its limit":  func(c *Config) { c.DeferredAdmission.Bounds.MaxWait = dur(LimitMaxWait) },
+		"overrides only":         func(c *Config) { c.DeferredAdmission.TokenLimits.PerModel.Default = nil },
+		"no token limits at all": func(c *Config) { c.DeferredAdmission.TokenLimits = TokenLimits{} },
+		"burst below tokens":     func(c *Config) { c.DeferredAdmission.TokenLimits.PerUser.Burst = 1 },
+		"Redis with a day's token refill": func(c *Config) {
+			c.Store = redisConfig().Store
+			c.DeferredAdmission.TokenLimits.PerUser.Period = dur(24 * time.Hour)
+		},
+	} {
+		c := tokenConfig()
+		mutate(c)
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: Validate() = %v, want nil", name, err)
+		}
+	}
+}
+
+func TestTokenDeepCopyIsIndependent(t *testing.T) {
+	c := tokenConfig()
+	d := c.DeepCopy()
+	da := d.DeferredAdmission
+	da.TokenLimits.PerAPIKey.Tokens = 7
+	da.TokenLimits.PerUser.Burst = 7
+	da.TokenLimits.PerTeam.Tokens = 7
+	da.TokenLimits.PerModel.Default.Tokens = 7
+	da.TokenLimits.PerModel.Overrides[0].Model = "changed"
+	da.Bounds.MaxHeld = 7
+	if !reflect.DeepEqual(c, tokenConfig()) {
+		t.Error("mutating the copy changed the original")
+	}
+}
