@@ -151,6 +151,7 @@ func (downStore) Peek(time.Time, limiter.Batch) (limiter.Decision, error) {
 }
 
 func (downStore) Refund(time.Time, limiter.Batch) error { return limiter.ErrStoreUnavailable }
+func (downStore) Adjust(time.Time, limiter.Batch) error { return limiter.ErrStoreUnavailable }
 
 // TestImmediateDecisions covers every path that must answer without waiting.
 func TestImmediateDecisions(t *testing.T) {

@@ -21,7 +21,9 @@ import (
 	"time"
 )
 
-// Dimension names one of the seven rate-limit dimensions of SPEC section 2.
+// Dimension names one of the rate-limit dimensions of SPEC section 2: the
+// seven request-count dimensions and the four token dimensions of SPEC
+// section 6, whose buckets hold LLM tokens rather than requests.
 type Dimension uint8
 
 const (
@@ -39,10 +41,23 @@ const (
 	DimensionModel
 	// DimensionBackend is keyed by backend name and charged at dispatch.
 	DimensionBackend
+	// DimensionAPIKeyTokens is the token budget keyed by the hashed API key.
+	DimensionAPIKeyTokens
+	// DimensionUserTokens is the token budget keyed by the hashed user id.
+	DimensionUserTokens
+	// DimensionTeamTokens is the token budget keyed by the hashed team id.
+	DimensionTeamTokens
+	// DimensionModelTokens is the token budget keyed by model name and may be
+	// overridden per model.
+	DimensionModelTokens
 
 	// NumDimensions is the number of dimensions; valid values are below it.
-	NumDimensions = int(DimensionBackend) + 1
+	NumDimensions = int(DimensionModelTokens) + 1
 )
+
+// tokenOffset maps an identity dimension (api_key..model) to its token
+// dimension (api_key_tokens..model_tokens).
+const tokenOffset = DimensionAPIKeyTokens - DimensionAPIKey
 
 var dimensionNames = [NumDimensions]string{
 	DimensionGlobal:  "global",
@@ -52,10 +67,16 @@ var dimensionNames = [NumDimensions]string{
 	DimensionTeam:    "team",
 	DimensionModel:   "model",
 	DimensionBackend: "backend",
+
+	DimensionAPIKeyTokens: "api_key_tokens",
+	DimensionUserTokens:   "user_tokens",
+	DimensionTeamTokens:   "team_tokens",
+	DimensionModelTokens:  "model_tokens",
 }
 
 // String returns the SPEC limit_type of d ("global", "client", "api_key",
-// "user", "team", "model" or "backend").
+// "user", "team", "model", "backend", "api_key_tokens", "user_tokens",
+// "team_tokens" or "model_tokens").
 func (d Dimension) String() string {
 	if int(d) < NumDimensions {
 		return dimensionNames[d]
@@ -69,10 +90,18 @@ func (d Dimension) Queueable() bool {
 	return d >= DimensionAPIKey && d <= DimensionModel
 }
 
+// Tokens reports whether d is one of the four token dimensions, whose
+// buckets are charged a request's token count rather than one.
+func (d Dimension) Tokens() bool {
+	return d >= DimensionAPIKeyTokens && d <= DimensionModelTokens
+}
+
 // Limit is one token bucket's shape: Requests tokens are added every Period,
-// up to Burst tokens held at once.
+// up to Burst tokens held at once. For a token dimension a bucket token is
+// one LLM token, so Requests is the tokens allowed per Period.
 type Limit struct {
-	// Requests is the number of tokens added per Period. Must be positive.
+	// Requests is the number of tokens added per Period (requests, or LLM
+	// tokens for a token dimension). Must be positive.
 	Requests int64
 	// Period is the refill period. Must be positive.
 	Period time.Duration
@@ -132,6 +161,19 @@ type Config struct {
 	// ModelOverrides replaces Model for the named models. An override applies
 	// even when Model is nil.
 	ModelOverrides map[string]Limit
+
+	// APIKeyTokens is the token budget per hashed API key (Requests = tokens per Period).
+	APIKeyTokens *Limit
+	// UserTokens is the token budget per hashed user id.
+	UserTokens *Limit
+	// TeamTokens is the token budget per hashed team id.
+	TeamTokens *Limit
+	// ModelTokens is the token budget per model name, unless
+	// ModelTokenOverrides names the model.
+	ModelTokens *Limit
+	// ModelTokenOverrides replaces ModelTokens for the named models. An
+	// override applies even when ModelTokens is nil.
+	ModelTokenOverrides map[string]Limit
 }
 
 // Validate reports the first invalid limit in c, naming its dimension.
@@ -149,6 +191,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("limit model override %q: %w", model, err)
 		}
 	}
+	for model, l := range c.ModelTokenOverrides {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("limit %s override %q: %w", DimensionModelTokens, model, err)
+		}
+	}
 	return nil
 }
 
@@ -161,5 +208,10 @@ func (c Config) limits() [NumDimensions]*Limit {
 		DimensionTeam:    c.Team,
 		DimensionModel:   c.Model,
 		DimensionBackend: c.Backend,
+
+		DimensionAPIKeyTokens: c.APIKeyTokens,
+		DimensionUserTokens:   c.UserTokens,
+		DimensionTeamTokens:   c.TeamTokens,
+		DimensionModelTokens:  c.ModelTokens,
 	}
 }

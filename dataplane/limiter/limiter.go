@@ -17,7 +17,9 @@ limitations under the License.
 // Package limiter implements the token buckets of SPEC section 2: global and
 // per-client limits checked before authentication, the identity dimensions
 // (api key, user, team, model) checked and charged atomically, and per-backend
-// limits charged at dispatch.
+// limits charged at dispatch; and the token budgets of SPEC section 6, the
+// same four identity dimensions with buckets of LLM tokens, charged a
+// request's estimated tokens up front and settled with its actual usage.
 //
 // A Limiter resolves which buckets a request needs from its Config and asks a
 // Store to check them. The default MemoryStore keeps per-replica state with a
@@ -37,9 +39,10 @@ import (
 type Outcome uint8
 
 const (
-	// OutcomeAllowed means the dimension's bucket was charged a token.
+	// OutcomeAllowed means the dimension's bucket was charged (a token, or
+	// the request's tokens for a token dimension).
 	OutcomeAllowed Outcome = iota
-	// OutcomeRefused means the dimension's bucket had no token.
+	// OutcomeRefused means the dimension's bucket did not hold the cost.
 	OutcomeRefused
 	// OutcomeUnavailable means the store could not be reached.
 	OutcomeUnavailable
@@ -114,6 +117,8 @@ type resolved struct {
 	on        [NumDimensions]bool
 	limits    [NumDimensions]shaped
 	overrides map[string]shaped
+	// tokenOverrides replaces limits[DimensionModelTokens] per model.
+	tokenOverrides map[string]shaped
 }
 
 // New returns a Limiter for cfg, or an error naming the invalid limit.
@@ -139,7 +144,10 @@ func (l *Limiter) SetConfig(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid rate limits, keeping the previous ones: %w", err)
 	}
-	r := &resolved{overrides: make(map[string]shaped, len(cfg.ModelOverrides))}
+	r := &resolved{
+		overrides:      make(map[string]shaped, len(cfg.ModelOverrides)),
+		tokenOverrides: make(map[string]shaped, len(cfg.ModelTokenOverrides)),
+	}
 	for d, lim := range cfg.limits() {
 		if lim != nil {
 			r.on[d], r.limits[d] = true, shapeOf(*lim)
@@ -147,6 +155,9 @@ func (l *Limiter) SetConfig(cfg Config) error {
 	}
 	for m, lim := range cfg.ModelOverrides {
 		r.overrides[m] = shapeOf(lim)
+	}
+	for m, lim := range cfg.ModelTokenOverrides {
+		r.tokenOverrides[m] = shapeOf(lim)
 	}
 	l.cfg.Store(r)
 	return nil
@@ -159,10 +170,10 @@ func (l *Limiter) TakePreAuth(now time.Time, client string) (Decision, error) {
 	r := l.cfg.Load()
 	var b Batch
 	if r.on[DimensionGlobal] {
-		b.add(DimensionGlobal, "", r.limits[DimensionGlobal])
+		b.add(DimensionGlobal, "", r.limits[DimensionGlobal], 0)
 	}
 	if r.on[DimensionClient] && client != "" {
-		b.add(DimensionClient, client, r.limits[DimensionClient])
+		b.add(DimensionClient, client, r.limits[DimensionClient], 0)
 	}
 	return l.take(now, b)
 }
@@ -195,24 +206,88 @@ func (l *Limiter) RefundIdentity(now time.Time, k Keys) error {
 
 func (l *Limiter) identityBatch(k Keys) Batch {
 	r := l.cfg.Load()
+	return r.keysBatch(k, 0, r.overrides, 0)
+}
+
+// tokenBatch is the token buckets that apply to k, each asking for cost.
+func (l *Limiter) tokenBatch(k Keys, cost int64) Batch {
+	r := l.cfg.Load()
+	return r.keysBatch(k, tokenOffset, r.tokenOverrides, cost)
+}
+
+// keysBatch returns the buckets of k's api key, user, team and model in the
+// dimensions shifted by offset from DimensionAPIKey..DimensionModel (0 for
+// the request-count buckets, tokenOffset for the token buckets), each asking
+// for cost; overrides replaces the model dimension's limit per model.
+func (r *resolved) keysBatch(k Keys, offset Dimension, overrides map[string]shaped, cost int64) Batch {
 	var b Batch
-	if r.on[DimensionAPIKey] && k.APIKey != "" {
-		b.add(DimensionAPIKey, k.APIKey, r.limits[DimensionAPIKey])
+	if d := DimensionAPIKey + offset; r.on[d] && k.APIKey != "" {
+		b.add(d, k.APIKey, r.limits[d], cost)
 	}
-	if r.on[DimensionUser] && k.User != "" {
-		b.add(DimensionUser, k.User, r.limits[DimensionUser])
+	if d := DimensionUser + offset; r.on[d] && k.User != "" {
+		b.add(d, k.User, r.limits[d], cost)
 	}
-	if r.on[DimensionTeam] && k.Team != "" {
-		b.add(DimensionTeam, k.Team, r.limits[DimensionTeam])
+	if d := DimensionTeam + offset; r.on[d] && k.Team != "" {
+		b.add(d, k.Team, r.limits[d], cost)
 	}
-	if k.Model != "" {
-		if lim, ok := r.overrides[k.Model]; ok {
-			b.add(DimensionModel, k.Model, lim)
-		} else if r.on[DimensionModel] {
-			b.add(DimensionModel, k.Model, r.limits[DimensionModel])
+	if d := DimensionModel + offset; k.Model != "" {
+		if lim, ok := overrides[k.Model]; ok {
+			b.add(d, k.Model, lim, cost)
+		} else if r.on[d] {
+			b.add(d, k.Model, r.limits[d], cost)
 		}
 	}
 	return b
+}
+
+// TakeTokens checks the token buckets (api key, user, team, model) that apply
+// to k and, only if every one holds n tokens, charges each n: all or none. n
+// is the request's reservation (estimated prompt plus output cap); below 1 it
+// counts as 1. A reservation above a bucket's capacity waits for that bucket
+// to be full and is then charged in full, leaving debt. A refusal's
+// RetryAfter is the time until every refusing bucket holds n tokens, and its
+// LimitType a token dimension.
+func (l *Limiter) TakeTokens(now time.Time, k Keys, n int64) (Decision, error) {
+	return l.take(now, l.tokenBatch(k, n))
+}
+
+// PeekTokens reports what TakeTokens would decide, without charging.
+func (l *Limiter) PeekTokens(now time.Time, k Keys, n int64) (Decision, error) {
+	return l.store.Peek(now, l.tokenBatch(k, n))
+}
+
+// SettleTokens corrects the token buckets of k once a request's actual usage
+// is known: delta is actual minus reserved tokens. A positive delta is
+// charged unconditionally (the tokens were used), leaving at most
+// MaxAdjustDebt capacities of debt; a negative one is given back, never
+// above a bucket's capacity. Buckets whose limit was switched off since are
+// left alone.
+func (l *Limiter) SettleTokens(now time.Time, k Keys, delta int64) error {
+	if delta == 0 {
+		return nil
+	}
+	b := l.tokenBatch(k, delta)
+	if b.n == 0 {
+		return nil
+	}
+	if err := l.store.Adjust(now, b); err != nil {
+		return fmt.Errorf("rate-limit token settle: %w", err)
+	}
+	return nil
+}
+
+// HasTokenLimits reports whether any token bucket applies to k, so a caller
+// can skip estimating tokens for a request no token budget limits.
+func (l *Limiter) HasTokenLimits(k Keys) bool {
+	r := l.cfg.Load()
+	if k.Model != "" {
+		if _, ok := r.tokenOverrides[k.Model]; ok || r.on[DimensionModelTokens] {
+			return true
+		}
+	}
+	return (r.on[DimensionAPIKeyTokens] && k.APIKey != "") ||
+		(r.on[DimensionUserTokens] && k.User != "") ||
+		(r.on[DimensionTeamTokens] && k.Team != "")
 }
 
 // TakeBackend charges the named backend's bucket at dispatch. A refused
@@ -232,7 +307,7 @@ func (l *Limiter) backendBatch(name string) Batch {
 	r := l.cfg.Load()
 	var b Batch
 	if r.on[DimensionBackend] {
-		b.add(DimensionBackend, name, r.limits[DimensionBackend])
+		b.add(DimensionBackend, name, r.limits[DimensionBackend], 0)
 	}
 	return b
 }

@@ -348,6 +348,7 @@ func (downStore) Peek(time.Time, Batch) (Decision, error) {
 }
 
 func (downStore) Refund(time.Time, Batch) error { return ErrStoreUnavailable }
+func (downStore) Adjust(time.Time, Batch) error { return ErrStoreUnavailable }
 
 func TestObserverAndUnavailableStore(t *testing.T) {
 	cfg := Config{User: lim(1, time.Minute, 0), Model: lim(5, time.Minute, 0)}

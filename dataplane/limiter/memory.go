@@ -40,6 +40,21 @@ const (
 	// refilled buckets, so idle buckets are reclaimed at the rate new ones
 	// arrive and no insert pays for a long backlog.
 	reclaimPerInsert = 4
+
+	// MaxAdjustDebt bounds the debt a positive Adjust (a settled usage above
+	// the reservation) can leave: at most this many capacities below empty,
+	// so the bucket holds a token again within MaxAdjustDebt full refills
+	// and is full within MaxAdjustDebt+1. Honest overshoots (a tokenizer
+	// that under-counted the prompt, an output cap the upstream ignored) are
+	// a fraction of one capacity and are charged in full; a runaway usage of
+	// many capacities cannot lock a key, a team or a model for hours. A debt
+	// already beyond the bound (a Take whose cost exceeded the capacity) is
+	// never raised further by Adjust, nor forgiven.
+	MaxAdjustDebt = 2
+
+	// maxDebt saturates every GCRA time span (window, charge, debt) so a
+	// timestamp plus a few of them cannot overflow.
+	maxDebt = math.MaxInt64 / 4
 )
 
 // MemoryStore is the default, per-replica Store. Each bucket is a GCRA cell:
@@ -58,8 +73,8 @@ const (
 // Memory bound: each dimension holds at most maxKeysPerDimension buckets of
 // about 170 bytes each (slice, heap and map overhead included) plus the key:
 // with the default cap and 64-byte keys, under 16 MiB per dimension and
-// 80 MiB for the five dimensions keyed by client input (client, api key,
-// user, team, model) in the worst case. With sharding the cap is split
+// 144 MiB for the nine dimensions keyed by client input (client, api key,
+// user, team, model and the four token dimensions) in the worst case. With sharding the cap is split
 // evenly, so a shard may reach its part of the cap shortly before the whole
 // table does.
 //
@@ -88,7 +103,7 @@ var _ Store = (*MemoryStore)(nil)
 type bucket struct {
 	key string
 	// tat is the theoretical arrival time: the bucket is full when tat <= now
-	// and holds (window-(tat-now))/interval tokens otherwise.
+	// and holds (window-(tat-now))/interval tokens otherwise (negative: debt).
 	tat int64
 	// due is the bucket's heap priority, a lower bound of tat: charging only
 	// raises tat, and whatever lowers it (refund, rescale) lowers due too.
@@ -160,7 +175,7 @@ func (s *MemoryStore) Peek(now time.Time, b Batch) (Decision, error) {
 }
 
 // Refund implements Store: each bucket of b that is tracked gets one token
-// back, never more than its capacity.
+// back, never more than its capacity. Request.Cost is ignored.
 func (s *MemoryStore) Refund(now time.Time, b Batch) error {
 	t := s.since(now)
 	var locked lockSet
@@ -182,6 +197,49 @@ func (s *MemoryStore) Refund(now time.Time, b Batch) error {
 		}
 		bk.tat = max(bk.tat-bk.interval, t)
 		sh.lower(idx)
+	}
+	return nil
+}
+
+// Adjust implements Store. A positive Cost charges the bucket, creating it
+// when unknown, and may leave debt up to MaxAdjustDebt capacities below
+// empty; a negative Cost refunds a tracked bucket up to full. A charge for a
+// new key whose table is full of indebted buckets is dropped: the key bound
+// wins over the accounting of one settled request.
+func (s *MemoryStore) Adjust(now time.Time, b Batch) error {
+	t := s.since(now)
+	var locked lockSet
+	s.lock(&b, &locked)
+	defer locked.unlock()
+	for i := 0; i < b.n; i++ {
+		r := &b.reqs[i]
+		if r.Cost == 0 {
+			continue
+		}
+		sh := locked.shards[locked.of[i]]
+		idx, ok := sh.index[r.Key]
+		if !ok {
+			if r.Cost < 0 {
+				continue // full already: never charged, or refilled and dropped
+			}
+			if _, ok := sh.room(t, s.perShard); ok {
+				sh.insert(bucket{key: r.Key, tat: t + r.AdjustedDebt(0), interval: r.interval, window: r.window})
+			}
+			continue
+		}
+		bk := &sh.buckets[idx]
+		if bk.interval != r.interval || bk.window != r.window {
+			sh.rescale(idx, t, r.interval, r.window)
+		}
+		debt := max(bk.tat-t, 0)
+		next := r.AdjustedDebt(debt)
+		if next == debt {
+			continue
+		}
+		bk.tat = t + next
+		if next < debt {
+			sh.lower(idx)
+		}
 	}
 	return nil
 }
@@ -291,8 +349,8 @@ type shaped struct {
 // so that additions to a timestamp cannot overflow.
 func shapeOf(l Limit) shaped {
 	s := shaped{Limit: l, interval: l.interval()}
-	if c := l.capacity(); c > math.MaxInt64/4/s.interval {
-		s.window = math.MaxInt64 / 4
+	if c := l.capacity(); c > maxDebt/s.interval {
+		s.window = maxDebt
 	} else {
 		s.window = c * s.interval
 	}
@@ -300,7 +358,7 @@ func shapeOf(l Limit) shaped {
 }
 
 // decide checks every bucket of b with their shards locked and, when charge
-// is set and all have a token, charges them all; otherwise it changes
+// is set and all hold their cost, charges them all; otherwise it changes
 // nothing but the lazy rescaling of buckets whose limit was hot-swapped and
 // the dropping of refilled buckets.
 func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
@@ -351,7 +409,7 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 			}
 			cur = max(bk.tat, t)
 		}
-		tat[i] = cur + interval
+		tat[i] = cur + r.Charge()
 		judge(&d, r, cur-t, charge)
 	}
 	if !d.Allowed || !charge {
@@ -414,7 +472,7 @@ func (s *MemoryStore) decideShared(t int64, b *Batch, charge bool) (d Decision, 
 	for i := 0; i < b.n; i++ {
 		r, bk := &b.reqs[i], bks[i]
 		cur := max(bk.tat, t)
-		tat[i] = cur + r.interval
+		tat[i] = cur + r.Charge()
 		judge(&d, r, cur-t, charge)
 	}
 	if d.Allowed && charge {
@@ -450,14 +508,15 @@ func refuse(d *Decision, dim Dimension, wait time.Duration) bool {
 
 // judge records in d the verdict of bucket r, which is debt nanoseconds
 // from full: every store decides each bucket with it, so they all answer the
-// same. An allowed decision's quota is the bucket with the fewest tokens
-// left; a refusal's quota is the bucket named by LimitType, so the
-// x-ratelimit-* headers never describe a bucket that let the request pass.
+// same. The bucket must hold the request's cost, or be full when the cost
+// exceeds its capacity. An allowed decision's quota is the bucket with the
+// fewest tokens left; a refusal's quota is the bucket named by LimitType, so
+// the x-ratelimit-* headers never describe a bucket that let the request pass.
 func judge(d *Decision, r *Request, debt int64, charge bool) {
-	next := debt + r.interval
+	cost := r.Charge()
 	capacity := r.Limit.capacity()
-	if over := next - r.window; over > 0 {
-		// No whole token: the wait is until the deficit has refilled.
+	if over := debt + min(cost, r.window) - r.window; over > 0 {
+		// Too few tokens: the wait is until the deficit has refilled.
 		if refuse(d, r.Dimension, time.Duration(over)) {
 			d.Tightest, d.HasQuota = Quota{Dimension: r.Dimension, Limit: capacity, Remaining: 0, Reset: time.Duration(debt)}, true
 		}
@@ -466,7 +525,8 @@ func judge(d *Decision, r *Request, debt int64, charge bool) {
 	if !d.Allowed {
 		return // a refusal's quota is the refusing bucket's
 	}
-	remaining, reset := (r.window-next)/r.interval, next
+	next := debt + cost
+	remaining, reset := max(r.window-next, 0)/r.interval, next
 	if !charge {
 		remaining, reset = (r.window-debt)/r.interval, debt
 	}
@@ -478,13 +538,13 @@ func judge(d *Decision, r *Request, debt int64, charge bool) {
 }
 
 // rescale converts the bucket at idx to a new limit keeping the fraction of
-// its capacity in use, so a hot-swapped limit neither forgives nor invents
-// debt.
+// its capacity in use (above 1 for a token bucket in debt), so a hot-swapped
+// limit neither forgives nor invents debt.
 func (sh *shard) rescale(idx int32, now, interval, window int64) {
 	bk := &sh.buckets[idx]
 	if debt := bk.tat - now; debt > 0 {
 		used := float64(debt) / float64(bk.window)
-		bk.tat = now + int64(math.Min(used, 1)*float64(window))
+		bk.tat = now + int64(math.Min(used*float64(window), maxDebt))
 	}
 	bk.interval, bk.window = interval, window
 	sh.lower(idx)

@@ -19,7 +19,8 @@ package limiter
 import "time"
 
 // LimitOf returns the limit in force for the bucket of key in dimension d
-// (a model's override when one names it), and false when none applies.
+// (a model's override when one names it, for the model and model_tokens
+// dimensions), and false when none applies.
 // Admission uses it to describe a refusing bucket in the x-ratelimit-*
 // headers and to seed the fair queue's grant spacing.
 func (l *Limiter) LimitOf(d Dimension, key string) (Limit, bool) {
@@ -27,8 +28,13 @@ func (l *Limiter) LimitOf(d Dimension, key string) (Limit, bool) {
 	if int(d) >= NumDimensions {
 		return Limit{}, false
 	}
-	if d == DimensionModel {
+	switch d {
+	case DimensionModel:
 		if lim, ok := r.overrides[key]; ok {
+			return lim.Limit, true
+		}
+	case DimensionModelTokens:
+		if lim, ok := r.tokenOverrides[key]; ok {
 			return lim.Limit, true
 		}
 	}

@@ -40,3 +40,40 @@ func DecisionFromDebts(b *Batch, debts *[MaxBatch]int64, charge bool) Decision {
 	}
 	return d
 }
+
+// Charge returns the GCRA time, in nanoseconds, that a Take or Peek of r
+// charges: Cost refill intervals (one for a Cost of 0 or 1), saturated so a
+// timestamp plus a charge cannot overflow.
+func (r Request) Charge() int64 {
+	if r.Cost <= 1 {
+		return r.interval
+	}
+	if r.Cost > maxDebt/r.interval {
+		return maxDebt
+	}
+	return r.Cost * r.interval
+}
+
+// AdjustedDebt returns the debt, in nanoseconds until full, of a bucket that
+// was debt nanoseconds from full after an Adjust of r: a positive Cost adds
+// Cost intervals but never beyond MaxAdjustDebt capacities below empty (nor
+// lowers a debt already beyond that), a negative Cost removes -Cost
+// intervals down to a full bucket (0). Stores keeping bucket state elsewhere
+// use it to settle exactly as MemoryStore does.
+func (r Request) AdjustedDebt(debt int64) int64 {
+	switch {
+	case r.Cost > 0:
+		ceiling := max(debt, r.window*(MaxAdjustDebt+1)) // window <= maxDebt: no overflow
+		add := int64(maxDebt)
+		if r.Cost <= maxDebt/r.interval {
+			add = r.Cost * r.interval
+		}
+		return min(debt+min(add, ceiling), ceiling)
+	case r.Cost < 0:
+		if r.Cost < -(debt / r.interval) {
+			return 0
+		}
+		return debt + r.Cost*r.interval
+	}
+	return debt
+}

@@ -27,7 +27,8 @@ import (
 var ErrStoreUnavailable = errors.New("rate-limit store unavailable")
 
 // MaxBatch is the most buckets one Store call checks together: the four
-// identity dimensions api_key, user, team and model.
+// identity dimensions api_key, user, team and model, or their four token
+// dimensions.
 const MaxBatch = 4
 
 // Request names one bucket to check: its dimension, key and current limit.
@@ -40,6 +41,12 @@ type Request struct {
 	Key string
 	// Limit is the bucket's current shape.
 	Limit Limit
+	// Cost is the number of bucket tokens the request needs. For Take and
+	// Peek, 0 or 1 means one token (a request-count bucket); a larger Cost
+	// needs that many tokens at once, and a Cost above the bucket's capacity
+	// waits for a full bucket and is then charged in full, leaving debt. For
+	// Adjust it is signed: positive charges, negative refunds, 0 does nothing.
+	Cost int64
 
 	// interval and window cache Limit's GCRA shape (see shapeOf), set by
 	// Batch.Add, so the in-memory store need not divide on every request.
@@ -54,13 +61,20 @@ type Batch struct {
 	reqs [MaxBatch]Request
 }
 
-// Add appends a request. It panics when the batch is full, a programming error.
+// Add appends a request for one token. It panics when the batch is full, a
+// programming error.
 func (b *Batch) Add(d Dimension, key string, l Limit) {
-	b.add(d, key, shapeOf(l))
+	b.add(d, key, shapeOf(l), 0)
 }
 
-func (b *Batch) add(d Dimension, key string, s shaped) {
-	b.reqs[b.n] = Request{Dimension: d, Key: key, Limit: s.Limit, interval: s.interval, window: s.window}
+// AddCost appends a request for cost tokens (see Request.Cost). It panics
+// when the batch is full, a programming error.
+func (b *Batch) AddCost(d Dimension, key string, l Limit, cost int64) {
+	b.add(d, key, shapeOf(l), cost)
+}
+
+func (b *Batch) add(d Dimension, key string, s shaped, cost int64) {
+	b.reqs[b.n] = Request{Dimension: d, Key: key, Limit: s.Limit, Cost: cost, interval: s.interval, window: s.window}
 	b.n++
 }
 
@@ -71,7 +85,7 @@ func (b *Batch) Len() int { return b.n }
 func (b *Batch) At(i int) Request { return b.reqs[i] }
 
 // DimensionSet is a set of dimensions, as a bit mask.
-type DimensionSet uint8
+type DimensionSet uint16
 
 // Add returns s with d added.
 func (s DimensionSet) Add(d Dimension) DimensionSet { return s | 1<<d }
@@ -85,7 +99,8 @@ type Quota struct {
 	Dimension Dimension
 	// Limit is the bucket capacity (the limit's burst).
 	Limit int64
-	// Remaining is the number of whole tokens left after this decision.
+	// Remaining is the number of whole tokens left after this decision (LLM
+	// tokens for a token dimension); never negative, 0 while in debt.
 	Remaining int64
 	// Reset is the time until the bucket is full again.
 	Reset time.Duration
@@ -93,13 +108,15 @@ type Quota struct {
 
 // Decision is the outcome of checking a batch of buckets.
 type Decision struct {
-	// Allowed is true when every bucket had a token (and, for Take, each was charged one).
+	// Allowed is true when every bucket held the request's cost (and, for
+	// Take, each was charged it).
 	Allowed bool
 	// LimitType is the refusing dimension with the longest RetryAfter; meaningful only when !Allowed.
 	LimitType Dimension
 	// RefusedBy holds every refusing dimension.
 	RefusedBy DimensionSet
-	// RetryAfter is the longest time until every refusing bucket has a token; 0 when allowed.
+	// RetryAfter is the time until every refusing bucket holds the request's
+	// cost (a full bucket for a cost above capacity); 0 when allowed.
 	RetryAfter time.Duration
 	// Tightest is the applied bucket with the fewest remaining tokens; valid when HasQuota.
 	Tightest Quota
@@ -115,8 +132,9 @@ type Decision struct {
 // Store holds token-bucket state. Implementations must be safe for concurrent
 // use and, for the in-memory default, allocation-free for known keys.
 type Store interface {
-	// Take checks every request in b and, only if all have a token, charges
-	// each one token: all or none. A refusal charges nothing.
+	// Take checks every request in b and, only if every bucket holds the
+	// request's Cost, charges each its Cost: all or none. A refusal charges
+	// nothing.
 	Take(now time.Time, b Batch) (Decision, error)
 	// Peek reports what Take would decide without charging or storing anything.
 	Peek(now time.Time, b Batch) (Decision, error)
@@ -125,4 +143,10 @@ type Store interface {
 	// alone. It undoes a Take whose request was then refused by a later
 	// stage (every backend exhausted), so no token is lost.
 	Refund(now time.Time, b Batch) error
+	// Adjust settles token buckets after the fact: each request's Cost is
+	// signed. A positive Cost charges that many tokens unconditionally, which
+	// may leave the bucket in debt (bounded, see MaxAdjustDebt), and creates
+	// an unknown bucket; a negative Cost gives tokens back, never above the
+	// bucket's capacity, and leaves an unknown bucket alone. It never refuses.
+	Adjust(now time.Time, b Batch) error
 }

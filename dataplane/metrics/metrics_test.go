@@ -127,6 +127,7 @@ func TestDecisionsAreCountedByDimensionAndOutcome(t *testing.T) {
 	m.ObserveDecision(limiter.DimensionUser, limiter.OutcomeAllowed)
 	m.ObserveDecision(limiter.DimensionModel, limiter.OutcomeRefused)
 	m.ObserveDecision(limiter.DimensionGlobal, limiter.OutcomeUnavailable)
+	m.ObserveDecision(limiter.DimensionModelTokens, limiter.OutcomeRefused)
 	m.ObserveDecision(limiter.Dimension(99), limiter.OutcomeAllowed) // ignored, no panic
 	if got := testutil.CollectAndCount(m.decisionsVec); got != limiter.NumDimensions*limiter.NumOutcomes {
 		t.Fatalf("%d decision series, want every dimension x outcome pre-created", got)
@@ -137,9 +138,9 @@ func TestDecisionsAreCountedByDimensionAndOutcome(t *testing.T) {
 `
 	var b strings.Builder
 	b.WriteString(want)
-	for _, d := range []string{"api_key", "backend", "client", "global", "model", "team", "user"} {
+	for _, d := range []string{"api_key", "api_key_tokens", "backend", "client", "global", "model", "model_tokens", "team", "team_tokens", "user", "user_tokens"} {
 		for _, o := range []string{"allowed", "refused", "table_full", "unavailable"} {
-			v := map[string]string{"user/allowed": "2", "model/refused": "1", "global/unavailable": "1"}[d+"/"+o]
+			v := map[string]string{"user/allowed": "2", "model/refused": "1", "global/unavailable": "1", "model_tokens/refused": "1"}[d+"/"+o]
 			if v == "" {
 				v = "0"
 			}

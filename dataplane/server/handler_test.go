@@ -382,6 +382,7 @@ func (downStore) Peek(time.Time, limiter.Batch) (limiter.Decision, error) {
 }
 
 func (downStore) Refund(time.Time, limiter.Batch) error { return limiter.ErrStoreUnavailable }
+func (downStore) Adjust(time.Time, limiter.Batch) error { return limiter.ErrStoreUnavailable }
 
 func TestStoreOutageAnswers503AtOnce(t *testing.T) {
 	tests := []struct {
