@@ -19,9 +19,9 @@ const noDeadline = math.MaxInt64
 //     (one grant from a start at the virtual time, plus one Adjust; Adjust
 //     clamps), so a ready tag is within [vnow-B, vnow+3B];
 //   - tags of tenants outside the ready heap (idle, pending, in flight) are
-//     raised to at least vnow-stride each time the virtual time has advanced
+//     raised to at least vnow-B each time the virtual time has advanced
 //     sweepEvery = B since the last sweep; a grant advances it by at most
-//     2B, so such a tag is never more than stride+3B behind.
+//     2B, so such a tag is never more than 4B behind.
 //
 // Every comparison therefore spans less than 2^63. At MaxWeight the stride is
 // 2^16, so truncating strideScale/weight errs by less than 2^-16.
@@ -42,6 +42,10 @@ const minRetry = int64(time.Millisecond)
 
 // spacingWeight is the EWMA weight (1/8) of a new grant-spacing sample.
 const spacingWeight = 0.125
+
+// holdSlack is how many times the measured time its cost takes a refused
+// waiter may hold its keys (see hold): slack for the noise of the measure.
+const holdSlack = 2
 
 func vless(a, b uint64) bool { return int64(a-b) < 0 }
 
@@ -99,6 +103,7 @@ type waiter struct {
 	retryAfter int64
 	position   int
 	estimate   int64
+	interval   int64
 	cost       uint64 // within [1, MaxCost]
 
 	state    waiterState
@@ -151,10 +156,15 @@ type tenant struct {
 // plus its head waiter's cost in strides. Only meaningful with a head.
 func (t *tenant) tag() uint64 { return t.start + t.stride*t.head.cost }
 
-// keyState counts waiters and running attempts for one limit key.
+// keyState counts waiters and running attempts for one limit key, and holds
+// the key for a waiter of cost above 1 that was refused on it (see hold).
 type keyState struct {
 	waiters  int
 	inFlight int
+
+	holder    *waiter // nil: not held
+	holdUntil int64
+	holdTag   uint64 // the holder's finish tag when it was refused
 }
 
 // outcome is what complete did with a granted waiter.
@@ -192,6 +202,7 @@ type sched struct {
 
 	depth      int // waiters held, granted ones included
 	inFlight   int // granted waiters whose attempt is running
+	holds      int // keys with a holder
 	sumWeights int // sum of the weights of tracked tenants
 	vnow       uint64
 	swept      uint64 // vnow at the last sweep
@@ -302,6 +313,7 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 	w.t, w.tenant, w.keys, w.dim = t, tenantKey, keys, dim
 	w.enqueuedAt, w.readyAt, w.deadline = now, now+retryAfter, deadline
 	w.retryAfter, w.position, w.estimate, w.cost = retryAfter, pos, est, c
+	w.interval = max(interval, 0)
 	w.state = stateQueued
 
 	if t.tail == nil {
@@ -491,13 +503,14 @@ func (s *sched) room(now int64, tenantKey string, reason Reason, interval int64)
 
 // place puts a tenant that has a head waiter and no running attempt into the
 // ready or pending heap. Entering the ready heap, its start tag is its last
-// finish tag, but never more than one of its own strides behind the
-// scheduler's virtual time: a tenant that lost a race for a shared token keeps
-// its turn, while one held back for long (by its own limit) cannot bank
-// credit for a burst later. A new tenant starts at the virtual time.
+// finish tag, but never more than its head's grant (cost strides) behind the
+// scheduler's virtual time, so its finish tag is at most the virtual time: a
+// tenant that lost a race for a shared token keeps its turn, while one held
+// back for long (by its own limit) cannot bank credit for a burst later. A
+// new tenant starts at the virtual time.
 func (s *sched) place(t *tenant, now int64) {
 	if t.head.readyAt <= now {
-		t.start = vmax(t.finish, s.vnow-t.stride)
+		t.start = vmax(t.finish, s.vnow-t.stride*t.head.cost)
 		t.place = placeReady
 		s.ready.push(t, t.tag())
 		return
@@ -521,7 +534,9 @@ func (s *sched) unplace(t *tenant) {
 // ready tenant with the smallest finish tag. It returns nil when MaxInFlight
 // attempts run, when no head is ready, or when the chosen head shares a limit
 // key with a running attempt (attempts on one key run in fair order, one at a
-// time). A granted waiter's deadline is always after now.
+// time). A head needing a key held for a waiter ahead of it in the fair order
+// is parked in the pending heap until the hold ends. A granted waiter's
+// deadline is always after now.
 func (s *sched) next(now int64) *waiter {
 	s.expire(now)
 	if s.inFlight >= s.bounds.MaxInFlight {
@@ -532,15 +547,31 @@ func (s *sched) next(now int64) *waiter {
 		t.place = placeNone
 		s.place(t, now)
 	}
-	if s.ready.len() == 0 {
-		return nil
-	}
-	t := s.ready.top()
-	w := t.head
-	for _, ks := range w.ks {
-		if ks.inFlight > 0 {
+	var t *tenant
+	var w *waiter
+	for {
+		if s.ready.len() == 0 {
 			return nil
 		}
+		t = s.ready.top()
+		w = t.head
+		for _, ks := range w.ks {
+			if ks.inFlight > 0 {
+				return nil
+			}
+		}
+		if s.holds == 0 {
+			break
+		}
+		until := s.heldFor(w, now)
+		if until <= now {
+			break
+		}
+		// A key is held for a waiter ahead in the fair order: park the
+		// tenant until the hold ends, keeping its tags.
+		s.ready.pop()
+		t.place = placePending
+		s.pending.push(t, uint64(until))
 	}
 	s.ready.pop()
 	t.place = placeInFlight
@@ -597,9 +628,74 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 	w.readyAt = now + retryAfter
 	w.state = stateQueued
 	s.deadlines.push(w)
+	if w.cost > 1 {
+		s.hold(w, now)
+	}
 	t.place = placeNone
 	s.place(t, now)
 	return outcomeRequeued
+}
+
+// hold reserves the keys of w, a waiter of cost above 1 just refused at now,
+// against tenants behind it in the fair order (or tied with it), until its
+// ready time but for at most holdSlack times what its cost takes at the
+// measured time per unit of cost (before any measurement, its Interval), and
+// at least minRetry. Without it, smaller requests would drain the tokens a
+// larger one waits to accumulate and starve it; the cap keeps a waiter
+// refused by its own, tighter limit from stalling the others for much longer
+// than its own grant would take. A key keeps the hold of the waiter furthest
+// ahead in the fair order.
+func (s *sched) hold(w *waiter, now int64) {
+	budget := float64(w.interval)
+	if s.spacing > 0 {
+		budget = holdSlack * s.spacing / s.grantCost * float64(w.cost)
+	}
+	budget = max(min(budget, float64(maxEstimate)), float64(minRetry))
+	until := min(w.readyAt, now+int64(budget))
+	if until <= now {
+		return
+	}
+	tag := w.t.tag() // the tag it was granted under
+	for _, ks := range w.ks {
+		switch {
+		case ks.holder == nil:
+			s.holds++
+		case ks.holder != w && ks.holdUntil > now && !vless(tag, ks.holdTag):
+			continue
+		}
+		ks.holder, ks.holdUntil, ks.holdTag = w, until, tag
+	}
+}
+
+// unhold releases the hold on ks.
+func (s *sched) unhold(ks *keyState) {
+	ks.holder = nil
+	s.holds--
+}
+
+// heldFor returns the latest end of a hold on w's keys by another waiter
+// ahead of (or tied with) w's tenant in the fair order, or 0. Expired holds are released.
+func (s *sched) heldFor(w *waiter, now int64) int64 {
+	var until int64
+	var tag uint64
+	tagged := false
+	for _, ks := range w.ks {
+		h := ks.holder
+		switch {
+		case h == nil || h == w:
+			continue
+		case ks.holdUntil <= now:
+			s.unhold(ks)
+			continue
+		}
+		if !tagged {
+			tag, tagged = w.t.tag(), true
+		}
+		if !vless(tag, ks.holdTag) {
+			until = max(until, ks.holdUntil)
+		}
+	}
+	return until
 }
 
 // cancel removes a queued or granted waiter at once, freeing its attempt slot.
@@ -658,6 +754,9 @@ func (s *sched) finish(w *waiter, now int64, admitted bool, reason Reason) {
 	t.queuedCost -= w.cost
 	s.depth--
 	for i, ks := range w.ks {
+		if ks.holder == w {
+			s.unhold(ks)
+		}
 		ks.waiters--
 		if ks.waiters == 0 {
 			delete(s.keys, w.keys[i])
@@ -830,18 +929,19 @@ func (s *sched) moveTag(t *tenant, v uint64, delta int64) uint64 {
 }
 
 // sweep raises the tags of every tenant outside the ready heap to at least
-// one stride behind the virtual time, and records when it ran. Ready tags
-// stay within wrap-around range of the virtual time on their own; idle,
-// pending and in-flight tenants would otherwise fall arbitrarily far behind
-// it while it advances (see strideScale). Raising a tag that far behind costs
-// no tenant anything: place and activate raise it as far on their own.
+// MaxCost of its strides behind the virtual time, and records when it ran.
+// Ready tags stay within wrap-around range of the virtual time on their own;
+// idle, pending and in-flight tenants would otherwise fall arbitrarily far
+// behind it while it advances (see strideScale). Raising a tag that far
+// behind costs no tenant anything: place and activate raise it further on
+// their own.
 func (s *sched) sweep() {
 	s.swept = s.vnow
 	raise := func(t *tenant) {
 		if t == nil || t.place == placeReady {
 			return
 		}
-		floor := s.vnow - t.stride
+		floor := s.vnow - MaxCost*t.stride
 		t.finish = vmax(t.finish, floor)
 		if t.place == placeInFlight {
 			t.start = vmax(t.start, floor)
