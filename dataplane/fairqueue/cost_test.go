@@ -3,6 +3,7 @@ package fairqueue
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -166,6 +167,138 @@ func TestTokenWeightedFairness(t *testing.T) {
 			}
 			if within(cost, want, tol) == nil {
 				t.Errorf("cost Requests gave weighted-fair cost too; the workload cannot tell the modes apart")
+			}
+		})
+	}
+}
+
+// backlog enqueues depth waiters for each tenant of costs at now.
+func backlog(t *testing.T, s *sched, costs map[string]int64, order []string, depth int) {
+	t.Helper()
+	for range depth {
+		for _, tn := range order {
+			if _, reason, _, _ := s.enqueue(0, tn, "user", lk("k"), noDeadline, 0, 0, costs[tn]); reason != "" {
+				t.Fatalf("enqueue %s refused: %s", tn, reason)
+			}
+		}
+	}
+}
+
+// grantSeq makes n grants at time 0 whose attempts all pass, re-enqueuing
+// each admitted tenant's request so every tenant stays backlogged, and
+// returns the tenants in grant order as a string of their names.
+func grantSeq(t *testing.T, s *sched, costs map[string]int64, n int) string {
+	t.Helper()
+	var seq strings.Builder
+	for range n {
+		w := s.next(0)
+		if w == nil {
+			t.Fatalf("no grant with every tenant backlogged")
+		}
+		tn := w.tenant
+		seq.WriteString(tn)
+		s.complete(0, w, true, 0, nil)
+		s.release(w)
+		if _, reason, _, _ := s.enqueue(0, tn, "user", lk("k"), noDeadline, 0, 0, costs[tn]); reason != "" {
+			t.Fatalf("re-enqueue %s refused: %s", tn, reason)
+		}
+	}
+	return seq.String()
+}
+
+// TestAdjust: a settle correction moves the tenant's next grants by the
+// delta in its strides, positive (it used more than it reserved: it waits
+// longer) or negative (a refund: its turn comes sooner), but a refund never
+// puts it more than one stride behind the virtual time, and a tenant the
+// queue does not track is left alone.
+func TestAdjust(t *testing.T) {
+	cases := []struct {
+		name   string
+		costs  map[string]int64
+		warm   int    // grants before the correction
+		tenant string // adjusted tenant
+		delta  int64
+		want   string // the grants after it
+	}{
+		{name: "no correction", costs: map[string]int64{"a": 1, "b": 1}, warm: 4, tenant: "a", want: "abababab"},
+		{name: "positive: b catches up 4 grants", costs: map[string]int64{"a": 1, "b": 1}, warm: 4, tenant: "a", delta: 4, want: "bbbbabab"},
+		{name: "positive on b", costs: map[string]int64{"a": 1, "b": 1}, warm: 4, tenant: "b", delta: 2, want: "aaabab"},
+		// After "abab" a and b finish 1 stride ahead of the virtual time.
+		// A refund takes a to one stride behind it, no further: two grants
+		// ahead of b, then a tie that a wins by arrival.
+		{name: "refund bounded at one grant behind", costs: map[string]int64{"a": 1, "b": 1}, warm: 4, tenant: "a", delta: -1000, want: "aaababab"},
+		{name: "refund above MaxCost bounded too", costs: map[string]int64{"a": 1, "b": 1}, warm: 4, tenant: "a", delta: -1 << 40, want: "aaababab"},
+		{name: "untracked tenant", costs: map[string]int64{"a": 1, "b": 1}, warm: 4, tenant: "ghost", delta: 1000, want: "abababab"},
+		// a reserves 10: b gets ten grants of 1 for each of a's.
+		{name: "large reservation, no correction", costs: map[string]int64{"a": 10, "b": 1}, warm: 10, tenant: "a", want: "bbbbbbbbbbabbbbbbbbbba"},
+		// a's grant used 1 of its 10: its next grant comes after two of
+		// b's (b was one ahead), then ten again.
+		{name: "large reservation refunded", costs: map[string]int64{"a": 10, "b": 1}, warm: 10, tenant: "a", delta: -9, want: "babbbbbbbbbbabbbbbbbbbb"},
+		// a's grant used 19: b gets ten more grants first.
+		{name: "large reservation exceeded", costs: map[string]int64{"a": 10, "b": 1}, warm: 10, tenant: "a", delta: 9, want: "bbbbbbbbbbbbbbbbbbbab"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSched(Bounds{}, Weights{Default: 1})
+			backlog(t, s, tc.costs, []string{"a", "b"}, 2)
+			warm := grantSeq(t, s, tc.costs, tc.warm)
+			tenantsBefore := len(s.tenants)
+			s.adjust(tc.tenant, tc.delta)
+			if len(s.tenants) != tenantsBefore {
+				t.Errorf("Adjust added a tenant")
+			}
+			if got := grantSeq(t, s, tc.costs, len(tc.want)); got != tc.want {
+				t.Errorf("after %q and Adjust(%s, %d): grants %q, want %q", warm, tc.tenant, tc.delta, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSettledFairness: tenants whose reservations are systematically wrong
+// (a reserves 10 and uses 1, or reserves 1 and uses 10) are corrected by
+// Adjust after every grant, so the cost they actually used is shared by
+// weight. Without the corrections (the negative control) the reservations
+// decide. The limit counts requests, so only the queue's order decides.
+func TestSettledFairness(t *testing.T) {
+	cases := []struct {
+		name             string
+		reserve, use     []int64
+		settle           bool
+		fairInActualCost bool
+	}{
+		{name: "over-reserving tenant settled", reserve: []int64{10, 1}, use: []int64{1, 1}, settle: true, fairInActualCost: true},
+		{name: "over-reserving tenant not settled", reserve: []int64{10, 1}, use: []int64{1, 1}},
+		{name: "under-reserving tenant settled", reserve: []int64{1, 1}, use: []int64{10, 1}, settle: true, fairInActualCost: true},
+		{name: "under-reserving tenant not settled", reserve: []int64{1, 1}, use: []int64{10, 1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSched(Bounds{}, Weights{Default: 1})
+			reserve := map[string]int64{tenantName(0): tc.reserve[0], tenantName(1): tc.reserve[1]}
+			backlog(t, s, reserve, []string{tenantName(0), tenantName(1)}, 4)
+			used := make([]float64, 2)
+			for range 20000 {
+				w := s.next(0)
+				if w == nil {
+					t.Fatalf("no grant with every tenant backlogged")
+				}
+				i := tenantIndex(t, w.tenant)
+				s.complete(0, w, true, 0, nil)
+				s.release(w)
+				used[i] += float64(tc.use[i])
+				if tc.settle {
+					s.adjust(tenantName(i), tc.use[i]-tc.reserve[i])
+				}
+				s.enqueue(0, tenantName(i), "user", lk("k"), noDeadline, 0, 0, tc.reserve[i])
+			}
+			shares := []float64{used[0] / (used[0] + used[1]), used[1] / (used[0] + used[1])}
+			t.Logf("actual cost used %v, shares %.4f", used, shares)
+			err := within(shares, []float64{0.5, 0.5}, 0.05)
+			switch {
+			case tc.fairInActualCost && err != nil:
+				t.Errorf("settled usage not fair: %v", err)
+			case !tc.fairInActualCost && err == nil:
+				t.Errorf("unsettled reservations gave fair usage; the workload cannot show what settling does")
 			}
 		})
 	}

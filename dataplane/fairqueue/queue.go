@@ -325,7 +325,8 @@ func (q *Queue) HasWaitersAny(keys []LimitKey) bool {
 // tenant: delta (actual minus reserved cost, clamped to +-MaxCost) moves the
 // tenant's virtual finish tag by delta of its strides (delta/weight grants of
 // cost 1), so an under-reservation delays its next grants and a refund brings
-// them forward, but never to more than one stride behind the virtual time.
+// them forward, but never to more than the tenant's last grant (one stride
+// before any grant) behind the virtual time: a refund cannot bank credit.
 // A tenant the Queue does not track (never queued, evicted from the table, or
 // queued in a shared overflow queue) is left alone. It does not allocate.
 func (q *Queue) Adjust(tenant string, delta int64) {

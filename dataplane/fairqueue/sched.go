@@ -142,6 +142,7 @@ type tenant struct {
 	head, tail *waiter
 	depth      int
 	queuedCost uint64 // sum of the costs of its waiters
+	lastCost   uint64 // cost of its last admitted grant; 0 before any
 	place      tenantPlace
 	heapIdx    int
 	seq        uint64
@@ -602,6 +603,7 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 		return outcomeError
 	case ok:
 		t.finish = t.tag()
+		t.lastCost = w.cost
 		s.vnow = vmax(s.vnow, t.start)
 		if s.vnow-s.swept >= sweepEvery {
 			s.sweep()
@@ -891,9 +893,12 @@ func (s *sched) setWeights(w Weights) {
 // adjust moves tenantKey's virtual tags by delta of its strides: the settle
 // correction (actual - reserved cost) of a grant. delta is clamped to
 // [-MaxCost, MaxCost]. A negative correction never takes a tag below the
-// lower of where it was and one stride behind the virtual time, so a refund
-// cannot bank credit for a burst later; a positive one never takes it beyond
-// maxLead ahead of the virtual time. A ready tenant moves in the ready heap;
+// lower of where it was and one grant of the tenant's last admitted cost
+// behind the virtual time (one stride before any grant), the allowance place
+// gives a tenant that lost a race: a refund cannot bank credit for a burst
+// later, yet a tenant whose reservations always exceed its usage is charged
+// its usage. A positive one never takes a tag beyond maxLead ahead of the
+// virtual time. A ready tenant moves in the ready heap;
 // for one whose attempt runs, its start tag moves too, so the correction
 // survives the attempt's outcome. An untracked tenant (never seen, evicted,
 // or queued in an overflow queue) is left alone. It reports whether the
@@ -923,7 +928,7 @@ func (s *sched) moveTag(t *tenant, v uint64, delta int64) uint64 {
 	// negative delta, so the sum moves v back; |delta|*stride <= 2^60.
 	nv := v + uint64(delta)*t.stride
 	if delta < 0 {
-		return vmax(nv, vmin(v, s.vnow-t.stride))
+		return vmax(nv, vmin(v, s.vnow-max(t.lastCost, 1)*t.stride))
 	}
 	return vmin(nv, vmax(v, s.vnow+maxLead))
 }
