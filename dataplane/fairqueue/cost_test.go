@@ -303,3 +303,75 @@ func TestSettledFairness(t *testing.T) {
 		})
 	}
 }
+
+// TestLargestCost: at the largest cost and the smallest weight a grant's
+// charge does not wrap the virtual time arithmetic, costs above MaxCost
+// count as MaxCost, and a tenant that sat out (idle or waiting out a long
+// Retry-After) while the virtual time advanced by more than 2^63 comes back
+// at its turn instead of being taken for far ahead.
+func TestLargestCost(t *testing.T) {
+	t.Run("backlogged", func(t *testing.T) {
+		cases := []struct {
+			name    string
+			costs   map[string]int64
+			weights map[string]int
+			want    string // repeated, in any phase
+		}{
+			{name: "both at MaxCost", costs: map[string]int64{"a": MaxCost, "b": MaxCost}, want: "ab"},
+			{name: "above MaxCost counts as MaxCost", costs: map[string]int64{"a": 1 << 40, "b": MaxCost}, want: "ab"},
+			{name: "half of MaxCost", costs: map[string]int64{"a": MaxCost, "b": MaxCost / 2}, want: "bba"},
+			{name: "weights 1:3", costs: map[string]int64{"a": MaxCost, "b": MaxCost}, weights: map[string]int{"b": 3}, want: "bbba"},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				s := newSched(Bounds{}, Weights{Default: 1, ByTenant: tc.weights})
+				backlog(t, s, tc.costs, []string{"a", "b"}, 2)
+				grantSeq(t, s, tc.costs, 4*len(tc.want)) // settle the phase
+				got := grantSeq(t, s, tc.costs, 100*len(tc.want))
+				// Any rotation of the pattern, repeated.
+				if !strings.Contains(strings.Repeat(tc.want, 101), got) {
+					t.Errorf("grants %q..., want %q repeated", got[:min(len(got), 40)], tc.want)
+				}
+			})
+		}
+	})
+	// Two tenants alternating at MaxCost advance the virtual time by 2^60
+	// every two grants; after n grants a tag left behind is n/2*2^60
+	// behind, which wrap-around arithmetic alone would read as ahead when
+	// n/2 % 16 > 8.
+	for _, n := range []int{10, 18, 24, 30, 60} {
+		t.Run(fmt.Sprintf("idle for %d grants", n), func(t *testing.T) {
+			costs := map[string]int64{"a": MaxCost, "b": MaxCost, "c": 1}
+			s := newSched(Bounds{}, Weights{Default: 1})
+			backlog(t, s, map[string]int64{"c": 1}, []string{"c"}, 1)
+			w := s.next(0)
+			s.complete(0, w, true, 0, nil)
+			s.release(w) // c is idle now
+			backlog(t, s, costs, []string{"a", "b"}, 2)
+			grantSeq(t, s, costs, n)
+			backlog(t, s, costs, []string{"c"}, 1)
+			if got := grantSeq(t, s, costs, 3); !strings.Contains(got[:2], "c") {
+				t.Errorf("returning tenant not granted within 2 grants: %q", got)
+			}
+		})
+		t.Run(fmt.Sprintf("pending for %d grants", n), func(t *testing.T) {
+			costs := map[string]int64{"a": MaxCost, "b": MaxCost, "c": 1}
+			s := newSched(Bounds{MaxWait: time.Hour}, Weights{Default: 1})
+			if _, reason, _, _ := s.enqueue(0, "c", "user", lk("k"), noDeadline, int64(time.Second), 0, 1); reason != "" {
+				t.Fatal(reason)
+			}
+			backlog(t, s, costs, []string{"a", "b"}, 2)
+			grantSeq(t, s, costs, n) // at time 0: c waits out its Retry-After
+			var got strings.Builder
+			for range 2 {
+				w := s.next(int64(time.Second))
+				got.WriteString(w.tenant)
+				s.complete(int64(time.Second), w, true, 0, nil)
+				s.release(w)
+			}
+			if !strings.Contains(got.String(), "c") {
+				t.Errorf("tenant back from its Retry-After not granted within 2 grants: %q", got.String())
+			}
+		})
+	}
+}
