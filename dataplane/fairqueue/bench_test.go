@@ -23,7 +23,7 @@ func benchSched(tb testing.TB, n int) (*sched, []string, []LimitKey) {
 	keys := lk("model:m")
 	for range 2 {
 		for _, tn := range tenants {
-			if w, reason, _, _ := s.enqueue(0, tn, "user", keys, noDeadline, 0, 0); w == nil {
+			if w, reason, _, _ := s.enqueue(0, tn, "user", keys, noDeadline, 0, 0, 1); w == nil {
 				tb.Fatalf("benchmark setup refused: %s", reason)
 			}
 		}
@@ -42,7 +42,7 @@ func grantLoop(tb testing.TB, s *sched, keys []LimitKey, n int) {
 		tenant := w.tenant
 		s.complete(0, w, true, 0, nil)
 		s.release(w)
-		if nw, reason, _, _ := s.enqueue(0, tenant, "user", keys, noDeadline, 0, 0); nw == nil {
+		if nw, reason, _, _ := s.enqueue(0, tenant, "user", keys, noDeadline, 0, 0, 1); nw == nil {
 			tb.Fatalf("replacement refused: %s", reason)
 		}
 	}

@@ -54,7 +54,7 @@ func FuzzScheduler(f *testing.F) {
 				}
 				b, tenantsBefore := s.bounds, len(s.tenants)
 				retryAfter := int64(a/64) * 20 * ms
-				w, reason, pos, est := s.enqueue(now, tenantName(int(a%5)), "user", keys, deadline, retryAfter, int64(a%4)*ms)
+				w, reason, pos, est := s.enqueue(now, tenantName(int(a%5)), "user", keys, deadline, retryAfter, int64(a%4)*ms, 1)
 				if pos < 1 {
 					t.Fatalf("position %d < 1", pos)
 				}

@@ -61,6 +61,14 @@ func (h *tenantHeap) remove(i int) *tenant {
 	return t
 }
 
+// fix replaces the key of the element at index i and restores the heap order.
+func (h *tenantHeap) fix(i int, key uint64) {
+	h.items[i].key = key
+	if !h.down(i) {
+		h.up(i)
+	}
+}
+
 // rekey replaces every key through keyOf and restores the heap order.
 func (h *tenantHeap) rekey(keyOf func(*tenant) uint64) {
 	for i := range h.items {

@@ -117,7 +117,7 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 	if d, ok := ctx.Deadline(); ok {
 		deadline = min(deadline, q.toSched(d))
 	}
-	w, reason, pos, est := q.s.enqueue(now, r.Tenant, r.Dimension, r.LimitKeys, deadline, int64(r.RetryAfter), int64(r.Interval))
+	w, reason, pos, est := q.s.enqueue(now, r.Tenant, r.Dimension, r.LimitKeys, deadline, int64(r.RetryAfter), int64(r.Interval), r.Cost)
 	if w == nil {
 		retryAfter := r.RetryAfter
 		if reason != ReasonWaitExceedsBudget {
@@ -319,6 +319,23 @@ func (q *Queue) HasWaitersAny(keys []LimitKey) bool {
 		}
 	}
 	return false
+}
+
+// Adjust applies the settle correction of a granted request's cost to
+// tenant: delta (actual minus reserved cost, clamped to +-MaxCost) moves the
+// tenant's virtual finish tag by delta of its strides (delta/weight grants of
+// cost 1), so an under-reservation delays its next grants and a refund brings
+// them forward, but never to more than the tenant's last grant (one stride
+// before any grant) behind the virtual time: a refund cannot bank credit.
+// A tenant the Queue does not track (never queued, evicted from the table, or
+// queued in a shared overflow queue) is left alone. It does not allocate.
+func (q *Queue) Adjust(tenant string, delta int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.s.adjust(tenant, delta) {
+		// A new head of the ready heap may be grantable now.
+		q.kickLocked()
+	}
 }
 
 // SetBounds applies b (zero fields mean defaults) to the next decision.

@@ -9,11 +9,32 @@ import (
 // measured from an arbitrary base, so the core never touches a clock itself.
 const noDeadline = math.MaxInt64
 
-// strideScale is the virtual-time cost of one grant at weight 1; a tenant of
-// weight w is charged strideScale/w. Virtual times are uint64 compared with
-// wrap-around arithmetic (vless), which is exact as long as the tags being
-// compared are within 2^63 of each other; they stay within one stride.
-const strideScale = 1 << 40
+// strideScale is the virtual-time charge of one unit of cost at weight 1; a
+// tenant of weight w is charged Cost*strideScale/w per grant. Virtual times
+// are uint64 compared with wrap-around arithmetic (vless), which is exact as
+// long as the values compared are within 2^63 of each other. With B =
+// MaxCost*strideScale = 2^60, the largest charge of one grant or one Adjust:
+//   - a grant's charge Cost*stride <= B never wraps;
+//   - a tenant's finish tag is at most maxLead = 2B ahead of the virtual time
+//     (one grant from a start at the virtual time, plus one Adjust; Adjust
+//     clamps), so a ready tag is within [vnow-B, vnow+3B];
+//   - tags of tenants outside the ready heap (idle, pending, in flight) are
+//     raised to at least vnow-B each time the virtual time has advanced
+//     sweepEvery = B since the last sweep; a grant advances it by at most
+//     2B, so such a tag is never more than 4B behind.
+//
+// Every comparison therefore spans less than 2^63. At MaxWeight the stride is
+// 2^16, so truncating strideScale/weight errs by less than 2^-16.
+const strideScale = 1 << 36
+
+// maxLead bounds how far a tenant's finish tag may be ahead of the virtual
+// time after an Adjust (see strideScale).
+const maxLead = 2 * MaxCost * strideScale
+
+// sweepEvery is the virtual-time advance after which tags of tenants outside
+// the ready heap are raised to the virtual time, before they could fall so
+// far behind that wrap-around arithmetic would see them ahead.
+const sweepEvery = MaxCost * strideScale
 
 // minRetry is the shortest re-queue delay after a refused attempt, so a limiter
 // that refuses with a zero Retry-After cannot make the scheduler spin.
@@ -22,6 +43,10 @@ const minRetry = int64(time.Millisecond)
 // spacingWeight is the EWMA weight (1/8) of a new grant-spacing sample.
 const spacingWeight = 0.125
 
+// holdSlack is how many times the measured time its cost takes a refused
+// waiter may hold its keys (see hold): slack for the noise of the measure.
+const holdSlack = 2
+
 func vless(a, b uint64) bool { return int64(a-b) < 0 }
 
 func vmax(a, b uint64) uint64 {
@@ -29,6 +54,19 @@ func vmax(a, b uint64) uint64 {
 		return b
 	}
 	return a
+}
+
+func vmin(a, b uint64) uint64 {
+	if vless(a, b) {
+		return a
+	}
+	return b
+}
+
+// costOf normalizes a Request.Cost: 0 or less means 1, above MaxCost means
+// MaxCost.
+func costOf(c int64) uint64 {
+	return uint64(min(max(c, 1), MaxCost))
 }
 
 // waiterState is where a waiter is in its life.
@@ -65,6 +103,8 @@ type waiter struct {
 	retryAfter int64
 	position   int
 	estimate   int64
+	interval   int64
+	cost       uint64 // within [1, MaxCost]
 
 	state    waiterState
 	admitted bool
@@ -101,6 +141,8 @@ type tenant struct {
 	finish     uint64 // virtual finish tag of its last admitted grant
 	head, tail *waiter
 	depth      int
+	queuedCost uint64 // sum of the costs of its waiters
+	lastCost   uint64 // cost of its last admitted grant; 0 before any
 	place      tenantPlace
 	heapIdx    int
 	seq        uint64
@@ -111,12 +153,19 @@ type tenant struct {
 	overflow           bool
 }
 
-func (t *tenant) tag() uint64 { return t.start + t.stride }
+// tag is the virtual finish tag of the tenant's next grant: its start tag
+// plus its head waiter's cost in strides. Only meaningful with a head.
+func (t *tenant) tag() uint64 { return t.start + t.stride*t.head.cost }
 
-// keyState counts waiters and running attempts for one limit key.
+// keyState counts waiters and running attempts for one limit key, and holds
+// the key for a waiter of cost above 1 that was refused on it (see hold).
 type keyState struct {
 	waiters  int
 	inFlight int
+
+	holder    *waiter // nil: not held
+	holdUntil int64
+	holdTag   uint64 // the holder's finish tag when it was refused
 }
 
 // outcome is what complete did with a granted waiter.
@@ -154,12 +203,19 @@ type sched struct {
 
 	depth      int // waiters held, granted ones included
 	inFlight   int // granted waiters whose attempt is running
+	holds      int // keys with a holder
 	sumWeights int // sum of the weights of tracked tenants
 	vnow       uint64
+	swept      uint64 // vnow at the last sweep
 	seq        uint64
 
-	// Grant spacing: EWMA of the time between admissions while backlogged.
+	// Grant spacing: EWMA of the time between admissions while backlogged,
+	// and of the cost of the grant ending each measured spacing. Their
+	// ratio is the time per unit of cost, whether the contended limit
+	// counts requests (spacing fixed, costs vary) or tokens (spacing grows
+	// with cost), so mixed request sizes do not skew estimates.
 	spacing      float64
+	grantCost    float64
 	lastGrant    int64
 	lastGrantSet bool
 
@@ -183,30 +239,41 @@ func newSched(b Bounds, w Weights) *sched {
 	return s
 }
 
-// positionOf returns the 1-based service position and the number of grants
-// expected up to and including the k-th waiter of a tenant of weight w when
-// the tracked tenants (counting this one) weigh sumW in total.
-func positionOf(k, w, sumW int) (int, float64) {
-	grants := float64(k) * float64(sumW) / float64(w)
-	return int(math.Ceil(grants - 1e-9)), grants
+// maxEstimate caps wait estimates so conversions never overflow.
+const maxEstimate = int64(1 << 62)
+
+// positionOf returns the 1-based service position and the cost expected to
+// be served before a waiter of cost c of a tenant of weight w whose queue
+// holds upTo cost up to and including it, when the tracked tenants (counting
+// this one) weigh sumW in total and a grant costs meanCost on average. The
+// tenant receives w/sumW of the service, so by the end of the waiter's grant
+// upTo*sumW/w has been served; all but its own c is ahead of it. With unit
+// costs the position is ceil(k*sumW/w) for the k-th waiter.
+func positionOf(upTo, c uint64, w, sumW int, meanCost float64) (int, float64) {
+	ahead := max(float64(upTo)*float64(sumW)/float64(w)-float64(c), 0)
+	pos := math.Ceil(ahead/meanCost + 1 - 1e-9)
+	return int(min(max(pos, 1), math.MaxInt32)), ahead
 }
 
 // enqueue adds a request arriving at now, or refuses it with the reason and
 // the position it would have had. deadline is absolute (noDeadline for none);
-// MaxWait from now is applied on top. interval is the refill interval of the
-// bucket the request contends for; it stands in for the grant spacing until
-// grants have been measured. The estimate is the request's Retry-After plus
-// the spacing times the grants expected before its own.
-func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadline, retryAfter, interval int64) (*waiter, Reason, int, int64) {
+// MaxWait from now is applied on top. cost is the request's Cost (normalized
+// by costOf). interval is the time the contended bucket needs to refill what
+// the request takes; until grants have been measured it stands in for the
+// spacing of a grant of this request's cost. The estimate is the request's
+// Retry-After plus the cost expected to be served before it times the time
+// per unit of cost.
+func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadline, retryAfter, interval, cost int64) (*waiter, Reason, int, int64) {
 	if mw := now + int64(s.bounds.MaxWait); mw < deadline {
 		deadline = mw
 	}
 	retryAfter = max(retryAfter, 0)
+	c := costOf(cost)
 	t, overflow := s.queueFor(now, tenantKey)
 	var weight int
-	k, sumW := 1, s.sumWeights
+	upTo, sumW := c, s.sumWeights
 	if t != nil {
-		weight, k = t.weight, t.depth+1
+		weight, upTo = t.weight, t.queuedCost+c
 		if t.depth == 0 {
 			sumW += weight
 		}
@@ -214,11 +281,17 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 		weight = s.weights.weightOf(tenantKey)
 		sumW += weight
 	}
-	pos, grants := positionOf(k, weight, sumW)
-	est := retryAfter + int64(s.spacingOr(interval)*max(grants-1, 0))
+	spacing, meanCost := s.spacing, s.grantCost
+	if spacing <= 0 {
+		// Nothing measured yet: assume grants like this one, each taking
+		// interval.
+		spacing, meanCost = float64(max(interval, 0)), float64(c)
+	}
+	pos, ahead := positionOf(upTo, c, weight, sumW, meanCost)
+	wait := min(spacing/meanCost*ahead, float64(maxEstimate))
 	// A request that waits is never estimated at 0: even the first in line
 	// waits for the scheduler to grant it.
-	est = max(est, minRetry)
+	est := max(min(retryAfter+int64(wait), maxEstimate), minRetry)
 
 	switch {
 	case retryAfter >= deadline-now:
@@ -240,7 +313,8 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 	w := s.newWaiter()
 	w.t, w.tenant, w.keys, w.dim = t, tenantKey, keys, dim
 	w.enqueuedAt, w.readyAt, w.deadline = now, now+retryAfter, deadline
-	w.retryAfter, w.position, w.estimate = retryAfter, pos, est
+	w.retryAfter, w.position, w.estimate, w.cost = retryAfter, pos, est, c
+	w.interval = max(interval, 0)
 	w.state = stateQueued
 
 	if t.tail == nil {
@@ -249,6 +323,7 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 		w.prev, t.tail.next, t.tail = t.tail, w, w
 	}
 	t.depth++
+	t.queuedCost += c
 	s.depth++
 	w.ks = w.ks[:0]
 	for _, key := range keys {
@@ -429,13 +504,14 @@ func (s *sched) room(now int64, tenantKey string, reason Reason, interval int64)
 
 // place puts a tenant that has a head waiter and no running attempt into the
 // ready or pending heap. Entering the ready heap, its start tag is its last
-// finish tag, but never more than one of its own strides behind the
-// scheduler's virtual time: a tenant that lost a race for a shared token keeps
-// its turn, while one held back for long (by its own limit) cannot bank
-// credit for a burst later. A new tenant starts at the virtual time.
+// finish tag, but never more than its head's grant (cost strides) behind the
+// scheduler's virtual time, so its finish tag is at most the virtual time: a
+// tenant that lost a race for a shared token keeps its turn, while one held
+// back for long (by its own limit) cannot bank credit for a burst later. A
+// new tenant starts at the virtual time.
 func (s *sched) place(t *tenant, now int64) {
 	if t.head.readyAt <= now {
-		t.start = vmax(t.finish, s.vnow-t.stride)
+		t.start = vmax(t.finish, s.vnow-t.stride*t.head.cost)
 		t.place = placeReady
 		s.ready.push(t, t.tag())
 		return
@@ -459,7 +535,9 @@ func (s *sched) unplace(t *tenant) {
 // ready tenant with the smallest finish tag. It returns nil when MaxInFlight
 // attempts run, when no head is ready, or when the chosen head shares a limit
 // key with a running attempt (attempts on one key run in fair order, one at a
-// time). A granted waiter's deadline is always after now.
+// time). A head needing a key held for a waiter ahead of it in the fair order
+// is parked in the pending heap until the hold ends. A granted waiter's
+// deadline is always after now.
 func (s *sched) next(now int64) *waiter {
 	s.expire(now)
 	if s.inFlight >= s.bounds.MaxInFlight {
@@ -470,15 +548,31 @@ func (s *sched) next(now int64) *waiter {
 		t.place = placeNone
 		s.place(t, now)
 	}
-	if s.ready.len() == 0 {
-		return nil
-	}
-	t := s.ready.top()
-	w := t.head
-	for _, ks := range w.ks {
-		if ks.inFlight > 0 {
+	var t *tenant
+	var w *waiter
+	for {
+		if s.ready.len() == 0 {
 			return nil
 		}
+		t = s.ready.top()
+		w = t.head
+		for _, ks := range w.ks {
+			if ks.inFlight > 0 {
+				return nil
+			}
+		}
+		if s.holds == 0 {
+			break
+		}
+		until := s.heldFor(w, now)
+		if until <= now {
+			break
+		}
+		// A key is held for a waiter ahead in the fair order: park the
+		// tenant until the hold ends, keeping its tags.
+		s.ready.pop()
+		t.place = placePending
+		s.pending.push(t, uint64(until))
 	}
 	s.ready.pop()
 	t.place = placeInFlight
@@ -492,7 +586,7 @@ func (s *sched) next(now int64) *waiter {
 }
 
 // complete records the outcome of a granted waiter's attempt at now. An
-// admitted waiter leaves and its tenant is charged one grant; a refused one is
+// admitted waiter leaves and its tenant is charged its cost; a refused one is
 // re-queued at the head of its tenant queue with ready time now+retryAfter, or
 // refused with ReasonWaitExceedsBudget when that is not before its deadline;
 // an error removes it.
@@ -509,13 +603,18 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 		return outcomeError
 	case ok:
 		t.finish = t.tag()
+		t.lastCost = w.cost
 		s.vnow = vmax(s.vnow, t.start)
+		if s.vnow-s.swept >= sweepEvery {
+			s.sweep()
+		}
 		if s.lastGrantSet {
-			dt := float64(now - s.lastGrant)
+			dt, c := float64(now-s.lastGrant), float64(w.cost)
 			if s.spacing == 0 {
-				s.spacing = dt
+				s.spacing, s.grantCost = dt, c
 			} else {
 				s.spacing += spacingWeight * (dt - s.spacing)
+				s.grantCost += spacingWeight * (c - s.grantCost)
 			}
 		}
 		s.finish(w, now, true, "")
@@ -531,9 +630,74 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 	w.readyAt = now + retryAfter
 	w.state = stateQueued
 	s.deadlines.push(w)
+	if w.cost > 1 {
+		s.hold(w, now)
+	}
 	t.place = placeNone
 	s.place(t, now)
 	return outcomeRequeued
+}
+
+// hold reserves the keys of w, a waiter of cost above 1 just refused at now,
+// against tenants behind it in the fair order (or tied with it), until its
+// ready time but for at most holdSlack times what its cost takes at the
+// measured time per unit of cost (before any measurement, its Interval), and
+// at least minRetry. Without it, smaller requests would drain the tokens a
+// larger one waits to accumulate and starve it; the cap keeps a waiter
+// refused by its own, tighter limit from stalling the others for much longer
+// than its own grant would take. A key keeps the hold of the waiter furthest
+// ahead in the fair order.
+func (s *sched) hold(w *waiter, now int64) {
+	budget := float64(w.interval)
+	if s.spacing > 0 {
+		budget = holdSlack * s.spacing / s.grantCost * float64(w.cost)
+	}
+	budget = max(min(budget, float64(maxEstimate)), float64(minRetry))
+	until := min(w.readyAt, now+int64(budget))
+	if until <= now {
+		return
+	}
+	tag := w.t.tag() // the tag it was granted under
+	for _, ks := range w.ks {
+		switch {
+		case ks.holder == nil:
+			s.holds++
+		case ks.holder != w && ks.holdUntil > now && !vless(tag, ks.holdTag):
+			continue
+		}
+		ks.holder, ks.holdUntil, ks.holdTag = w, until, tag
+	}
+}
+
+// unhold releases the hold on ks.
+func (s *sched) unhold(ks *keyState) {
+	ks.holder = nil
+	s.holds--
+}
+
+// heldFor returns the latest end of a hold on w's keys by another waiter
+// ahead of (or tied with) w's tenant in the fair order, or 0. Expired holds are released.
+func (s *sched) heldFor(w *waiter, now int64) int64 {
+	var until int64
+	var tag uint64
+	tagged := false
+	for _, ks := range w.ks {
+		h := ks.holder
+		switch {
+		case h == nil || h == w:
+			continue
+		case ks.holdUntil <= now:
+			s.unhold(ks)
+			continue
+		}
+		if !tagged {
+			tag, tagged = w.t.tag(), true
+		}
+		if !vless(tag, ks.holdTag) {
+			until = max(until, ks.holdUntil)
+		}
+	}
+	return until
 }
 
 // cancel removes a queued or granted waiter at once, freeing its attempt slot.
@@ -589,8 +753,12 @@ func (s *sched) finish(w *waiter, now int64, admitted bool, reason Reason) {
 	}
 	w.prev, w.next, w.t = nil, nil, nil
 	t.depth--
+	t.queuedCost -= w.cost
 	s.depth--
 	for i, ks := range w.ks {
+		if ks.holder == w {
+			s.unhold(ks)
+		}
 		ks.waiters--
 		if ks.waiters == 0 {
 			delete(s.keys, w.keys[i])
@@ -720,6 +888,76 @@ func (s *sched) setWeights(w Weights) {
 		}
 	}
 	s.ready.rekey((*tenant).tag)
+}
+
+// adjust moves tenantKey's virtual tags by delta of its strides: the settle
+// correction (actual - reserved cost) of a grant. delta is clamped to
+// [-MaxCost, MaxCost]. A negative correction never takes a tag below the
+// lower of where it was and one grant of the tenant's last admitted cost
+// behind the virtual time (one stride before any grant), the allowance place
+// gives a tenant that lost a race: a refund cannot bank credit for a burst
+// later, yet a tenant whose reservations always exceed its usage is charged
+// its usage. A positive one never takes a tag beyond maxLead ahead of the
+// virtual time. A ready tenant moves in the ready heap;
+// for one whose attempt runs, its start tag moves too, so the correction
+// survives the attempt's outcome. An untracked tenant (never seen, evicted,
+// or queued in an overflow queue) is left alone. It reports whether the
+// ready heap changed.
+func (s *sched) adjust(tenantKey string, delta int64) bool {
+	t := s.tenants[tenantKey]
+	if t == nil || delta == 0 {
+		return false
+	}
+	delta = min(max(delta, -MaxCost), MaxCost)
+	t.finish = s.moveTag(t, t.finish, delta)
+	switch t.place {
+	case placeReady:
+		t.start = s.moveTag(t, t.start, delta)
+		s.ready.fix(t.heapIdx, t.tag())
+		return true
+	case placeInFlight:
+		t.start = s.moveTag(t, t.start, delta)
+	}
+	return false
+}
+
+// moveTag returns tag v of t moved by delta (within +-MaxCost) of t's
+// strides, bounded as adjust describes.
+func (s *sched) moveTag(t *tenant, v uint64, delta int64) uint64 {
+	// uint64(delta)*stride is the two's complement of |delta|*stride for a
+	// negative delta, so the sum moves v back; |delta|*stride <= 2^60.
+	nv := v + uint64(delta)*t.stride
+	if delta < 0 {
+		return vmax(nv, vmin(v, s.vnow-max(t.lastCost, 1)*t.stride))
+	}
+	return vmin(nv, vmax(v, s.vnow+maxLead))
+}
+
+// sweep raises the tags of every tenant outside the ready heap to at least
+// MaxCost of its strides behind the virtual time, and records when it ran.
+// Ready tags stay within wrap-around range of the virtual time on their own;
+// idle, pending and in-flight tenants would otherwise fall arbitrarily far
+// behind it while it advances (see strideScale). Raising a tag that far
+// behind costs no tenant anything: place and activate raise it further on
+// their own.
+func (s *sched) sweep() {
+	s.swept = s.vnow
+	raise := func(t *tenant) {
+		if t == nil || t.place == placeReady {
+			return
+		}
+		floor := s.vnow - MaxCost*t.stride
+		t.finish = vmax(t.finish, floor)
+		if t.place == placeInFlight {
+			t.start = vmax(t.start, floor)
+		}
+	}
+	for _, t := range s.tenants {
+		raise(t)
+	}
+	for _, t := range s.overflow {
+		raise(t)
+	}
 }
 
 // setBounds applies new bounds to future decisions. No waiter is evicted;

@@ -2,6 +2,7 @@ package fairqueue
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 )
@@ -11,7 +12,7 @@ const ms = int64(time.Millisecond)
 // enq enqueues for tenant on the given keys with no deadline beyond MaxWait.
 func enq(t *testing.T, s *sched, now int64, tenant string, ra int64, keys ...string) *waiter {
 	t.Helper()
-	w, reason, _, _ := s.enqueue(now, tenant, "user", lk(keys...), noDeadline, ra, 0)
+	w, reason, _, _ := s.enqueue(now, tenant, "user", lk(keys...), noDeadline, ra, 0, 1)
 	if w == nil {
 		t.Fatalf("enqueue %s at %d: refused with %s", tenant, now, reason)
 	}
@@ -135,7 +136,7 @@ func TestEnqueueBounds(t *testing.T) {
 				dl = noDeadline
 			}
 			depth, tenants := s.depth, len(s.tenants)
-			w, reason, pos, _ := s.enqueue(0, tc.tenant, "user", lk("k"), dl, tc.ra, 0)
+			w, reason, pos, _ := s.enqueue(0, tc.tenant, "user", lk("k"), dl, tc.ra, 0, 1)
 			if reason != tc.want {
 				t.Fatalf("reason = %q, want %q", reason, tc.want)
 			}
@@ -171,7 +172,7 @@ func TestRequeueAndBudget(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSched(Bounds{}, Weights{})
-			first, _, _, _ := s.enqueue(0, "a", "user", lk("k"), tc.deadline, 10*ms, 0)
+			first, _, _, _ := s.enqueue(0, "a", "user", lk("k"), tc.deadline, 10*ms, 0, 1)
 			second := enq(t, s, 0, "a", 0, "k")
 			if w := s.next(5 * ms); w != nil {
 				t.Fatalf("granted before the Retry-After passed")
@@ -217,15 +218,15 @@ func TestExpiry(t *testing.T) {
 	// w1 waits behind a head whose attempt is still running when its deadline
 	// (100ms) comes.
 	head := enq(t, s, 0, "a", 0, "k")
-	w1, _, _, _ := s.enqueue(0, "a", "user", lk("k"), 100*ms, 0, 0)
+	w1, _, _, _ := s.enqueue(0, "a", "user", lk("k"), 100*ms, 0, 0, 1)
 	if s.next(0) != head {
 		t.Fatalf("head not granted")
 	}
-	w2, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 60*ms, 0)
+	w2, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 60*ms, 0, 1)
 	if w2 != nil {
 		t.Fatalf("waiter whose Retry-After exceeds its deadline was queued")
 	}
-	w3, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 10*ms, 0)
+	w3, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 10*ms, 0, 1)
 	if wake, _ := s.nextWake(); wake != 10*ms {
 		t.Fatalf("next wake = %d, want the earliest ready time 10ms", wake)
 	}
@@ -364,28 +365,41 @@ func TestTightenedBoundsNeverEvict(t *testing.T) {
 	if s.depth != 4 {
 		t.Fatalf("tightened bounds evicted waiters: depth %d", s.depth)
 	}
-	if _, reason, pos, _ := s.enqueue(0, "a", "user", nil, noDeadline, 0, 0); reason != ReasonTenantQueueFull || pos != 5 {
+	if _, reason, pos, _ := s.enqueue(0, "a", "user", nil, noDeadline, 0, 0, 1); reason != ReasonTenantQueueFull || pos != 5 {
 		t.Errorf("new arrival: reason %q pos %d, want tenant_queue_full at 5", reason, pos)
 	}
-	if _, reason, _, _ := s.enqueue(0, "b", "user", nil, noDeadline, 0, 0); reason != ReasonQueueFull {
+	if _, reason, _, _ := s.enqueue(0, "b", "user", nil, noDeadline, 0, 0, 1); reason != ReasonQueueFull {
 		t.Errorf("new tenant: reason %q, want queue_full", reason)
 	}
 }
 
 func TestPositionOf(t *testing.T) {
 	cases := []struct {
-		k, w, sumW, want int
+		name      string
+		upTo, c   uint64
+		w, sumW   int
+		meanCost  float64
+		want      int
+		wantAhead float64
 	}{
-		{k: 1, w: 1, sumW: 1, want: 1},
-		{k: 1, w: 1, sumW: 3, want: 3},
-		{k: 2, w: 2, sumW: 3, want: 3},
-		{k: 1, w: 5, sumW: 8, want: 2},
-		{k: 4, w: 5, sumW: 8, want: 7},
+		{name: "alone", upTo: 1, c: 1, w: 1, sumW: 1, meanCost: 1, want: 1, wantAhead: 0},
+		{name: "first of three equal", upTo: 1, c: 1, w: 1, sumW: 3, meanCost: 1, want: 3, wantAhead: 2},
+		{name: "second at weight 2 of 3", upTo: 2, c: 1, w: 2, sumW: 3, meanCost: 1, want: 3, wantAhead: 2},
+		{name: "first at weight 5 of 8", upTo: 1, c: 1, w: 5, sumW: 8, meanCost: 1, want: 2, wantAhead: 0.6},
+		{name: "fourth at weight 5 of 8", upTo: 4, c: 1, w: 5, sumW: 8, meanCost: 1, want: 7, wantAhead: 5.4},
+		// Tenant of cost 10 against one of cost 1, equal weights: ten
+		// cost-1 grants (cost 10) go before it, mean grant cost 20/11.
+		{name: "cost 10 vs cost 1", upTo: 10, c: 10, w: 1, sumW: 2, meanCost: 20.0 / 11, want: 7, wantAhead: 10},
+		{name: "cost 1 vs cost 10", upTo: 1, c: 1, w: 1, sumW: 2, meanCost: 20.0 / 11, want: 2, wantAhead: 1},
+		{name: "huge cost saturates", upTo: 32 * MaxCost, c: MaxCost, w: 1, sumW: 1 << 30, meanCost: 1e-9, want: math.MaxInt32, wantAhead: 32*MaxCost*(1<<30) - MaxCost},
 	}
 	for _, tc := range cases {
-		if got, _ := positionOf(tc.k, tc.w, tc.sumW); got != tc.want {
-			t.Errorf("positionOf(%d, %d, %d) = %d, want %d", tc.k, tc.w, tc.sumW, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			got, ahead := positionOf(tc.upTo, tc.c, tc.w, tc.sumW, tc.meanCost)
+			if got != tc.want || math.Abs(ahead-tc.wantAhead) > 1e-6*max(1, tc.wantAhead) {
+				t.Errorf("positionOf = %d, %v ahead; want %d, %v", got, ahead, tc.want, tc.wantAhead)
+			}
+		})
 	}
 }
 

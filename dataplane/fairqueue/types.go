@@ -161,13 +161,25 @@ type Request struct {
 	// for a request queued only to avoid barging, the time until the limiter
 	// would have a token for it (0 when it has one now).
 	RetryAfter time.Duration
-	// Interval is the refill interval of the bucket the request contends for.
-	// Until the Queue has measured the spacing between grants, it estimates
-	// waits with this spacing; 0 means unknown.
+	// Interval is the time the bucket the request contends for needs to
+	// refill what the request takes (one refill interval for a request-count
+	// bucket, Cost tokens' worth for a bucket charged by cost). Until the
+	// Queue has measured the spacing between grants, it estimates waits as if
+	// every grant ahead took this long per Cost; 0 means unknown.
 	Interval time.Duration
 	// Attempt re-checks the limiter when the request's turn comes; required.
 	Attempt Attempt
+	// Cost is what a grant charges the tenant in virtual time, in units of
+	// one request at weight 1 (for token-weighted fairness, the tokens the
+	// request reserves). 0 or less means 1; values above MaxCost count as
+	// MaxCost. Correct it after the fact with Queue.Adjust.
+	Cost int64
 }
+
+// MaxCost is the largest Request.Cost the scheduler distinguishes; larger
+// costs count as MaxCost, and Queue.Adjust moves a tenant by at most MaxCost
+// per call.
+const MaxCost = 1 << 24
 
 // Result is the outcome of Queue.Wait, carrying what the HTTP layer needs for
 // the x-fair-queue-* headers and the error body.
@@ -178,13 +190,17 @@ type Result struct {
 	// the context ended or when Attempt failed with an error.
 	Reason Reason
 	// Position is the 1-based place the request had (or would have had) in
-	// the overall service order when it arrived: its place in its tenant queue
-	// scaled by its tenant's share, ceil(k * sumActiveWeights / weight).
+	// the overall service order when it arrived: the grants expected before
+	// it, plus its own. With unit costs that is its place in its tenant queue
+	// scaled by its tenant's share, ceil(k * sumActiveWeights / weight); with
+	// costs, the cost expected to be served before it divided by the mean
+	// cost of a grant, plus one.
 	Position int
 	// Waited is the time spent in the queue.
 	Waited time.Duration
 	// Estimate is the wait predicted at enqueue: the Retry-After plus the
-	// measured grant spacing times the grants expected ahead of the request.
+	// cost expected to be served ahead of the request times the measured
+	// time per unit of cost.
 	Estimate time.Duration
 	// RetryAfter is a hint for the client when the request was refused. For a
 	// refusal by a bound (tenant_queue_full, queue_full, tenant_table_full)

@@ -1,0 +1,377 @@
+package fairqueue
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// costBucket is a token bucket charged by cost, judged the way the limiter
+// judges token limits: a request of cost c passes when the bucket holds c
+// tokens, and the Retry-After of a refusal is the time until it does. In GCRA
+// form: the bucket holds burst - max(tat-now, 0)/interval tokens.
+type costBucket struct {
+	interval int64 // refill time of one token
+	burst    int64 // capacity in tokens
+	tat      int64
+}
+
+func (b *costBucket) take(now, cost int64) (bool, int64) {
+	next := max(b.tat, now) + cost*b.interval
+	if wait := next - now - b.burst*b.interval; wait > 0 {
+		return false, wait
+	}
+	b.tat = next
+	return true, 0
+}
+
+// limitKind is the limit the simulated tenants contend for.
+type limitKind int
+
+const (
+	// tokenLimit: a costBucket charged by each request's size.
+	tokenLimit limitKind = iota
+	// requestLimit: one token per request, whatever its size.
+	requestLimit
+)
+
+// costRun is the outcome of runCostBacklogged per tenant.
+type costRun struct {
+	requests []int
+	cost     []int64 // sizes granted
+}
+
+// shares returns each tenant's share of the requests and of the cost.
+func (r costRun) shares() (req, cost []float64) {
+	var nr int
+	var nc int64
+	for i := range r.requests {
+		nr += r.requests[i]
+		nc += r.cost[i]
+	}
+	for i := range r.requests {
+		req = append(req, float64(r.requests[i])/float64(nr))
+		cost = append(cost, float64(r.cost[i])/float64(nc))
+	}
+	return req, cost
+}
+
+// runCostBacklogged keeps every tenant backlogged with depth waiters of its
+// size on one shared limit for d of simulated time. With chargeCost the
+// queue charges each grant its size (cost Tokens), otherwise 1 (cost
+// Requests).
+func runCostBacklogged(t *testing.T, weights []int, sizes []int64, limit limitKind, chargeCost bool, d time.Duration) costRun {
+	t.Helper()
+	m := newSim(t, Bounds{MaxWait: time.Hour}, weightsFor(weights), time.Millisecond)
+	burst := int64(0)
+	for _, c := range sizes {
+		burst = max(burst, c)
+	}
+	tokens := &costBucket{interval: int64(100 * time.Microsecond), burst: burst}
+	m.attempt = func(w *waiter) (bool, int64) {
+		if limit == requestLimit {
+			return m.bucket.take(m.now)
+		}
+		return tokens.take(m.now, sizes[tenantIndex(t, w.tenant)])
+	}
+	run := costRun{requests: make([]int, len(sizes)), cost: make([]int64, len(sizes))}
+	enqueue := func(i int) {
+		cost := int64(1)
+		if chargeCost {
+			cost = sizes[i]
+		}
+		if _, reason, _, _ := m.s.enqueue(m.now, tenantName(i), "user", m.key, noDeadline, 0, 0, cost); reason != "" {
+			t.Fatalf("tenant %d refused: %s", i, reason)
+		}
+	}
+	warm, end := int64(time.Second), int64(d)
+	m.admitted = func(w *waiter) {
+		i := tenantIndex(t, w.tenant)
+		if m.now >= warm {
+			run.requests[i]++
+			run.cost[i] += sizes[i]
+		}
+		enqueue(i)
+	}
+	m.refused = func(w *waiter) { t.Fatalf("backlogged waiter refused: %s", w.reason) }
+	for range 4 {
+		for i := range sizes {
+			enqueue(i)
+		}
+	}
+	m.runUntil(func() bool { return m.now >= end })
+	return run
+}
+
+// within reports whether every got[i] is within tol (relative) of want[i].
+func within(got, want []float64, tol float64) error {
+	for i := range got {
+		if d := math.Abs(got[i]-want[i]) / want[i]; d > tol {
+			return fmt.Errorf("tenant %d: share %.4f, want %.4f (relative error %.3f > %.3f)", i, got[i], want[i], d, tol)
+		}
+	}
+	return nil
+}
+
+func weightShares(ws []int) []float64 {
+	sum := 0
+	for _, w := range ws {
+		sum += w
+	}
+	out := make([]float64, len(ws))
+	for i, w := range ws {
+		out[i] = float64(w) / float64(sum)
+	}
+	return out
+}
+
+// TestTokenWeightedFairness: backlogged tenants sending requests of different
+// sizes get their weighted share of the cost (tokens) when the queue charges
+// by cost, whether the limit they contend for is charged by size or counts
+// requests; charged one per request (cost Requests), they get their weighted
+// share of the requests instead, and so unequal tokens: the negative control
+// showing that cost matters.
+func TestTokenWeightedFairness(t *testing.T) {
+	const tol = 0.05
+	cases := []struct {
+		name       string
+		weights    []int
+		sizes      []int64
+		limit      limitKind
+		chargeCost bool
+	}{
+		{name: "equal weights, sizes 10 and 1, token limit, cost Tokens", weights: []int{1, 1}, sizes: []int64{10, 1}, limit: tokenLimit, chargeCost: true},
+		{name: "equal weights, sizes 10 and 1, request limit, cost Tokens", weights: []int{1, 1}, sizes: []int64{10, 1}, limit: requestLimit, chargeCost: true},
+		{name: "equal weights, sizes 10 and 1, request limit, cost Requests", weights: []int{1, 1}, sizes: []int64{10, 1}, limit: requestLimit},
+		{name: "weights 1:3, sizes 4 and 7, token limit, cost Tokens", weights: []int{1, 3}, sizes: []int64{4, 7}, limit: tokenLimit, chargeCost: true},
+		{name: "weights 1:3, sizes 10 and 1, token limit, cost Tokens", weights: []int{1, 3}, sizes: []int64{10, 1}, limit: tokenLimit, chargeCost: true},
+		{name: "weights 1:3, sizes 10 and 1, request limit, cost Requests", weights: []int{1, 3}, sizes: []int64{10, 1}, limit: requestLimit},
+		{name: "weights 1,2,3, sizes 5, 1 and 12, token limit, cost Tokens", weights: []int{1, 2, 3}, sizes: []int64{5, 1, 12}, limit: tokenLimit, chargeCost: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			run := runCostBacklogged(t, tc.weights, tc.sizes, tc.limit, tc.chargeCost, 21*time.Second)
+			req, cost := run.shares()
+			t.Logf("requests %v (shares %.4f), cost %v (shares %.4f)", run.requests, req, run.cost, cost)
+			want := weightShares(tc.weights)
+			if tc.chargeCost {
+				if err := within(cost, want, tol); err != nil {
+					t.Errorf("cost Tokens: granted cost not weighted-fair: %v", err)
+				}
+				return
+			}
+			if err := within(req, want, tol); err != nil {
+				t.Errorf("cost Requests: granted requests not weighted-fair: %v", err)
+			}
+			if within(cost, want, tol) == nil {
+				t.Errorf("cost Requests gave weighted-fair cost too; the workload cannot tell the modes apart")
+			}
+		})
+	}
+}
+
+// backlog enqueues depth waiters for each tenant of costs at now.
+func backlog(t *testing.T, s *sched, costs map[string]int64, order []string, depth int) {
+	t.Helper()
+	for range depth {
+		for _, tn := range order {
+			if _, reason, _, _ := s.enqueue(0, tn, "user", lk("k"), noDeadline, 0, 0, costs[tn]); reason != "" {
+				t.Fatalf("enqueue %s refused: %s", tn, reason)
+			}
+		}
+	}
+}
+
+// grantSeq makes n grants at time 0 whose attempts all pass, re-enqueuing
+// each admitted tenant's request so every tenant stays backlogged, and
+// returns the tenants in grant order as a string of their names.
+func grantSeq(t *testing.T, s *sched, costs map[string]int64, n int) string {
+	t.Helper()
+	var seq strings.Builder
+	for range n {
+		w := s.next(0)
+		if w == nil {
+			t.Fatalf("no grant with every tenant backlogged")
+		}
+		tn := w.tenant
+		seq.WriteString(tn)
+		s.complete(0, w, true, 0, nil)
+		s.release(w)
+		if _, reason, _, _ := s.enqueue(0, tn, "user", lk("k"), noDeadline, 0, 0, costs[tn]); reason != "" {
+			t.Fatalf("re-enqueue %s refused: %s", tn, reason)
+		}
+	}
+	return seq.String()
+}
+
+// TestAdjust: a settle correction moves the tenant's next grants by the
+// delta in its strides, positive (it used more than it reserved: it waits
+// longer) or negative (a refund: its turn comes sooner), but a refund never
+// puts it more than one stride behind the virtual time, and a tenant the
+// queue does not track is left alone.
+func TestAdjust(t *testing.T) {
+	cases := []struct {
+		name   string
+		costs  map[string]int64
+		warm   int    // grants before the correction
+		tenant string // adjusted tenant
+		delta  int64
+		want   string // the grants after it
+	}{
+		{name: "no correction", costs: map[string]int64{"a": 1, "b": 1}, warm: 4, tenant: "a", want: "abababab"},
+		{name: "positive: b catches up 4 grants", costs: map[string]int64{"a": 1, "b": 1}, warm: 4, tenant: "a", delta: 4, want: "bbbbabab"},
+		{name: "positive on b", costs: map[string]int64{"a": 1, "b": 1}, warm: 4, tenant: "b", delta: 2, want: "aaabab"},
+		// After "abab" a and b finish 1 stride ahead of the virtual time.
+		// A refund takes a to one stride behind it, no further: two grants
+		// ahead of b, then a tie that a wins by arrival.
+		{name: "refund bounded at one grant behind", costs: map[string]int64{"a": 1, "b": 1}, warm: 4, tenant: "a", delta: -1000, want: "aaababab"},
+		{name: "refund above MaxCost bounded too", costs: map[string]int64{"a": 1, "b": 1}, warm: 4, tenant: "a", delta: -1 << 40, want: "aaababab"},
+		{name: "untracked tenant", costs: map[string]int64{"a": 1, "b": 1}, warm: 4, tenant: "ghost", delta: 1000, want: "abababab"},
+		// a reserves 10: b gets ten grants of 1 for each of a's.
+		{name: "large reservation, no correction", costs: map[string]int64{"a": 10, "b": 1}, warm: 10, tenant: "a", want: "bbbbbbbbbbabbbbbbbbbba"},
+		// a's grant used 1 of its 10: its next grant comes after two of
+		// b's (b was one ahead), then ten again.
+		{name: "large reservation refunded", costs: map[string]int64{"a": 10, "b": 1}, warm: 10, tenant: "a", delta: -9, want: "babbbbbbbbbbabbbbbbbbbb"},
+		// a's grant used 19: b gets ten more grants first.
+		{name: "large reservation exceeded", costs: map[string]int64{"a": 10, "b": 1}, warm: 10, tenant: "a", delta: 9, want: "bbbbbbbbbbbbbbbbbbbab"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSched(Bounds{}, Weights{Default: 1})
+			backlog(t, s, tc.costs, []string{"a", "b"}, 2)
+			warm := grantSeq(t, s, tc.costs, tc.warm)
+			tenantsBefore := len(s.tenants)
+			s.adjust(tc.tenant, tc.delta)
+			if len(s.tenants) != tenantsBefore {
+				t.Errorf("Adjust added a tenant")
+			}
+			if got := grantSeq(t, s, tc.costs, len(tc.want)); got != tc.want {
+				t.Errorf("after %q and Adjust(%s, %d): grants %q, want %q", warm, tc.tenant, tc.delta, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSettledFairness: tenants whose reservations are systematically wrong
+// (a reserves 10 and uses 1, or reserves 1 and uses 10) are corrected by
+// Adjust after every grant, so the cost they actually used is shared by
+// weight. Without the corrections (the negative control) the reservations
+// decide. The limit counts requests, so only the queue's order decides.
+func TestSettledFairness(t *testing.T) {
+	cases := []struct {
+		name             string
+		reserve, use     []int64
+		settle           bool
+		fairInActualCost bool
+	}{
+		{name: "over-reserving tenant settled", reserve: []int64{10, 1}, use: []int64{1, 1}, settle: true, fairInActualCost: true},
+		{name: "over-reserving tenant not settled", reserve: []int64{10, 1}, use: []int64{1, 1}},
+		{name: "under-reserving tenant settled", reserve: []int64{1, 1}, use: []int64{10, 1}, settle: true, fairInActualCost: true},
+		{name: "under-reserving tenant not settled", reserve: []int64{1, 1}, use: []int64{10, 1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSched(Bounds{}, Weights{Default: 1})
+			reserve := map[string]int64{tenantName(0): tc.reserve[0], tenantName(1): tc.reserve[1]}
+			backlog(t, s, reserve, []string{tenantName(0), tenantName(1)}, 4)
+			used := make([]float64, 2)
+			for range 20000 {
+				w := s.next(0)
+				if w == nil {
+					t.Fatalf("no grant with every tenant backlogged")
+				}
+				i := tenantIndex(t, w.tenant)
+				s.complete(0, w, true, 0, nil)
+				s.release(w)
+				used[i] += float64(tc.use[i])
+				if tc.settle {
+					s.adjust(tenantName(i), tc.use[i]-tc.reserve[i])
+				}
+				s.enqueue(0, tenantName(i), "user", lk("k"), noDeadline, 0, 0, tc.reserve[i])
+			}
+			shares := []float64{used[0] / (used[0] + used[1]), used[1] / (used[0] + used[1])}
+			t.Logf("actual cost used %v, shares %.4f", used, shares)
+			err := within(shares, []float64{0.5, 0.5}, 0.05)
+			switch {
+			case tc.fairInActualCost && err != nil:
+				t.Errorf("settled usage not fair: %v", err)
+			case !tc.fairInActualCost && err == nil:
+				t.Errorf("unsettled reservations gave fair usage; the workload cannot show what settling does")
+			}
+		})
+	}
+}
+
+// TestLargestCost: at the largest cost and the smallest weight a grant's
+// charge does not wrap the virtual time arithmetic, costs above MaxCost
+// count as MaxCost, and a tenant that sat out (idle or waiting out a long
+// Retry-After) while the virtual time advanced by more than 2^63 comes back
+// at its turn instead of being taken for far ahead.
+func TestLargestCost(t *testing.T) {
+	t.Run("backlogged", func(t *testing.T) {
+		cases := []struct {
+			name    string
+			costs   map[string]int64
+			weights map[string]int
+			want    string // repeated, in any phase
+		}{
+			{name: "both at MaxCost", costs: map[string]int64{"a": MaxCost, "b": MaxCost}, want: "ab"},
+			{name: "above MaxCost counts as MaxCost", costs: map[string]int64{"a": 1 << 40, "b": MaxCost}, want: "ab"},
+			{name: "half of MaxCost", costs: map[string]int64{"a": MaxCost, "b": MaxCost / 2}, want: "bba"},
+			{name: "weights 1:3", costs: map[string]int64{"a": MaxCost, "b": MaxCost}, weights: map[string]int{"b": 3}, want: "bbba"},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				s := newSched(Bounds{}, Weights{Default: 1, ByTenant: tc.weights})
+				backlog(t, s, tc.costs, []string{"a", "b"}, 2)
+				grantSeq(t, s, tc.costs, 4*len(tc.want)) // settle the phase
+				got := grantSeq(t, s, tc.costs, 100*len(tc.want))
+				// Any rotation of the pattern, repeated.
+				if !strings.Contains(strings.Repeat(tc.want, 101), got) {
+					t.Errorf("grants %q..., want %q repeated", got[:min(len(got), 40)], tc.want)
+				}
+			})
+		}
+	})
+	// Two tenants alternating at MaxCost advance the virtual time by 2^60
+	// every two grants; after n grants a tag left behind is n/2*2^60
+	// behind, which wrap-around arithmetic alone would read as ahead when
+	// n/2 % 16 > 8.
+	for _, n := range []int{10, 18, 24, 30, 60} {
+		t.Run(fmt.Sprintf("idle for %d grants", n), func(t *testing.T) {
+			costs := map[string]int64{"a": MaxCost, "b": MaxCost, "c": 1}
+			s := newSched(Bounds{}, Weights{Default: 1})
+			backlog(t, s, map[string]int64{"c": 1}, []string{"c"}, 1)
+			w := s.next(0)
+			s.complete(0, w, true, 0, nil)
+			s.release(w) // c is idle now
+			backlog(t, s, costs, []string{"a", "b"}, 2)
+			grantSeq(t, s, costs, n)
+			backlog(t, s, costs, []string{"c"}, 1)
+			if got := grantSeq(t, s, costs, 3); !strings.Contains(got[:2], "c") {
+				t.Errorf("returning tenant not granted within 2 grants: %q", got)
+			}
+		})
+		t.Run(fmt.Sprintf("pending for %d grants", n), func(t *testing.T) {
+			costs := map[string]int64{"a": MaxCost, "b": MaxCost, "c": 1}
+			s := newSched(Bounds{MaxWait: time.Hour}, Weights{Default: 1})
+			if _, reason, _, _ := s.enqueue(0, "c", "user", lk("k"), noDeadline, int64(time.Second), 0, 1); reason != "" {
+				t.Fatal(reason)
+			}
+			backlog(t, s, costs, []string{"a", "b"}, 2)
+			grantSeq(t, s, costs, n) // at time 0: c waits out its Retry-After
+			var got strings.Builder
+			for range 2 {
+				w := s.next(int64(time.Second))
+				got.WriteString(w.tenant)
+				s.complete(int64(time.Second), w, true, 0, nil)
+				s.release(w)
+			}
+			if !strings.Contains(got.String(), "c") {
+				t.Errorf("tenant back from its Retry-After not granted within 2 grants: %q", got.String())
+			}
+		})
+	}
+}
