@@ -110,6 +110,7 @@ const (
 // FairQueuePolicySpec is the desired admission policy of one shared HTTP API:
 // how callers are identified, which rate limits apply, whether and how refused
 // requests are fairly queued, request timeouts and the backends to proxy to.
+// +kubebuilder:validation:XValidation:rule="!has(self.fairQueuing) || !has(self.fairQueuing.cost) || self.fairQueuing.cost != 'Tokens' || (has(self.deferredAdmission) && has(self.deferredAdmission.enabled) && self.deferredAdmission.enabled)",message="fairQueuing.cost Tokens needs deferredAdmission.enabled: token-weighted fairness charges the reservation that deferred admission estimates",fieldPath=".fairQueuing.cost"
 type FairQueuePolicySpec struct {
 	// identity says where the data plane finds a request's API key, user,
 	// team and model. Every field has a default, so it may be omitted.
@@ -129,6 +130,15 @@ type FairQueuePolicySpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	FairQueuing FairQueuing `json:"fairQueuing,omitzero"`
+
+	// deferredAdmission turns on token budgets: per-API-key, user, team and
+	// model limits counted in model tokens, reserved from an estimate when
+	// a request is admitted and settled from the response's usage. A
+	// request refused for tokens is held while they refill when the wait
+	// fits its budget. Off by default. Defaults to {}.
+	// +optional
+	// +kubebuilder:default={}
+	DeferredAdmission DeferredAdmission `json:"deferredAdmission,omitzero"`
 
 	// timeouts bound how long a request may take, queued time included.
 	// Defaults to {}.
@@ -490,6 +500,15 @@ type FairQueuing struct {
 	// +optional
 	// +kubebuilder:default={}
 	Bounds FairQueuingBounds `json:"bounds,omitzero"`
+	// cost is what one granted request charges its tenant's share: Requests
+	// (one per request, so fairness holds in requests) or Tokens (the
+	// request's token reservation at grant, corrected by the tokens used
+	// when the response ends, so a tenant sending 10x larger requests does
+	// not get 10x the capacity). Tokens needs deferredAdmission.enabled,
+	// which estimates the reservation. Defaults to "Requests".
+	// +optional
+	// +kubebuilder:default=Requests
+	Cost FairQueuingCost `json:"cost,omitempty"`
 }
 
 // TenantWeight is the weight of one tenant.

@@ -123,3 +123,53 @@ func mustDuration(s string) metav1.Duration {
 	}
 	return metav1.Duration{Duration: d}
 }
+
+// WithDefaults returns b with every unset (zero) bound replaced by its
+// default, the same values the API server fills in.
+func (b DeferredAdmissionBounds) WithDefaults() DeferredAdmissionBounds {
+	if b.MaxHeld == 0 {
+		b.MaxHeld = DefaultMaxHeld
+	}
+	if b.MaxHeldPerTenant == 0 {
+		b.MaxHeldPerTenant = DefaultMaxHeldPerTenant
+	}
+	if b.MaxWait.Duration == 0 {
+		b.MaxWait = mustDuration(DefaultMaxHoldWait)
+	}
+	return b
+}
+
+// EffectiveDefaultMaxTokens returns defaultMaxTokens, or its default when
+// unset.
+func (e TokenEstimation) EffectiveDefaultMaxTokens() int64 {
+	if e.DefaultMaxTokens > 0 {
+		return e.DefaultMaxTokens
+	}
+	return DefaultMaxTokensReserved
+}
+
+// EffectiveIncludeUsage returns includeUsage, or its default when unset.
+func (e TokenEstimation) EffectiveIncludeUsage() bool {
+	if e.IncludeUsage != nil {
+		return *e.IncludeUsage
+	}
+	return DefaultIncludeUsage
+}
+
+// EffectivePeriod returns the token limit's period, or the default token
+// period when unset.
+func (l TokenLimit) EffectivePeriod() time.Duration {
+	if l.Period.Duration > 0 {
+		return l.Period.Duration
+	}
+	return mustDuration(DefaultTokenPeriod).Duration
+}
+
+// EffectiveBurst returns the token limit's bucket capacity: burst when set,
+// tokens otherwise.
+func (l TokenLimit) EffectiveBurst() int64 {
+	if l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Tokens
+}

@@ -56,6 +56,17 @@ spec:
     weights:
     - identity: alice
       weight: 2
+  deferredAdmission:
+    enabled: true
+    tokenLimits:
+      perAPIKey: {tokens: 1000}
+      perUser: {tokens: 1000}
+      perTeam: {tokens: 1000}
+      perModel:
+        tokens: 1000
+        overrides:
+        - model: m
+          tokens: 500
   timeouts:
     request:
       models:

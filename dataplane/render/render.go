@@ -108,8 +108,14 @@ func Render(in Input) (*Rendered, error) {
 			DefaultWeight:   spec.FairQueuing.DefaultWeight,
 			Bounds:          renderBounds(spec.FairQueuing.Bounds.WithDefaults()),
 		},
-		Timeouts: renderTimeouts(&spec.Timeouts.Request),
-		Store:    renderStore(p.Namespace, &spec.Store),
+		Timeouts:          renderTimeouts(&spec.Timeouts.Request),
+		Store:             renderStore(p.Namespace, &spec.Store),
+		DeferredAdmission: renderDeferredAdmission(&spec.DeferredAdmission),
+	}
+	// The cost, like the weights, matters only while fair queuing is on, and
+	// the default renders nothing so that existing configs keep their bytes.
+	if spec.FairQueuing.Enabled && spec.FairQueuing.Cost == fqv1alpha1.FairQueuingCostTokens {
+		c.FairQueuing.Cost = config.CostTokens
 	}
 	if len(c.Identity.APIKeyHeaders) == 0 {
 		c.Identity.APIKeyHeaders = fqv1alpha1.DefaultAPIKeyHeaders()
@@ -397,4 +403,49 @@ func renderStore(namespace string, s *fqv1alpha1.Store) *config.Store {
 		out.Secret = &config.SecretRef{Namespace: namespace, Name: r.SecretRef.Name}
 	}
 	return &config.Store{Type: config.StoreRedis, Redis: out}
+}
+
+// renderDeferredAdmission renders spec.deferredAdmission, filling the API's
+// defaults for objects built without an API server. It renders nothing while
+// the mode is off, so policies that do not use it keep their bytes.
+func renderDeferredAdmission(d *fqv1alpha1.DeferredAdmission) *config.DeferredAdmission {
+	if !d.Enabled {
+		return nil
+	}
+	tl := &d.TokenLimits
+	out := &config.DeferredAdmission{
+		TokenLimits: config.TokenLimits{
+			PerAPIKey: renderTokenLimit(tl.PerAPIKey),
+			PerUser:   renderTokenLimit(tl.PerUser),
+			PerTeam:   renderTokenLimit(tl.PerTeam),
+		},
+		Estimation: config.TokenEstimation{
+			DefaultMaxTokens: d.Estimation.EffectiveDefaultMaxTokens(),
+			IncludeUsage:     d.Estimation.EffectiveIncludeUsage(),
+		},
+	}
+	if m := tl.PerModel; m != nil {
+		ml := &config.ModelTokenLimits{}
+		if m.Tokens > 0 {
+			ml.Default = renderTokenLimit(&fqv1alpha1.TokenLimit{Tokens: m.Tokens, Period: m.Period, Burst: m.Burst})
+		}
+		for _, o := range m.Overrides {
+			ml.Overrides = append(ml.Overrides, config.ModelTokenOverride{Model: o.Model, Limit: *renderTokenLimit(&o.TokenLimit)})
+		}
+		out.TokenLimits.PerModel = ml
+	}
+	b := d.Bounds.WithDefaults()
+	out.Bounds = config.DeferredBounds{
+		MaxHeld:          b.MaxHeld,
+		MaxHeldPerTenant: b.MaxHeldPerTenant,
+		MaxWait:          config.Duration{Duration: b.MaxWait.Duration},
+	}
+	return out
+}
+
+func renderTokenLimit(l *fqv1alpha1.TokenLimit) *config.TokenLimit {
+	if l == nil {
+		return nil
+	}
+	return &config.TokenLimit{Tokens: l.Tokens, Period: config.Duration{Duration: l.EffectivePeriod()}, Burst: l.EffectiveBurst()}
 }

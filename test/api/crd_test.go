@@ -31,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -143,7 +144,7 @@ func TestSamplesAccepted(t *testing.T) {
 		}
 	}
 	slices.Sort(policies)
-	if want := []string{"full", "minimal"}; !slices.Equal(policies, want) {
+	if want := []string{"full", "minimal", "tokens"}; !slices.Equal(policies, want) {
 		t.Errorf("sample policies = %v, want %v", policies, want)
 	}
 	// The stored objects must decode into the Go types the operator and the
@@ -223,6 +224,11 @@ func TestMinimalObjectGetsDefaults(t *testing.T) {
 			TenantDimension: fqv1alpha1.TenantDimensionUser,
 			DefaultWeight:   fqv1alpha1.DefaultWeight,
 			Bounds:          fqv1alpha1.FairQueuingBounds{}.WithDefaults(),
+			Cost:            fqv1alpha1.FairQueuingCostRequests,
+		},
+		DeferredAdmission: fqv1alpha1.DeferredAdmission{
+			Estimation: fqv1alpha1.TokenEstimation{DefaultMaxTokens: fqv1alpha1.DefaultMaxTokensReserved, IncludeUsage: ptr.To(fqv1alpha1.DefaultIncludeUsage)},
+			Bounds:     fqv1alpha1.DeferredAdmissionBounds{}.WithDefaults(),
 		},
 		Timeouts: fqv1alpha1.Timeouts{Request: fqv1alpha1.RequestTimeouts{
 			Default: fqv1alpha1.RequestTimeout{Total: metav1.Duration{Duration: 60 * time.Second}},
@@ -251,6 +257,10 @@ func TestMinimalObjectGetsDefaults(t *testing.T) {
 		"spec.fairQueuing.bounds.maxInFlight":            int64(8),
 		"spec.fairQueuing.bounds.maxWait":                "5s",
 		"spec.identity.trustHeaders":                     false,
+		"spec.fairQueuing.cost":                          "Requests",
+		"spec.deferredAdmission.enabled":                 false,
+		"spec.deferredAdmission.bounds.maxHeld":          int64(1024),
+		"spec.deferredAdmission.bounds.maxWait":          "10s",
 		"spec.timeouts.request.default.total":            "60s",
 	}
 	for path, want := range stored {

@@ -95,6 +95,7 @@ func TestKubectlApplyAndGet(t *testing.T) {
 		regexp.MustCompile(`^NAME\s+ENABLED\s+TENANT\s+READY\s+REASON\s+UPDATED\s+REPLICAS\s+AGE$`),
 		regexp.MustCompile(`^full\s+true\s+apiKey\s+True\s+Rendered\s+1\s+2\s+\S+$`),
 		regexp.MustCompile(`^minimal\s+false\s+user\s+\S+$`),
+		regexp.MustCompile(`^tokens\s+true\s+apiKey\s+\S+$`),
 	}
 	matchLines(t, "kubectl get fqp", out, want)
 
@@ -104,7 +105,8 @@ func TestKubectlApplyAndGet(t *testing.T) {
 	matchLines(t, "kubectl get fqp -o wide", wide, []*regexp.Regexp{
 		regexp.MustCompile(`^NAME\s+ENABLED\s+TENANT\s+READY\s+REASON\s+UPDATED\s+REPLICAS\s+AGE\s+CONFIG HASH\s+GENERATION\s+OBSERVED$`),
 		regexp.MustCompile(`^full\s+true\s+apiKey\s+True\s+Rendered\s+1\s+2\s+\S+\s+0123456789abcdef\s+1\s+1$`),
-		regexp.MustCompile(`^minimal\s+false\s+user\s+\S+\s+1$`),
+		regexp.MustCompile(`^minimal\s+false\s+user\s+\S+\s+1\s*$`),
+		regexp.MustCompile(`^tokens\s+true\s+apiKey\s+\S+\s+1\s*$`),
 	})
 
 	// A minimal object shows every effective bound.
@@ -120,6 +122,12 @@ func TestKubectlApplyAndGet(t *testing.T) {
 	for _, s := range []string{"maxWait", "maxWait is the longest time one request may spend queued", "maxTotalQueued"} {
 		if !strings.Contains(explain, s) {
 			t.Errorf("kubectl explain fqp.spec.fairQueuing.bounds lacks %q:\n%s", s, explain)
+		}
+	}
+	explain = kubectl(ctx, t, bin, "explain", "fqp.spec.deferredAdmission.tokenLimits.perModel")
+	for _, s := range []string{"tokens", "overrides", "Defaults to \"1m\"."} {
+		if !strings.Contains(explain, s) {
+			t.Errorf("kubectl explain fqp.spec.deferredAdmission.tokenLimits.perModel lacks %q:\n%s", s, explain)
 		}
 	}
 }

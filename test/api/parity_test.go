@@ -180,6 +180,100 @@ var parityCases = []parityCase{
 	{"backends[0].url", "backends: [{name: v, url: 'http://a:1/v1#frag'}]", []string{"spec.backends[0].url", "url must not have a query (?...) or fragment (#...)"},
 		func(c *config.Config) { c.Backends[0].URL = "http://a:1/v1#frag" }},
 
+	// Deferred admission and token-weighted fair queuing.
+	{"deferredAdmission.tokenLimits.perAPIKey.tokens", "deferredAdmission: {enabled: true, tokenLimits: {perAPIKey: {tokens: 0}}}", []string{"spec.deferredAdmission.tokenLimits.perAPIKey.tokens", "should be greater than or equal to 1"},
+		func(c *config.Config) {
+			d := deferred()
+			l := tokenLimit()
+			l.Tokens = 0
+			d.TokenLimits.PerAPIKey = l
+			c.DeferredAdmission = d
+		}},
+	{"deferredAdmission.tokenLimits.perUser.tokens", "deferredAdmission: {enabled: true, tokenLimits: {perUser: {tokens: 1000000000001}}}", []string{"spec.deferredAdmission.tokenLimits.perUser.tokens", "should be less than or equal to"},
+		func(c *config.Config) {
+			d := deferred()
+			l := tokenLimit()
+			l.Tokens = config.LimitTokens + 1
+			d.TokenLimits.PerUser = l
+			c.DeferredAdmission = d
+		}},
+	{"deferredAdmission.tokenLimits.perTeam.period", "deferredAdmission: {enabled: true, tokenLimits: {perTeam: {tokens: 1, period: 0s}}}", []string{"spec.deferredAdmission.tokenLimits.perTeam.period", "period must be a positive duration"},
+		func(c *config.Config) {
+			d := deferred()
+			l := tokenLimit()
+			l.Period.Duration = 0
+			d.TokenLimits.PerTeam = l
+			c.DeferredAdmission = d
+		}},
+	{"deferredAdmission.tokenLimits.perTeam.burst", "deferredAdmission: {enabled: true, tokenLimits: {perTeam: {tokens: 1, burst: 0}}}", []string{"spec.deferredAdmission.tokenLimits.perTeam.burst", "should be greater than or equal to 1"},
+		func(c *config.Config) {
+			d := deferred()
+			l := tokenLimit()
+			l.Burst = 0
+			d.TokenLimits.PerTeam = l
+			c.DeferredAdmission = d
+		}},
+	{"deferredAdmission.tokenLimits.perModel", "deferredAdmission: {enabled: true, tokenLimits: {perModel: {period: 1m}}}", []string{"spec.deferredAdmission.tokenLimits.perModel", "perModel needs tokens"},
+		func(c *config.Config) {
+			d := deferred()
+			d.TokenLimits.PerModel = &config.ModelTokenLimits{}
+			c.DeferredAdmission = d
+		}},
+	{"deferredAdmission.tokenLimits.perModel.default.tokens", "deferredAdmission: {enabled: true, tokenLimits: {perModel: {tokens: 0}}}", []string{"spec.deferredAdmission.tokenLimits.perModel.tokens", "should be greater than or equal to 1"},
+		func(c *config.Config) {
+			d := deferred()
+			l := tokenLimit()
+			l.Tokens = 0
+			d.TokenLimits.PerModel = &config.ModelTokenLimits{Default: l}
+			c.DeferredAdmission = d
+		}},
+	{"deferredAdmission.tokenLimits.perModel.overrides[0].limit.burst", "deferredAdmission: {enabled: true, tokenLimits: {perModel: {overrides: [{model: m, tokens: 1, burst: 0}]}}}", []string{"spec.deferredAdmission.tokenLimits.perModel.overrides[0].burst", "should be greater than or equal to 1"},
+		func(c *config.Config) {
+			d := deferred()
+			l := tokenLimit()
+			l.Burst = 0
+			d.TokenLimits.PerModel = &config.ModelTokenLimits{Overrides: []config.ModelTokenOverride{{Model: "m", Limit: *l}}}
+			c.DeferredAdmission = d
+		}},
+	{"deferredAdmission.tokenLimits.perModel.overrides[0].model", "deferredAdmission: {enabled: true, tokenLimits: {perModel: {overrides: [{model: '', tokens: 1}]}}}", []string{"spec.deferredAdmission.tokenLimits.perModel.overrides[0].model", "should be at least 1 chars long"},
+		func(c *config.Config) {
+			d := deferred()
+			d.TokenLimits.PerModel = &config.ModelTokenLimits{Overrides: []config.ModelTokenOverride{{Model: "", Limit: *tokenLimit()}}}
+			c.DeferredAdmission = d
+		}},
+	{"deferredAdmission.tokenLimits.perModel.overrides[1].model", "deferredAdmission: {enabled: true, tokenLimits: {perModel: {overrides: [{model: m, tokens: 1}, {model: m, tokens: 2}]}}}", []string{"spec.deferredAdmission.tokenLimits.perModel.overrides[1]", "Duplicate value"},
+		func(c *config.Config) {
+			d := deferred()
+			d.TokenLimits.PerModel = &config.ModelTokenLimits{Overrides: []config.ModelTokenOverride{{Model: "m", Limit: *tokenLimit()}, {Model: "m", Limit: *tokenLimit()}}}
+			c.DeferredAdmission = d
+		}},
+	{"deferredAdmission.estimation.defaultMaxTokens", "deferredAdmission: {enabled: true, estimation: {defaultMaxTokens: 0}}", []string{"spec.deferredAdmission.estimation.defaultMaxTokens", "should be greater than or equal to 1"},
+		func(c *config.Config) { d := deferred(); d.Estimation.DefaultMaxTokens = 0; c.DeferredAdmission = d }},
+	{"deferredAdmission.bounds.maxHeld", "deferredAdmission: {enabled: true, bounds: {maxHeld: 1048577}}", []string{"spec.deferredAdmission.bounds.maxHeld", "should be less than or equal to 1048576"},
+		func(c *config.Config) {
+			d := deferred()
+			d.Bounds.MaxHeld = config.LimitMaxHeld + 1
+			c.DeferredAdmission = d
+		}},
+	{"deferredAdmission.bounds.maxHeldPerTenant", "deferredAdmission: {enabled: true, bounds: {maxHeldPerTenant: 0}}", []string{"spec.deferredAdmission.bounds.maxHeldPerTenant", "should be greater than or equal to 1"},
+		func(c *config.Config) { d := deferred(); d.Bounds.MaxHeldPerTenant = 0; c.DeferredAdmission = d }},
+	{"deferredAdmission.bounds.maxHeldPerTenant", "deferredAdmission: {enabled: true, bounds: {maxHeld: 8, maxHeldPerTenant: 9}}", []string{"spec.deferredAdmission.bounds.maxHeldPerTenant", "maxHeldPerTenant must be at most maxHeld"},
+		func(c *config.Config) {
+			d := deferred()
+			d.Bounds.MaxHeld, d.Bounds.MaxHeldPerTenant = 8, 9
+			c.DeferredAdmission = d
+		}},
+	{"deferredAdmission.bounds.maxWait", "deferredAdmission: {enabled: true, bounds: {maxWait: 11m}}", []string{"spec.deferredAdmission.bounds.maxWait", "maxWait must be a positive duration of at most 10m"},
+		func(c *config.Config) {
+			d := deferred()
+			d.Bounds.MaxWait.Duration = 11 * time.Minute
+			c.DeferredAdmission = d
+		}},
+	{"fairQueuing.cost", "fairQueuing: {enabled: true, cost: Bytes}", []string{"spec.fairQueuing.cost", "Unsupported value"},
+		func(c *config.Config) { c.FairQueuing.Cost = "Bytes" }},
+	{"fairQueuing.cost", "fairQueuing: {enabled: true, cost: Tokens}", []string{"spec.fairQueuing.cost", "fairQueuing.cost Tokens needs deferredAdmission.enabled: token-weighted fairness charges the reservation that deferred admission estimates"},
+		func(c *config.Config) { c.FairQueuing.Enabled, c.FairQueuing.Cost = true, config.CostTokens }},
+
 	// The hash key Secret's name comes from spec.hashKeySecretRef.
 	{"hashKeySecret.name", "hashKeySecretRef: {name: Bad_Name}", []string{"spec.hashKeySecretRef.name", "should match"},
 		func(c *config.Config) { c.HashKeySecret.Name = "Bad_Name" }},
@@ -200,6 +294,16 @@ var operatorOnly = map[string]string{
 	"identity.keyRegistry.entries[0].userHash":   "HMAC computed by the operator",
 	"identity.keyRegistry.entries[0].teamHash":   "HMAC computed by the operator",
 	"fairQueuing.weights[0].tenantHash":          "HMAC computed by the operator; equal identities are merged while rendering",
+}
+
+// tokenLimit returns a valid data-plane token limit.
+func tokenLimit() *config.TokenLimit {
+	return &config.TokenLimit{Tokens: 1, Period: config.Duration{Duration: time.Minute}, Burst: 1}
+}
+
+// deferred returns a valid data-plane deferredAdmission without token limits.
+func deferred() *config.DeferredAdmission {
+	return &config.DeferredAdmission{Estimation: config.DefaultTokenEstimation(), Bounds: config.DefaultDeferredBounds()}
 }
 
 // validConfig returns a data-plane config that passes Validate.
@@ -290,19 +394,27 @@ func TestValidationParity(t *testing.T) {
 
 var indexPattern = regexp.MustCompile(`\[[0-9]+\]`)
 
-// dataPlaneRulePaths walks dataplane/config/validate.go and returns the path
-// pattern of every rule: the first argument of each errs.add and of each
+// dataPlaneRulePaths walks dataplane/config/validate.go and tokens.go (the
+// deferred-admission rules) and returns the path pattern of every rule: the first argument of each errs.add and of each
 // require*/validate* helper call, literal parts kept, computed parts as "*"
 // and "[%d]" indexes as "[0]". Fully computed paths are left out.
 func dataPlaneRulePaths(t *testing.T) []string {
 	t.Helper()
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, filepath.Join(env.Root, "dataplane", "config", "validate.go"), nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	seen := map[string]bool{}
 	var out []string
+	for _, name := range []string{"validate.go", "tokens.go"} {
+		f, err := parser.ParseFile(fset, filepath.Join(env.Root, "dataplane", "config", name), nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = appendRulePaths(out, seen, f)
+	}
+	return out
+}
+
+// appendRulePaths appends to out the rule path patterns of f not yet seen.
+func appendRulePaths(out []string, seen map[string]bool, f *ast.File) []string {
 	ast.Inspect(f, func(n ast.Node) bool {
 		call, ok := n.(*ast.CallExpr)
 		if !ok || len(call.Args) == 0 {
@@ -362,6 +474,11 @@ func TestValidationParityNearMisses(t *testing.T) {
 		"fairQueuing: {weights: [{identity: 'team a', weight: 2}]}",
 		"fairQueuing: {weights: [{identity: 'sk-$$x', weight: 2}]}",
 		"rateLimits: {perModel: {overrides: [{model: m, requests: 1, burst: 1}]}}",
+		"fairQueuing: {enabled: true, cost: Tokens}\ndeferredAdmission: {enabled: true}",
+		"fairQueuing: {enabled: true, cost: Requests}",
+		"deferredAdmission: {enabled: true, bounds: {maxHeld: 5, maxHeldPerTenant: 5, maxWait: 10m}}",
+		"deferredAdmission: {enabled: true, tokenLimits: {perModel: {overrides: [{model: m, tokens: 1, burst: 1}]}}}",
+		"deferredAdmission: {enabled: true, tokenLimits: {perUser: {tokens: 1000000000000, period: 24h}}}",
 	}
 	for i, spec := range specs {
 		if !strings.Contains(spec, "backends:") {
