@@ -1,11 +1,15 @@
 package fairqueue
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // costBucket is a token bucket charged by cost, judged the way the limiter
@@ -371,6 +375,127 @@ func TestLargestCost(t *testing.T) {
 			}
 			if !strings.Contains(got.String(), "c") {
 				t.Errorf("tenant back from its Retry-After not granted within 2 grants: %q", got.String())
+			}
+		})
+	}
+}
+
+// TestQueueAdjust drives Adjust through the Queue shell on a fake clock: two
+// tenants with three waiters each share a bucket granting one request every
+// 10ms; a correction made while they wait changes the order of admission.
+func TestQueueAdjust(t *testing.T) {
+	cases := []struct {
+		name   string
+		tenant string
+		delta  int64
+		want   string
+	}{
+		{name: "no correction", tenant: "a", want: "ababab"},
+		{name: "a used 3 more than reserved", tenant: "a", delta: 3, want: "bbbaaa"},
+		{name: "b used 1 more than reserved", tenant: "b", delta: 1, want: "aababb"},
+		// a is at the virtual time: a refund takes it one grant behind,
+		// no further.
+		{name: "refund bounded", tenant: "a", delta: -3, want: "aababb"},
+		{name: "untracked tenant", tenant: "c", delta: 3, want: "ababab"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(epoch)
+			q := New(clk, Bounds{MaxWait: time.Minute}, Weights{Default: 1}, nil)
+			defer q.Close()
+			b := &fakeBucket{clk: clk, interval: 10 * time.Millisecond, avail: epoch.Add(10 * time.Millisecond)}
+			var mu sync.Mutex
+			var order strings.Builder
+			attempt := func(tenant string) Attempt {
+				return func() (bool, time.Duration, error) {
+					ok, ra := b.take()
+					if ok {
+						mu.Lock()
+						order.WriteString(tenant)
+						mu.Unlock()
+					}
+					return ok, ra, nil
+				}
+			}
+			var chs []<-chan waitResult
+			for range 3 {
+				for _, tn := range []string{"a", "b"} {
+					chs = append(chs, startWait(t, context.Background(), q, Request{Tenant: tn, LimitKeys: lk("k"), RetryAfter: 10 * time.Millisecond, Attempt: attempt(tn), Cost: 1}))
+				}
+			}
+			q.Adjust(tc.tenant, tc.delta)
+			q.waitIdle(t)
+			for range 6 {
+				clk.Step(10 * time.Millisecond)
+				q.waitIdle(t)
+			}
+			for _, ch := range chs {
+				if r := recv(t, ch); r.err != nil || !r.res.Admitted {
+					t.Fatalf("not admitted: %+v, %v", r.res, r.err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if got := order.String(); got != tc.want {
+				t.Errorf("admitted %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestEstimateAccuracyWithCosts: in steady saturation with requests of
+// different sizes charged by cost, the estimate made at enqueue is within
+// 20% (median relative error, for every tenant) of the actual wait, on a
+// limit charged by size and on one counting requests.
+func TestEstimateAccuracyWithCosts(t *testing.T) {
+	cases := []struct {
+		name    string
+		weights []int
+		sizes   []int64
+		limit   limitKind
+	}{
+		{name: "sizes 10 and 1, token limit", weights: []int{1, 1}, sizes: []int64{10, 1}, limit: tokenLimit},
+		{name: "weights 1,2,5, sizes 3, 8, 1, token limit", weights: []int{1, 2, 5}, sizes: []int64{3, 8, 1}, limit: tokenLimit},
+		{name: "sizes 10 and 1, request limit", weights: []int{1, 1}, sizes: []int64{10, 1}, limit: requestLimit},
+		{name: "weights 1,2,5, sizes 3, 8, 1, request limit", weights: []int{1, 2, 5}, sizes: []int64{3, 8, 1}, limit: requestLimit},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newSim(t, Bounds{MaxWait: time.Hour}, weightsFor(tc.weights), time.Millisecond)
+			tokens := &costBucket{interval: int64(100 * time.Microsecond), burst: 12}
+			m.attempt = func(w *waiter) (bool, int64) {
+				if tc.limit == requestLimit {
+					return m.bucket.take(m.now)
+				}
+				return tokens.take(m.now, int64(w.cost))
+			}
+			errs := make([][]float64, len(tc.sizes))
+			grants := 0
+			enqueue := func(i int) {
+				if _, reason, _, _ := m.s.enqueue(m.now, tenantName(i), "user", m.key, noDeadline, 0, 0, tc.sizes[i]); reason != "" {
+					t.Fatalf("tenant %d refused: %s", i, reason)
+				}
+			}
+			m.admitted = func(w *waiter) {
+				grants++
+				i := tenantIndex(t, w.tenant)
+				if actual := float64(m.now - w.enqueuedAt); grants > 2000 && actual > 0 {
+					errs[i] = append(errs[i], abs(float64(w.estimate)-actual)/actual)
+				}
+				enqueue(i)
+			}
+			for range 4 {
+				for i := range tc.sizes {
+					enqueue(i)
+				}
+			}
+			m.runUntil(func() bool { return grants >= 12000 })
+			for i := range errs {
+				med := median(errs[i])
+				t.Logf("tenant %d (weight %d, size %d): median relative error %.3f over %d samples", i, tc.weights[i], tc.sizes[i], med, len(errs[i]))
+				if med > 0.20 {
+					t.Errorf("tenant %d: median |estimate-actual|/actual = %.3f, want <= 0.20", i, med)
+				}
 			}
 		})
 	}

@@ -8,27 +8,70 @@
 // admitted or re-queued at the head of its tenant queue, keeping its place,
 // until its Retry-After has passed again.
 //
-// Scheduling is weighted fair queuing in virtual time: every tenant whose head
-// waiter is ready carries a virtual finish tag (its start tag plus 1/weight),
-// and the ready tenant with the smallest tag goes next. Tenants live in two
-// min-heaps, one of ready tenants keyed by finish tag and one of tenants whose
-// head is still waiting out its Retry-After keyed by ready time, so a grant
-// costs O(log tenants) without allocating, and the interleaving is as smooth
-// as smooth weighted round-robin (each tenant's lag stays within about one
-// grant). A tenant is charged only for attempts that are admitted, so a
+// Scheduling is weighted fair queuing in virtual time, charged by cost. A
+// grant of cost c (Request.Cost: 1 by default, the tokens a request reserves
+// for token-weighted fairness, the Virtual Token Counter of "Fairness in
+// Serving Large Language Models", OSDI 2024) to a tenant of weight w advances
+// that tenant's virtual finish tag by c/w. Every tenant whose head waiter is
+// ready carries the finish tag its head's grant would give it (its start tag
+// plus the head's cost/weight), and the ready tenant with the smallest tag
+// goes next. Tenants live in two min-heaps, one of ready tenants keyed by
+// finish tag and one of tenants whose head is still waiting out its
+// Retry-After keyed by ready time, so a grant costs O(log tenants) without
+// allocating. A tenant is charged only for attempts that are admitted, so a
 // refused retry never costs it its turn. Deadlines are kept in an O(1) list
 // for the common case of equal budgets, with a heap for the rest. The
 // goroutine sleeps on an injected clock until the earliest ready time or
 // deadline, or until an event arrives; it never polls.
 //
-// Position and estimate: the k-th waiter of a tenant of weight w, while the
-// tracked tenants weigh W in total, has position ceil(k*W/w) (the grants
-// expected up to and including it), and its estimate at enqueue is its
-// Retry-After plus (k*W/w - 1) times the measured spacing between grants (an
-// EWMA taken while the queue is backlogged; before the first grant, the
-// contended bucket's refill interval, Request.Interval), and never 0. A
-// request refused by a bound learns when that queue or table is expected to
-// have room (Result.RetryAfter).
+// Fairness bound. Let F_i be the finish tag of tenant i's last grant and C_i
+// the largest cost of its grants. A tenant j is granted only when its tag
+// F_j + c_j/w_j is the smallest, so right after the grant F_j <= F_i +
+// c_i/w_i for every other ready tenant i; until j's next grant F_j stays put
+// while F_i only grows. Hence while i and j stay backlogged (their heads
+// ready), F_j - F_i <= C_i/w_i and F_i - F_j <= C_j/w_j at all times. The
+// cost S_i served to i over an interval, divided by its weight, is the
+// growth of F_i, so over any interval in which both stay backlogged
+//
+//	|S_i/w_i - S_j/w_j| <= C_i/w_i + C_j/w_j,
+//
+// the lag of each tenant against its weighted share stays within one
+// maximum-cost grant (with unit costs, within about one grant: smooth
+// weighted round-robin). A tenant entering the ready heap starts at its last
+// finish tag but never more than its head's grant behind the virtual time
+// (the start tag of the latest grant), so a tenant that lost a race for a
+// token keeps its turn while one held back for long (by its own limit, or
+// idle) cannot bank credit for a burst later; the bound holds from its
+// return. Queue.Adjust settles a grant's reserved cost against its actual
+// cost by moving the finish tag by the difference, so the bound holds for
+// actual cost up to the reservation error of grants not yet settled; a
+// refund never moves the tag more than one grant of the tenant's last cost
+// behind the virtual time, the same allowance.
+//
+// Large and small requests on one bucket charged by size: a request of cost
+// above 1 refused for want of tokens holds its limit keys against tenants
+// behind it in the fair order until its Retry-After, for at most twice the
+// time a grant of its cost takes, so smaller requests cannot drain the
+// tokens it waits to accumulate and starve it. Virtual times are uint64
+// compared with wrap-around arithmetic; the scale (2^36 per unit of cost at
+// weight 1), the caps (MaxCost per grant or correction, MaxWeight) and a
+// periodic sweep of tenants outside the ready heap keep every comparison
+// exact (see strideScale).
+//
+// Position and estimate: while the k-th waiter of a tenant of weight w, with
+// cost U queued up to and including it, is served, the tracked tenants (of
+// total weight W) are served U*(W-w)/w besides, in grants of their own mean
+// size. Its position is the grants expected before it (its k-1 predecessors
+// and the others' share in grants) plus one: ceil(k*W/w) with unit costs. Its
+// estimate at enqueue is its Retry-After plus the time those grants take,
+// alpha per grant plus beta per unit of cost, fitted by least squares to the
+// measured grants while the queue is backlogged (a limit counting requests
+// spaces grants evenly whatever their size; one charged by cost spaces them
+// by size; with equal costs alpha is the measured spacing between grants).
+// Before the first measurement every grant is taken to be like the waiter's
+// and to take Request.Interval. The estimate is never 0. A request refused by
+// a bound learns when that queue or table is expected to have room
+// (Result.RetryAfter).
 //
 // Tenant table: at most Bounds.MaxTenants tenants, each keeping its slot
 // while it has waiters and for MaxWait after its queue empties (so a client

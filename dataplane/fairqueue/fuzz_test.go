@@ -7,15 +7,21 @@ import (
 	"time"
 )
 
-// FuzzScheduler drives the core with random enqueue / grant / complete /
-// cancel / tick / reweight / rebound sequences and checks after every step
-// that no bound is exceeded, no waiter is lost or duplicated, and no waiter is
-// granted at or past its deadline.
+// FuzzScheduler drives the core with random enqueue (of costs from 1 to
+// beyond MaxCost) / grant / complete / cancel / tick / reweight / rebound /
+// adjust sequences and checks after every step that no bound is exceeded, no
+// waiter is lost or duplicated, no waiter is granted at or past its
+// deadline, virtual tags stay within wrap-around range of the virtual time,
+// and a correction moves a tag no further than Adjust promises.
 func FuzzScheduler(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 2, 1, 3, 4, 9, 1, 2, 0})
 	f.Add([]byte{0, 0, 0, 5, 0, 10, 1, 1, 1, 2, 2, 2, 4, 200, 1, 3, 0})
 	f.Add([]byte{6, 1, 0, 0, 0, 0, 0, 0, 5, 3, 1, 2, 4, 50, 1, 1, 3, 1})
 	f.Add([]byte{0, 7, 0, 9, 0, 11, 0, 13, 1, 1, 1, 4, 255, 4, 255, 1, 2, 2})
+	// Costs: MaxCost and above, a refused large waiter holding its key,
+	// corrections both ways.
+	f.Add([]byte{0, 48, 0, 49, 0, 65, 1, 0, 2, 0, 1, 0, 2, 1, 7, 0, 7, 255, 1, 0, 4, 30, 1, 0, 2, 0})
+	f.Add([]byte{0, 64, 0, 65, 1, 0, 2, 0, 1, 0, 2, 0, 1, 0, 2, 0, 1, 0, 2, 0, 7, 224, 7, 32, 1, 0, 2, 0})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		s := newSched(Bounds{MaxQueueDepthPerTenant: 3, MaxTotalQueued: 8, MaxTenants: 4, MaxInFlight: 2, MaxWait: 200 * time.Millisecond}, Weights{Default: 1})
 		// live holds the waiters in arrival order, so every choice the
@@ -45,7 +51,7 @@ func FuzzScheduler(f *testing.F) {
 		}
 		for i := 0; i < len(ops); i += 2 {
 			a := arg(i + 1)
-			switch ops[i] % 7 {
+			switch ops[i] % 8 {
 			case 0: // enqueue
 				keys := lk("model", tenantName(int(a%3)))
 				deadline := int64(noDeadline)
@@ -54,7 +60,8 @@ func FuzzScheduler(f *testing.F) {
 				}
 				b, tenantsBefore := s.bounds, len(s.tenants)
 				retryAfter := int64(a/64) * 20 * ms
-				w, reason, pos, est := s.enqueue(now, tenantName(int(a%5)), "user", keys, deadline, retryAfter, int64(a%4)*ms, 1)
+				cost := fuzzCosts[int(a/16)%len(fuzzCosts)]
+				w, reason, pos, est := s.enqueue(now, tenantName(int(a%5)), "user", keys, deadline, retryAfter, int64(a%4)*ms, cost)
 				if pos < 1 {
 					t.Fatalf("position %d < 1", pos)
 				}
@@ -74,6 +81,9 @@ func FuzzScheduler(f *testing.F) {
 					break
 				}
 				live.add(w)
+				if w.cost != costOf(cost) || w.cost < 1 || w.cost > MaxCost {
+					t.Fatalf("cost %d queued as %d", cost, w.cost)
+				}
 				grew := len(s.tenants) > tenantsBefore
 				if s.depth > b.MaxTotalQueued || w.t.depth > b.MaxQueueDepthPerTenant || (grew && len(s.tenants) > b.MaxTenants) {
 					t.Fatalf("enqueue exceeded a bound: depth %d tenant depth %d tenants %d bounds %+v", s.depth, w.t.depth, len(s.tenants), b)
@@ -125,11 +135,39 @@ func FuzzScheduler(f *testing.F) {
 				s.setWeights(Weights{Default: int(a%3) + 1, ByTenant: map[string]int{tenantName(int(a % 5)): int(a%7) + 1}})
 			case 6: // rebound
 				s.setBounds(Bounds{MaxQueueDepthPerTenant: int(a%4) + 1, MaxTotalQueued: int(a%9) + 1, MaxTenants: int(a%5) + 1, MaxInFlight: int(a%3) + 1, MaxWait: time.Duration(a%5+1) * 50 * time.Millisecond})
+			case 7: // adjust
+				key, delta := tenantName(int(a%5)), fuzzDeltas[int(a>>5)]
+				tn := s.tenants[key]
+				if tn == nil {
+					s.adjust(key, delta)
+					if s.tenants[key] != nil {
+						t.Fatalf("Adjust of an untracked tenant added it")
+					}
+					break
+				}
+				old, d := tn.finish, min(max(delta, -MaxCost), MaxCost)
+				s.adjust(key, delta)
+				moved := int64(tn.finish - old)
+				switch {
+				case delta < 0 && (moved > 0 || moved < d*int64(tn.stride)):
+					t.Fatalf("Adjust(%d) moved the finish tag by %d strides", delta, moved/int64(tn.stride))
+				case delta < 0 && moved < 0 && vless(tn.finish, s.vnow-max(tn.lastCost, 1)*tn.stride):
+					t.Fatalf("a refund took the finish tag %d strides behind the virtual time, more than one grant of %d", int64(s.vnow-tn.finish)/int64(tn.stride), tn.lastCost)
+				case delta > 0 && (moved < 0 || moved > d*int64(tn.stride)):
+					t.Fatalf("Adjust(%d) moved the finish tag by %d strides", delta, moved/int64(tn.stride))
+				}
 			}
 			checkInvariants(t, s, live, len(granted))
 		}
 	})
 }
+
+// fuzzCosts are the Request.Cost values enqueue picks from: unset, unit,
+// small, the largest, beyond the largest.
+var fuzzCosts = []int64{0, 1, 7, MaxCost, 1 << 40}
+
+// fuzzDeltas are the corrections Adjust picks from.
+var fuzzDeltas = []int64{-1 << 40, -MaxCost, -9, -1, 1, 9, MaxCost, 1 << 40}
 
 // liveSet is the set of waiters the scheduler holds, in arrival order.
 type liveSet struct {
@@ -189,7 +227,9 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 		sumW += tn.weight
 		n := 0
 		var prev *waiter
+		var cost uint64
 		for w := tn.head; w != nil; w = w.next {
+			cost += w.cost
 			if seen[w] || !live.has(w) || w.t != tn || w.prev != prev {
 				t.Fatalf("tenant %q: waiter duplicated, foreign or mislinked", key)
 			}
@@ -220,14 +260,19 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 		if n != tn.depth || tn.tail != prev {
 			t.Fatalf("tenant %q: depth %d, counted %d", key, tn.depth, n)
 		}
+		if cost != tn.queuedCost {
+			t.Fatalf("tenant %q: queued cost %d, counted %d", key, tn.queuedCost, cost)
+		}
 		switch tn.place {
 		case placeReady:
 			if e := s.ready.items[tn.heapIdx]; e.t != tn || e.key != tn.tag() {
 				t.Fatalf("tenant %q not at its ready-heap index or stale finish tag", key)
 			}
 		case placePending:
-			if e := s.pending.items[tn.heapIdx]; e.t != tn || int64(e.key) != tn.head.readyAt {
-				t.Fatalf("tenant %q not at its pending-heap index or stale ready time", key)
+			// Parked behind a hold, a tenant waits past its head's ready
+			// time.
+			if e := s.pending.items[tn.heapIdx]; e.t != tn || int64(e.key) < tn.head.readyAt {
+				t.Fatalf("tenant %q not at its pending-heap index or before its ready time", key)
 			}
 		case placeNone:
 			t.Fatalf("tenant %q with waiters is in no heap", key)
@@ -263,12 +308,44 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 			t.Fatalf("deadline heap out of order at %d", i)
 		}
 	}
+	checkTags(t, s, queues)
+	holds := 0
+	for k, ks := range s.keys {
+		if h := ks.holder; h != nil {
+			holds++
+			if !live.has(h) || h.cost <= 1 || !slices.Contains(h.keys, k) {
+				t.Fatalf("key %q held by a waiter that is not live, of cost %d, or does not need it", k.Key, h.cost)
+			}
+		}
+	}
+	if holds != s.holds {
+		t.Fatalf("%d keys held, scheduler counts %d", holds, s.holds)
+	}
 	if len(keys) != len(s.keys) {
 		t.Fatalf("key table has %d keys, waiters need %d", len(s.keys), len(keys))
 	}
 	for k, n := range keys {
 		if ks := s.keys[k]; ks == nil || ks.waiters != n {
 			t.Fatalf("key %q: %d waiters counted, table says %v", k, n, ks)
+		}
+	}
+}
+
+// checkTags verifies that virtual tags stay where the wrap-around arithmetic
+// is exact (see strideScale): ready finish tags within [vnow-B, vnow+3B],
+// every tenant's finish tag within 4B behind and maxLead ahead, where B is
+// the largest charge of one grant.
+func checkTags(t *testing.T, s *sched, queues map[string]*tenant) {
+	t.Helper()
+	const b = MaxCost * strideScale
+	for key, tn := range queues {
+		if d := int64(tn.finish - s.vnow); d < -4*b || d > maxLead {
+			t.Fatalf("tenant %q: finish tag %d grants of MaxCost from the virtual time", key, d/b)
+		}
+		if tn.place == placeReady {
+			if d := int64(tn.tag() - s.vnow); d < -b || d > 3*b {
+				t.Fatalf("ready tenant %q: tag %d grants of MaxCost from the virtual time", key, d/b)
+			}
 		}
 	}
 }

@@ -43,7 +43,7 @@ const minRetry = int64(time.Millisecond)
 // spacingWeight is the EWMA weight (1/8) of a new grant-spacing sample.
 const spacingWeight = 0.125
 
-// holdSlack is how many times the measured time its cost takes a refused
+// holdSlack is how many times the time a grant of its cost takes a refused
 // waiter may hold its keys (see hold): slack for the noise of the measure.
 const holdSlack = 2
 
@@ -210,12 +210,9 @@ type sched struct {
 	seq        uint64
 
 	// Grant spacing: EWMA of the time between admissions while backlogged,
-	// and of the cost of the grant ending each measured spacing. Their
-	// ratio is the time per unit of cost, whether the contended limit
-	// counts requests (spacing fixed, costs vary) or tokens (spacing grows
-	// with cost), so mixed request sizes do not skew estimates.
+	// and the statistics of the grant model (see grantModel).
 	spacing      float64
-	grantCost    float64
+	grants       grantStats
 	lastGrant    int64
 	lastGrantSet bool
 
@@ -242,27 +239,88 @@ func newSched(b Bounds, w Weights) *sched {
 // maxEstimate caps wait estimates so conversions never overflow.
 const maxEstimate = int64(1 << 62)
 
-// positionOf returns the 1-based service position and the cost expected to
-// be served before a waiter of cost c of a tenant of weight w whose queue
-// holds upTo cost up to and including it, when the tracked tenants (counting
-// this one) weigh sumW in total and a grant costs meanCost on average. The
-// tenant receives w/sumW of the service, so by the end of the waiter's grant
-// upTo*sumW/w has been served; all but its own c is ahead of it. With unit
-// costs the position is ceil(k*sumW/w) for the k-th waiter.
-func positionOf(upTo, c uint64, w, sumW int, meanCost float64) (int, float64) {
-	ahead := max(float64(upTo)*float64(sumW)/float64(w)-float64(c), 0)
-	pos := math.Ceil(ahead/meanCost + 1 - 1e-9)
-	return int(min(max(pos, 1), math.MaxInt32)), ahead
+// statsWeight is the EWMA weight (1/64) of a new sample of the grant model's
+// statistics: slower than spacingWeight, because a mix of sizes needs a
+// longer window to show its mean and spread.
+const statsWeight = 1.0 / 64
+
+// grantStats are EWMAs, over the grants measured while backlogged, of a
+// grant's cost c, of c^2, of the time since the previous grant dt, and of
+// c*dt: enough to fit dt = alpha + beta*c by least squares.
+type grantStats struct {
+	set            bool
+	c, cc, dt, cdt float64
+}
+
+func (g *grantStats) add(c, dt float64) {
+	if !g.set {
+		*g = grantStats{set: true, c: c, cc: c * c, dt: dt, cdt: c * dt}
+		return
+	}
+	g.c += statsWeight * (c - g.c)
+	g.cc += statsWeight * (c*c - g.cc)
+	g.dt += statsWeight * (dt - g.dt)
+	g.cdt += statsWeight * (c*dt - g.cdt)
+}
+
+// grantModel returns the time a grant takes as alpha per grant plus beta per
+// unit of its cost, and the mean cost of a grant, from the measured grants.
+// A limit counting requests spaces grants evenly whatever their cost (beta
+// 0); a limit charged by cost spaces them by cost (alpha 0). With equal
+// costs the two cannot be told apart and need not be: alpha is the measured
+// spacing. ok is false before any measurement.
+func (s *sched) grantModel() (alpha, beta, meanCost float64, ok bool) {
+	g := &s.grants
+	if s.spacing <= 0 || !g.set {
+		return 0, 0, 0, false
+	}
+	if v := g.cc - g.c*g.c; v > 1e-6*g.c*g.c {
+		beta = (g.cdt - g.c*g.dt) / v
+		alpha = g.dt - beta*g.c
+		switch {
+		case beta < 0:
+			return g.dt, 0, g.c, true
+		case alpha < 0:
+			return 0, g.dt / g.c, g.c, true
+		}
+		return alpha, beta, g.c, true
+	}
+	return s.spacing, 0, g.c, true
+}
+
+// positionOf returns the 1-based service position of the k-th waiter, of
+// cost c, of a tenant of weight w whose queue holds upTo cost up to and
+// including it, when the tracked tenants (counting this one) weigh sumW in
+// total and a grant costs meanCost on average, with the grants and the cost
+// expected to be served before it. The tenant receives w/sumW of the
+// service, so while its k grants (upTo) are served the others receive
+// upTo*(sumW-w)/w, in grants of their own mean cost: the share of the grants
+// that are not the tenant's, whose mean cost is upTo/k, at the overall mean.
+// With unit costs the position is ceil(k*sumW/w).
+func positionOf(k int, upTo, c uint64, w, sumW int, meanCost float64) (pos int, grantsAhead, costAhead float64) {
+	others := float64(upTo) * float64(sumW-w) / float64(w)
+	grantsAhead = float64(k - 1)
+	if sumW > w {
+		// Grants per unit of the others' cost.
+		perUnit := (float64(sumW)/meanCost - float64(w)*float64(k)/float64(upTo)) / float64(sumW-w)
+		if !(perUnit > 0) {
+			perUnit = 1 / meanCost
+		}
+		grantsAhead += others * min(perUnit, 1)
+	}
+	costAhead = float64(upTo-c) + others
+	p := math.Ceil(grantsAhead + 1 - 1e-9)
+	return int(min(max(p, 1), math.MaxInt32)), grantsAhead, costAhead
 }
 
 // enqueue adds a request arriving at now, or refuses it with the reason and
 // the position it would have had. deadline is absolute (noDeadline for none);
 // MaxWait from now is applied on top. cost is the request's Cost (normalized
 // by costOf). interval is the time the contended bucket needs to refill what
-// the request takes; until grants have been measured it stands in for the
-// spacing of a grant of this request's cost. The estimate is the request's
-// Retry-After plus the cost expected to be served before it times the time
-// per unit of cost.
+// the request takes; until grants have been measured, every grant is taken
+// to be like this one and to take interval. The estimate is the request's
+// Retry-After plus the time the grants expected before it take by the grant
+// model: the grants times alpha plus their cost times beta.
 func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadline, retryAfter, interval, cost int64) (*waiter, Reason, int, int64) {
 	if mw := now + int64(s.bounds.MaxWait); mw < deadline {
 		deadline = mw
@@ -271,9 +329,9 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 	c := costOf(cost)
 	t, overflow := s.queueFor(now, tenantKey)
 	var weight int
-	upTo, sumW := c, s.sumWeights
+	k, upTo, sumW := 1, c, s.sumWeights
 	if t != nil {
-		weight, upTo = t.weight, t.queuedCost+c
+		weight, k, upTo = t.weight, t.depth+1, t.queuedCost+c
 		if t.depth == 0 {
 			sumW += weight
 		}
@@ -281,14 +339,13 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 		weight = s.weights.weightOf(tenantKey)
 		sumW += weight
 	}
-	spacing, meanCost := s.spacing, s.grantCost
-	if spacing <= 0 {
-		// Nothing measured yet: assume grants like this one, each taking
-		// interval.
-		spacing, meanCost = float64(max(interval, 0)), float64(c)
+	alpha, beta, meanCost, ok := s.grantModel()
+	if !ok {
+		// Nothing measured yet: take every grant to be like this one.
+		alpha, beta, meanCost = float64(max(interval, 0)), 0, float64(c)
 	}
-	pos, ahead := positionOf(upTo, c, weight, sumW, meanCost)
-	wait := min(spacing/meanCost*ahead, float64(maxEstimate))
+	pos, grantsAhead, costAhead := positionOf(k, upTo, c, weight, sumW, meanCost)
+	wait := min(alpha*grantsAhead+beta*costAhead, float64(maxEstimate))
 	// A request that waits is never estimated at 0: even the first in line
 	// waits for the scheduler to grant it.
 	est := max(min(retryAfter+int64(wait), maxEstimate), minRetry)
@@ -609,13 +666,13 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 			s.sweep()
 		}
 		if s.lastGrantSet {
-			dt, c := float64(now-s.lastGrant), float64(w.cost)
+			dt := float64(now - s.lastGrant)
 			if s.spacing == 0 {
-				s.spacing, s.grantCost = dt, c
+				s.spacing = dt
 			} else {
 				s.spacing += spacingWeight * (dt - s.spacing)
-				s.grantCost += spacingWeight * (c - s.grantCost)
 			}
+			s.grants.add(float64(w.cost), dt)
 		}
 		s.finish(w, now, true, "")
 		s.lastGrant, s.lastGrantSet = now, s.depth > 0
@@ -640,17 +697,17 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 
 // hold reserves the keys of w, a waiter of cost above 1 just refused at now,
 // against tenants behind it in the fair order (or tied with it), until its
-// ready time but for at most holdSlack times what its cost takes at the
-// measured time per unit of cost (before any measurement, its Interval), and
-// at least minRetry. Without it, smaller requests would drain the tokens a
+// ready time but for at most holdSlack times the time a grant of its cost
+// takes by the grant model (before any measurement, its Interval), and at
+// least minRetry. Without it, smaller requests would drain the tokens a
 // larger one waits to accumulate and starve it; the cap keeps a waiter
 // refused by its own, tighter limit from stalling the others for much longer
 // than its own grant would take. A key keeps the hold of the waiter furthest
 // ahead in the fair order.
 func (s *sched) hold(w *waiter, now int64) {
 	budget := float64(w.interval)
-	if s.spacing > 0 {
-		budget = holdSlack * s.spacing / s.grantCost * float64(w.cost)
+	if alpha, beta, _, ok := s.grantModel(); ok {
+		budget = holdSlack * (alpha + beta*float64(w.cost))
 	}
 	budget = max(min(budget, float64(maxEstimate)), float64(minRetry))
 	until := min(w.readyAt, now+int64(budget))

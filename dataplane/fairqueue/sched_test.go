@@ -374,30 +374,37 @@ func TestTightenedBoundsNeverEvict(t *testing.T) {
 }
 
 func TestPositionOf(t *testing.T) {
+	mixed := 20.0 / 11 // mean grant cost of sizes 10 and 1 at equal weights
 	cases := []struct {
-		name      string
-		upTo, c   uint64
-		w, sumW   int
-		meanCost  float64
-		want      int
-		wantAhead float64
+		name                   string
+		k                      int
+		upTo, c                uint64
+		w, sumW                int
+		meanCost               float64
+		want                   int
+		wantGrants, wantCostAh float64
 	}{
-		{name: "alone", upTo: 1, c: 1, w: 1, sumW: 1, meanCost: 1, want: 1, wantAhead: 0},
-		{name: "first of three equal", upTo: 1, c: 1, w: 1, sumW: 3, meanCost: 1, want: 3, wantAhead: 2},
-		{name: "second at weight 2 of 3", upTo: 2, c: 1, w: 2, sumW: 3, meanCost: 1, want: 3, wantAhead: 2},
-		{name: "first at weight 5 of 8", upTo: 1, c: 1, w: 5, sumW: 8, meanCost: 1, want: 2, wantAhead: 0.6},
-		{name: "fourth at weight 5 of 8", upTo: 4, c: 1, w: 5, sumW: 8, meanCost: 1, want: 7, wantAhead: 5.4},
-		// Tenant of cost 10 against one of cost 1, equal weights: ten
-		// cost-1 grants (cost 10) go before it, mean grant cost 20/11.
-		{name: "cost 10 vs cost 1", upTo: 10, c: 10, w: 1, sumW: 2, meanCost: 20.0 / 11, want: 7, wantAhead: 10},
-		{name: "cost 1 vs cost 10", upTo: 1, c: 1, w: 1, sumW: 2, meanCost: 20.0 / 11, want: 2, wantAhead: 1},
-		{name: "huge cost saturates", upTo: 32 * MaxCost, c: MaxCost, w: 1, sumW: 1 << 30, meanCost: 1e-9, want: math.MaxInt32, wantAhead: 32*MaxCost*(1<<30) - MaxCost},
+		{name: "alone", k: 1, upTo: 1, c: 1, w: 1, sumW: 1, meanCost: 1, want: 1},
+		{name: "first of three equal", k: 1, upTo: 1, c: 1, w: 1, sumW: 3, meanCost: 1, want: 3, wantGrants: 2, wantCostAh: 2},
+		{name: "second at weight 2 of 3", k: 2, upTo: 2, c: 1, w: 2, sumW: 3, meanCost: 1, want: 3, wantGrants: 2, wantCostAh: 2},
+		{name: "first at weight 5 of 8", k: 1, upTo: 1, c: 1, w: 5, sumW: 8, meanCost: 1, want: 2, wantGrants: 0.6, wantCostAh: 0.6},
+		{name: "fourth at weight 5 of 8", k: 4, upTo: 4, c: 1, w: 5, sumW: 8, meanCost: 1, want: 7, wantGrants: 5.4, wantCostAh: 5.4},
+		// Sizes 10 and 1 at equal weights: ten grants of 1 go before a
+		// request of 10, and a tenth of one grant of 10 before each of 1.
+		{name: "size 10 vs size 1", k: 1, upTo: 10, c: 10, w: 1, sumW: 2, meanCost: mixed, want: 11, wantGrants: 10, wantCostAh: 10},
+		{name: "size 1 vs size 10", k: 1, upTo: 1, c: 1, w: 1, sumW: 2, meanCost: mixed, want: 2, wantGrants: 0.1, wantCostAh: 1},
+		{name: "fifth of size 1 vs size 10", k: 5, upTo: 5, c: 1, w: 1, sumW: 2, meanCost: mixed, want: 6, wantGrants: 4.5, wantCostAh: 9},
+		// A mean inconsistent with the tenant's own sizes falls back to
+		// the overall mean.
+		{name: "inconsistent mean", k: 1, upTo: 1, c: 1, w: 1, sumW: 2, meanCost: 5, want: 2, wantGrants: 0.2, wantCostAh: 1},
+		{name: "huge cost saturates", k: 32, upTo: 32 * MaxCost, c: MaxCost, w: 1, sumW: 1 << 30, meanCost: 1, want: math.MaxInt32, wantGrants: 31 + 32*MaxCost*float64(1<<30-1), wantCostAh: 31*MaxCost + 32*MaxCost*float64(1<<30-1)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ahead := positionOf(tc.upTo, tc.c, tc.w, tc.sumW, tc.meanCost)
-			if got != tc.want || math.Abs(ahead-tc.wantAhead) > 1e-6*max(1, tc.wantAhead) {
-				t.Errorf("positionOf = %d, %v ahead; want %d, %v", got, ahead, tc.want, tc.wantAhead)
+			got, grants, cost := positionOf(tc.k, tc.upTo, tc.c, tc.w, tc.sumW, tc.meanCost)
+			near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, b) }
+			if got != tc.want || !near(grants, tc.wantGrants) || !near(cost, tc.wantCostAh) {
+				t.Errorf("positionOf = %d, %v grants, %v cost ahead; want %d, %v, %v", got, grants, cost, tc.want, tc.wantGrants, tc.wantCostAh)
 			}
 		})
 	}
