@@ -43,6 +43,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -158,6 +159,12 @@ type Controller struct {
 	deferq   atomic.Pointer[fairqueue.Queue]
 	tokens   atomic.Pointer[TokenSettings]
 	tokenObs atomic.Pointer[TokenObserver]
+	// aheadDue holds the due time of every admitted hold still waiting for
+	// tokens it overdrew (bounded by the holds admitted: at most one per
+	// request in flight).
+	aheadMu  sync.Mutex
+	aheadSeq uint64
+	aheadDue map[uint64]time.Time
 }
 
 // New returns a Controller deciding with lim and queuing in q, reading time

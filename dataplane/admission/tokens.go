@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
@@ -53,6 +55,9 @@ type TokenObserver interface {
 	TokensSettled(d limiter.Dimension, n int64)
 	// Estimated reports a settled request's reservation and actual usage.
 	Estimated(reserved, used int64)
+	// HeldAhead reports a change (+1, -1) in the holds admitted ahead of
+	// their tokens and waiting for them.
+	HeldAhead(delta int)
 	// DeferralRefused reports a token refusal answered without holding the
 	// request, because its Retry-After did not fit the budget (reason
 	// wait_exceeds_budget) or the key table was full (table_full).
@@ -268,14 +273,23 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 			interval = lim.RefillInterval() * time.Duration(r.Tokens) / time.Duration(cost)
 		}
 	}
-	var last limiter.Decision
+	// ahead is how long an admitted hold still waits for the tokens it
+	// overdrew (see overdraw).
+	var (
+		last  limiter.Decision
+		ahead time.Duration
+	)
 	attempt := func() (bool, time.Duration, error) {
-		got, err := c.lim.TakeTokens(c.clk.Now(), keys, r.Tokens)
+		now := c.clk.Now()
+		got, err := c.lim.TakeTokens(now, keys, r.Tokens)
 		if err != nil {
 			return false, 0, err
 		}
 		last = got
-		return got.Allowed, got.RetryAfter, nil
+		if got.Allowed || got.TableFull != 0 {
+			return got.Allowed, got.RetryAfter, nil
+		}
+		return c.overdraw(now, end, keys, r.Tokens, got, &ahead)
 	}
 	res, err := q.Wait(ctx, fairqueue.Request{
 		Tenant:     tenant,
@@ -291,6 +305,19 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 	dec.Tokens.Waited = res.Waited
 	dec.Tokens.Estimate = res.Estimate
 	dec.Tokens.Reason = res.Reason
+	if err == nil && res.Admitted && ahead > 0 {
+		if err = c.sleepAhead(ctx, ahead); err != nil {
+			// The client left before its overdrawn tokens were due: they
+			// go back to the buckets.
+			if rerr := c.lim.SettleTokens(c.clk.Now(), keys, -r.Tokens); rerr != nil {
+				c.log.V(1).Info("Could not give back the tokens of a hold the client left", "err", rerr)
+			}
+			if cost > 1 {
+				q.Adjust(tenant, -cost)
+			}
+		}
+		dec.Tokens.Waited += ahead
+	}
 	switch {
 	case errors.Is(err, limiter.ErrStoreUnavailable):
 		c.undoCount(r, &dec)
@@ -417,4 +444,86 @@ func (c *Controller) Settle(r Request, dec *Decision, used int64) error {
 		return fmt.Errorf("settling %d tokens: %w", delta, err)
 	}
 	return nil
+}
+
+// overdraw lets the held request whose turn it is take its reservation
+// before the buckets hold it, so that a large request cannot be starved by
+// smaller ones that fit sooner (work-conserving scheduling would otherwise
+// let every small request that is ready take the tokens the large one waits
+// to accumulate). It may do so only while no bucket is overdrawn already
+// (each holds at least one token) and when the wait for the overdrawn
+// tokens, got.RetryAfter, fits the hold's end; the request then waits that
+// long after its grant (*ahead), and later requests wait behind the debt.
+// Otherwise it reports the refusal, retryable once the buckets are out of
+// debt, which is when every waiting tenant may compete again in fair order.
+func (c *Controller) overdraw(now, end time.Time, keys limiter.Keys, n int64, got limiter.Decision, ahead *time.Duration) (bool, time.Duration, error) {
+	p, err := c.lim.PeekTokens(now, keys, 1)
+	if err != nil {
+		return false, 0, err
+	}
+	if !p.Allowed {
+		return false, p.RetryAfter, nil
+	}
+	if !end.IsZero() && now.Add(got.RetryAfter).After(end) {
+		return false, got.RetryAfter, nil
+	}
+	if err := c.lim.SettleTokens(now, keys, n); err != nil {
+		return false, 0, err
+	}
+	*ahead = got.RetryAfter
+	return true, 0, nil
+}
+
+// sleepAhead waits d on the controller's clock, or until ctx ends.
+func (c *Controller) sleepAhead(ctx context.Context, d time.Duration) error {
+	c.aheadMu.Lock()
+	c.aheadSeq++
+	id := c.aheadSeq
+	if c.aheadDue == nil {
+		c.aheadDue = make(map[uint64]time.Time)
+	}
+	c.aheadDue[id] = c.clk.Now().Add(d)
+	c.aheadMu.Unlock()
+	defer func() {
+		c.aheadMu.Lock()
+		delete(c.aheadDue, id)
+		c.aheadMu.Unlock()
+	}()
+	if o := c.tokenObserver(); o != nil {
+		o.HeldAhead(1)
+		defer o.HeldAhead(-1)
+	}
+	var ch <-chan time.Time
+	if clk, ok := c.clk.(clock.Clock); ok {
+		t := clk.NewTimer(d)
+		defer t.Stop()
+		ch = t.C()
+	} else {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		ch = t.C
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// HeldAhead returns the admitted holds still waiting for the tokens they
+// overdrew, and how many of them are due (their wait has ended by the
+// clock, but they have not resumed yet). Tests driving a fake clock step it
+// only while none is due.
+func (c *Controller) HeldAhead() (waiting, due int) {
+	now := c.clk.Now()
+	c.aheadMu.Lock()
+	defer c.aheadMu.Unlock()
+	for _, at := range c.aheadDue {
+		waiting++
+		if !at.After(now) {
+			due++
+		}
+	}
+	return waiting, due
 }

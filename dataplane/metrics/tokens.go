@@ -17,6 +17,7 @@ limitations under the License.
 package metrics
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,6 +71,10 @@ type Tokens struct {
 	reserved *prometheus.CounterVec
 	settled  *prometheus.CounterVec
 	ratio    prometheus.Histogram
+
+	// depth and ahead make up held: requests in the deferral queue, and
+	// admitted ones still waiting for tokens they overdrew.
+	depth, ahead atomic.Int64
 
 	refusedBy  [len(deferredReasons)]prometheus.Counter
 	reservedBy [len(tokenDimensions)]prometheus.Counter
@@ -127,7 +132,16 @@ func NewTokens(reg prometheus.Registerer) (*Tokens, error) {
 }
 
 // QueueChanged implements fairqueue.Observer for the deferral queue.
-func (t *Tokens) QueueChanged(depth, _ int) { t.held.Set(float64(depth)) }
+func (t *Tokens) QueueChanged(depth, _ int) {
+	t.depth.Store(int64(depth))
+	t.held.Set(float64(depth + int(t.ahead.Load())))
+}
+
+// HeldAhead counts a change in the admitted holds waiting for the tokens
+// they overdrew, which rate_limit_deferred_held includes.
+func (t *Tokens) HeldAhead(delta int) {
+	t.held.Set(float64(t.ahead.Add(int64(delta)) + t.depth.Load()))
+}
 
 // Granted implements fairqueue.Observer for the deferral queue.
 func (t *Tokens) Granted(_ string, waited time.Duration) {

@@ -11,6 +11,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/admission"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/usage"
 )
 
 // ServeHTTP runs one request through the admission path of SPEC section 2:

@@ -56,9 +56,9 @@ type apiError struct {
 	errType    string
 	code       string
 	message    string
-	limitType  string        // set on rate-limit refusals
-	retryAfter time.Duration // written as Retry-After and retry-after-ms when > 0 or on 429
-	queue      *queueInfo    // set when the fair queue was involved
+	limitType  string           // set on rate-limit refusals
+	retryAfter time.Duration    // written as Retry-After and retry-after-ms when > 0 or on 429
+	queue      *queueInfo       // set when the fair queue was involved
 	deferred   *deferredDetails // set on a token-budget refusal
 }
 

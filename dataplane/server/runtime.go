@@ -31,7 +31,7 @@ type runtime struct {
 	// tokens is deferred admission for the request path; nil when off.
 	tokens *tokenRuntime
 	admit  *admission.Controller
-	pool     *proxy.Pool
+	pool   *proxy.Pool
 	// take charges per-backend tokens; built once so Pick does not allocate.
 	take proxy.TakeFunc
 	// defaultTimeout and modelTimeouts are the request total timeouts; zero
