@@ -578,3 +578,21 @@ func TestTokenBudgetSaturatedRun(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkTakeAndSettleTokens reserves tokens on the four token buckets and
+// settles a refund, the token path of one admitted LLM request.
+func BenchmarkTakeAndSettleTokens(b *testing.B) {
+	big := lim(1<<40, time.Second, 0)
+	l := mustNew(b, Config{APIKeyTokens: big, UserTokens: big, TeamTokens: big, ModelTokens: big}, Options{})
+	keys := Keys{APIKey: "4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a", User: "9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e", Team: "team", Model: "llama"}
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, _ := l.TakeTokens(now, keys, 1500); !d.Allowed {
+			b.Fatal("refused")
+		}
+		if err := l.SettleTokens(now, keys, -700); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
