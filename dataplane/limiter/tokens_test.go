@@ -596,3 +596,44 @@ func BenchmarkTakeAndSettleTokens(b *testing.B) {
 		}
 	}
 }
+
+// TestDecisionFromDebtsIsSizeAware: a shared store deciding a costed batch
+// from its buckets' debts answers as MemoryStore does for the same state.
+func TestDecisionFromDebtsIsSizeAware(t *testing.T) {
+	user, team := *lim(1000, time.Second, 0), *lim(100, time.Second, 1000) // 1ms and 10ms per token
+	cases := []struct {
+		name      string
+		n         int64
+		debts     [MaxBatch]int64 // user, team
+		allowed   bool
+		limitType Dimension
+		retry     time.Duration
+	}{
+		{name: "both hold the cost", n: 100, debts: [MaxBatch]int64{int64(900 * time.Millisecond), int64(9 * time.Second)}, allowed: true},
+		{name: "the slower refusing bucket sets Retry-After", n: 100, debts: [MaxBatch]int64{int64(950 * time.Millisecond), int64(9500 * time.Millisecond)}, limitType: DimensionTeamTokens, retry: 500 * time.Millisecond},
+		{name: "a cost above capacity waits for a full bucket", n: 5000, debts: [MaxBatch]int64{int64(time.Millisecond), 0}, limitType: DimensionUserTokens, retry: time.Millisecond},
+	}
+	for _, tc := range cases {
+		var b Batch
+		b.AddCost(DimensionUserTokens, "u", user, tc.n)
+		b.AddCost(DimensionTeamTokens, "t", team, tc.n)
+		shared := DecisionFromDebts(&b, &tc.debts, true)
+		// Recreate the same debts in a memory store: charge each bucket its
+		// debt in tokens, then decide the batch.
+		s := NewMemoryStore(0)
+		for i, l := range []Limit{user, team} {
+			var setup Batch
+			setup.AddCost(b.At(i).Dimension, b.At(i).Key, l, tc.debts[i]/int64(l.RefillInterval()))
+			if err := s.Adjust(t0, setup); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mem, _ := s.Take(t0, b)
+		if shared != mem {
+			t.Errorf("%s: DecisionFromDebts %+v, MemoryStore %+v", tc.name, shared, mem)
+		}
+		if shared.Allowed != tc.allowed || !tc.allowed && (shared.LimitType != tc.limitType || shared.RetryAfter != tc.retry) {
+			t.Errorf("%s: %+v, want allowed=%v or refused by %s for %v", tc.name, shared, tc.allowed, tc.limitType, tc.retry)
+		}
+	}
+}
