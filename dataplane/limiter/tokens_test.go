@@ -637,3 +637,33 @@ func TestDecisionFromDebtsIsSizeAware(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedCostQuota: the quota a caller derives from a token refusal's
+// Retry-After says the bucket is full exactly when the store says so.
+func TestRefusedCostQuota(t *testing.T) {
+	l := *lim(100, time.Second, 0) // 10ms per token
+	for _, n := range []int64{0, 1, 30, 100, 250} {
+		s := NewMemoryStore(0)
+		var b Batch
+		b.AddCost(DimensionTeamTokens, "t", l, 90) // 10 tokens left
+		if d, _ := s.Take(t0, b); !d.Allowed {
+			t.Fatal("setup take refused")
+		}
+		var r Batch
+		r.AddCost(DimensionTeamTokens, "t", l, n)
+		d, _ := s.Peek(t0, r)
+		if n <= 10 {
+			if !d.Allowed {
+				t.Fatalf("n=%d refused with 10 tokens left", n)
+			}
+			continue
+		}
+		got := l.RefusedCostQuota(DimensionTeamTokens, d.RetryAfter, n)
+		if d.Allowed || got != d.Tightest {
+			t.Errorf("n=%d: RefusedCostQuota %+v, the store's refusal quota %+v", n, got, d.Tightest)
+		}
+	}
+	if got, want := l.RefusedCostQuota(DimensionUser, time.Second, 0), l.RefusedQuota(DimensionUser, time.Second); got != want {
+		t.Errorf("cost 0: %+v, want RefusedQuota's %+v", got, want)
+	}
+}
