@@ -578,3 +578,92 @@ func TestTokenBudgetSaturatedRun(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkTakeAndSettleTokens reserves tokens on the four token buckets and
+// settles a refund, the token path of one admitted LLM request.
+func BenchmarkTakeAndSettleTokens(b *testing.B) {
+	big := lim(1<<40, time.Second, 0)
+	l := mustNew(b, Config{APIKeyTokens: big, UserTokens: big, TeamTokens: big, ModelTokens: big}, Options{})
+	keys := Keys{APIKey: "4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a", User: "9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e", Team: "team", Model: "llama"}
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, _ := l.TakeTokens(now, keys, 1500); !d.Allowed {
+			b.Fatal("refused")
+		}
+		if err := l.SettleTokens(now, keys, -700); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestDecisionFromDebtsIsSizeAware: a shared store deciding a costed batch
+// from its buckets' debts answers as MemoryStore does for the same state.
+func TestDecisionFromDebtsIsSizeAware(t *testing.T) {
+	user, team := *lim(1000, time.Second, 0), *lim(100, time.Second, 1000) // 1ms and 10ms per token
+	cases := []struct {
+		name      string
+		n         int64
+		debts     [MaxBatch]int64 // user, team
+		allowed   bool
+		limitType Dimension
+		retry     time.Duration
+	}{
+		{name: "both hold the cost", n: 100, debts: [MaxBatch]int64{int64(900 * time.Millisecond), int64(9 * time.Second)}, allowed: true},
+		{name: "the slower refusing bucket sets Retry-After", n: 100, debts: [MaxBatch]int64{int64(950 * time.Millisecond), int64(9500 * time.Millisecond)}, limitType: DimensionTeamTokens, retry: 500 * time.Millisecond},
+		{name: "a cost above capacity waits for a full bucket", n: 5000, debts: [MaxBatch]int64{int64(time.Millisecond), 0}, limitType: DimensionUserTokens, retry: time.Millisecond},
+	}
+	for _, tc := range cases {
+		var b Batch
+		b.AddCost(DimensionUserTokens, "u", user, tc.n)
+		b.AddCost(DimensionTeamTokens, "t", team, tc.n)
+		shared := DecisionFromDebts(&b, &tc.debts, true)
+		// Recreate the same debts in a memory store: charge each bucket its
+		// debt in tokens, then decide the batch.
+		s := NewMemoryStore(0)
+		for i, l := range []Limit{user, team} {
+			var setup Batch
+			setup.AddCost(b.At(i).Dimension, b.At(i).Key, l, tc.debts[i]/int64(l.RefillInterval()))
+			if err := s.Adjust(t0, setup); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mem, _ := s.Take(t0, b)
+		if shared != mem {
+			t.Errorf("%s: DecisionFromDebts %+v, MemoryStore %+v", tc.name, shared, mem)
+		}
+		if shared.Allowed != tc.allowed || !tc.allowed && (shared.LimitType != tc.limitType || shared.RetryAfter != tc.retry) {
+			t.Errorf("%s: %+v, want allowed=%v or refused by %s for %v", tc.name, shared, tc.allowed, tc.limitType, tc.retry)
+		}
+	}
+}
+
+// TestRefusedCostQuota: the quota a caller derives from a token refusal's
+// Retry-After says the bucket is full exactly when the store says so.
+func TestRefusedCostQuota(t *testing.T) {
+	l := *lim(100, time.Second, 0) // 10ms per token
+	for _, n := range []int64{0, 1, 30, 100, 250} {
+		s := NewMemoryStore(0)
+		var b Batch
+		b.AddCost(DimensionTeamTokens, "t", l, 90) // 10 tokens left
+		if d, _ := s.Take(t0, b); !d.Allowed {
+			t.Fatal("setup take refused")
+		}
+		var r Batch
+		r.AddCost(DimensionTeamTokens, "t", l, n)
+		d, _ := s.Peek(t0, r)
+		if n <= 10 {
+			if !d.Allowed {
+				t.Fatalf("n=%d refused with 10 tokens left", n)
+			}
+			continue
+		}
+		got := l.RefusedCostQuota(DimensionTeamTokens, d.RetryAfter, n)
+		if d.Allowed || got != d.Tightest {
+			t.Errorf("n=%d: RefusedCostQuota %+v, the store's refusal quota %+v", n, got, d.Tightest)
+		}
+	}
+	if got, want := l.RefusedCostQuota(DimensionUser, time.Second, 0), l.RefusedQuota(DimensionUser, time.Second); got != want {
+		t.Errorf("cost 0: %+v, want RefusedQuota's %+v", got, want)
+	}
+}
