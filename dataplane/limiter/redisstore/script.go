@@ -44,8 +44,9 @@ var bucketScript = strings.NewReplacer(
 // Lua numbers are doubles, exact only up to 2^53, while nanoseconds since the
 // Unix epoch need 61 bits. A bucket's theoretical arrival time (TAT) is
 // therefore kept as whole seconds and nanoseconds, and only differences
-// (debts, at most MaxDebt = 2^52) are formed as single numbers: the
-// arithmetic is the memory store's, nanosecond for nanosecond.
+// (debts, at most MaxDebt = 2^52, and sums of two of them) are formed as
+// single numbers: the arithmetic is the memory store's, nanosecond for
+// nanosecond.
 //
 // KEYS[i] is bucket i. ARGV[1] is the operation: "t" take (charge every
 // bucket its cost if all hold it), "p" peek, "r" refund (give one token back
@@ -66,12 +67,13 @@ var bucketScript = strings.NewReplacer(
 // bucket must hold min(charge, window), so a cost above the capacity waits for
 // a full bucket and is then charged in full. For an adjust it is signed: a
 // positive amount is charged unconditionally, creating an absent bucket, but
-// never beyond three windows of debt (limiter.MaxAdjustDebt capacities below
-// empty) nor lowering a debt already beyond that; a negative one is given back
-// to a bucket that exists, never above full; 0 leaves the bucket alone. A
-// one-token take sends no amounts and the interval is the charge, so the
-// common call carries no extra bytes. No bucket owes more than MaxDebt; a
-// larger charge is cut there.
+// never beyond limiter.MaxAdjustDebt capacities below empty (MaxAdjustDebt+1
+// windows until full) nor lowering a debt already beyond that; a negative one
+// is given back to a bucket that exists, never above full; 0 leaves the
+// bucket alone. This is limiter.Request.AdjustedDebt. A one-token take or peek
+// sends no amounts and the interval is the charge, so the common call carries
+// no extra bytes. No bucket owes more than MaxDebt; a larger charge is cut
+// there.
 //
 // Cost: a call runs 2+n Redis commands for a take of n buckets (TIME, one
 // MGET, one PSETEX per bucket; a denied take or a peek writes nothing unless
