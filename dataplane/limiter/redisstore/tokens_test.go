@@ -250,3 +250,63 @@ func TestTokenTakeAllocations(t *testing.T) {
 		}
 	}
 }
+
+// argsHook records the argument count of every EVALSHA a client sends.
+type argsHook struct{ counts []int }
+
+func (h *argsHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *argsHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" {
+			h.counts = append(h.counts, len(cmd.Args()))
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *argsHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestOneTokenCallsSendNoAmounts checks the wire layout of bucketScript: a
+// one-token take or peek (request-count admission, the hot path) carries
+// exactly the arguments it did before token costs existed, and only a
+// costed call or an adjust adds one amount per bucket.
+func TestOneTokenCallsSendNoAmounts(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer func() { _ = c.Close() }()
+	h := &argsHook{}
+	c.AddHook(h)
+	s := NewWithClient(c, Options{Namespace: "ns", Policy: "p", Timeout: time.Second})
+	defer func() { _ = s.Close() }()
+	l := lim(1000, time.Second, 0)
+	two := func(cost int64) limiter.Batch {
+		return costBatch(cost, bucket{limiter.DimensionUserTokens, "u", l}, bucket{limiter.DimensionModelTokens, "m", l})
+	}
+	// EVALSHA, hash, key count, 2 keys, op, time (2), 2 shapes of 3.
+	const plain = 3 + 2 + 3 + 3*2
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want int
+	}{
+		{"take of cost 0", func() error { _, err := s.Take(t0, two(0)); return err }, plain},
+		{"take of cost 1", func() error { _, err := s.Take(t0, two(1)); return err }, plain},
+		{"peek of cost 1", func() error { _, err := s.Peek(t0, two(1)); return err }, plain},
+		{"refund", func() error { return s.Refund(t0, two(1)) }, plain},
+		{"take of cost 2", func() error { _, err := s.Take(t0, two(2)); return err }, plain + 2},
+		{"peek of cost 500", func() error { _, err := s.Peek(t0, two(500)); return err }, plain + 2},
+		{"adjust of 1", func() error { return s.Adjust(t0, two(1)) }, plain + 2},
+		{"adjust of -7", func() error { return s.Adjust(t0, two(-7)) }, plain + 2},
+	} {
+		h.counts = h.counts[:0]
+		if err := tc.call(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if len(h.counts) != 1 || h.counts[0] != tc.want {
+			t.Errorf("%s sent EVALSHA commands of %v arguments, want one of %d", tc.name, h.counts, tc.want)
+		}
+	}
+}
