@@ -74,9 +74,9 @@ const (
 // about 170 bytes each (slice, heap and map overhead included) plus the key:
 // with the default cap and 64-byte keys, under 16 MiB per dimension and
 // 144 MiB for the nine dimensions keyed by client input (client, api key,
-// user, team, model and the four token dimensions) in the worst case. With sharding the cap is split
-// evenly, so a shard may reach its part of the cap shortly before the whole
-// table does.
+// user, team, model and the four token dimensions) in the worst case. With
+// sharding the cap is split evenly, so a shard may reach its part of the cap
+// shortly before the whole table does.
 //
 // A bucket that has refilled completely is indistinguishable from a fresh
 // one, so it may be dropped. Every bucket sits in a min-heap ordered by a

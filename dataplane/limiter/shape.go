@@ -57,3 +57,13 @@ func (l Limit) RefusedQuota(d Dimension, retryAfter time.Duration) Quota {
 	c := l.capacity()
 	return Quota{Dimension: d, Limit: c, Remaining: 0, Reset: retryAfter + time.Duration(c-1)*l.RefillInterval()}
 }
+
+// RefusedCostQuota is RefusedQuota for a request of cost tokens (a token
+// dimension's reservation): retryAfter is the time until the bucket holds
+// cost tokens, and it is full once the rest of its capacity has refilled.
+// For a cost of 1 or less it equals RefusedQuota.
+func (l Limit) RefusedCostQuota(d Dimension, retryAfter time.Duration, cost int64) Quota {
+	c := l.capacity()
+	rest := c - min(max(cost, 1), c)
+	return Quota{Dimension: d, Limit: c, Remaining: 0, Reset: retryAfter + time.Duration(rest)*l.RefillInterval()}
+}

@@ -42,7 +42,7 @@ type Request struct {
 	// Limit is the bucket's current shape.
 	Limit Limit
 	// Cost is the number of bucket tokens the request needs. For Take and
-	// Peek, 0 or 1 means one token (a request-count bucket); a larger Cost
+	// Peek, 1 or less means one token (a request-count bucket); a larger Cost
 	// needs that many tokens at once, and a Cost above the bucket's capacity
 	// waits for a full bucket and is then charged in full, leaving debt. For
 	// Adjust it is signed: positive charges, negative refunds, 0 does nothing.
