@@ -55,10 +55,12 @@ func (k *keyArg) MarshalBinary() ([]byte, error) { return k.b, nil }
 func (k *keyArg) String() string { return string(k.b) }
 
 // callArgs is one script call's command: EVALSHA, the hash, the key count,
-// the keys, then the operation, the time and every bucket's shape.
+// the keys, then the operation, the time, every bucket's shape and, unless
+// the call takes or peeks one token per bucket, every bucket's amount.
 type callArgs struct {
-	cmd  [3 + limiter.MaxBatch + 3 + 3*limiter.MaxBatch]any
-	keys [limiter.MaxBatch]keyArg
+	cmd     [3 + limiter.MaxBatch + 3 + 4*limiter.MaxBatch]any
+	keys    [limiter.MaxBatch]keyArg
+	amounts [limiter.MaxBatch]keyArg
 }
 
 var callArgsPool = sync.Pool{New: func() any { return new(callArgs) }}

@@ -90,6 +90,16 @@ func batchOf(bs ...bucket) limiter.Batch {
 	return b
 }
 
+// costBatch is a batch charging every bucket cost tokens, as
+// Limiter.TakeTokens and SettleTokens build it.
+func costBatch(cost int64, bs ...bucket) limiter.Batch {
+	var b limiter.Batch
+	for _, x := range bs {
+		b.AddCost(x.dim, x.key, x.lim, cost)
+	}
+	return b
+}
+
 // expect is what a call must decide; remaining -1 means no quota.
 type expect struct {
 	allowed   bool
@@ -101,19 +111,20 @@ type expect struct {
 
 type call struct {
 	at   time.Duration
-	op   string // OpTake, OpPeek or OpRefund
+	op   string // OpTake, OpPeek, OpRefund or OpAdjust
 	b    []bucket
-	want expect // not checked for OpRefund
-}
-
-type refunder interface {
-	Refund(time.Time, limiter.Batch) error
+	cost int64  // every bucket's Request.Cost; 0 is one token (signed for OpAdjust)
+	want expect // not checked for OpRefund and OpAdjust
 }
 
 func TestSameTableOnEveryBackend(t *testing.T) {
 	u2 := bucket{limiter.DimensionUser, "alice", lim(2, time.Second, 0)}
 	u1m := bucket{limiter.DimensionUser, "u", lim(1, time.Minute, 0)}
 	m5m := bucket{limiter.DimensionModel, "m", lim(5, time.Minute, 0)}
+	// Token buckets: 100 tokens per 10s (one per 100ms) and 50 per 10s.
+	tu := bucket{limiter.DimensionUserTokens, "alice", lim(100, 10*time.Second, 0)}
+	tk := bucket{limiter.DimensionAPIKeyTokens, "k", lim(100, 10*time.Second, 0)}
+	tm := bucket{limiter.DimensionModelTokens, "m", lim(50, 10*time.Second, 0)}
 	cases := []struct {
 		name  string
 		calls []call
@@ -183,6 +194,85 @@ func TestSameTableOnEveryBackend(t *testing.T) {
 			{at: 100 * time.Millisecond, op: OpPeek, b: []bucket{u2}, want: expect{allowed: true, remaining: 2}},
 		},
 	}, {
+		name: "token cost: a refusal waits until the bucket holds the whole cost",
+		calls: []call{
+			{op: OpTake, cost: 60, b: []bucket{tu}, want: expect{allowed: true, remaining: 40, reset: 6 * time.Second}},
+			// 40 tokens left, 60 needed: 20 more refill in 2s.
+			{op: OpTake, cost: 60, b: []bucket{tu}, want: expect{limitType: limiter.DimensionUserTokens, retry: 2 * time.Second, reset: 6 * time.Second}},
+			{op: OpPeek, cost: 40, b: []bucket{tu}, want: expect{allowed: true, remaining: 40, reset: 6 * time.Second}},
+			{op: OpTake, cost: 40, b: []bucket{tu}, want: expect{allowed: true, remaining: 0, reset: 10 * time.Second}},
+			{at: time.Second, op: OpTake, cost: 30, b: []bucket{tu}, want: expect{limitType: limiter.DimensionUserTokens, retry: 2 * time.Second, reset: 9 * time.Second}},
+			{at: 3 * time.Second, op: OpTake, cost: 30, b: []bucket{tu}, want: expect{allowed: true, remaining: 0, reset: 10 * time.Second}},
+		},
+	}, {
+		name: "token cost: all or none across token buckets, and the longest wait names the dimension",
+		calls: []call{
+			{op: OpTake, cost: 40, b: []bucket{tk, tm}, want: expect{allowed: true, remaining: 10, reset: 8 * time.Second}},
+			// The api key bucket holds 60 tokens; the model bucket 10 of 40.
+			{op: OpTake, cost: 40, b: []bucket{tk, tm}, want: expect{limitType: limiter.DimensionModelTokens, retry: 6 * time.Second, reset: 8 * time.Second}},
+			{op: OpPeek, b: []bucket{tk}, want: expect{allowed: true, remaining: 60, reset: 4 * time.Second}},
+			{at: 6 * time.Second, op: OpTake, cost: 40, b: []bucket{tk, tm}, want: expect{allowed: true, remaining: 0, reset: 10 * time.Second}},
+		},
+	}, {
+		name: "token cost above capacity waits for a full bucket, then is charged in full",
+		calls: []call{
+			{op: OpTake, cost: 10, b: []bucket{tu}, want: expect{allowed: true, remaining: 90, reset: time.Second}},
+			{op: OpTake, cost: 250, b: []bucket{tu}, want: expect{limitType: limiter.DimensionUserTokens, retry: time.Second, reset: time.Second}},
+			{at: time.Second, op: OpTake, cost: 250, b: []bucket{tu}, want: expect{allowed: true, remaining: 0, reset: 25 * time.Second}},
+			// 25s of debt: one token is back once 15.1s have refilled.
+			{at: time.Second, op: OpTake, b: []bucket{tu}, want: expect{limitType: limiter.DimensionUserTokens, retry: 15100 * time.Millisecond, reset: 25 * time.Second}},
+			{at: 16100 * time.Millisecond, op: OpPeek, b: []bucket{tu}, want: expect{allowed: true, remaining: 1, reset: 9900 * time.Millisecond}},
+		},
+	}, {
+		name: "adjust charges into bounded debt, refunds never above full",
+		calls: []call{
+			{op: OpAdjust, cost: 50, b: []bucket{tu}}, // creates the bucket
+			{op: OpPeek, b: []bucket{tu}, want: expect{allowed: true, remaining: 50, reset: 5 * time.Second}},
+			// 1000 tokens would owe 105s; debt stops at MaxAdjustDebt (2)
+			// capacities below empty: 30s until full.
+			{op: OpAdjust, cost: 1000, b: []bucket{tu}},
+			{op: OpPeek, b: []bucket{tu}, want: expect{limitType: limiter.DimensionUserTokens, retry: 20100 * time.Millisecond, reset: 30 * time.Second}},
+			{op: OpAdjust, cost: -150, b: []bucket{tu}},
+			{op: OpPeek, b: []bucket{tu}, want: expect{limitType: limiter.DimensionUserTokens, retry: 5100 * time.Millisecond, reset: 15 * time.Second}},
+			{op: OpAdjust, cost: -1000, b: []bucket{tu}},
+			{op: OpPeek, b: []bucket{tu}, want: expect{allowed: true, remaining: 100}},
+			{op: OpAdjust, cost: -10, b: []bucket{tu}},
+			{op: OpPeek, b: []bucket{tu}, want: expect{allowed: true, remaining: 100}},
+			{op: OpTake, cost: 100, b: []bucket{tu}, want: expect{allowed: true, remaining: 0, reset: 10 * time.Second}},
+		},
+	}, {
+		name: "adjust settles every bucket of the batch; refunding an absent bucket and a zero adjust change nothing",
+		calls: []call{
+			{op: OpAdjust, cost: -50, b: []bucket{tk, tm}},
+			{op: OpPeek, b: []bucket{tk}, want: expect{allowed: true, remaining: 100}},
+			{op: OpTake, cost: 30, b: []bucket{tk, tm}, want: expect{allowed: true, remaining: 20, reset: 6 * time.Second}},
+			{op: OpAdjust, b: []bucket{tk, tm}},
+			{op: OpPeek, b: []bucket{tk, tm}, want: expect{allowed: true, remaining: 20, reset: 6 * time.Second}},
+			{op: OpAdjust, cost: 20, b: []bucket{tk, tm}},
+			{op: OpPeek, b: []bucket{tk}, want: expect{allowed: true, remaining: 50, reset: 5 * time.Second}},
+			// The model bucket owes 10s, its whole window: no token left.
+			{op: OpPeek, b: []bucket{tk, tm}, want: expect{limitType: limiter.DimensionModelTokens, retry: 200 * time.Millisecond, reset: 10 * time.Second}},
+			{op: OpAdjust, cost: -25, b: []bucket{tk, tm}},
+			{op: OpPeek, b: []bucket{tk, tm}, want: expect{allowed: true, remaining: 25, reset: 5 * time.Second}},
+		},
+	}, {
+		name: "adjust neither raises nor forgives a debt beyond its bound that a large take left",
+		calls: []call{
+			{op: OpTake, cost: 500, b: []bucket{tu}, want: expect{allowed: true, remaining: 0, reset: 50 * time.Second}},
+			{op: OpAdjust, cost: 10, b: []bucket{tu}},
+			{op: OpPeek, b: []bucket{tu}, want: expect{limitType: limiter.DimensionUserTokens, retry: 40100 * time.Millisecond, reset: 50 * time.Second}},
+			{op: OpAdjust, cost: -100, b: []bucket{tu}},
+			{op: OpPeek, b: []bucket{tu}, want: expect{limitType: limiter.DimensionUserTokens, retry: 30100 * time.Millisecond, reset: 40 * time.Second}},
+		},
+	}, {
+		name: "a changed token limit keeps a debt beyond the capacity in proportion",
+		calls: []call{
+			{op: OpTake, cost: 250, b: []bucket{tu}, want: expect{allowed: true, remaining: 0, reset: 25 * time.Second}},
+			// 2.5 capacities owed: 50s at 100 tokens per 20s.
+			{op: OpPeek, b: []bucket{{limiter.DimensionUserTokens, "alice", lim(100, 20*time.Second, 0)}},
+				want: expect{limitType: limiter.DimensionUserTokens, retry: 30200 * time.Millisecond, reset: 50 * time.Second}},
+		},
+	}, {
 		name: "refunding an absent bucket is a no-op",
 		calls: []call{
 			{op: OpRefund, b: []bucket{u2}},
@@ -198,7 +288,7 @@ func TestSameTableOnEveryBackend(t *testing.T) {
 					for i, c := range tc.calls {
 						now := t0.Add(c.at)
 						setTime(now)
-						b := batchOf(c.b...)
+						b := costBatch(c.cost, c.b...)
 						var (
 							d   limiter.Decision
 							err error
@@ -208,13 +298,14 @@ func TestSameTableOnEveryBackend(t *testing.T) {
 							d, err = s.Take(now, b)
 						case OpPeek:
 							d, err = s.Peek(now, b)
-						case OpRefund:
-							r, ok := s.(refunder)
-							if !ok {
-								t.Skipf("%s has no Refund in this build", be.name)
+						case OpRefund, OpAdjust:
+							if c.op == OpRefund {
+								err = s.Refund(now, b)
+							} else {
+								err = s.Adjust(now, b)
 							}
-							if err := r.Refund(now, b); err != nil {
-								t.Fatalf("call %d: Refund: %v", i, err)
+							if err != nil {
+								t.Fatalf("call %d: %s: %v", i, c.op, err)
 							}
 							continue
 						}
@@ -284,4 +375,101 @@ func TestRandomCallsDecideAsTheMemoryStore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRandomTokenCallsDecideAsTheMemoryStore replays random costed takes and
+// peeks, signed adjusts (into debt and back) and limit changes on the four
+// token dimensions against the memory store and a Redis store, and requires
+// identical decisions; after each adjust, a peek of the batch must agree too.
+func TestRandomTokenCallsDecideAsTheMemoryStore(t *testing.T) {
+	limits := []limiter.Limit{lim(100, 10*time.Second, 0), lim(7, 2*time.Second, 30), lim(1000, time.Minute, 0), lim(60, 3*time.Second, 0)}
+	for _, be := range backends(t)[1:] {
+		t.Run(be.name, func(t *testing.T) {
+			ref := limiter.NewMemoryStore(0)
+			s, setTime := be.open(t)
+			rng := rand.New(rand.NewPCG(3, 4))
+			now := t0
+			ops := map[string]int{}
+			for i := range 800 {
+				now = now.Add(time.Duration(rng.IntN(800_000)) * time.Microsecond)
+				var b limiter.Batch
+				op := []string{OpTake, OpTake, OpPeek, OpAdjust}[rng.IntN(4)]
+				// Mostly a fraction of a capacity, sometimes several.
+				scale := int64(40)
+				if rng.IntN(8) == 0 {
+					scale = 400
+				}
+				cost := rng.Int64N(scale) // 0 and 1 are one token
+				if op == OpAdjust {
+					cost = rng.Int64N(2*scale+1) - scale
+				}
+				for d := limiter.DimensionAPIKeyTokens; d <= limiter.DimensionModelTokens; d++ {
+					if rng.IntN(3) > 0 {
+						b.AddCost(d, strconv.Itoa(rng.IntN(2)), limits[(int(d)+i/200)%len(limits)], cost)
+					}
+				}
+				setTime(now)
+				ops[op]++
+				var want, got limiter.Decision
+				var err error
+				switch op {
+				case OpTake:
+					want, _ = ref.Take(now, b)
+					got, err = s.Take(now, b)
+				case OpPeek:
+					want, _ = ref.Peek(now, b)
+					got, err = s.Peek(now, b)
+				case OpAdjust:
+					if err = ref.Adjust(now, b); err != nil {
+						t.Fatalf("call %d: memory store adjust: %v", i, err)
+					}
+					if err = s.Adjust(now, b); err != nil {
+						break
+					}
+					for j := range b.Len() {
+						r := b.At(j)
+						one := batchOf(bucket{r.Dimension, r.Key, r.Limit})
+						want, _ = ref.Peek(now, one)
+						if got, err = s.Peek(now, one); err != nil || got != want {
+							break
+						}
+					}
+				}
+				if err != nil {
+					t.Fatalf("call %d: %s: %v", i, op, err)
+				}
+				if got != want {
+					t.Fatalf("call %d (%s of %d) at %s: got %+v, memory store says %+v", i, op, cost, now.Sub(t0), got, want)
+				}
+				switch {
+				case op != OpTake:
+				case got.Allowed:
+					ops["take allowed"]++
+				case got.Tightest.Reset > fullRefill(&b, got.LimitType):
+					ops["take refused in debt"]++ // owing more than its capacity
+				default:
+					ops["take refused"]++
+				}
+			}
+			t.Logf("calls: %v", ops)
+			// The replay must reach every regime it claims to compare.
+			for _, k := range []string{"take allowed", "take refused", "take refused in debt"} {
+				if ops[k] == 0 {
+					t.Fatalf("no call of kind %q in the replay: %v", k, ops)
+				}
+			}
+		})
+	}
+}
+
+// fullRefill returns the time the bucket of dimension d in b takes to refill
+// from empty to full.
+func fullRefill(b *limiter.Batch, d limiter.Dimension) time.Duration {
+	for i := range b.Len() {
+		if r := b.At(i); r.Dimension == d {
+			_, w := r.Shape()
+			return time.Duration(w)
+		}
+	}
+	return 0
 }

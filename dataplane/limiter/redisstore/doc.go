@@ -21,19 +21,24 @@ limitations under the License.
 // # One script per batch
 //
 // All buckets of one limiter.Batch (the identity dimensions of a request:
-// api key, user, team, model) are checked and charged by one Lua script in
-// one EVALSHA round trip, falling back to EVAL when Redis has lost its
+// api key, user, team, model; or their four token dimensions, charged the
+// request's token cost) are checked and charged by one Lua script in one
+// EVALSHA round trip, falling back to EVAL when Redis has lost its
 // script cache. Redis runs a script without interleaving other commands, so
 // the charge is all or none across replicas. The script reads Redis's own
 // clock (TIME), so replicas' clock skew does not matter, and does the memory
 // store's GCRA arithmetic to the nanosecond (see bucketScript); the caller
 // turns the debts it returns into a limiter.Decision with
 // limiter.DecisionFromDebts, so Retry-After and the x-ratelimit-* quota are
-// those of the memory store.
+// those of the memory store. Settling token buckets (Adjust: a signed cost
+// per bucket, charging into bounded debt or refunding up to full) is the same
+// script, one round trip and atomic across the batch.
 //
 // # Keys
 //
 // A bucket is the string key "fq:{<namespace>/<policy>}:<dimension>:<key>"
+// (a token dimension has its own name, e.g. "user_tokens", so a user's token
+// bucket sits beside their request bucket)
 // whose value is "<s> <ns> <interval> <window>", the bucket's theoretical
 // arrival time being s seconds plus ns nanoseconds (ns may exceed a second,
 // so that a charge usually rewrites only ns). The

@@ -16,27 +16,64 @@ limitations under the License.
 
 package redisstore
 
-// bucketScript checks, charges or refunds every bucket of one batch in one
-// atomic step: Redis runs a script without interleaving other commands, so
-// no replica can see a half-charged batch.
+import (
+	"strconv"
+	"strings"
+
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
+)
+
+// MaxDebt is the longest time, in nanoseconds, a bucket in Redis can owe
+// before it is full again, about 52 days: a token charge or settlement that
+// would leave more is cut there. Below it the script's arithmetic is exact
+// (sums of two debts stay under 2^53), so the store answers as the memory
+// store does for every realistic limit and cost.
+const MaxDebt = int64(MaxWindow)
+
+// bucketScript is the script sent to Redis: bucketScriptSource with its
+// constants filled in.
+var bucketScript = strings.NewReplacer(
+	"MAX_DEBT", strconv.FormatInt(MaxDebt, 10),
+	"CEILING_WINDOWS", strconv.Itoa(limiter.MaxAdjustDebt+1),
+).Replace(bucketScriptSource)
+
+// bucketScript checks, charges, refunds or adjusts every bucket of one batch
+// in one atomic step: Redis runs a script without interleaving other
+// commands, so no replica can see a half-charged batch.
 //
 // Lua numbers are doubles, exact only up to 2^53, while nanoseconds since the
 // Unix epoch need 61 bits. A bucket's theoretical arrival time (TAT) is
 // therefore kept as whole seconds and nanoseconds, and only differences
-// (debts, at most maxWindow) are formed as single numbers: the arithmetic is
-// the memory store's, nanosecond for nanosecond.
+// (debts, at most MaxDebt = 2^52, and sums of two of them) are formed as
+// single numbers: the arithmetic is the memory store's, nanosecond for
+// nanosecond.
 //
 // KEYS[i] is bucket i. ARGV[1] is the operation: "t" take (charge every
-// bucket one token if all have one), "p" peek, "r" refund (give one token
-// back to every bucket that exists). ARGV[2] and ARGV[3] are the time in
-// seconds and nanoseconds, or "" and "" to use Redis's own clock (TIME, which
-// Redis 7 allows in scripts since it replicates effects, not scripts).
-// ARGV[1+3i] and ARGV[2+3i] are bucket i's interval and window in
-// nanoseconds and ARGV[3+3i] is its shape, the two joined by a space. A
-// bucket is stored as the string "<s> <ns> <shape>", its TAT being s seconds
-// plus ns nanoseconds (ns may exceed a second: a bucket keeps its s while ns
-// stays below 1e14, so a charge formats one number, not two), and expires
-// when it is full again, so idle buckets vanish.
+// bucket its cost if all hold it), "p" peek, "r" refund (give one token back
+// to every bucket that exists), "a" adjust (add each bucket's signed amount to
+// its debt, see below). ARGV[2] and ARGV[3] are the time in seconds and
+// nanoseconds, or "" and "" to use Redis's own clock (TIME, which Redis 7
+// allows in scripts since it replicates effects, not scripts). ARGV[1+3i] and
+// ARGV[2+3i] are bucket i's interval and window in nanoseconds and ARGV[3+3i]
+// is its shape, the two joined by a space. A bucket is stored as the string
+// "<s> <ns> <shape>", its TAT being s seconds plus ns nanoseconds (ns may
+// exceed a second: a bucket keeps its s while ns stays below 1e14, so a
+// charge formats one number, not two), and expires when it is full again, so
+// idle buckets vanish.
+//
+// Amounts: when the batch is not a take or peek of one token per bucket,
+// ARGV[3+3n+i] is bucket i's amount in nanoseconds (n buckets). For a take or
+// peek it is the charge of the request's cost (limiter.Request.Charge): the
+// bucket must hold min(charge, window), so a cost above the capacity waits for
+// a full bucket and is then charged in full. For an adjust it is signed: a
+// positive amount is charged unconditionally, creating an absent bucket, but
+// never beyond limiter.MaxAdjustDebt capacities below empty (MaxAdjustDebt+1
+// windows until full) nor lowering a debt already beyond that; a negative one
+// is given back to a bucket that exists, never above full; 0 leaves the
+// bucket alone. This is limiter.Request.AdjustedDebt. A one-token take or peek
+// sends no amounts and the interval is the charge, so the common call carries
+// no extra bytes. No bucket owes more than MaxDebt; a larger charge is cut
+// there.
 //
 // Cost: a call runs 2+n Redis commands for a take of n buckets (TIME, one
 // MGET, one PSETEX per bucket; a denied take or a peek writes nothing unless
@@ -44,14 +81,18 @@ package redisstore
 // bucket formats nothing.
 //
 // The reply is {allowed, debt_1, ..., debt_n}: allowed is 1 when every bucket
-// had a token, and debt_i is bucket i's time until full before this call, in
-// nanoseconds, from which the caller derives Retry-After and the quota
+// held its cost, and debt_i is bucket i's time until full before this call,
+// in nanoseconds, from which the caller derives Retry-After and the quota
 // exactly as the memory store does.
 //
+// The source names MaxDebt and limiter.MaxAdjustDebt+1 as MAX_DEBT and
+// CEILING_WINDOWS, filled in by bucketScript.
+//
 //nolint:dupword // Lua closes nested blocks with "end end".
-const bucketScript = `
+const bucketScriptSource = `
 -- Globals are table lookups; locals are registers.
-local argv, keys, call, tonumber, floor = ARGV, KEYS, redis.call, tonumber, math.floor
+local argv, keys, call, tonumber, floor, min = ARGV, KEYS, redis.call, tonumber, math.floor, math.min
+local maxdebt = MAX_DEBT
 local secs, sec, nsec
 if argv[2] == '' then
   local t = call('TIME')
@@ -61,6 +102,11 @@ else
 end
 sec = tonumber(secs)
 local op, n = argv[1], #keys
+-- amount(i) is bucket i's amount, or nil when the call sends none.
+local costed = #argv > 3 + 3 * n
+local function amount(i)
+  if costed then return tonumber(argv[3 + 3 * n + i]) end
+end
 -- vals[i] becomes bucket i's base seconds (a string) when it is known, or
 -- false when it is absent, which is the same as full.
 local vals = call('MGET', unpack(keys))
@@ -75,9 +121,10 @@ for i = 1, n do
       d = (tonumber(ts) - sec) * 1e9 + (tonumber(tn) - nsec)
       -- Lua interns strings, so this compares two pointers.
       if shape ~= argv[3 + 3 * i] then
-        -- The limit changed: keep the fraction of the capacity in use.
+        -- The limit changed: keep the fraction of the capacity in use
+        -- (above one for a token bucket in debt).
         local ow = tonumber(string.match(shape, ' (%d+)$'))
-        if d > 0 and ow then d = floor(math.min(d / ow, 1) * tonumber(argv[2 + 3 * i])) end
+        if d > 0 and ow then d = floor(min(d / ow * tonumber(argv[2 + 3 * i]), maxdebt)) end
         rescaled = rescaled or {}
         rescaled[i] = true
       end
@@ -85,19 +132,22 @@ for i = 1, n do
   end
   if d < 0 then d = 0 end
   out[i + 1] = d
-  if d + tonumber(argv[1 + 3 * i]) - tonumber(argv[2 + 3 * i]) > 0 then out[1] = 0 end
+  local w = tonumber(argv[2 + 3 * i])
+  local need = amount(i) or tonumber(argv[1 + 3 * i])
+  if d + min(need, w) - w > 0 then out[1] = 0 end
 end
 
--- put stores bucket i as owing d nanoseconds from now, or deletes it when
--- it is full, which is the same as absent. The TAT is base seconds plus
--- offset nanoseconds. A known bucket keeps its base while the offset stays
--- below 1e14 and a new one takes now's seconds, so that usually only the
--- offset is formatted; whole numbers below 1e14 print exactly.
+-- put stores bucket i as owing d nanoseconds from now (at most maxdebt), or
+-- deletes it when it is full, which is the same as absent. The TAT is base
+-- seconds plus offset nanoseconds. A known bucket keeps its base while the
+-- offset stays below 1e14 and a new one takes now's seconds, so that usually
+-- only the offset is formatted; whole numbers below 1e14 print exactly.
 local function put(i, d)
   if d <= 0 then
     call('DEL', keys[i])
     return
   end
+  if d > maxdebt then d = maxdebt end
   local bs, o = vals[i], nil
   if bs then o = d + nsec + (sec - tonumber(bs)) * 1e9 end
   if not o or o < 0 or o >= 1e14 then
@@ -114,12 +164,23 @@ end
 
 if op == 't' then
   if out[1] == 1 then
-    for i = 1, n do put(i, out[i + 1] + tonumber(argv[1 + 3 * i])) end
+    for i = 1, n do put(i, out[i + 1] + (amount(i) or tonumber(argv[1 + 3 * i]))) end
     return out
   end
 elseif op == 'r' then
   for i = 1, n do
     if vals[i] then put(i, out[i + 1] - tonumber(argv[1 + 3 * i])) end
+  end
+  return out
+elseif op == 'a' then
+  for i = 1, n do
+    local a, d = amount(i), out[i + 1]
+    if a > 0 then
+      local ceiling = math.max(d, CEILING_WINDOWS * tonumber(argv[2 + 3 * i]))
+      put(i, min(d + min(a, ceiling), ceiling))
+    elseif a < 0 and vals[i] then
+      put(i, d + a)
+    end -- as in the memory store, an amount of 0 changes nothing
   end
   return out
 end

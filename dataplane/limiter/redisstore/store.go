@@ -21,8 +21,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +105,8 @@ const (
 	OpPeek = "peek"
 	// OpRefund gives tokens back.
 	OpRefund = "refund"
+	// OpAdjust settles token buckets: charges or refunds signed costs.
+	OpAdjust = "adjust"
 )
 
 // Observer receives the store's measurements. Implementations must be cheap
@@ -401,6 +405,16 @@ func (s *Store) Refund(now time.Time, b limiter.Batch) error {
 	return err
 }
 
+// Adjust implements limiter.Store: it settles every bucket of b by its
+// signed Cost in one script, atomically across the batch. A positive Cost is
+// charged unconditionally (creating an absent bucket, leaving at most
+// limiter.MaxAdjustDebt capacities of debt, and never more than MaxDebt); a
+// negative one is given back to a bucket that exists, never above full.
+func (s *Store) Adjust(now time.Time, b limiter.Batch) error {
+	_, err := s.do(now, &b, OpAdjust)
+	return err
+}
+
 // opCode returns the script's operation argument for op.
 func opCode(op string) string {
 	switch op {
@@ -408,9 +422,34 @@ func opCode(op string) string {
 		return "t"
 	case OpPeek:
 		return "p"
+	case OpAdjust:
+		return "a"
 	}
 	return "r"
 }
+
+// amountOf returns the script's amount for request r of op, in nanoseconds
+// (see bucketScript): the charge of its cost for a take or peek, its signed
+// cost in refill intervals for an adjust, saturated so that it cannot
+// overflow.
+func amountOf(op string, r *limiter.Request) int64 {
+	if op != OpAdjust {
+		return r.Charge()
+	}
+	iv, _ := r.Shape()
+	switch c := r.Cost; {
+	case c > maxAmount/iv:
+		return maxAmount
+	case c < -(maxAmount / iv):
+		return -maxAmount
+	default:
+		return c * iv
+	}
+}
+
+// maxAmount bounds an adjust's amount; anything beyond MaxDebt is cut in the
+// script anyway.
+const maxAmount = math.MaxInt64 / 4
 
 // do runs op for b in Redis, or answers for an unreachable Redis.
 func (s *Store) do(now time.Time, b *limiter.Batch, op string) (limiter.Decision, error) {
@@ -431,6 +470,7 @@ func (s *Store) do(now time.Time, b *limiter.Batch, op string) (limiter.Decision
 	} else {
 		args[1], args[2] = "", ""
 	}
+	nargs := 3 + 3*n
 	for i := range n {
 		r := b.At(i)
 		iv, w := r.Shape()
@@ -442,10 +482,21 @@ func (s *Store) do(now time.Time, b *limiter.Batch, op string) (limiter.Decision
 		k.b = append(append(k.b[:0], s.dimPrefix[r.Dimension]...), r.Key...)
 		a.cmd[3+i] = k
 		copy(args[3+3*i:6+3*i], s.shapeArgs(r.Dimension, iv, w)[:])
+		if op == OpAdjust || r.Cost > 1 {
+			nargs = 3 + 4*n // a costed call: every bucket gets an amount
+		}
+	}
+	if nargs > 3+3*n {
+		for i := range n {
+			r := b.At(i)
+			m := &a.amounts[i]
+			m.b = strconv.AppendInt(m.b[:0], amountOf(op, &r), 10)
+			args[3+3*n+i] = m
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	start := time.Now()
-	res, err := s.runScript(ctx, a, n, 3+3*n)
+	res, err := s.runScript(ctx, a, n, nargs)
 	s.obs.StoreLatency(op, time.Since(start))
 	cancel()
 	if err == nil && len(res) != n+1 {
@@ -492,13 +543,10 @@ func (s *Store) unavailable(now time.Time, b *limiter.Batch, op string, cause er
 		return fb.Take(now, share)
 	case OpPeek:
 		return fb.Peek(now, share)
+	case OpAdjust:
+		return limiter.Decision{}, fb.Adjust(now, share)
 	}
-	if r, ok := any(fb).(interface {
-		Refund(time.Time, limiter.Batch) error
-	}); ok {
-		return limiter.Decision{}, r.Refund(now, share)
-	}
-	return limiter.Decision{}, nil
+	return limiter.Decision{}, fb.Refund(now, share)
 }
 
 // fallbackStore returns the in-memory store of the current outage.
@@ -512,7 +560,8 @@ func (s *Store) fallbackStore() *limiter.MemoryStore {
 
 // Share returns b with every limit divided among n replicas: the same
 // requests per n times the period, and a burst of capacity/n (at least 1),
-// so n replicas together admit about what one shared bucket would.
+// so n replicas together admit about what one shared bucket would. Each
+// request keeps its cost.
 func Share(b *limiter.Batch, n int) limiter.Batch {
 	if n <= 1 {
 		return *b
@@ -520,7 +569,7 @@ func Share(b *limiter.Batch, n int) limiter.Batch {
 	var out limiter.Batch
 	for i := range b.Len() {
 		r := b.At(i)
-		out.Add(r.Dimension, r.Key, ShareLimit(r.Limit, n))
+		out.AddCost(r.Dimension, r.Key, ShareLimit(r.Limit, n), r.Cost)
 	}
 	return out
 }

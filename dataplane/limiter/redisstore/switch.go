@@ -112,6 +112,12 @@ func (s *Switch) Refund(now time.Time, b limiter.Batch) error {
 	return nil
 }
 
+// Adjust implements limiter.Store: it settles token buckets in the store in
+// force (see limiter.Store.Adjust).
+func (s *Switch) Adjust(now time.Time, b limiter.Batch) error {
+	return s.cur.Load().store.Adjust(now, b)
+}
+
 // Redis returns the Redis Store in force, or nil on the memory store.
 func (s *Switch) Redis() *Store { return s.cur.Load().redis }
 
