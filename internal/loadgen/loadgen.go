@@ -407,6 +407,8 @@ type outcome struct {
 	classified bool
 	usage      Usage
 	hasUsage   bool
+	held       time.Duration
+	hasHeld    bool
 }
 
 // requestBody is an OpenAI chat completion request.
@@ -484,6 +486,7 @@ func (g *generator) do(ctx context.Context, ts *tenantState, target string) outc
 		o.usage, o.hasUsage = tap.Usage()
 	}
 	o.wait, o.hasWait = WaitHeader(resp.Header)
+	o.held, o.hasHeld = HeldHeader(resp.Header)
 	if IsRefusal(resp.StatusCode) {
 		o.reason, o.limitType, o.classified = Classify(data)
 	}
@@ -493,7 +496,19 @@ func (g *generator) do(ctx context.Context, ts *tenantState, target string) outc
 // WaitHeader reads the time a data plane says a request spent queued, from
 // its x-fair-queue-wait-ms header.
 func WaitHeader(h http.Header) (time.Duration, bool) {
-	v := h.Get("x-fair-queue-wait-ms")
+	return msHeader(h, "x-fair-queue-wait-ms")
+}
+
+// HeldHeader reads the time a data plane says a request was held by deferred
+// admission until its token budget allowed it, from its
+// x-fair-queue-deferred-ms header.
+func HeldHeader(h http.Header) (time.Duration, bool) {
+	return msHeader(h, "x-fair-queue-deferred-ms")
+}
+
+// msHeader reads a header holding a non-negative number of milliseconds.
+func msHeader(h http.Header, name string) (time.Duration, bool) {
+	v := h.Get(name)
 	if v == "" {
 		return 0, false
 	}
@@ -589,6 +604,9 @@ func (ts *tenantState) record(o outcome, second int) {
 	case o.status >= 200 && o.status < 300:
 		s.admitted++
 		ts.admitted[second]++
+		if o.hasHeld {
+			s.admittedHeld.record(o.held)
+		}
 		if o.hasUsage {
 			s.tokens += uint64(max(o.usage.Total, 0))
 			s.promptTokens += uint64(max(o.usage.Prompt, 0))

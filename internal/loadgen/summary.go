@@ -66,6 +66,10 @@ type TenantSummary struct {
 	// AdmittedWaitMS is WaitMS of the admitted answers only: how long the
 	// requests that got through spent queued.
 	AdmittedWaitMS Percentiles `json:"admitted_wait_ms"`
+	// AdmittedHeldMS summarises the x-fair-queue-deferred-ms header of the
+	// admitted answers that carried one: how long deferred admission held
+	// them until their token budget allowed them.
+	AdmittedHeldMS Percentiles `json:"admitted_held_ms"`
 	// AdmittedPerSecond counts admitted answers by the second of the run
 	// they arrived in.
 	AdmittedPerSecond []uint64 `json:"admitted_per_second"`
@@ -110,6 +114,7 @@ type tenantStats struct {
 	reasons, limitTypes, errors       map[string]uint64
 	latency, wait                     histogram
 	admittedLatency, admittedWait     histogram
+	admittedHeld                      histogram
 	tokens, promptTokens              uint64
 	completionTokens, withoutUsage    uint64
 }
@@ -145,6 +150,7 @@ func (g *generator) summary(interrupted bool) *Summary {
 			AdmittedLatencyMS:  st.admittedLatency.summary(),
 			WaitMS:             st.wait.summary(),
 			AdmittedWaitMS:     st.admittedWait.summary(),
+			AdmittedHeldMS:     st.admittedHeld.summary(),
 			AdmittedPerSecond:  append([]uint64(nil), ts.admitted[:last+1]...),
 			RefusedPerSecond:   append([]uint64(nil), ts.refused[:last+1]...),
 
