@@ -98,8 +98,7 @@ spec:
   deferredAdmission:
     enabled: true
     tokenLimits:
-      perModel:
-        default: {tokens: %[4]d, period: %[5]s, burst: %[6]d}
+      perModel: {tokens: %[4]d, period: %[5]s, burst: %[6]d}
     estimation: {defaultMaxTokens: 256, includeUsage: true}
     bounds: {maxHeld: 256, maxHeldPerTenant: 32, maxWait: 10s}
   timeouts:

@@ -89,9 +89,10 @@ func TestTokenTenantsDiffer10x(t *testing.T) {
 	}
 }
 
-// tokenPolicy mirrors the FairQueuePolicy fields of issue #13's design that
-// the token scenario sets, so a misspelt field fails here whether or not the
-// API types have them yet.
+// tokenPolicy mirrors the FairQueuePolicy fields of issue #13 that the token
+// scenario sets (as helper tapi's API types spell them: perModel holds
+// tokens, period and burst like rateLimits.perModel), so a misspelt field
+// fails here whether or not the API types have them yet.
 type tokenPolicy struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
@@ -121,8 +122,8 @@ type tokenPolicy struct {
 				PerUser   *tokenLimit `json:"perUser"`
 				PerTeam   *tokenLimit `json:"perTeam"`
 				PerModel  *struct {
-					Default   *tokenLimit `json:"default"`
-					Overrides []any       `json:"overrides"`
+					tokenLimit `json:",inline"`
+					Overrides  []any `json:"overrides"`
 				} `json:"perModel"`
 			} `json:"tokenLimits"`
 			Estimation struct {
@@ -158,8 +159,7 @@ func TestTokenManifests(t *testing.T) {
 			if p.Kind != "FairQueuePolicy" || p.Metadata.Name != PolicyName || !fq.Enabled || fq.TenantDimension != "apiKey" || fq.Cost != cost {
 				t.Errorf("policy %+v, want fair queuing on API keys with cost %s", p, cost)
 			}
-			if m := da.TokenLimits.PerModel; !da.Enabled || m == nil || m.Default == nil ||
-				*m.Default != (tokenLimit{Tokens: 20000, Period: "10s", Burst: 5000}) {
+			if m := da.TokenLimits.PerModel; !da.Enabled || m == nil || m.tokenLimit != (tokenLimit{Tokens: 20000, Period: "10s", Burst: 5000}) {
 				t.Errorf("deferred admission %+v, want enabled with a model limit of 20000 tokens per 10s, burst 5000", da)
 			}
 			if !da.Estimation.IncludeUsage || da.Bounds.MaxWait != "10s" || da.Bounds.MaxHeldPerTenant != 32 {
