@@ -290,7 +290,7 @@ func TestWaitHTTPAndPortClosed(t *testing.T) {
 	if err := waitHTTP(ctx, srv.URL+"/readyz", 2*time.Second); err != nil {
 		t.Errorf("waitHTTP on a ready server: %v", err)
 	}
-	if err := waitHTTP(ctx, srv.URL+"/other", 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
+	if err := waitHTTP(ctx, srv.URL+"/other", 2*time.Second); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
 		t.Errorf("waitHTTP on a 503 = %v, want an error naming the status", err)
 	}
 	if portClosed(addr) {
