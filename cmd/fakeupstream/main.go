@@ -1,6 +1,7 @@
-// Command fakeupstream serves a tiny OpenAI-compatible API (chat completions,
-// optionally streamed, and a model list) with configurable latency, for demos
-// and local runs of the data plane. It is not part of the production image.
+// Command fakeupstream serves a tiny OpenAI-compatible API (chat completions
+// and completions, optionally streamed, with OpenAI-style token usage, and a
+// model list) with configurable latency and answer length, for demos and
+// local runs of the data plane. It is not part of the production image.
 package main
 
 import (
@@ -22,7 +23,9 @@ import (
 func main() {
 	listen := flag.String("listen", ":8000", "address to serve on")
 	latency := flag.Duration("latency", 0, "delay before each response's headers")
-	chunks := flag.Int("chunks", 3, "content chunks per streamed answer")
+	chunks := flag.Int("chunks", 3, "tokens (one per streamed chunk) of an answer to a request without max_tokens")
+	completionTokens := flag.Int("completion-tokens", 0, "tokens of an answer to a request without max_completion_tokens or max_tokens (default --chunks)")
+	completionFraction := flag.Float64("completion-fraction", 1, "share of a request's max_completion_tokens (else max_tokens) its answer uses, in (0, 1]")
 	chunkInterval := flag.Duration("chunk-interval", 50*time.Millisecond, "pause between streamed chunks")
 	models := flag.String("models", "fake-model", "comma-separated model ids for /v1/models")
 	flag.Parse()
@@ -32,6 +35,7 @@ func main() {
 		ReadHeaderTimeout: 10 * time.Second,
 		Handler: fakeupstream.New(fakeupstream.Options{
 			Latency: *latency, Chunks: *chunks, ChunkInterval: *chunkInterval, Models: strings.Split(*models, ","),
+			CompletionTokens: *completionTokens, CompletionFraction: *completionFraction,
 		}),
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

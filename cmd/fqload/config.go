@@ -28,6 +28,9 @@ fast the server answers) and prints a JSON summary per tenant on stdout.
   header=NAME:VALUE  extra header (repeatable)
   start=DUR          first request this long after the run starts
   stop=DUR           last arrivals before this offset
+  prompt-bytes=N     size of the prompt (user message content) in bytes (default: "fqload")
+  max-tokens=N       max_tokens of each request (default 1)
+  stream=BOOL        ask for a streamed answer with its usage chunk (default false)
 
 --spec FILE is YAML or JSON with the same settings; flags given explicitly
 override it and --tenant flags add to its tenants:
@@ -36,6 +39,7 @@ override it and --tenant flags add to its tenants:
   tenants:
   - {name: heavy, rate: 50, apiKeyEnv: HEAVY_KEY}
   - {name: light, rate: 5, user: alice, start: 10s}
+  - {name: long, rate: 2, promptBytes: 4000, maxTokens: 100, stream: true}
 
 Flags:
 `
@@ -64,6 +68,10 @@ type tenantSpec struct {
 	Headers   map[string]string `json:"headers,omitempty"`
 	Start     string            `json:"start,omitempty"`
 	Stop      string            `json:"stop,omitempty"`
+
+	PromptBytes int  `json:"promptBytes,omitempty"`
+	MaxTokens   int  `json:"maxTokens,omitempty"`
+	Stream      bool `json:"stream,omitempty"`
 }
 
 // listFlag collects a repeatable flag.
@@ -226,8 +234,24 @@ func parseTenantFlag(v string) (tenantSpec, error) {
 			ts.Start = val
 		case "stop":
 			ts.Stop = val
+		case "prompt-bytes", "max-tokens":
+			n, err := strconv.Atoi(val)
+			if err != nil {
+				return ts, fmt.Errorf("%s %q is not a whole number", key, val)
+			}
+			if key == "prompt-bytes" {
+				ts.PromptBytes = n
+			} else {
+				ts.MaxTokens = n
+			}
+		case "stream":
+			b, err := strconv.ParseBool(val)
+			if err != nil {
+				return ts, fmt.Errorf("stream %q is not true or false", val)
+			}
+			ts.Stream = b
 		default:
-			return ts, fmt.Errorf("unknown key %q: use name, rate, api-key, api-key-env, user, team, header, start or stop", key)
+			return ts, fmt.Errorf("unknown key %q: use name, rate, api-key, api-key-env, user, team, header, start, stop, prompt-bytes, max-tokens or stream", key)
 		}
 	}
 	return ts, nil
@@ -235,7 +259,8 @@ func parseTenantFlag(v string) (tenantSpec, error) {
 
 // tenant resolves a tenant spec into a loadgen tenant.
 func (ts tenantSpec) tenant(getenv func(string) string) (loadgen.Tenant, error) {
-	t := loadgen.Tenant{Name: ts.Name, Rate: ts.Rate, APIKey: ts.APIKey, User: ts.User, Team: ts.Team, Headers: ts.Headers}
+	t := loadgen.Tenant{Name: ts.Name, Rate: ts.Rate, APIKey: ts.APIKey, User: ts.User, Team: ts.Team, Headers: ts.Headers,
+		PromptBytes: ts.PromptBytes, MaxTokens: ts.MaxTokens, Stream: ts.Stream}
 	var errs []error
 	if ts.APIKeyEnv != "" {
 		if ts.APIKey != "" {

@@ -2,7 +2,8 @@
 // replicas, as several tenants at once, and prints a JSON summary per tenant:
 // requests offered, sent and dropped client side, answers by status, admitted,
 // refused by fair-queue reason and limit type, latency and queue-wait
-// percentiles, and admitted requests per second.
+// percentiles, admitted requests per second, and the tokens the admitted
+// answers reported in their usage, per second and in all.
 //
 // Each tenant sends at a constant rate that does not depend on how fast the
 // server answers. Tenants come from --tenant flags, a --spec file, or both:

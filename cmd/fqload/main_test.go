@@ -78,6 +78,30 @@ tenants:
 			}
 		},
 	}, {
+		name: "request size and streaming from a flag and a spec file",
+		args: []string{"--spec", "sized.yaml", "--tenant", "name=flag,rate=1,prompt-bytes=400,max-tokens=50,stream=true"},
+		check: func(t *testing.T, c loadgen.Config) {
+			want := []loadgen.Tenant{
+				{Name: "spec", Rate: 2, PromptBytes: 4000, MaxTokens: 100},
+				{Name: "flag", Rate: 1, PromptBytes: 400, MaxTokens: 50, Stream: true},
+			}
+			if !reflect.DeepEqual(c.Tenants, want) {
+				t.Errorf("tenants %+v, want %+v", c.Tenants, want)
+			}
+		},
+	}, {
+		name:    "request size that is not a number",
+		args:    []string{"--target", "http://127.0.0.1:1", "--tenant", "name=a,rate=1,prompt-bytes=4k"},
+		wantErr: `prompt-bytes "4k" is not a whole number`,
+	}, {
+		name:    "negative max tokens",
+		args:    []string{"--target", "http://127.0.0.1:1", "--tenant", "name=a,rate=1,max-tokens=-1"},
+		wantErr: "max tokens -1 must be between 0",
+	}, {
+		name:    "stream that is not a boolean",
+		args:    []string{"--target", "http://127.0.0.1:1", "--tenant", "name=a,rate=1,stream=yes"},
+		wantErr: `stream "yes" is not true or false`,
+	}, {
 		name:    "unknown tenant key",
 		args:    []string{"--target", "http://127.0.0.1:1", "--tenant", "name=a,rate=1,weight=3"},
 		wantErr: `unknown key "weight"`,
@@ -109,7 +133,8 @@ tenants:
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := parse(tc.args, io.Discard, env(map[string]string{"HEAVY_KEY": "sk-heavy"}),
-				files(map[string]string{"load.yaml": spec, "typo.yaml": "tenant: []\n"}))
+				files(map[string]string{"load.yaml": spec, "typo.yaml": "tenant: []\n",
+					"sized.yaml": "targets: [http://127.0.0.1:1]\ntenants:\n- {name: spec, rate: 2, promptBytes: 4000, maxTokens: 100}\n"}))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)

@@ -6,8 +6,15 @@
 // it patches the tenants Secret so the weights become 3:1:1, and at the end
 // it writes a PNG chart of the shares over time.
 //
+// The token scenario (--scenario tokens, or SCENARIO=tokens in the
+// environment) limits the model in tokens per 10s with deferred admission
+// and fairQueuing.cost Tokens; three tenants at equal weight, one sending
+// prompts ten times larger, get equal tokens per second (--cost Requests
+// shows the contrary).
+//
 //	make demo                     # or: go run ./hack/demo
 //	go run ./hack/demo --duration 30s --chart /tmp/shares.png
+//	make demo SCENARIO=tokens     # or: go run ./hack/demo --scenario tokens
 //
 // Ctrl-C stops everything it started.
 package main
@@ -54,16 +61,28 @@ func run(ctx context.Context, args []string) error {
 	)
 	fs.DurationVar(&o.Duration, "duration", 60*time.Second, "how long load is offered (10s to 30m)")
 	fs.DurationVar(&o.ChangeAt, "change-at", 0, "when, after the load starts, the weights change (default half of --duration)")
-	fs.IntVar(&o.PerModel, "per-model", 45, "each replica's model limit in requests per second")
+	fs.IntVar(&o.PerModel, "per-model", 45, "each replica's model limit in requests per second (shares scenario)")
+	scenario := demo.ScenarioShares
+	if env := os.Getenv("SCENARIO"); env != "" {
+		scenario = env
+	}
+	fs.StringVar(&o.Scenario, "scenario", scenario, "`name` of the scenario: shares (request limit, weights 1:1:3 changed midway) or tokens (token limit with deferred admission); the SCENARIO environment variable sets the default")
+	fs.IntVar(&o.TokensPerPeriod, "tokens-per-period", 20000, "each replica's model limit in tokens per 10s (tokens scenario)")
+	fs.StringVar(&o.Cost, "cost", demo.CostTokens, "fairQueuing.cost of the tokens scenario: Tokens, or Requests for the negative control")
 	fs.StringVar(&o.BinDir, "bin-dir", "bin", "`directory` of the binaries; bin-dir/k8s must hold etcd and kube-apiserver (make envtest)")
 	fs.BoolVar(&noBuild, "no-build", false, "use the binaries already in --bin-dir instead of building them")
 	fs.BoolVar(&o.KeepWorkDir, "keep", false, "keep the temporary directory with the logs, kubeconfig and config after a successful run")
-	fs.StringVar(&chart, "chart", filepath.Join("bin", "demo-shares.png"), "`file` to write the PNG chart of shares over time to; empty for none")
+	fs.StringVar(&chart, "chart", filepath.Join("bin", "demo-shares.png"), "`file` to write the PNG chart of shares over time to (bin/demo-tokens.png for the tokens scenario); empty for none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q: see --help", fs.Arg(0))
+	}
+	chartSet := false
+	fs.Visit(func(f *flag.Flag) { chartSet = chartSet || f.Name == "chart" })
+	if o.Scenario == demo.ScenarioTokens && !chartSet {
+		chart = filepath.Join("bin", "demo-tokens.png")
 	}
 	var err error
 	if o.BinDir, err = filepath.Abs(o.BinDir); err != nil {

@@ -6,6 +6,11 @@
 // changes the weights midway by patching a Secret, and measures each
 // tenant's share of admitted requests against its weighted share.
 //
+// The token scenario (Options.Scenario ScenarioTokens) limits the model in
+// tokens instead, with deferred admission and token-weighted fair queuing,
+// and measures each tenant's share of the tokens settled while one tenant
+// sends prompts ten times larger than the others.
+//
 // hack/demo prints the live table and writes the chart; test/e2e runs the
 // same scenario headless and asserts on the Result.
 package demo
@@ -43,6 +48,11 @@ type Tenant struct {
 	APIKey string
 	// Rate is the tenant's offered load in requests per second.
 	Rate float64
+	// PromptBytes, MaxTokens and Stream shape the tenant's requests (see
+	// loadgen.Tenant); zero values send the smallest request.
+	PromptBytes int
+	MaxTokens   int
+	Stream      bool
 }
 
 // Tenants are the scenario's clients: acme floods, and all three offer more
@@ -95,6 +105,14 @@ type Options struct {
 	Out io.Writer
 	// Live prints the per-tenant table every second.
 	Live bool
+	// Scenario is ScenarioShares (the default) or ScenarioTokens.
+	Scenario string
+	// TokensPerPeriod is, in the token scenario, each replica's model limit
+	// in tokens per TokenPeriod; default 20000.
+	TokensPerPeriod int
+	// Cost is, in the token scenario, fairQueuing.cost: "Tokens" (the
+	// default) or "Requests", the negative control.
+	Cost string
 }
 
 func (o *Options) defaults() error {
@@ -120,7 +138,22 @@ func (o *Options) defaults() error {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
+	if o.Scenario == "" {
+		o.Scenario = ScenarioShares
+	}
+	if o.TokensPerPeriod == 0 {
+		o.TokensPerPeriod = 20000
+	}
+	if o.Cost == "" {
+		o.Cost = CostTokens
+	}
 	switch {
+	case o.Scenario != ScenarioShares && o.Scenario != ScenarioTokens:
+		return fmt.Errorf("scenario %q: give %s or %s", o.Scenario, ScenarioShares, ScenarioTokens)
+	case o.Cost != CostTokens && o.Cost != CostRequests:
+		return fmt.Errorf("cost %q: give %s or %s", o.Cost, CostTokens, CostRequests)
+	case o.TokensPerPeriod < 2*maxReservation || o.TokensPerPeriod > 100000000:
+		return fmt.Errorf("tokens per period %d: give between %d (a large request's reservation twice) and 100000000", o.TokensPerPeriod, 2*maxReservation)
 	case o.Duration < 10*time.Second || o.Duration > 30*time.Minute:
 		return fmt.Errorf("duration %v: give between 10s and 30m", o.Duration)
 	case o.ChangeAt < 3*time.Second || o.ChangeAt > o.Duration-3*time.Second:
@@ -133,11 +166,18 @@ func (o *Options) defaults() error {
 
 // Result is what one run measured.
 type Result struct {
+	// Scenario is the scenario that ran, and Cost its fairQueuing.cost.
+	Scenario, Cost string
+	// Tenants are the scenario's clients, indexed like Admitted.
+	Tenants []Tenant
 	// Duration is how long load was offered.
 	Duration time.Duration
 	// Admitted[i][k] counts tenant i's admitted answers in tick k (Tick long)
 	// after the load started.
 	Admitted [][]uint64
+	// Tokens[i][k] counts the tokens tenant i's admitted answers that ended
+	// in tick k reported in their usage.
+	Tokens [][]uint64
 	// Summary is the load generator's report.
 	Summary *loadgen.Summary
 	// PatchStart and PatchDone bracket the kubectl patch of the Secret,
@@ -162,9 +202,19 @@ type Result struct {
 
 // Shares returns each tenant's share of the answers admitted in [from, to).
 func (r *Result) Shares(from, to time.Duration) []float64 {
-	counts := make([]float64, len(r.Admitted))
+	return sharesOf(r.Admitted, from, to)
+}
+
+// TokenShares returns each tenant's share of the tokens settled in [from, to).
+func (r *Result) TokenShares(from, to time.Duration) []float64 {
+	return sharesOf(r.Tokens, from, to)
+}
+
+// sharesOf returns each tenant's share of series summed over [from, to).
+func sharesOf(series [][]uint64, from, to time.Duration) []float64 {
+	counts := make([]float64, len(series))
 	total := 0.0
-	for i, s := range r.Admitted {
+	for i, s := range series {
 		for k := max(int(from/Tick), 0); k < int(to/Tick) && k < len(s); k++ {
 			counts[i] += float64(s[k])
 		}
@@ -237,7 +287,11 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 			return nil, err
 		}
 	}
-	res = &Result{Duration: o.Duration, Moved: -1, WorkDir: work}
+	sc := o.scenario()
+	res = &Result{Scenario: o.Scenario, Tenants: sc.tenants, Duration: o.Duration, Moved: -1, PatchStart: -1, PatchDone: -1, WorkDir: work}
+	if sc.tokens {
+		res.Cost = o.Cost
+	}
 	defer func() {
 		if err != nil || o.KeepWorkDir {
 			p.printf("Logs and files kept in %s\n", work)
@@ -306,7 +360,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 
 	// The fake upstream and the operator.
 	upstreamAddr, err := p.startServer(ctx, sup, "fakeupstream", func(addr string) []string {
-		return []string{filepath.Join(o.BinDir, "fakeupstream"), "--listen", addr, "--latency", "5ms", "--models", loadgen.DefaultModel}
+		return append([]string{filepath.Join(o.BinDir, "fakeupstream"), "--listen", addr, "--latency", "5ms", "--models", loadgen.DefaultModel}, sc.upstreamArgs...)
 	}, "")
 	if err != nil {
 		return res, err
@@ -323,13 +377,20 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 
 	// The policy.
 	manifestPath := filepath.Join(work, "demo.yaml")
-	if err := os.WriteFile(manifestPath, manifests(Tenants[priorityBefore].APIKey, "http://"+upstreamAddr, o.PerModel), 0o600); err != nil {
+	manifest, objects := manifests(Tenants[priorityBefore].APIKey, "http://"+upstreamAddr, o.PerModel), fmt.Sprintf("Secret %s, FairQueuePolicy %s", TenantsSecret, PolicyName)
+	if sc.tokens {
+		manifest, objects = tokenManifests("http://"+upstreamAddr, o.TokensPerPeriod, o.Cost), "FairQueuePolicy "+PolicyName
+	}
+	if err := os.WriteFile(manifestPath, manifest, 0o600); err != nil {
 		return res, err
 	}
 	var rend *rendered
-	if err := p.step(fmt.Sprintf("kubectl apply -f %s (Secret %s, FairQueuePolicy %s) and wait for the operator to render it", manifestPath, TenantsSecret, PolicyName), func() error {
+	if err := p.step(fmt.Sprintf("kubectl apply -f %s (%s) and wait for the operator to render it", manifestPath, objects), func() error {
 		out, err := kc.run(ctx, nil, "apply", "-f", manifestPath)
 		if err != nil {
+			if sc.tokens && strings.Contains(err.Error(), "deferredAdmission") {
+				err = fmt.Errorf("%w\nthe token scenario needs a FairQueuePolicy CRD with spec.deferredAdmission and fairQueuing.cost (issue #13): rebuild with those API types and run `make manifests`", err)
+			}
 			return err
 		}
 		p.printf("    %s\n", strings.ReplaceAll(out, "\n", "\n    "))
@@ -371,11 +432,13 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	}
 
 	// The load.
-	loadRes, err := runLoad(ctx, o, p, kc, targets, metricsURLs, rend.hash)
+	loadRes, err := runLoad(ctx, o, sc, p, kc, targets, metricsURLs, rend.hash)
 	if loadRes != nil {
-		res.Admitted, res.Summary = loadRes.admitted, loadRes.summary
+		res.Admitted, res.Tokens, res.Summary = loadRes.admitted, loadRes.tokens, loadRes.summary
 		res.PatchStart, res.PatchDone, res.ReplicaLoaded = loadRes.patchStart, loadRes.patchDone, loadRes.loaded
-		res.Moved = MovedAfter(res.Admitted, res.PatchStart, o.Duration)
+		if sc.weightsAfter != nil {
+			res.Moved = MovedAfter(res.Admitted, res.PatchStart, o.Duration)
+		}
 	}
 	if err != nil {
 		return res, err

@@ -290,7 +290,7 @@ func TestWaitHTTPAndPortClosed(t *testing.T) {
 	if err := waitHTTP(ctx, srv.URL+"/readyz", 2*time.Second); err != nil {
 		t.Errorf("waitHTTP on a ready server: %v", err)
 	}
-	if err := waitHTTP(ctx, srv.URL+"/other", 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
+	if err := waitHTTP(ctx, srv.URL+"/other", 2*time.Second); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
 		t.Errorf("waitHTTP on a 503 = %v, want an error naming the status", err)
 	}
 	if portClosed(addr) {
@@ -303,8 +303,6 @@ func TestWaitHTTPAndPortClosed(t *testing.T) {
 }
 
 func TestPrintSecond(t *testing.T) {
-	var out bytes.Buffer
-	p := &progress{out: &out}
 	counts := make([]Counts, len(Tenants))
 	for i := range counts {
 		counts[i].Refused = make([]uint64, len(reasons))
@@ -312,23 +310,54 @@ func TestPrintSecond(t *testing.T) {
 	counts[0].Admitted, counts[0].Waits = 1, []float64{30}
 	counts[0].Refused[reasonIndex("tenant_queue_full")] = 7
 	counts[2].Admitted = 3
-	printSecond(p, 11, counts, WeightedShares(WeightsBefore))
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 1+len(Tenants) || !strings.Contains(lines[0], "admitted/s") {
-		t.Fatalf("want a header and one row per tenant, got:\n%s", out.String())
-	}
-	for _, want := range []struct {
-		line  int
-		parts []string
-	}{
-		{1, []string{"11s", "acme", " 1 ", "25.0%", "20.0%", "30ms", "tenant_queue_full=7"}},
-		{2, []string{"globex", " 0 ", "0.0%", "20.0%", " - "}},
-		{3, []string{"initech", " 3 ", "75.0%", "60.0%"}},
-	} {
-		for _, part := range want.parts {
-			if !strings.Contains(lines[want.line], part) {
-				t.Errorf("row %q lacks %q", lines[want.line], part)
+	counts[0].Tokens, counts[2].Tokens = 1050, 450
+	counts[1].Held = []float64{900}
+	counts[1].Refused[reasonIndex("model_tokens")] = 2
+	names := []string{"acme", "globex", "initech"}
+	tests := []struct {
+		name     string
+		byTokens bool
+		weighted []float64
+		header   []string
+		rows     [][]string
+	}{{
+		name: "shares of requests", weighted: WeightedShares(WeightsBefore),
+		header: []string{"admitted/s", "tokens/s", "share", "wait p50"},
+		rows: [][]string{
+			{"11s", "acme", " 1 ", " 1050 ", "25.0%", "20.0%", "30ms", "tenant_queue_full=7"},
+			{"globex", " 0 ", "0.0%", "20.0%", " - ", "model_tokens=2"},
+			{"initech", " 3 ", " 450 ", "75.0%", "60.0%"},
+		},
+	}, {
+		name: "shares of tokens", byTokens: true, weighted: WeightedShares([]float64{1, 1, 2}),
+		header: []string{"admitted/s", "tokens/s", "tok share", "held p50"},
+		rows: [][]string{
+			{"11s", "acme", " 1 ", " 1050 ", "70.0%", "25.0%", "tenant_queue_full=7"},
+			{"globex", " 0 ", "0.0%", "25.0%", "900ms"},
+			{"initech", " 3 ", " 450 ", "30.0%", "50.0%"},
+		},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			p := &progress{out: &out}
+			printSecond(p, 11, names, counts, tc.weighted, tc.byTokens)
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if len(lines) != 1+len(names) {
+				t.Fatalf("want a header and one row per tenant, got:\n%s", out.String())
 			}
-		}
+			for _, part := range tc.header {
+				if !strings.Contains(lines[0], part) {
+					t.Errorf("header %q lacks %q", lines[0], part)
+				}
+			}
+			for i, parts := range tc.rows {
+				for _, part := range parts {
+					if !strings.Contains(lines[i+1], part) {
+						t.Errorf("row %q lacks %q", lines[i+1], part)
+					}
+				}
+			}
+		})
 	}
 }

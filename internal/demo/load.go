@@ -15,20 +15,22 @@ import (
 
 // loadResult is what runLoad measured.
 type loadResult struct {
-	admitted              [][]uint64
+	admitted, tokens      [][]uint64
 	summary               *loadgen.Summary
 	patchStart, patchDone time.Duration
 	loaded                []time.Duration
 }
 
 // runLoad offers the scenario's load through targets, prints the live table
-// when asked, and patches the tenants Secret at o.ChangeAt.
-func runLoad(ctx context.Context, o Options, p *progress, kc kubectl, targets, metricsURLs []string, initialHash string) (*loadResult, error) {
-	keys := make([]string, len(Tenants))
-	tenants := make([]loadgen.Tenant, len(Tenants))
-	for i, t := range Tenants {
-		keys[i] = t.APIKey
-		tenants[i] = loadgen.Tenant{Name: t.Name, Rate: t.Rate, APIKey: t.APIKey}
+// when asked, and, when the scenario changes weights, patches the tenants
+// Secret at o.ChangeAt.
+func runLoad(ctx context.Context, o Options, sc scenario, p *progress, kc kubectl, targets, metricsURLs []string, initialHash string) (*loadResult, error) {
+	keys := make([]string, len(sc.tenants))
+	names := make([]string, len(sc.tenants))
+	tenants := make([]loadgen.Tenant, len(sc.tenants))
+	for i, t := range sc.tenants {
+		keys[i], names[i] = t.APIKey, t.Name
+		tenants[i] = loadgen.Tenant{Name: t.Name, Rate: t.Rate, APIKey: t.APIKey, PromptBytes: t.PromptBytes, MaxTokens: t.MaxTokens, Stream: t.Stream}
 	}
 	base := &http.Transport{Proxy: nil, MaxIdleConns: 2 * loadgen.DefaultMaxOutstanding, MaxIdleConnsPerHost: loadgen.DefaultMaxOutstanding, IdleConnTimeout: 30 * time.Second}
 	defer base.CloseIdleConnections()
@@ -46,14 +48,28 @@ func runLoad(ctx context.Context, o Options, p *progress, kc kubectl, targets, m
 		Clock:    clk,
 	}
 
-	var rates []string
-	for _, t := range Tenants {
-		rates = append(rates, fmt.Sprintf("%s %.0f/s", t.Name, t.Rate))
+	if sc.tokens {
+		var rates []string
+		for _, t := range sc.tenants {
+			kind := ""
+			if t.Stream {
+				kind = " streamed"
+			}
+			rates = append(rates, fmt.Sprintf("%s %.0f/s of %d-byte prompts, max_tokens %d%s", t.Name, t.Rate, t.PromptBytes, t.MaxTokens, kind))
+		}
+		p.printf("==> Offering load for %s through %d data-plane replicas: %s\n", o.Duration, len(targets), strings.Join(rates, "; "))
+		p.printf("    capacity %d tokens per %s per replica (%d tokens/s in all); fairQueuing.cost %s; weights %s\n",
+			o.TokensPerPeriod, TokenPeriod, o.TokensPerPeriod*len(targets)/int(TokenPeriod/time.Second), o.Cost, weightsText(names, sc.weights))
+	} else {
+		var rates []string
+		for _, t := range sc.tenants {
+			rates = append(rates, fmt.Sprintf("%s %.0f/s", t.Name, t.Rate))
+		}
+		p.printf("==> Offering load for %s through %d data-plane replicas: %s; capacity %d/s (%d/s per replica); weights %s\n",
+			o.Duration, len(targets), strings.Join(rates, ", "), o.PerModel*len(targets), o.PerModel, weightsText(names, sc.weights))
+		p.printf("    at %s, kubectl patches Secret %s so that %s names %s instead of %s: weights %s\n",
+			o.ChangeAt, TenantsSecret, PriorityVar, Tenants[priorityAfter].Name, Tenants[priorityBefore].Name, weightsText(names, sc.weightsAfter))
 	}
-	p.printf("==> Offering load for %s through %d data-plane replicas: %s; capacity %d/s (%d/s per replica); weights %s\n",
-		o.Duration, len(targets), strings.Join(rates, ", "), o.PerModel*len(targets), o.PerModel, weightsText(WeightsBefore))
-	p.printf("    at %s, kubectl patches Secret %s so that %s names %s instead of %s: weights %s\n",
-		o.ChangeAt, TenantsSecret, PriorityVar, Tenants[priorityAfter].Name, Tenants[priorityBefore].Name, weightsText(WeightsAfter))
 
 	res := &loadResult{patchStart: -1, patchDone: -1, loaded: make([]time.Duration, len(metricsURLs))}
 	for i := range res.loaded {
@@ -77,14 +93,15 @@ func runLoad(ctx context.Context, o Options, p *progress, kc kubectl, targets, m
 		patchErr error
 	)
 	defer wg.Wait()
-	patched, movedReported := false, false
+	// A scenario without a weight change never patches.
+	patched, movedReported := sc.weightsAfter == nil, false
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for second := 1; ; second++ {
 		select {
 		case s := <-summaries:
 			res.summary = s
-			res.admitted = obs.Admitted()
+			res.admitted, res.tokens = obs.Admitted(), obs.Tokens()
 			wg.Wait()
 			return res, patchErr
 		case err := <-errs:
@@ -124,19 +141,19 @@ func runLoad(ctx context.Context, o Options, p *progress, kc kubectl, targets, m
 		mu.Lock()
 		patchStart := res.patchStart
 		mu.Unlock()
-		if patchStart >= 0 && !movedReported {
+		if patchStart >= 0 && !movedReported && sc.weightsAfter != nil {
 			if moved := MovedAfter(obs.Admitted(), patchStart, o.Duration); moved >= 0 {
 				movedReported = true
 				p.printf("    >>> %5.1fs  shares moved to the new weights, %s after the patch\n", moved.Seconds(), (moved - patchStart).Round(time.Millisecond))
 			}
 		}
 		if o.Live && time.Duration(second)*time.Second <= o.Duration+time.Second {
-			weights := WeightsBefore
+			weights := sc.weights
 			// A second shows the weights in force for most of it.
 			if patchStart >= 0 && time.Duration(second)*time.Second-time.Second/2 >= patchStart {
-				weights = WeightsAfter
+				weights = sc.weightsAfter
 			}
-			printSecond(p, second, obs.Window(time.Duration(second-1)*time.Second, time.Duration(second)*time.Second), WeightedShares(weights))
+			printSecond(p, second, names, obs.Window(time.Duration(second-1)*time.Second, time.Duration(second)*time.Second), WeightedShares(weights), sc.tokens)
 		}
 	}
 }
@@ -189,35 +206,50 @@ func waitStatus(ctx context.Context, kc kubectl, replicas int) (string, error) {
 }
 
 // weightsText renders weights as "acme 1 : globex 1 : initech 3".
-func weightsText(w []float64) string {
-	parts := make([]string, len(Tenants))
-	for i, t := range Tenants {
-		parts[i] = fmt.Sprintf("%s %g", t.Name, w[i])
+func weightsText(names []string, w []float64) string {
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %g", n, w[i])
 	}
 	return strings.Join(parts, " : ")
 }
 
-// printSecond prints one second of the live table.
-func printSecond(p *progress, second int, counts []Counts, weighted []float64) {
+// printSecond prints one second of the live table: per tenant, admitted
+// requests and settled tokens, the share (of requests, or with byTokens of
+// tokens) against the weighted share, the wait (queued, or with byTokens
+// held by deferred admission) and the refusals.
+func printSecond(p *progress, second int, names []string, counts []Counts, weighted []float64, byTokens bool) {
 	var b strings.Builder
+	shareHead, waitHead := "share", "wait"
+	if byTokens {
+		shareHead, waitHead = "tok share", "held"
+	}
 	if second%10 == 1 {
-		fmt.Fprintf(&b, "\n    %5s  %-8s %10s %7s %9s %9s %9s   %s\n", "time", "tenant", "admitted/s", "share", "weighted", "wait p50", "wait p99", "refused/s by reason")
+		fmt.Fprintf(&b, "\n    %5s  %-8s %10s %8s %9s %9s %9s %9s   %s\n", "time", "tenant", "admitted/s", "tokens/s", shareHead, "weighted",
+			waitHead+" p50", waitHead+" p99", "refused/s by reason")
 	}
 	total := uint64(0)
 	for _, c := range counts {
-		total += c.Admitted
+		if byTokens {
+			total += c.Tokens
+		} else {
+			total += c.Admitted
+		}
 	}
 	for i, c := range counts {
 		when := ""
 		if i == 0 {
 			when = fmt.Sprintf("%ds", second)
 		}
-		share := nan
-		if total > 0 {
-			share = float64(c.Admitted) / float64(total)
+		share, part, waits := nan, c.Admitted, c.Waits
+		if byTokens {
+			part, waits = c.Tokens, c.Held
 		}
-		fmt.Fprintf(&b, "    %5s  %-8s %10d %7s %8.1f%% %9s %9s   %s\n", when, Tenants[i].Name, c.Admitted,
-			percent(share), 100*weighted[i], millis(quantile(c.Waits, 0.5)), millis(quantile(c.Waits, 0.99)), refusalsText(c.Refused))
+		if total > 0 {
+			share = float64(part) / float64(total)
+		}
+		fmt.Fprintf(&b, "    %5s  %-8s %10d %8d %9s %8.1f%% %9s %9s   %s\n", when, names[i], c.Admitted, c.Tokens,
+			percent(share), 100*weighted[i], millis(quantile(waits, 0.5)), millis(quantile(waits, 0.99)), refusalsText(c.Refused))
 	}
 	p.printf("%s", b.String())
 }

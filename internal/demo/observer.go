@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,9 +39,12 @@ const (
 
 // reasons are the refusal reasons tracked, in display order; anything else
 // counts as ReasonOther, so the counts stay bounded.
+// A refusal without a fair-queue reason by a token limit counts under its
+// limit type (api_key_tokens, user_tokens, team_tokens, model_tokens).
 var reasons = []string{
 	"tenant_queue_full", "queue_full", "tenant_table_full", "wait_exceeds_budget",
-	"deadline_exceeded", "shutdown", ReasonImmediate, ReasonTransport, ReasonOther,
+	"deadline_exceeded", "shutdown", "api_key_tokens", "user_tokens", "team_tokens", "model_tokens",
+	ReasonImmediate, ReasonTransport, ReasonOther,
 }
 
 // Counts is what one tenant got during one or more ticks.
@@ -52,6 +56,12 @@ type Counts struct {
 	// Waits holds the x-fair-queue-wait-ms of admitted answers that waited,
 	// in milliseconds (sampled: at most maxWaitSamples per tick).
 	Waits []float64
+	// Held holds the x-fair-queue-deferred-ms of admitted answers that
+	// deferred admission held, in milliseconds (sampled likewise).
+	Held []float64
+	// Tokens sums the usage.total_tokens of the admitted answers whose body
+	// ended in the tick.
+	Tokens uint64
 }
 
 // Reasons returns the refusal reasons in the order of Counts.Refused.
@@ -66,6 +76,8 @@ func (c *Counts) add(o *Counts) {
 		c.Refused[i] += n
 	}
 	c.Waits = append(c.Waits, o.Waits...)
+	c.Held = append(c.Held, o.Held...)
+	c.Tokens += o.Tokens
 }
 
 // Observer is an http.RoundTripper that watches the load generator's
@@ -123,18 +135,28 @@ func (o *Observer) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		wait, waited := loadgen.WaitHeader(resp.Header)
+		held, wasHeld := loadgen.HeldHeader(resp.Header)
 		o.record(tenant, func(c *Counts) {
 			c.Admitted++
 			if waited && len(c.Waits) < maxWaitSamples {
 				c.Waits = append(c.Waits, float64(wait)/float64(time.Millisecond))
 			}
+			if wasHeld && len(c.Held) < maxWaitSamples {
+				c.Held = append(c.Held, float64(held)/float64(time.Millisecond))
+			}
 		})
+		resp.Body = &usageBody{rc: resp.Body, tap: loadgen.NewUsageTap(resp.Header.Get("Content-Type")), done: func(u loadgen.Usage) {
+			o.record(tenant, func(c *Counts) { c.Tokens += uint64(max(u.Total, 0)) })
+		}}
 	case loadgen.IsRefusal(resp.StatusCode):
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		resp.Body = readCloser{io.MultiReader(bytes.NewReader(data), resp.Body), resp.Body}
-		reason, _, ok := loadgen.Classify(data)
-		if !ok {
+		reason, limitType, ok := loadgen.Classify(data)
+		switch {
+		case !ok:
 			reason = ReasonOther
+		case reason == ReasonImmediate && strings.HasSuffix(limitType, "_tokens"):
+			reason = limitType
 		}
 		o.record(tenant, func(c *Counts) { c.Refused[reasonIndex(reason)]++ })
 	}
@@ -144,6 +166,37 @@ func (o *Observer) RoundTrip(req *http.Request) (*http.Response, error) {
 type readCloser struct {
 	io.Reader
 	io.Closer
+}
+
+// usageBody passes an admitted answer's body through a usage tap and, when
+// the body ends or is closed, calls done once with the usage found, if any.
+type usageBody struct {
+	rc   io.ReadCloser
+	tap  *loadgen.UsageTap
+	done func(loadgen.Usage)
+	once sync.Once
+}
+
+func (b *usageBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	_, _ = b.tap.Write(p[:n]) // never fails
+	if err == io.EOF {
+		b.finish()
+	}
+	return n, err
+}
+
+func (b *usageBody) Close() error {
+	b.finish()
+	return b.rc.Close()
+}
+
+func (b *usageBody) finish() {
+	b.once.Do(func() {
+		if u, ok := b.tap.Usage(); ok {
+			b.done(u)
+		}
+	})
 }
 
 // record applies f to the counts of tenant's current tick.
@@ -197,13 +250,23 @@ func quantile(v []float64, q float64) float64 {
 
 // Admitted returns a copy of each tenant's admitted count per tick.
 func (o *Observer) Admitted() [][]uint64 {
+	return o.series(func(c *Counts) uint64 { return c.Admitted })
+}
+
+// Tokens returns a copy of each tenant's settled tokens per tick.
+func (o *Observer) Tokens() [][]uint64 {
+	return o.series(func(c *Counts) uint64 { return c.Tokens })
+}
+
+// series returns f of each tenant's counts per tick.
+func (o *Observer) series(f func(*Counts) uint64) [][]uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := make([][]uint64, len(o.ticks))
 	for i, s := range o.ticks {
 		out[i] = make([]uint64, len(s))
 		for k := range s {
-			out[i][k] = s[k].Admitted
+			out[i][k] = f(&s[k])
 		}
 	}
 	return out

@@ -57,6 +57,10 @@ func (r *Result) DataPlaneAdmitted() float64 {
 func (r *Result) WriteReport(out io.Writer) {
 	w := &strings.Builder{}
 	defer func() { _, _ = io.WriteString(out, w.String()) }()
+	if r.Scenario == ScenarioTokens {
+		r.writeTokenReport(w)
+		return
+	}
 	before, after := r.SteadyWindows()
 	fmt.Fprintf(w, "\n==> Shares in the steady windows\n")
 	fmt.Fprintf(w, "    %-8s  %-22s %-22s\n", "tenant", fmt.Sprintf("%s-%s", before[0], before[1].Round(time.Second)), fmt.Sprintf("%s-%s", after[0].Round(time.Second), after[1]))
@@ -110,6 +114,9 @@ func MaxRelativeError(got, want []float64) float64 {
 // Chart returns the per-second shares of the run, with the weighted shares
 // in force and a marker at the patch.
 func (r *Result) Chart() *chart.Shares {
+	if r.Scenario == ScenarioTokens {
+		return r.tokenChart()
+	}
 	seconds := 0
 	for _, s := range r.Admitted {
 		seconds = max(seconds, (len(s)*int(Tick)+int(time.Second)-1)/int(time.Second))
@@ -131,6 +138,88 @@ func (r *Result) Chart() *chart.Shares {
 	}
 	if r.PatchStart >= 0 {
 		c.Markers = append(c.Markers, chart.Marker{At: r.PatchStart.Seconds(), Label: "kubectl patch secret " + TenantsSecret})
+	}
+	return c
+}
+
+// DataPlaneTokensSettled sums the replicas' settled tokens of the model token
+// limit.
+func (r *Result) DataPlaneTokensSettled() float64 {
+	sum := 0.0
+	for _, d := range r.DataPlanes {
+		sum += d.TokensSettled
+	}
+	return sum
+}
+
+// TokenWeights are the token scenario's weights: every tenant at 1.
+func (r *Result) TokenWeights() []float64 {
+	w := make([]float64, len(r.Tenants))
+	for i := range w {
+		w[i] = 1
+	}
+	return w
+}
+
+// writeTokenReport prints the token scenario's outcome: each tenant's
+// settled tokens per second and share of them in the steady window, against
+// its weighted share, and the token accounting.
+func (r *Result) writeTokenReport(w *strings.Builder) {
+	win, _ := r.SteadyWindows()
+	secs := (win[1] - win[0]).Seconds()
+	shares, weighted := r.TokenShares(win[0], win[1]), WeightedShares(r.TokenWeights())
+	reqShares := r.Shares(win[0], win[1])
+	fmt.Fprintf(w, "\n==> Settled tokens in the steady window %s-%s (fairQueuing.cost %s)\n", win[0], win[1].Round(time.Second), r.Cost)
+	fmt.Fprintf(w, "    %-8s %9s %10s %9s %11s %14s\n", "tenant", "tokens/s", "tok share", "weighted", "requests/s", "request share")
+	for i, t := range r.Tenants {
+		tokens, admitted := windowSum(r.Tokens, i, win), windowSum(r.Admitted, i, win)
+		fmt.Fprintf(w, "    %-8s %9.0f %10s %8.1f%% %11.1f %14s\n", t.Name, float64(tokens)/secs, percent(shares[i]), 100*weighted[i],
+			float64(admitted)/secs, percent(reqShares[i]))
+	}
+	fmt.Fprintf(w, "    worst deviation from the weighted token share: %.1f%%\n", 100*MaxRelativeError(shares, weighted))
+	sent, completed, admitted, lost := r.Answered()
+	fmt.Fprintf(w, "==> Requests: %d sent, %d answered, %d admitted, %d without an answer\n", sent, completed, admitted, lost)
+	if r.Summary != nil {
+		var tokens uint64
+		for _, t := range r.Summary.Tenants {
+			tokens += t.TokensSettled
+			fmt.Fprintf(w, "    %-8s offered %5d  admitted %5d  refused %5d %v  tokens %7d (%d without usage)  held p50 %.0fms p99 %.0fms\n",
+				t.Name, t.Offered, t.Admitted, t.Refused, t.RefusedByLimitType, t.TokensSettled, t.AdmittedWithoutUsage, t.AdmittedHeldMS.P50, t.AdmittedHeldMS.P99)
+		}
+		fmt.Fprintf(w, "==> Tokens: the answers reported %d; the data planes settled %.0f on the model token limit\n", tokens, r.DataPlaneTokensSettled())
+	}
+}
+
+// windowSum sums series[i] over the ticks of win.
+func windowSum(series [][]uint64, i int, win [2]time.Duration) uint64 {
+	if i >= len(series) {
+		return 0
+	}
+	var n uint64
+	for k := max(int(win[0]/Tick), 0); k < int(win[1]/Tick) && k < len(series[i]); k++ {
+		n += series[i][k]
+	}
+	return n
+}
+
+// tokenChart returns the per-second shares of settled tokens against the
+// weighted shares.
+func (r *Result) tokenChart() *chart.Shares {
+	seconds := 0
+	for _, s := range r.Tokens {
+		seconds = max(seconds, (len(s)*int(Tick)+int(time.Second)-1)/int(time.Second))
+	}
+	seconds = min(seconds, int(r.Duration/time.Second), chart.MaxPoints)
+	c := &chart.Shares{Title: fmt.Sprintf("fairqueue token demo: share of settled tokens per second, fairQueuing.cost %s", r.Cost)}
+	weighted := WeightedShares(r.TokenWeights())
+	for i, t := range r.Tenants {
+		ct := chart.Tenant{Name: fmt.Sprintf("%s (%.0f req/s of %d-byte prompts)", t.Name, t.Rate, t.PromptBytes)}
+		for s := range seconds {
+			from := time.Duration(s) * time.Second
+			ct.Share = append(ct.Share, r.TokenShares(from, from+time.Second)[i])
+			ct.Weighted = append(ct.Weighted, weighted[i])
+		}
+		c.Tenants = append(c.Tenants, ct)
 	}
 	return c
 }

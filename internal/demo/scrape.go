@@ -42,6 +42,12 @@ type DataPlaneCounts struct {
 	Grants float64
 	// QueueRefused counts queue refusals (rate_limit_fair_queue_refused_total).
 	QueueRefused float64
+	// TokensSettled counts the tokens settled on the model token limit
+	// (rate_limit_tokens_settled_total{limit_type="model_tokens"}).
+	TokensSettled float64
+	// DeferredRefused counts requests deferred admission refused
+	// (rate_limit_deferred_refused_total).
+	DeferredRefused float64
 	// ConfigHashes are the hash labels of fairqueue_config_info series at 1:
 	// the loaded config's hash.
 	ConfigHashes []string
@@ -79,6 +85,14 @@ func scrape(ctx context.Context, client *http.Client, url string) (*DataPlaneCou
 	}
 	for _, m := range families["rate_limit_fair_queue_refused_total"].GetMetric() {
 		c.QueueRefused += m.GetCounter().GetValue()
+	}
+	for _, m := range families["rate_limit_tokens_settled_total"].GetMetric() {
+		if label(m, "limit_type") == "model_tokens" {
+			c.TokensSettled += m.GetCounter().GetValue()
+		}
+	}
+	for _, m := range families["rate_limit_deferred_refused_total"].GetMetric() {
+		c.DeferredRefused += m.GetCounter().GetValue()
 	}
 	for _, m := range families[reload.ConfigInfoName].GetMetric() {
 		if m.GetGauge().GetValue() == 1 && len(c.ConfigHashes) < maxHashes {

@@ -1,7 +1,8 @@
 // Package loadgen is an open-loop HTTP load generator for fairqueue: each
-// tenant offers requests at a constant rate that does not depend on how fast
-// the server answers, and the outcome (admitted, refused by reason, latency,
-// queue wait, admitted per second) is summarised per tenant. It backs the
+// tenant offers chat requests of its own size at a constant rate that does
+// not depend on how fast the server answers, and the outcome (admitted,
+// refused by reason, latency, queue wait, admitted per second, tokens settled
+// per second) is summarised per tenant. It backs the
 // fqload command, the demo, the end-to-end test and the benchmarks.
 //
 // Time comes from an injected k8s.io/utils clock, so the arrival schedule can
@@ -56,6 +57,10 @@ const (
 	MaxDuration = time.Hour
 	// MaxOutstandingLimit is the largest accepted MaxOutstanding.
 	MaxOutstandingLimit = 100000
+	// MaxPromptBytes is the largest Tenant.PromptBytes.
+	MaxPromptBytes = 1 << 20
+	// MaxMaxTokens is the largest Tenant.MaxTokens.
+	MaxMaxTokens = 1 << 20
 	// maxBodyRead is how much of a response body is read to classify it.
 	maxBodyRead = 64 << 10
 	// maxBodyDrain is how much more is discarded so the connection is reused.
@@ -81,6 +86,14 @@ type Tenant struct {
 	// Stop, if positive, ends the tenant's arrivals at this offset, before the
 	// run's Duration.
 	Stop time.Duration
+	// PromptBytes is the size of the user message's content: English words
+	// cut to exactly this many bytes. 0 sends the 6-byte "fqload".
+	PromptBytes int
+	// MaxTokens is the request's max_tokens; 0 sends 1.
+	MaxTokens int
+	// Stream asks for a streamed answer ("stream": true) and for its usage
+	// chunk (stream_options.include_usage), from which the tokens are counted.
+	Stream bool
 }
 
 // Config describes one run.
@@ -185,6 +198,12 @@ func (c *Config) Validate() error {
 		if t.Stop < 0 || (t.Stop > 0 && t.Stop <= t.Start) {
 			errs = append(errs, fmt.Errorf("tenants[%d] (%s) stop %v must be 0 (run to the end) or after start %v", i, t.Name, t.Stop, t.Start))
 		}
+		if t.PromptBytes < 0 || t.PromptBytes > MaxPromptBytes {
+			errs = append(errs, fmt.Errorf("tenants[%d] (%s) prompt bytes %d must be between 0 (the default prompt) and %d", i, t.Name, t.PromptBytes, MaxPromptBytes))
+		}
+		if t.MaxTokens < 0 || t.MaxTokens > MaxMaxTokens {
+			errs = append(errs, fmt.Errorf("tenants[%d] (%s) max tokens %d must be between 0 (meaning 1) and %d", i, t.Name, t.MaxTokens, MaxMaxTokens))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -231,10 +250,12 @@ type tenantState struct {
 	spec     Tenant
 	sched    *arrivals
 	header   http.Header
+	body     []byte
 	mu       sync.Mutex
 	stats    tenantStats
 	admitted []uint64
 	refused  []uint64
+	tokens   []uint64
 }
 
 func newGenerator(cfg Config) *generator {
@@ -281,8 +302,10 @@ func newGenerator(cfg Config) *generator {
 			spec:     t,
 			sched:    newArrivals(t.Rate, t.Start, until),
 			header:   h,
+			body:     RequestBody(cfg.Model, t),
 			admitted: make([]uint64, g.buckets),
 			refused:  make([]uint64, g.buckets),
+			tokens:   make([]uint64, g.buckets),
 		})
 	}
 	return g
@@ -382,13 +405,19 @@ type outcome struct {
 	reason     string
 	limitType  string
 	classified bool
+	usage      Usage
+	hasUsage   bool
+	held       time.Duration
+	hasHeld    bool
 }
 
-// requestBody is the smallest OpenAI chat completion request.
+// requestBody is an OpenAI chat completion request.
 type requestBody struct {
-	Model     string    `json:"model"`
-	Messages  []message `json:"messages"`
-	MaxTokens int       `json:"max_tokens"`
+	Model         string         `json:"model"`
+	Messages      []message      `json:"messages"`
+	MaxTokens     int            `json:"max_tokens"`
+	Stream        bool           `json:"stream,omitempty"`
+	StreamOptions *streamOptions `json:"stream_options,omitempty"`
 }
 
 type message struct {
@@ -396,19 +425,36 @@ type message struct {
 	Content string `json:"content"`
 }
 
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// promptText is cut and repeated to make prompts of a given size: English
+// words, which real tokenizers encode at about 4.5 bytes per token.
+const promptText = "The quick brown fox jumps over the lazy dog while every tenant waits for its fair share of the tokens. "
+
+// RequestBody returns the chat completion request tenant t sends for model.
+func RequestBody(model string, t Tenant) []byte {
+	content := "fqload"
+	if t.PromptBytes > 0 {
+		content = strings.Repeat(promptText, t.PromptBytes/len(promptText)+1)[:t.PromptBytes]
+	}
+	body := requestBody{Model: model, Messages: []message{{Role: "user", Content: content}}, MaxTokens: max(t.MaxTokens, 1)}
+	if t.Stream {
+		body.Stream, body.StreamOptions = true, &streamOptions{IncludeUsage: true}
+	}
+	data, err := json.Marshal(body)
+	if err != nil {
+		panic(fmt.Sprintf("encoding a request body of strings and numbers: %v", err)) // cannot happen
+	}
+	return data
+}
+
 // do sends one request and classifies its answer.
 func (g *generator) do(ctx context.Context, ts *tenantState, target string) outcome {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
-	body, err := json.Marshal(requestBody{
-		Model:     g.cfg.Model,
-		Messages:  []message{{Role: "user", Content: "fqload"}},
-		MaxTokens: 1,
-	})
-	if err != nil {
-		return outcome{err: "encode"}
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(target, "/")+g.cfg.Path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(target, "/")+g.cfg.Path, bytes.NewReader(ts.body))
 	if err != nil {
 		return outcome{err: "request"}
 	}
@@ -419,9 +465,15 @@ func (g *generator) do(ctx context.Context, ts *tenantState, target string) outc
 		return outcome{err: errorKind(ctx, err), latency: g.clk.Since(began)}
 	}
 	defer func() { _ = resp.Body.Close() }()
-	data, readErr := io.ReadAll(io.LimitReader(resp.Body, maxBodyRead))
+	body := io.Reader(resp.Body)
+	var tap *UsageTap
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		tap = NewUsageTap(resp.Header.Get("Content-Type"))
+		body = io.TeeReader(resp.Body, tap)
+	}
+	data, readErr := io.ReadAll(io.LimitReader(body, maxBodyRead))
 	if readErr == nil {
-		_, readErr = io.CopyN(io.Discard, resp.Body, maxBodyDrain)
+		_, readErr = io.CopyN(io.Discard, body, maxBodyDrain)
 		if errors.Is(readErr, io.EOF) {
 			readErr = nil
 		}
@@ -430,7 +482,11 @@ func (g *generator) do(ctx context.Context, ts *tenantState, target string) outc
 	if readErr != nil {
 		o.err = errorKind(ctx, readErr)
 	}
+	if tap != nil {
+		o.usage, o.hasUsage = tap.Usage()
+	}
 	o.wait, o.hasWait = WaitHeader(resp.Header)
+	o.held, o.hasHeld = HeldHeader(resp.Header)
 	if IsRefusal(resp.StatusCode) {
 		o.reason, o.limitType, o.classified = Classify(data)
 	}
@@ -440,7 +496,19 @@ func (g *generator) do(ctx context.Context, ts *tenantState, target string) outc
 // WaitHeader reads the time a data plane says a request spent queued, from
 // its x-fair-queue-wait-ms header.
 func WaitHeader(h http.Header) (time.Duration, bool) {
-	v := h.Get("x-fair-queue-wait-ms")
+	return msHeader(h, "x-fair-queue-wait-ms")
+}
+
+// HeldHeader reads the time a data plane says a request was held by deferred
+// admission until its token budget allowed it, from its
+// x-fair-queue-deferred-ms header.
+func HeldHeader(h http.Header) (time.Duration, bool) {
+	return msHeader(h, "x-fair-queue-deferred-ms")
+}
+
+// msHeader reads a header holding a non-negative number of milliseconds.
+func msHeader(h http.Header, name string) (time.Duration, bool) {
+	v := h.Get(name)
 	if v == "" {
 		return 0, false
 	}
@@ -536,6 +604,17 @@ func (ts *tenantState) record(o outcome, second int) {
 	case o.status >= 200 && o.status < 300:
 		s.admitted++
 		ts.admitted[second]++
+		if o.hasHeld {
+			s.admittedHeld.record(o.held)
+		}
+		if o.hasUsage {
+			s.tokens += uint64(max(o.usage.Total, 0))
+			s.promptTokens += uint64(max(o.usage.Prompt, 0))
+			s.completionTokens += uint64(max(o.usage.Completion, 0))
+			ts.tokens[second] += uint64(max(o.usage.Total, 0))
+		} else {
+			s.withoutUsage++
+		}
 		s.admittedLatency.record(o.latency)
 		if o.hasWait {
 			s.admittedWait.record(o.wait)

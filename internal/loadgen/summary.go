@@ -66,12 +66,32 @@ type TenantSummary struct {
 	// AdmittedWaitMS is WaitMS of the admitted answers only: how long the
 	// requests that got through spent queued.
 	AdmittedWaitMS Percentiles `json:"admitted_wait_ms"`
+	// AdmittedHeldMS summarises the x-fair-queue-deferred-ms header of the
+	// admitted answers that carried one: how long deferred admission held
+	// them until their token budget allowed them.
+	AdmittedHeldMS Percentiles `json:"admitted_held_ms"`
 	// AdmittedPerSecond counts admitted answers by the second of the run
 	// they arrived in.
 	AdmittedPerSecond []uint64 `json:"admitted_per_second"`
 	// RefusedPerSecond counts refusals by the second of the run they
 	// arrived in.
 	RefusedPerSecond []uint64 `json:"refused_per_second"`
+	// TokensSettled sums the usage.total_tokens the admitted answers
+	// reported (a stream's in its final usage chunk): the tokens the tenant
+	// was charged in the end.
+	TokensSettled uint64 `json:"tokens_settled"`
+	// PromptTokens and CompletionTokens split TokensSettled.
+	PromptTokens     uint64 `json:"prompt_tokens"`
+	CompletionTokens uint64 `json:"completion_tokens"`
+	// AdmittedWithoutUsage counts admitted answers that reported no usage,
+	// whose tokens are missing from TokensSettled.
+	AdmittedWithoutUsage uint64 `json:"admitted_without_usage"`
+	// TokensPerSecond counts settled tokens by the second of the run the
+	// answer ended in.
+	TokensPerSecond []uint64 `json:"tokens_per_second"`
+	// MeanTokensPerSecond is TokensSettled over the tenant's arrival window
+	// (from its start to its stop or the run's duration).
+	MeanTokensPerSecond float64 `json:"mean_tokens_per_second"`
 }
 
 // Percentiles summarises a distribution in milliseconds, to about 1%.
@@ -94,6 +114,9 @@ type tenantStats struct {
 	reasons, limitTypes, errors       map[string]uint64
 	latency, wait                     histogram
 	admittedLatency, admittedWait     histogram
+	admittedHeld                      histogram
+	tokens, promptTokens              uint64
+	completionTokens, withoutUsage    uint64
 }
 
 // summary snapshots the run. Call it after run returned.
@@ -127,12 +150,28 @@ func (g *generator) summary(interrupted bool) *Summary {
 			AdmittedLatencyMS:  st.admittedLatency.summary(),
 			WaitMS:             st.wait.summary(),
 			AdmittedWaitMS:     st.admittedWait.summary(),
+			AdmittedHeldMS:     st.admittedHeld.summary(),
 			AdmittedPerSecond:  append([]uint64(nil), ts.admitted[:last+1]...),
 			RefusedPerSecond:   append([]uint64(nil), ts.refused[:last+1]...),
+
+			TokensSettled:        st.tokens,
+			PromptTokens:         st.promptTokens,
+			CompletionTokens:     st.completionTokens,
+			AdmittedWithoutUsage: st.withoutUsage,
+			TokensPerSecond:      append([]uint64(nil), ts.tokens[:last+1]...),
+			MeanTokensPerSecond:  perSecond(st.tokens, ts.sched.until-ts.sched.from),
 		})
 		ts.mu.Unlock()
 	}
 	return s
+}
+
+// perSecond returns n over window, or 0 for an empty window.
+func perSecond(n uint64, window time.Duration) float64 {
+	if window <= 0 {
+		return 0
+	}
+	return float64(n) / window.Seconds()
 }
 
 // redactTargets returns the targets with any password in them masked.
