@@ -298,17 +298,23 @@ func (s *sched) grantModel() (alpha, beta, meanCost float64, ok bool) {
 // that are not the tenant's, whose mean cost is upTo/k, at the overall mean.
 // With unit costs the position is ceil(k*sumW/w).
 func positionOf(k int, upTo, c uint64, w, sumW int, meanCost float64) (pos int, grantsAhead, costAhead float64) {
-	others := float64(upTo) * float64(sumW-w) / float64(w)
-	grantsAhead = float64(k - 1)
-	if sumW > w {
-		// Grants per unit of the others' cost.
-		perUnit := (float64(sumW)/meanCost - float64(w)*float64(k)/float64(upTo)) / float64(sumW-w)
-		if !(perUnit > 0) {
-			perUnit = 1 / meanCost
+	if upTo == uint64(k) && meanCost == 1 {
+		// Unit costs (the common case, kept to one division).
+		grantsAhead = float64(k)*float64(sumW)/float64(w) - 1
+		costAhead = grantsAhead
+	} else {
+		others := float64(upTo) * float64(sumW-w) / float64(w)
+		grantsAhead = float64(k - 1)
+		if sumW > w {
+			// Grants per unit of the others' cost.
+			perUnit := (float64(sumW)/meanCost - float64(w)*float64(k)/float64(upTo)) / float64(sumW-w)
+			if !(perUnit > 0) {
+				perUnit = 1 / meanCost
+			}
+			grantsAhead += others * min(perUnit, 1)
 		}
-		grantsAhead += others * min(perUnit, 1)
+		costAhead = float64(upTo-c) + others
 	}
-	costAhead = float64(upTo-c) + others
 	p := math.Ceil(grantsAhead + 1 - 1e-9)
 	return int(min(max(p, 1), math.MaxInt32)), grantsAhead, costAhead
 }
