@@ -32,8 +32,9 @@ const strideScale = 1 << 36
 const maxLead = 2 * MaxCost * strideScale
 
 // sweepEvery is the virtual-time advance after which tags of tenants outside
-// the ready heap are raised to the virtual time, before they could fall so
-// far behind that wrap-around arithmetic would see them ahead.
+// the ready heap are raised to within MaxCost strides of the virtual time,
+// before they could fall so far behind that wrap-around arithmetic would see
+// them ahead.
 const sweepEvery = MaxCost * strideScale
 
 // minRetry is the shortest re-queue delay after a refused attempt, so a limiter
@@ -739,7 +740,8 @@ func (s *sched) unhold(ks *keyState) {
 }
 
 // heldFor returns the latest end of a hold on w's keys by another waiter
-// ahead of (or tied with) w's tenant in the fair order, or 0. Expired holds are released.
+// ahead of (or tied with) w's tenant in the fair order, or 0. Expired holds
+// are released.
 func (s *sched) heldFor(w *waiter, now int64) int64 {
 	var until int64
 	var tag uint64
@@ -961,11 +963,11 @@ func (s *sched) setWeights(w Weights) {
 // gives a tenant that lost a race: a refund cannot bank credit for a burst
 // later, yet a tenant whose reservations always exceed its usage is charged
 // its usage. A positive one never takes a tag beyond maxLead ahead of the
-// virtual time. A ready tenant moves in the ready heap;
-// for one whose attempt runs, its start tag moves too, so the correction
-// survives the attempt's outcome. An untracked tenant (never seen, evicted,
-// or queued in an overflow queue) is left alone. It reports whether the
-// ready heap changed.
+// virtual time. A ready tenant moves in the ready heap; for one whose
+// attempt runs, its start tag moves too, so the correction survives the
+// attempt's outcome. An untracked tenant (never seen, evicted, or queued in
+// an overflow queue) is left alone. It reports whether the ready heap
+// changed.
 func (s *sched) adjust(tenantKey string, delta int64) bool {
 	t := s.tenants[tenantKey]
 	if t == nil || delta == 0 {
