@@ -17,7 +17,10 @@ const noDeadline = math.MaxInt64
 //   - a grant's charge Cost*stride <= B never wraps;
 //   - a tenant's finish tag is at most maxLead = 2B ahead of the virtual time
 //     (one grant from a start at the virtual time, plus one Adjust; Adjust
-//     clamps), so a ready tag is within [vnow-B, vnow+3B];
+//     clamps), so a ready tag is at most vnow+3B; it is at least vnow when
+//     placed, and the virtual time then moves to the start tag of a grant
+//     that was either made later (so its tag was no larger) or made before
+//     (so its start was at most 2B ahead): a ready tag is at least vnow-2B;
 //   - tags of tenants outside the ready heap (idle, pending, in flight) are
 //     raised to at least vnow-B each time the virtual time has advanced
 //     sweepEvery = B since the last sweep; a grant advances it by at most
