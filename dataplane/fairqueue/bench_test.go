@@ -10,9 +10,23 @@ import (
 	"k8s.io/utils/clock"
 )
 
+// benchCost is the Request.Cost of tenant i's requests: 1 for every tenant
+// (the Requests mode), or with mixed, sizes from 1 to 3751 tokens.
+func benchCost(i int, mixed bool) int64 {
+	if !mixed {
+		return 1
+	}
+	return 1 + int64(i%16)*250
+}
+
 // benchSched returns a core with n tenants of mixed weights, each backlogged
 // with two waiters on one shared key.
 func benchSched(tb testing.TB, n int) (*sched, []string, []LimitKey) {
+	return benchSchedCosts(tb, n, false)
+}
+
+// benchSchedCosts is benchSched with mixed costs when mixed is set.
+func benchSchedCosts(tb testing.TB, n int, mixed bool) (*sched, []string, []LimitKey) {
 	tenants := make([]string, n)
 	byTenant := make(map[string]int, n)
 	for i := range tenants {
@@ -23,7 +37,7 @@ func benchSched(tb testing.TB, n int) (*sched, []string, []LimitKey) {
 	keys := lk("model:m")
 	for range 2 {
 		for _, tn := range tenants {
-			if w, reason, _, _ := s.enqueue(0, tn, "user", keys, noDeadline, 0, 0, 1); w == nil {
+			if w, reason, _, _ := s.enqueue(0, tn, "user", keys, noDeadline, 0, 0, benchCost(tenantIndex(tb, tn), mixed)); w == nil {
 				tb.Fatalf("benchmark setup refused: %s", reason)
 			}
 		}
@@ -48,6 +62,29 @@ func grantLoop(tb testing.TB, s *sched, keys []LimitKey, n int) {
 	}
 }
 
+// grantLoopCosts is grantLoop with tenant i's requests of cost
+// benchCost(i, mixed), where idx maps a tenant to i, and with settle set, a
+// settle correction (a third of the reservation refunded) after every
+// grant, as token-weighted fairness does.
+func grantLoopCosts(tb testing.TB, s *sched, keys []LimitKey, n int, idx map[string]int, mixed, settle bool) {
+	for range n {
+		w := s.next(0)
+		if w == nil {
+			tb.Fatalf("no grant with every tenant backlogged")
+		}
+		tenant := w.tenant
+		cost := benchCost(idx[tenant], mixed)
+		s.complete(0, w, true, 0, nil)
+		s.release(w)
+		if settle {
+			s.adjust(tenant, -cost/3)
+		}
+		if nw, reason, _, _ := s.enqueue(0, tenant, "user", keys, noDeadline, 0, 0, cost); nw == nil {
+			tb.Fatalf("replacement refused: %s", reason)
+		}
+	}
+}
+
 func benchmarkGrant(b *testing.B, n int) {
 	s, _, keys := benchSched(b, n)
 	grantLoop(b, s, keys, 4*n) // warm the free lists
@@ -63,6 +100,30 @@ func BenchmarkGrant(b *testing.B) {
 	for _, n := range []int{8, 128, 1024} {
 		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) { benchmarkGrant(b, n) })
 	}
+}
+
+// BenchmarkGrantTokens is BenchmarkGrant with token costs: mixed request
+// sizes, and a settle correction (Adjust) after every grant.
+func BenchmarkGrantTokens(b *testing.B) {
+	for _, n := range []int{8, 128, 1024} {
+		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) {
+			s, tenants, keys := benchSchedCosts(b, n, true)
+			idx := benchIndex(tenants)
+			grantLoopCosts(b, s, keys, 4*n, idx, true, true)
+			b.ReportAllocs()
+			b.ResetTimer()
+			grantLoopCosts(b, s, keys, b.N, idx, true, true)
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "grants/s")
+		})
+	}
+}
+
+func benchIndex(tenants []string) map[string]int {
+	idx := make(map[string]int, len(tenants))
+	for i, tn := range tenants {
+		idx[tn] = i
+	}
+	return idx
 }
 
 // TestGrantCostRatio1024vs8 checks that the cost per grant grows sub-linearly
@@ -95,12 +156,18 @@ func TestGrantCostRatio1024vs8(t *testing.T) {
 }
 
 // TestGrantAllocationFree checks that the steady-state grant path does not
-// allocate.
+// allocate, with unit costs and with token costs settled by Adjust.
 func TestGrantAllocationFree(t *testing.T) {
 	s, _, keys := benchSched(t, 64)
 	grantLoop(t, s, keys, 256)
 	if a := testing.AllocsPerRun(100, func() { grantLoop(t, s, keys, 10) }); a != 0 {
 		t.Errorf("grant path allocates %.1f times per 10 grants; want 0", a)
+	}
+	s, tenants, keys := benchSchedCosts(t, 64, true)
+	idx := benchIndex(tenants)
+	grantLoopCosts(t, s, keys, 256, idx, true, true)
+	if a := testing.AllocsPerRun(100, func() { grantLoopCosts(t, s, keys, 10, idx, true, true) }); a != 0 {
+		t.Errorf("grant path with costs and Adjust allocates %.1f times per 10 grants; want 0", a)
 	}
 }
 

@@ -17,7 +17,10 @@ const noDeadline = math.MaxInt64
 //   - a grant's charge Cost*stride <= B never wraps;
 //   - a tenant's finish tag is at most maxLead = 2B ahead of the virtual time
 //     (one grant from a start at the virtual time, plus one Adjust; Adjust
-//     clamps), so a ready tag is within [vnow-B, vnow+3B];
+//     clamps), so a ready tag is at most vnow+3B; it is at least vnow when
+//     placed, and the virtual time then moves to the start tag of a grant
+//     that was either made later (so its tag was no larger) or made before
+//     (so its start was at most 2B ahead): a ready tag is at least vnow-2B;
 //   - tags of tenants outside the ready heap (idle, pending, in flight) are
 //     raised to at least vnow-B each time the virtual time has advanced
 //     sweepEvery = B since the last sweep; a grant advances it by at most
@@ -32,8 +35,9 @@ const strideScale = 1 << 36
 const maxLead = 2 * MaxCost * strideScale
 
 // sweepEvery is the virtual-time advance after which tags of tenants outside
-// the ready heap are raised to the virtual time, before they could fall so
-// far behind that wrap-around arithmetic would see them ahead.
+// the ready heap are raised to within MaxCost strides of the virtual time,
+// before they could fall so far behind that wrap-around arithmetic would see
+// them ahead.
 const sweepEvery = MaxCost * strideScale
 
 // minRetry is the shortest re-queue delay after a refused attempt, so a limiter
@@ -298,17 +302,23 @@ func (s *sched) grantModel() (alpha, beta, meanCost float64, ok bool) {
 // that are not the tenant's, whose mean cost is upTo/k, at the overall mean.
 // With unit costs the position is ceil(k*sumW/w).
 func positionOf(k int, upTo, c uint64, w, sumW int, meanCost float64) (pos int, grantsAhead, costAhead float64) {
-	others := float64(upTo) * float64(sumW-w) / float64(w)
-	grantsAhead = float64(k - 1)
-	if sumW > w {
-		// Grants per unit of the others' cost.
-		perUnit := (float64(sumW)/meanCost - float64(w)*float64(k)/float64(upTo)) / float64(sumW-w)
-		if !(perUnit > 0) {
-			perUnit = 1 / meanCost
+	if upTo == uint64(k) && meanCost == 1 {
+		// Unit costs (the common case, kept to one division).
+		grantsAhead = float64(k)*float64(sumW)/float64(w) - 1
+		costAhead = grantsAhead
+	} else {
+		others := float64(upTo) * float64(sumW-w) / float64(w)
+		grantsAhead = float64(k - 1)
+		if sumW > w {
+			// Grants per unit of the others' cost.
+			perUnit := (float64(sumW)/meanCost - float64(w)*float64(k)/float64(upTo)) / float64(sumW-w)
+			if !(perUnit > 0) {
+				perUnit = 1 / meanCost
+			}
+			grantsAhead += others * min(perUnit, 1)
 		}
-		grantsAhead += others * min(perUnit, 1)
+		costAhead = float64(upTo-c) + others
 	}
-	costAhead = float64(upTo-c) + others
 	p := math.Ceil(grantsAhead + 1 - 1e-9)
 	return int(min(max(p, 1), math.MaxInt32)), grantsAhead, costAhead
 }
@@ -733,7 +743,8 @@ func (s *sched) unhold(ks *keyState) {
 }
 
 // heldFor returns the latest end of a hold on w's keys by another waiter
-// ahead of (or tied with) w's tenant in the fair order, or 0. Expired holds are released.
+// ahead of (or tied with) w's tenant in the fair order, or 0. Expired holds
+// are released.
 func (s *sched) heldFor(w *waiter, now int64) int64 {
 	var until int64
 	var tag uint64
@@ -955,11 +966,11 @@ func (s *sched) setWeights(w Weights) {
 // gives a tenant that lost a race: a refund cannot bank credit for a burst
 // later, yet a tenant whose reservations always exceed its usage is charged
 // its usage. A positive one never takes a tag beyond maxLead ahead of the
-// virtual time. A ready tenant moves in the ready heap;
-// for one whose attempt runs, its start tag moves too, so the correction
-// survives the attempt's outcome. An untracked tenant (never seen, evicted,
-// or queued in an overflow queue) is left alone. It reports whether the
-// ready heap changed.
+// virtual time. A ready tenant moves in the ready heap; for one whose
+// attempt runs, its start tag moves too, so the correction survives the
+// attempt's outcome. An untracked tenant (never seen, evicted, or queued in
+// an overflow queue) is left alone. It reports whether the ready heap
+// changed.
 func (s *sched) adjust(tenantKey string, delta int64) bool {
 	t := s.tenants[tenantKey]
 	if t == nil || delta == 0 {
