@@ -444,6 +444,11 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"apiVersion":"fairqueue.dev/v1alpha1","kind":"DataPlaneConfig"}`))
 	f.Add(bytes.Replace(valid, []byte(`"5s"`), []byte(`"-5s"`), 1))
+	tokens, err := Marshal(tokenConfig())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(tokens)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {

@@ -191,6 +191,13 @@ func TestFullSampleRoundTrips(t *testing.T) {
 		{"timeouts.request.models", len(s.Timeouts.Request.Models) == 1 && s.Timeouts.Request.Models[0].Total.Duration == 2*time.Minute},
 		{"backends", len(s.Backends) == 2 && s.Backends[0].Weight == 2 && s.Backends[1].Weight == 1},
 		{"hashKeySecretRef", p.HashKeySecretName() == "full-hash-key"},
+		{"fairQueuing.cost", s.FairQueuing.Cost == fqv1alpha1.FairQueuingCostRequests},
+		{"deferredAdmission.tokenLimits", !s.DeferredAdmission.Enabled && s.DeferredAdmission.TokenLimits.PerAPIKey != nil && s.DeferredAdmission.TokenLimits.PerAPIKey.Burst == 40000 &&
+			s.DeferredAdmission.TokenLimits.PerUser != nil && s.DeferredAdmission.TokenLimits.PerTeam != nil && s.DeferredAdmission.TokenLimits.PerTeam.Burst == 50000},
+		{"deferredAdmission.tokenLimits.perModel.overrides", s.DeferredAdmission.TokenLimits.PerModel != nil && s.DeferredAdmission.TokenLimits.PerModel.Burst == 100000 &&
+			len(s.DeferredAdmission.TokenLimits.PerModel.Overrides) == 1 && s.DeferredAdmission.TokenLimits.PerModel.Overrides[0].Burst == 10000},
+		{"deferredAdmission.estimation", s.DeferredAdmission.Estimation.DefaultMaxTokens == 1024 && s.DeferredAdmission.Estimation.EffectiveIncludeUsage()},
+		{"deferredAdmission.bounds", s.DeferredAdmission.Bounds.MaxHeld == 1024 && s.DeferredAdmission.Bounds.MaxHeldPerTenant == 32 && s.DeferredAdmission.Bounds.MaxWait.Duration == 10*time.Second},
 	}
 	for _, c := range checks {
 		if !c.ok {
