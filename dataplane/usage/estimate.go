@@ -33,6 +33,13 @@ const nonTextPartTokens = 765
 // overflow.
 const maxReservable = 1 << 40
 
+// exactTextBytes is how much text one estimate (and one response's output)
+// tokenises exactly; text beyond it counts at the tokens per byte measured
+// on the first exactTextBytes. The tokenizer costs about a microsecond per
+// token, so this bounds the CPU one request can cost (an 8 MiB body would
+// take seconds) while keeping ordinary requests exact.
+const exactTextBytes = 64 << 10
+
 // maxChoices bounds the n a request may ask for (OpenAI allows 128).
 const maxChoices = 128
 
@@ -85,13 +92,13 @@ func (e Estimate) Total() int64 { return e.Prompt + e.MaxOutput }
 // at all). Estimate never fails: an unexpected shape only makes the estimate
 // rougher, which the settle step corrects.
 func (e *Estimator) Estimate(model string, body []byte) Estimate {
-	c := counter{enc: encodingFor(model)}
+	c := &counter{budget: newTokenBudget(encodingFor(model))}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
 		if json.Valid(body) {
 			return Estimate{Prompt: c.strings(body), MaxOutput: e.maxOutput(model, nil)}
 		}
-		return Estimate{Prompt: countText(c.enc, string(body)), MaxOutput: e.maxOutput(model, nil)}
+		return Estimate{Prompt: c.count(string(body)), MaxOutput: e.maxOutput(model, nil)}
 	}
 	var (
 		prompt int64
@@ -116,7 +123,7 @@ func (e *Estimator) Estimate(model string, body []byte) Estimate {
 	}
 	for _, k := range [...]string{"tools", "functions"} {
 		if raw, ok := top[k]; ok && !isNull(raw) {
-			prompt += countText(c.enc, string(raw))
+			prompt += c.count(string(raw))
 		}
 	}
 	est := Estimate{Prompt: prompt, MaxOutput: e.maxOutput(model, top)}
@@ -173,11 +180,11 @@ func isNull(raw json.RawMessage) bool { return bytes.Equal(raw, []byte("null")) 
 
 // counter counts the parts of a request body in one encoding.
 type counter struct {
-	enc encoding
+	budget
 }
 
 // messages counts a chat completions messages array.
-func (c counter) messages(raw json.RawMessage) int64 {
+func (c *counter) messages(raw json.RawMessage) int64 {
 	var msgs []json.RawMessage
 	if json.Unmarshal(raw, &msgs) != nil {
 		return c.strings(raw)
@@ -190,7 +197,7 @@ func (c counter) messages(raw json.RawMessage) int64 {
 }
 
 // item counts one message, Responses API input item or content part.
-func (c counter) item(raw json.RawMessage) int64 {
+func (c *counter) item(raw json.RawMessage) int64 {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(raw, &obj) != nil {
 		return c.prompt(raw)
@@ -202,7 +209,7 @@ func (c counter) item(raw json.RawMessage) int64 {
 }
 
 // message counts one message of OpenAI's chat format.
-func (c counter) message(obj map[string]json.RawMessage) int64 {
+func (c *counter) message(obj map[string]json.RawMessage) int64 {
 	n := int64(tokensPerMessage)
 	for k, v := range obj {
 		switch k {
@@ -220,7 +227,7 @@ func (c counter) message(obj map[string]json.RawMessage) int64 {
 
 // part counts one content part: text by its text, an image, audio or file
 // by the fixed estimate, anything else by its string values.
-func (c counter) part(obj map[string]json.RawMessage) int64 {
+func (c *counter) part(obj map[string]json.RawMessage) int64 {
 	var typ string
 	if raw, ok := obj["type"]; ok && json.Unmarshal(raw, &typ) == nil {
 		switch typ {
@@ -239,18 +246,14 @@ func (c counter) part(obj map[string]json.RawMessage) int64 {
 
 // prompt counts a content, prompt or input value: a string, an array of
 // strings, token ids, parts or items, or (rarely) an object.
-func (c counter) prompt(raw json.RawMessage) int64 {
+func (c *counter) prompt(raw json.RawMessage) int64 {
 	raw = bytes.TrimLeft(raw, " \t\r\n")
 	if len(raw) == 0 {
 		return 0
 	}
 	switch raw[0] {
 	case '"':
-		var s string
-		if json.Unmarshal(raw, &s) != nil {
-			return 0
-		}
-		return countText(c.enc, s)
+		return c.strings(raw)
 	case '[':
 		var elems []json.RawMessage
 		if json.Unmarshal(raw, &elems) != nil {
@@ -274,7 +277,14 @@ func (c counter) prompt(raw json.RawMessage) int64 {
 
 // strings counts the tokens of every string value (not member names) in
 // the JSON value raw, which is valid JSON.
-func (c counter) strings(raw []byte) int64 {
+func (c *counter) strings(raw []byte) int64 {
+	if len(raw) > 0 && raw[0] == '"' { // the common case: one string
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return 0
+		}
+		return c.count(s)
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	var (
 		n     int64
@@ -301,7 +311,7 @@ func (c counter) strings(raw []byte) int64 {
 			continue
 		case string:
 			if !isKey {
-				n += countText(c.enc, t)
+				n += c.count(t)
 			}
 		}
 		// After a member name the value follows; after a value, a name.

@@ -173,7 +173,7 @@ func (t *jsonTap) pendingOutput(m *Meter, target int) int64 {
 	if t.capOver {
 		return int64(t.capLen) / 4
 	}
-	tc := textCounter{enc: m.enc}
+	tc := textCounter{budget: newTokenBudget(m.enc)}
 	switch target {
 	case targetChoices:
 		var c chunk

@@ -77,7 +77,7 @@ type Meter struct {
 // stream_options.include_usage and the client did not ask for it.
 func NewMeter(e *Estimator, model string, est Estimate, stripUsage bool) *Meter {
 	enc := encodingFor(model)
-	return &Meter{enc: enc, est: est, strip: stripUsage, out: textCounter{enc: enc}}
+	return &Meter{enc: enc, est: est, strip: stripUsage, out: textCounter{budget: newTokenBudget(enc)}}
 }
 
 // Usage returns what the request used: the upstream's reported usage when it
@@ -147,7 +147,7 @@ func (m *Meter) addText(s string) {
 // the tokenizer splits anyway, so that tokens are counted across chunk
 // boundaries as the model produced them with bounded memory.
 type textCounter struct {
-	enc     encoding
+	budget
 	counted int64  // tokens of the text counted so far
 	text    []byte // text gathered but not yet counted
 }
@@ -164,14 +164,15 @@ func (c *textCounter) add(s string) {
 	if cut <= 0 {
 		cut = len(c.text)
 	}
-	c.counted += countText(c.enc, string(c.text[:cut]))
+	c.counted += c.count(string(c.text[:cut]))
 	c.text = c.text[:copy(c.text, c.text[cut:])]
 }
 
 // total is the tokens of all text added. The pending text is counted, not
 // consumed, so calling total again gives the same answer.
 func (c *textCounter) total() int64 {
-	return c.counted + countText(c.enc, string(c.text))
+	b := c.budget // a copy: counting the pending text twice must not spend it twice
+	return c.counted + b.count(string(c.text))
 }
 
 // wireUsage is a usage object as chat completions, completions and

@@ -109,3 +109,29 @@ func countText(e encoding, s string) int64 {
 	}
 	return int64(n)
 }
+
+// budget counts texts exactly until exactTextBytes of them were tokenised,
+// then the rest at the tokens per byte measured so far.
+type budget struct {
+	enc encoding
+	// left is the bytes still to tokenise exactly.
+	left int
+	// bytes and tokens measure the ratio for the rest.
+	bytes, tokens int64
+}
+
+func newTokenBudget(enc encoding) budget { return budget{enc: enc, left: exactTextBytes} }
+
+// count returns the tokens of s.
+func (b *budget) count(s string) int64 {
+	exact := s[:min(len(s), b.left)]
+	n := countText(b.enc, exact)
+	b.left -= len(exact)
+	b.bytes += int64(len(exact))
+	b.tokens += n
+	if rest := int64(len(s) - len(exact)); rest > 0 {
+		// b.bytes is exactTextBytes here: the ratio is measured on 64 KiB.
+		n += (rest*b.tokens + b.bytes - 1) / b.bytes
+	}
+	return n
+}
