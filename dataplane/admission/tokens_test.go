@@ -555,6 +555,7 @@ func TestTokenWeightedFairness(t *testing.T) {
 		})
 	}
 }
+
 // waitHeldOrDone returns once some request is held or ctx ends.
 func waitHeldOrDone(e *tokenEnv, ctx context.Context) {
 	for e.held() == 0 && ctx.Err() == nil {
