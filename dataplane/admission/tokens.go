@@ -476,6 +476,18 @@ func (c *Controller) overdraw(now, end time.Time, keys limiter.Keys, n int64, go
 
 // sleepAhead waits d on the controller's clock, or until ctx ends.
 func (c *Controller) sleepAhead(ctx context.Context, d time.Duration) error {
+	var ch <-chan time.Time
+	if clk, ok := c.clk.(clock.Clock); ok {
+		t := clk.NewTimer(d)
+		defer t.Stop()
+		ch = t.C()
+	} else {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		ch = t.C
+	}
+	// Registered once the timer runs, so a due entry always has a timer
+	// that has fired or will fire by its due time.
 	c.aheadMu.Lock()
 	c.aheadSeq++
 	id := c.aheadSeq
@@ -492,16 +504,6 @@ func (c *Controller) sleepAhead(ctx context.Context, d time.Duration) error {
 	if o := c.tokenObserver(); o != nil {
 		o.HeldAhead(1)
 		defer o.HeldAhead(-1)
-	}
-	var ch <-chan time.Time
-	if clk, ok := c.clk.(clock.Clock); ok {
-		t := clk.NewTimer(d)
-		defer t.Stop()
-		ch = t.C()
-	} else {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		ch = t.C
 	}
 	select {
 	case <-ch:
