@@ -381,7 +381,9 @@ func (c *Controller) tokenRefusal(d limiter.Decision, keys limiter.Keys, dec Dec
 		Tokens:     dec.Tokens,
 	}
 	if d.RefusedBy != 0 {
-		out.Tokens.Quota, out.Tokens.HasQuota = c.refusedQuota(d, keys, "")
+		if lim, ok := c.lim.LimitOf(d.LimitType, keyOf(d.LimitType, keys, "")); ok {
+			out.Tokens.Quota, out.Tokens.HasQuota = lim.RefusedCostQuota(d.LimitType, d.RetryAfter, dec.Tokens.Requested), true
+		}
 	}
 	if out.RetryAfter <= 0 {
 		out.RetryAfter = time.Millisecond

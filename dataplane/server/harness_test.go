@@ -146,6 +146,11 @@ type decodedError struct {
 				Position        *int   `json:"position"`
 				WaitedMS        *int64 `json:"waited_ms"`
 			} `json:"fair_queue"`
+			Deferred *struct {
+				Reason   string `json:"reason"`
+				WaitedMS *int64 `json:"waited_ms"`
+				Tokens   int64  `json:"tokens"`
+			} `json:"deferred"`
 		} `json:"details"`
 	} `json:"error"`
 }
@@ -174,7 +179,8 @@ func decodeError(t *testing.T, resp *http.Response) decodedError {
 	if id := resp.Header.Get("X-Request-Id"); !requestIDPattern.MatchString(id) {
 		t.Errorf("error response x-request-id = %q, want a generated req_ id", id)
 	}
-	if len(resp.Header.Values("X-Ratelimit-Limit-Requests")) == 0 && resp.StatusCode == http.StatusTooManyRequests {
+	if len(resp.Header.Values("X-Ratelimit-Limit-Requests")) == 0 && len(resp.Header.Values("X-Ratelimit-Limit-Tokens")) == 0 &&
+		resp.StatusCode == http.StatusTooManyRequests {
 		t.Errorf("429 without x-ratelimit-* headers: %s", body)
 	}
 	return e
