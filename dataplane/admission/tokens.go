@@ -403,6 +403,11 @@ func (c *Controller) undoCount(r Request, dec *Decision) {
 	}
 }
 
+// Settles reports whether Settle has anything to correct for d: a token
+// reservation, or a tenant charged by tokens. Without either, a caller may
+// skip measuring the response.
+func (d *Decision) Settles() bool { return d.settle.reserved > 0 || d.settle.accounted > 0 }
+
 // Settle corrects an admitted request's token reservation by what it used:
 // the token buckets are charged or refunded the difference, and a queue that
 // charged its tenant the reservation (fairQueuing.cost Tokens) is corrected

@@ -99,7 +99,9 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	// Whatever happens from here, the token reservation is settled once:
 	// by what the response used, or to nothing when no backend was called.
 	var used int64
-	defer func() { s.settle(rt, &ar, &dec, used) }()
+	if dec.Settles() {
+		defer func() { s.settle(rt, &ar, &dec, used) }()
+	}
 
 	// A request that waited through a reload goes to the backends in force
 	// now, not to those of the config it arrived under.
@@ -139,7 +141,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		defer cancel(nil)
 		r = r.WithContext(ctx)
 	}
-	if tokensRT == nil || ar.Tokens <= 0 {
+	if tokensRT == nil || !dec.Settles() {
 		b.ServeHTTP(w, r)
 		return
 	}
