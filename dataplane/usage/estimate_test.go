@@ -117,6 +117,13 @@ func TestEncodingFor(t *testing.T) {
 	}
 }
 
+func TestWarm(t *testing.T) {
+	Warm("gpt-4o")
+	if codecs[o200k].codec == nil {
+		t.Error("Warm(gpt-4o) did not build o200k_base")
+	}
+}
+
 func TestEstimateShapes(t *testing.T) {
 	count := func(s string) int64 { return tiktoken(t, cl100k, s) }
 	tools := `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`

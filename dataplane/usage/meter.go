@@ -83,10 +83,11 @@ func NewMeter(e *Estimator, model string, est Estimate, stripUsage bool) *Meter 
 // Usage returns what the request used: the upstream's reported usage when it
 // sent one, else est.Prompt plus the output tokens counted from the relayed
 // content. complete reports whether the response ended normally: then a
-// final SSE line the upstream did not terminate is counted too; after a
-// cancelled or failed response it is a truncated line and is not. A
-// response with a 4xx status and no reported usage used nothing (the
-// upstream refused the request). Usage may be called more than once.
+// final SSE line the upstream did not terminate is counted too (so call it
+// after the last Write); after a cancelled or failed response that line is
+// truncated and is not. A response with a 4xx status and no reported usage
+// used nothing (the upstream refused the request). Usage may be called more
+// than once.
 func (m *Meter) Usage(complete bool) Usage {
 	m.mu.Lock()
 	defer m.mu.Unlock()

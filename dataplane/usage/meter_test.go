@@ -407,3 +407,27 @@ func BenchmarkMeterSSE(b *testing.B) {
 	b.Run("metered", func(b *testing.B) { run(b, true, false) })
 	b.Run("metered-strip", func(b *testing.B) { run(b, true, true) })
 }
+
+// TestMeterSSEHugeEventNotHeld checks that while stripping, an event too
+// large to be the usage chunk is relayed as it arrives, not held whole.
+func TestMeterSSEHugeEventNotHeld(t *testing.T) {
+	fw := newFakeWriter(sse)
+	w := NewResponseWriter(fw, NewMeter(nil, "gpt-4", Estimate{}, true))
+	event := "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("a", 2*maxEventBytes) + "\"}}]}"
+	for b := event; len(b) > 0; {
+		n := min(len(b), 64<<10)
+		if _, err := w.Write([]byte(b[:n])); err != nil {
+			t.Fatal(err)
+		}
+		b = b[n:]
+	}
+	if held := len(event) - fw.body.Len(); held > maxEventBytes {
+		t.Errorf("%d bytes of an unfinished %d-byte event held back, want at most %d", held, len(event), maxEventBytes)
+	}
+	if _, err := w.Write([]byte("\n\n" + evDone)); err != nil {
+		t.Fatal(err)
+	}
+	if fw.body.String() != event+"\n\n"+evDone {
+		t.Error("the huge event did not reach the client unchanged")
+	}
+}
