@@ -128,14 +128,22 @@ func newTokenBudget(enc encoding) budget { return budget{enc: enc, left: exactTe
 
 // count returns the tokens of s.
 func (b *budget) count(s string) int64 {
-	exact := s[:min(len(s), b.left)]
-	n := countText(b.enc, exact)
-	b.left -= len(exact)
-	b.bytes += int64(len(exact))
-	b.tokens += n
-	if rest := int64(len(s) - len(exact)); rest > 0 {
-		// b.bytes is exactTextBytes here: the ratio is measured on 64 KiB.
-		n += (rest*b.tokens + b.bytes - 1) / b.bytes
-	}
+	n, _ := b.countExact(s)
 	return n
+}
+
+// countExact returns the tokens of s, and whether all of s was tokenised
+// rather than partly estimated.
+func (b *budget) countExact(s string) (n int64, exact bool) {
+	head := s[:min(len(s), b.left)]
+	n = countText(b.enc, head)
+	b.left -= len(head)
+	b.bytes += int64(len(head))
+	b.tokens += n
+	rest := int64(len(s) - len(head))
+	if rest == 0 {
+		return n, true
+	}
+	// b.bytes is exactTextBytes here: the ratio is measured on 64 KiB.
+	return n + (rest*b.tokens+b.bytes-1)/b.bytes, false
 }
