@@ -306,7 +306,7 @@ func TestEstimateLargeBodyBudget(t *testing.T) {
 }
 
 // benchBody returns a chat body of about size bytes: a system message and
-// user/assistant turns of English prose and code.
+// distinct user/assistant turns of English prose and code.
 func benchBody(size int) []byte {
 	msgs := []msg{{Role: "system", Content: "You are a helpful assistant that answers concisely."}}
 	turns := []string{
@@ -318,7 +318,9 @@ func benchBody(size int) []byte {
 		if i%2 == 1 {
 			role = "assistant"
 		}
-		msgs = append(msgs, msg{Role: role, Content: turns[i%2]})
+		// Every turn differs, as in a real conversation (no cache hits
+		// within one body).
+		msgs = append(msgs, msg{Role: role, Content: fmt.Sprintf("(turn %d) %s", i, turns[i%2])})
 		b, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": msgs, "max_tokens": 256})
 		if len(b) >= size {
 			return b
