@@ -431,3 +431,30 @@ func TestMeterSSEHugeEventNotHeld(t *testing.T) {
 		t.Error("the huge event did not reach the client unchanged")
 	}
 }
+
+// TestMeterSSEManyDataLines checks that while stripping, an event of many
+// data lines that do not (yet) form a chunk is relayed after a few, not
+// held (and re-parsed) to its end; it is still parsed once at its end.
+func TestMeterSSEManyDataLines(t *testing.T) {
+	fw := newFakeWriter(sse)
+	m := NewMeter(nil, "gpt-4", Estimate{Prompt: 40}, true)
+	w := NewResponseWriter(fw, m)
+	lines := []string{"data: {\"choices\":\n", "data: [{\"delta\":\n", "data: {\"content\":\n", "data: \"Hello\"\n", "data: }}]\n", "data: }\n"}
+	for i, l := range lines {
+		if _, err := w.Write([]byte(l)); err != nil {
+			t.Fatal(err)
+		}
+		if i == maxEarlyParses-1 && fw.body.Len() == 0 {
+			t.Fatalf("after %d data lines nothing was relayed; the event is held", maxEarlyParses)
+		}
+	}
+	if _, err := w.Write([]byte("\n" + evDone)); err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Join(lines, "") + "\n" + evDone; fw.body.String() != want {
+		t.Errorf("client got %q, want %q", fw.body.String(), want)
+	}
+	if u := m.Usage(true); u != (Usage{Prompt: 40, Completion: 1}) {
+		t.Errorf("Usage = %+v, want the event's \"Hello\" counted once at its end", u)
+	}
+}
