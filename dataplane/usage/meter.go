@@ -52,7 +52,8 @@ const (
 // ResponseWriter NewResponseWriter returns: the usage the upstream reports
 // (a JSON response's "usage", a streamed chunk's non-null "usage"), or else
 // the output it relays, counted with the model's tokenizer. It is safe for
-// concurrent use: Usage may be called while the response is being written.
+// concurrent use: Usage(false) may be called while the response is being
+// written.
 type Meter struct {
 	enc   encoding
 	est   Estimate

@@ -26,8 +26,9 @@ func (e encoding) String() string {
 	return "cl100k_base"
 }
 
-// o200kPrefixes are the model name prefixes that use o200k_base. They are
-// checked before the cl100k_base ones, so "gpt-4o" is not taken for "gpt-4".
+// o200kPrefixes are the model name prefixes that use o200k_base (gpt-oss's
+// o200k_harmony is o200k_base plus special tokens); every other model counts
+// with cl100k_base.
 var o200kPrefixes = []string{"gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "gpt-oss"}
 
 // encodingFor returns the encoding of model. OpenAI's models map as OpenAI
