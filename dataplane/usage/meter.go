@@ -18,8 +18,9 @@ const (
 	maxUsageBytes = 4 << 10
 	// maxOutputBytes bounds a JSON response's captured "choices" or "output"
 	// value, parsed to count the output when the response reports no usage.
-	// A larger one counts one token per four bytes, the usual rule of thumb.
-	maxOutputBytes = 1 << 20
+	// A larger one (over 60k tokens of output) counts one token per four
+	// bytes, the usual rule of thumb.
+	maxOutputBytes = 256 << 10
 	// textBatch is how much streamed output text is gathered before it is
 	// tokenised, so that tokens are counted across chunk boundaries as the
 	// model produced them, not one chunk at a time.

@@ -458,3 +458,21 @@ func TestMeterSSEManyDataLines(t *testing.T) {
 		t.Errorf("Usage = %+v, want the event's \"Hello\" counted once at its end", u)
 	}
 }
+
+// TestMeterJSONLargeOutputWithoutUsage checks that a choices value beyond
+// its capture bound, with no usage reported, counts one token per four
+// bytes instead of being kept whole.
+func TestMeterJSONLargeOutputWithoutUsage(t *testing.T) {
+	choices := `[{"message":{"content":"` + strings.Repeat("word ", maxOutputBytes/4) + `"}}]`
+	fw := newFakeWriter(jsonType)
+	m := NewMeter(nil, "gpt-4", Estimate{Prompt: 40}, false)
+	if _, err := NewResponseWriter(fw, m).Write([]byte(`{"choices":` + choices + `,"model":"x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if want := (Usage{Prompt: 40, Completion: int64(len(choices)) / 4}); m.Usage(true) != want {
+		t.Errorf("Usage = %+v, want %+v", m.Usage(true), want)
+	}
+	if m.json.out != nil && cap(m.json.out) > maxOutputBytes+1 {
+		t.Errorf("kept %d bytes of output, want at most %d", cap(m.json.out), maxOutputBytes)
+	}
+}
