@@ -136,6 +136,7 @@ func (m *Meter) start(status int, h http.Header) {
 func (m *Meter) report(u *wireUsage) {
 	if r, ok := u.usage(); ok {
 		m.reported = r
+		m.out.text = nil // output is no longer counted
 	}
 }
 
