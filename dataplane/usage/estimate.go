@@ -48,12 +48,13 @@ const maxChoices = 128
 // may generate. It is safe for concurrent use.
 type Estimator struct {
 	defaultMaxTokens int64
+	cache            *countCache
 }
 
 // NewEstimator returns an Estimator that reserves defaultMaxTokens of output
 // for a request that sets no cap (a negative value is taken as 0).
 func NewEstimator(defaultMaxTokens int64) *Estimator {
-	return &Estimator{defaultMaxTokens: min(max(defaultMaxTokens, 0), maxReservable)}
+	return &Estimator{defaultMaxTokens: min(max(defaultMaxTokens, 0), maxReservable), cache: newCountCache()}
 }
 
 // Estimate is a request's token estimate, the reservation made before it is
@@ -92,7 +93,7 @@ func (e Estimate) Total() int64 { return e.Prompt + e.MaxOutput }
 // at all). Estimate never fails: an unexpected shape only makes the estimate
 // rougher, which the settle step corrects.
 func (e *Estimator) Estimate(model string, body []byte) Estimate {
-	c := &counter{budget: newTokenBudget(encodingFor(model))}
+	c := &counter{budget: newTokenBudget(encodingFor(model)), cache: e.cache}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
 		if json.Valid(body) {
@@ -181,6 +182,24 @@ func isNull(raw json.RawMessage) bool { return bytes.Equal(raw, []byte("null")) 
 // counter counts the parts of a request body in one encoding.
 type counter struct {
 	budget
+	cache *countCache
+}
+
+// count returns the tokens of s, from the cache when s is long and was
+// counted before.
+func (c *counter) count(s string) int64 {
+	if len(s) < cacheMinBytes || c.cache == nil {
+		return c.budget.count(s)
+	}
+	k := c.cache.key(c.enc, s)
+	if n, ok := c.cache.get(k); ok {
+		return n
+	}
+	n, exact := c.countExact(s)
+	if exact {
+		c.cache.put(k, n)
+	}
+	return n
 }
 
 // messages counts a chat completions messages array.

@@ -117,6 +117,45 @@ func TestEncodingFor(t *testing.T) {
 	}
 }
 
+func TestWarm(t *testing.T) {
+	Warm("gpt-4o")
+	if codecs[o200k].codec == nil {
+		t.Error("Warm(gpt-4o) did not build o200k_base")
+	}
+}
+
+// TestEstimateCache checks that a resent history counts the same from the
+// cache, that the cache stays bounded, and that a zero Estimator works.
+func TestEstimateCache(t *testing.T) {
+	long := strings.Repeat("A long message that the client resends with every turn; 東京の天気. ", 10)
+	history := []msg{{Role: "user", Content: long}, {Role: "assistant", Content: long + "!"}}
+	e := NewEstimator(0)
+	first := e.Estimate("gpt-4o", chatBody(t, "gpt-4o", history))
+	if got := len(e.cache.cur); got != 2 {
+		t.Fatalf("%d counts cached after one estimate, want the 2 long messages", got)
+	}
+	again := e.Estimate("gpt-4o", chatBody(t, "gpt-4o", history))
+	uncached := (&Estimator{}).Estimate("gpt-4o", chatBody(t, "gpt-4o", history))
+	if first != again || first != uncached {
+		t.Errorf("estimates differ: first %+v, cached %+v, uncached %+v", first, again, uncached)
+	}
+	cl, want := e.Estimate("gpt-4", chatBody(t, "gpt-4", history)), (&Estimator{}).Estimate("gpt-4", chatBody(t, "gpt-4", history))
+	if cl != want || cl.Prompt == first.Prompt {
+		t.Errorf("gpt-4 (cl100k_base) after gpt-4o: %+v, uncached %+v, gpt-4o %+v; the cache must keep encodings apart", cl, want, first)
+	}
+
+	c := newCountCache()
+	for i := range uint64(5 * cacheGeneration) {
+		c.put(i, 1)
+	}
+	if n := len(c.cur) + len(c.prev); n > 2*cacheGeneration {
+		t.Errorf("cache holds %d counts, want at most %d", n, 2*cacheGeneration)
+	}
+	if _, ok := c.get(5*cacheGeneration - 1); !ok {
+		t.Error("the most recent count was evicted")
+	}
+}
+
 func TestEstimateShapes(t *testing.T) {
 	count := func(s string) int64 { return tiktoken(t, cl100k, s) }
 	tools := `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`
@@ -267,7 +306,7 @@ func TestEstimateLargeBodyBudget(t *testing.T) {
 }
 
 // benchBody returns a chat body of about size bytes: a system message and
-// user/assistant turns of English prose and code.
+// distinct user/assistant turns of English prose and code.
 func benchBody(size int) []byte {
 	msgs := []msg{{Role: "system", Content: "You are a helpful assistant that answers concisely."}}
 	turns := []string{
@@ -279,7 +318,9 @@ func benchBody(size int) []byte {
 		if i%2 == 1 {
 			role = "assistant"
 		}
-		msgs = append(msgs, msg{Role: role, Content: turns[i%2]})
+		// Every turn differs, as in a real conversation (no cache hits
+		// within one body).
+		msgs = append(msgs, msg{Role: role, Content: fmt.Sprintf("(turn %d) %s", i, turns[i%2])})
 		b, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": msgs, "max_tokens": 256})
 		if len(b) >= size {
 			return b
@@ -287,14 +328,25 @@ func benchBody(size int) []byte {
 	}
 }
 
-// BenchmarkEstimate measures Estimate on chat bodies against decoding the
-// same body into a map (the least any JSON reading costs) in the same run.
+// BenchmarkEstimate measures Estimate on chat bodies: cold (a new
+// Estimator, nothing cached), and warm (the conversation's messages counted
+// before, as when a client resends its history with every turn), against
+// decoding the same body into a map (the least any JSON reading costs) in
+// the same run.
 func BenchmarkEstimate(b *testing.B) {
-	e := NewEstimator(1024)
+	Warm("gpt-4o") // build the codec outside the timing
 	for _, size := range []int{1 << 10, 32 << 10, 1 << 20} {
 		body := benchBody(size)
-		e.Estimate("gpt-4o", body) // build the codec outside the timing
-		b.Run(fmt.Sprintf("%dKiB/estimate", size>>10), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%dKiB/cold", size>>10), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				NewEstimator(1024).Estimate("gpt-4o", body)
+			}
+		})
+		b.Run(fmt.Sprintf("%dKiB/warm", size>>10), func(b *testing.B) {
+			e := NewEstimator(1024)
+			e.Estimate("gpt-4o", body)
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {

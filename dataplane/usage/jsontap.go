@@ -34,10 +34,13 @@ type jsonTap struct {
 	capLen  int  // bytes of the value seen, beyond the bound too
 	capOver bool // the value exceeded its bound
 
-	// output is the output tokens of the last complete "choices" or
-	// "output" member; hasOutput is set once one was seen.
-	output    int64
-	hasOutput bool
+	// out is the last complete "choices" or "output" value (outKind),
+	// kept within its bound to count the output only if the response
+	// reports no usage; outLen is its full length.
+	out     []byte
+	outKind int
+	outLen  int
+	outOver bool
 }
 
 // feed scans p.
@@ -97,7 +100,7 @@ func (t *jsonTap) feed(m *Meter, p []byte) {
 			}
 		case ':':
 			if t.depth == 1 {
-				t.begin()
+				t.begin(m)
 				continue
 			}
 		}
@@ -107,8 +110,9 @@ func (t *jsonTap) feed(m *Meter, p []byte) {
 	}
 }
 
-// begin starts the value of the member whose name is in t.key.
-func (t *jsonTap) begin() {
+// begin starts the value of the member whose name is in t.key. Output is
+// not captured once the response reported its usage.
+func (t *jsonTap) begin(m *Meter) {
 	t.target = targetNone
 	if len(t.key) > maxKeyBytes {
 		return
@@ -124,10 +128,14 @@ func (t *jsonTap) begin() {
 	switch string(name) {
 	case "usage":
 		t.target = targetUsage
-	case "choices":
+	case "choices", "output":
+		if m.reported.Reported {
+			return
+		}
 		t.target = targetChoices
-	case "output":
-		t.target = targetOutput
+		if string(name) == "output" {
+			t.target = targetOutput
+		}
 	default:
 		return
 	}
@@ -154,49 +162,47 @@ func (t *jsonTap) capture(c byte) {
 func (t *jsonTap) end(m *Meter) {
 	target := t.target
 	t.target = targetNone
-	if target == targetNone {
-		return
-	}
-	if target == targetUsage {
+	switch target {
+	case targetNone:
+	case targetUsage:
 		var u wireUsage
 		if !t.capOver && json.Unmarshal(t.buf, &u) == nil {
 			m.report(&u)
 		}
-		return
+		if m.reported.Reported {
+			t.out, t.outKind = nil, targetNone // not needed any more
+		}
+	default:
+		t.out, t.buf = t.buf, t.out[:0]
+		t.outKind, t.outLen, t.outOver = target, t.capLen, t.capOver
 	}
-	t.output, t.hasOutput = t.pendingOutput(m, target), true
 }
 
-// pendingOutput counts the output tokens of the captured target value: by
-// the tokenizer when it fit its bound, else one token per four bytes.
-func (t *jsonTap) pendingOutput(m *Meter, target int) int64 {
-	if t.capOver {
-		return int64(t.capLen) / 4
+// outputTokens counts the output of the response relayed so far: the last
+// complete choices or output member by the tokenizer (one token per four
+// bytes when it exceeded its bound), else one token per four bytes of the
+// one still being relayed.
+func (t *jsonTap) outputTokens(m *Meter) int64 {
+	if t.outKind == targetNone {
+		if t.target == targetChoices || t.target == targetOutput {
+			return int64(t.capLen) / 4
+		}
+		return 0
+	}
+	if t.outOver {
+		return int64(t.outLen) / 4
 	}
 	tc := textCounter{budget: newTokenBudget(m.enc)}
-	switch target {
-	case targetChoices:
+	if t.outKind == targetChoices {
 		var c chunk
-		if json.Unmarshal(t.buf, &c.Choices) == nil {
+		if json.Unmarshal(t.out, &c.Choices) == nil {
 			c.texts(tc.add)
 		}
-	case targetOutput:
+	} else {
 		var items outputItems
-		if json.Unmarshal(t.buf, &items) == nil {
+		if json.Unmarshal(t.out, &items) == nil {
 			items.texts(tc.add)
 		}
 	}
 	return tc.total()
-}
-
-// outputTokens is the output counted from the response so far: the last
-// complete choices or output member, else the one still being relayed.
-func (t *jsonTap) outputTokens(m *Meter) int64 {
-	if t.hasOutput {
-		return t.output
-	}
-	if t.target == targetChoices || t.target == targetOutput {
-		return int64(t.capLen) / 4
-	}
-	return 0
 }

@@ -18,8 +18,9 @@ const (
 	maxUsageBytes = 4 << 10
 	// maxOutputBytes bounds a JSON response's captured "choices" or "output"
 	// value, parsed to count the output when the response reports no usage.
-	// A larger one counts one token per four bytes, the usual rule of thumb.
-	maxOutputBytes = 1 << 20
+	// A larger one (over 60k tokens of output) counts one token per four
+	// bytes, the usual rule of thumb.
+	maxOutputBytes = 256 << 10
 	// textBatch is how much streamed output text is gathered before it is
 	// tokenised, so that tokens are counted across chunk boundaries as the
 	// model produced them, not one chunk at a time.
@@ -52,7 +53,8 @@ const (
 // ResponseWriter NewResponseWriter returns: the usage the upstream reports
 // (a JSON response's "usage", a streamed chunk's non-null "usage"), or else
 // the output it relays, counted with the model's tokenizer. It is safe for
-// concurrent use: Usage may be called while the response is being written.
+// concurrent use: Usage(false) may be called while the response is being
+// written.
 type Meter struct {
 	enc   encoding
 	est   Estimate
@@ -83,10 +85,11 @@ func NewMeter(e *Estimator, model string, est Estimate, stripUsage bool) *Meter 
 // Usage returns what the request used: the upstream's reported usage when it
 // sent one, else est.Prompt plus the output tokens counted from the relayed
 // content. complete reports whether the response ended normally: then a
-// final SSE line the upstream did not terminate is counted too; after a
-// cancelled or failed response it is a truncated line and is not. A
-// response with a 4xx status and no reported usage used nothing (the
-// upstream refused the request). Usage may be called more than once.
+// final SSE line the upstream did not terminate is counted too (so call it
+// after the last Write); after a cancelled or failed response that line is
+// truncated and is not. A response with a 4xx status and no reported usage
+// used nothing (the upstream refused the request). Usage may be called more
+// than once.
 func (m *Meter) Usage(complete bool) Usage {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -133,6 +136,7 @@ func (m *Meter) start(status int, h http.Header) {
 func (m *Meter) report(u *wireUsage) {
 	if r, ok := u.usage(); ok {
 		m.reported = r
+		m.out.text = nil // output is no longer counted
 	}
 }
 

@@ -407,3 +407,72 @@ func BenchmarkMeterSSE(b *testing.B) {
 	b.Run("metered", func(b *testing.B) { run(b, true, false) })
 	b.Run("metered-strip", func(b *testing.B) { run(b, true, true) })
 }
+
+// TestMeterSSEHugeEventNotHeld checks that while stripping, an event too
+// large to be the usage chunk is relayed as it arrives, not held whole.
+func TestMeterSSEHugeEventNotHeld(t *testing.T) {
+	fw := newFakeWriter(sse)
+	w := NewResponseWriter(fw, NewMeter(nil, "gpt-4", Estimate{}, true))
+	event := "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("a", 2*maxEventBytes) + "\"}}]}"
+	for b := event; len(b) > 0; {
+		n := min(len(b), 64<<10)
+		if _, err := w.Write([]byte(b[:n])); err != nil {
+			t.Fatal(err)
+		}
+		b = b[n:]
+	}
+	if held := len(event) - fw.body.Len(); held > maxEventBytes {
+		t.Errorf("%d bytes of an unfinished %d-byte event held back, want at most %d", held, len(event), maxEventBytes)
+	}
+	if _, err := w.Write([]byte("\n\n" + evDone)); err != nil {
+		t.Fatal(err)
+	}
+	if fw.body.String() != event+"\n\n"+evDone {
+		t.Error("the huge event did not reach the client unchanged")
+	}
+}
+
+// TestMeterSSEManyDataLines checks that while stripping, an event of many
+// data lines that do not (yet) form a chunk is relayed after a few, not
+// held (and re-parsed) to its end; it is still parsed once at its end.
+func TestMeterSSEManyDataLines(t *testing.T) {
+	fw := newFakeWriter(sse)
+	m := NewMeter(nil, "gpt-4", Estimate{Prompt: 40}, true)
+	w := NewResponseWriter(fw, m)
+	lines := []string{"data: {\"choices\":\n", "data: [{\"delta\":\n", "data: {\"content\":\n", "data: \"Hello\"\n", "data: }}]\n", "data: }\n"}
+	for i, l := range lines {
+		if _, err := w.Write([]byte(l)); err != nil {
+			t.Fatal(err)
+		}
+		if i == maxEarlyParses-1 && fw.body.Len() == 0 {
+			t.Fatalf("after %d data lines nothing was relayed; the event is held", maxEarlyParses)
+		}
+	}
+	if _, err := w.Write([]byte("\n" + evDone)); err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Join(lines, "") + "\n" + evDone; fw.body.String() != want {
+		t.Errorf("client got %q, want %q", fw.body.String(), want)
+	}
+	if u := m.Usage(true); u != (Usage{Prompt: 40, Completion: 1}) {
+		t.Errorf("Usage = %+v, want the event's \"Hello\" counted once at its end", u)
+	}
+}
+
+// TestMeterJSONLargeOutputWithoutUsage checks that a choices value beyond
+// its capture bound, with no usage reported, counts one token per four
+// bytes instead of being kept whole.
+func TestMeterJSONLargeOutputWithoutUsage(t *testing.T) {
+	choices := `[{"message":{"content":"` + strings.Repeat("word ", maxOutputBytes/4) + `"}}]`
+	fw := newFakeWriter(jsonType)
+	m := NewMeter(nil, "gpt-4", Estimate{Prompt: 40}, false)
+	if _, err := NewResponseWriter(fw, m).Write([]byte(`{"choices":` + choices + `,"model":"x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if want := (Usage{Prompt: 40, Completion: int64(len(choices)) / 4}); m.Usage(true) != want {
+		t.Errorf("Usage = %+v, want %+v", m.Usage(true), want)
+	}
+	if m.json.out != nil && cap(m.json.out) > maxOutputBytes+1 {
+		t.Errorf("kept %d bytes of output, want at most %d", cap(m.json.out), maxOutputBytes)
+	}
+}

@@ -10,6 +10,13 @@ const (
 	crDropped        // an event, stripped: its LF goes too
 )
 
+// maxEarlyParses bounds how many of an event's data lines are followed by
+// an attempt to parse its data so far while it is held back: every server
+// sends the usage chunk as one line, and trying after each of many lines
+// would cost time quadratic in the event's size. An event not decided by
+// then is relayed, and parsed once at its end.
+const maxEarlyParses = 4
+
 // sseState parses a text/event-stream body incrementally, whatever the
 // write boundaries, and when stripping holds back the bytes of an event that
 // may still be the usage-only chunk.
@@ -25,6 +32,9 @@ type sseState struct {
 	dataOver bool
 	// parsed is set once the current event's chunk was accounted.
 	parsed bool
+	// tries counts the current event's data lines after which its data was
+	// parsed early, to learn whether it is the usage chunk.
+	tries int
 
 	// holding: the current event's bytes are held in held, not relayed.
 	holding bool
@@ -108,7 +118,7 @@ func (s *sseState) endLine(m *Meter, out []byte, cr bool) []byte {
 	blank := s.lineLen == 0
 	if !blank {
 		s.field(m)
-		if m.strip && s.holding && !s.drop && s.parsed {
+		if m.strip && s.holding && !s.drop && (s.parsed || s.tries >= maxEarlyParses) {
 			out = s.release(out)
 		}
 		if cr {
@@ -135,8 +145,9 @@ func (s *sseState) endLine(m *Meter, out []byte, cr bool) []byte {
 }
 
 // field handles the complete non-blank line in s.line: a data line adds to
-// the event's data, which is parsed as soon as it is a complete JSON chunk.
-// Other fields (event, id, retry) and comments are relayed untouched.
+// the event's data, which while the event is held back is parsed as soon as
+// it is a complete JSON chunk, to decide whether to strip it. Other fields
+// (event, id, retry) and comments are relayed untouched.
 func (s *sseState) field(m *Meter) {
 	line, over := s.line, s.lineLen > len(s.line)
 	s.line, s.lineLen = s.line[:0], 0
@@ -151,7 +162,7 @@ func (s *sseState) field(m *Meter) {
 		value = value[1:]
 		value, _ = bytes.CutPrefix(value, []byte(" "))
 	}
-	if s.hasData {
+	if s.hasData && !s.dataOver {
 		s.data = append(s.data, '\n')
 	}
 	s.hasData = true
@@ -162,6 +173,10 @@ func (s *sseState) field(m *Meter) {
 		return
 	}
 	s.data = append(s.data, value...)
+	if !m.strip || !s.holding || s.tries >= maxEarlyParses {
+		return // parsed once, at the event's end
+	}
+	s.tries++
 	if bytes.Equal(s.data, []byte("[DONE]")) {
 		s.parsed = true
 		return
@@ -169,7 +184,7 @@ func (s *sseState) field(m *Meter) {
 	if c, ok := parseChunk(s.data); ok {
 		s.parsed = true
 		c.account(m)
-		s.drop = m.strip && s.holding && c.usageOnly()
+		s.drop = c.usageOnly()
 	}
 }
 
@@ -180,7 +195,7 @@ func (s *sseState) dispatch(m *Meter) {
 			c.account(m)
 		}
 	}
-	s.data, s.hasData, s.dataOver, s.parsed = s.data[:0], false, false, false
+	s.data, s.hasData, s.dataOver, s.parsed, s.tries = s.data[:0], false, false, false, 0
 }
 
 // finish accounts a final line and event the stream did not terminate.

@@ -16,7 +16,10 @@ const includeUsageMember = `"include_usage":true`
 // encoding/json decodes the body into a map: exact keys, the last duplicate
 // winning. It returns body and false when not applicable: not a JSON object,
 // not streaming, include_usage already true, or stream_options neither an
-// object nor null (which the upstream rejects anyway).
+// object nor null (which the upstream rejects anyway). stream_options is a
+// parameter of chat completions and completions: call AddStreamUsage for
+// those endpoints only (the Responses API reports usage in its
+// response.completed event without being asked).
 func AddStreamUsage(body []byte) ([]byte, bool) {
 	if !json.Valid(body) {
 		return body, false
