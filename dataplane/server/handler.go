@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -146,7 +147,8 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	strip := false
-	if tokensRT.includeUsage && est.Stream && !est.ClientAskedUsage {
+	// Only the chat and text completion APIs take stream_options.
+	if tokensRT.includeUsage && est.Stream && !est.ClientAskedUsage && strings.HasSuffix(r.URL.Path, "/completions") {
 		if out, ok := usage.AddStreamUsage(body.bytes()); ok {
 			body.replace(out)
 			r.ContentLength = int64(len(out))
