@@ -296,6 +296,7 @@ func TestOneTokenCallsSendNoAmounts(t *testing.T) {
 		{"take of cost 1", func() error { _, err := s.Take(t0, two(1)); return err }, plain},
 		{"peek of cost 1", func() error { _, err := s.Peek(t0, two(1)); return err }, plain},
 		{"refund", func() error { return s.Refund(t0, two(1)) }, plain},
+		{"refund of a costed batch", func() error { return s.Refund(t0, two(9)) }, plain}, // Refund gives one token back
 		{"take of cost 2", func() error { _, err := s.Take(t0, two(2)); return err }, plain + 2},
 		{"peek of cost 500", func() error { _, err := s.Peek(t0, two(500)); return err }, plain + 2},
 		{"adjust of 1", func() error { return s.Adjust(t0, two(1)) }, plain + 2},
