@@ -102,11 +102,9 @@ else
 end
 sec = tonumber(secs)
 local op, n = argv[1], #keys
--- amount(i) is bucket i's amount, or nil when the call sends none.
+-- costed: the call sends amounts (ARGV[3+3n+i]); a one-token call keeps
+-- its own branches, free of the extra arithmetic.
 local costed = #argv > 3 + 3 * n
-local function amount(i)
-  if costed then return tonumber(argv[3 + 3 * n + i]) end
-end
 -- vals[i] becomes bucket i's base seconds (a string) when it is known, or
 -- false when it is absent, which is the same as full.
 local vals = call('MGET', unpack(keys))
@@ -132,9 +130,13 @@ for i = 1, n do
   end
   if d < 0 then d = 0 end
   out[i + 1] = d
-  local w = tonumber(argv[2 + 3 * i])
-  local need = amount(i) or tonumber(argv[1 + 3 * i])
-  if d + min(need, w) - w > 0 then out[1] = 0 end
+  if costed then
+    -- The bucket must hold the charge, or be full when it exceeds the window.
+    local w = tonumber(argv[2 + 3 * i])
+    if d + min(tonumber(argv[3 + 3 * n + i]), w) - w > 0 then out[1] = 0 end
+  elseif d + tonumber(argv[1 + 3 * i]) - tonumber(argv[2 + 3 * i]) > 0 then
+    out[1] = 0
+  end
 end
 
 -- put stores bucket i as owing d nanoseconds from now (at most maxdebt), or
@@ -164,7 +166,11 @@ end
 
 if op == 't' then
   if out[1] == 1 then
-    for i = 1, n do put(i, out[i + 1] + (amount(i) or tonumber(argv[1 + 3 * i]))) end
+    if costed then
+      for i = 1, n do put(i, out[i + 1] + tonumber(argv[3 + 3 * n + i])) end
+    else
+      for i = 1, n do put(i, out[i + 1] + tonumber(argv[1 + 3 * i])) end
+    end
     return out
   end
 elseif op == 'r' then
@@ -174,7 +180,7 @@ elseif op == 'r' then
   return out
 elseif op == 'a' then
   for i = 1, n do
-    local a, d = amount(i), out[i + 1]
+    local a, d = tonumber(argv[3 + 3 * n + i]), out[i + 1]
     if a > 0 then
       local ceiling = math.max(d, CEILING_WINDOWS * tonumber(argv[2 + 3 * i]))
       put(i, min(d + min(a, ceiling), ceiling))

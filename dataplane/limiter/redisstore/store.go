@@ -482,7 +482,7 @@ func (s *Store) do(now time.Time, b *limiter.Batch, op string) (limiter.Decision
 		k.b = append(append(k.b[:0], s.dimPrefix[r.Dimension]...), r.Key...)
 		a.cmd[3+i] = k
 		copy(args[3+3*i:6+3*i], s.shapeArgs(r.Dimension, iv, w)[:])
-		if op == OpAdjust || r.Cost > 1 {
+		if op == OpAdjust || (op != OpRefund && r.Cost > 1) {
 			nargs = 3 + 4*n // a costed call: every bucket gets an amount
 		}
 	}

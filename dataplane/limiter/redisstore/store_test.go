@@ -157,6 +157,14 @@ func TestOnePolicyOneClusterSlot(t *testing.T) {
 	if d, err := cs.Take(time.Now(), b); err != nil || !d.Allowed {
 		t.Fatalf("a four-bucket take on Redis Cluster: %+v, %v", d, err)
 	}
+	tokens := costBatch(300, bucket{limiter.DimensionAPIKeyTokens, "k", lim(1000, time.Minute, 0)}, bucket{limiter.DimensionUserTokens, "u", lim(1000, time.Minute, 0)},
+		bucket{limiter.DimensionTeamTokens, "t", lim(1000, time.Minute, 0)}, bucket{limiter.DimensionModelTokens, "m{x}", lim(1000, time.Minute, 0)})
+	if d, err := cs.Take(time.Now(), tokens); err != nil || !d.Allowed || d.Tightest.Remaining != 700 {
+		t.Fatalf("a four-bucket token take on Redis Cluster: %+v, %v", d, err)
+	}
+	if err := cs.Adjust(time.Now(), tokens); err != nil {
+		t.Fatalf("a four-bucket adjust on Redis Cluster: %v", err)
+	}
 	// The same four keys without the shared tag are refused: the layout,
 	// not luck, keeps the batch in one slot.
 	err := cc.Eval(ctx, "return 1", []string{"fq:api_key:k", "fq:user:u", "fq:team:t", "fq:model:m"}).Err()

@@ -296,6 +296,7 @@ func TestOneTokenCallsSendNoAmounts(t *testing.T) {
 		{"take of cost 1", func() error { _, err := s.Take(t0, two(1)); return err }, plain},
 		{"peek of cost 1", func() error { _, err := s.Peek(t0, two(1)); return err }, plain},
 		{"refund", func() error { return s.Refund(t0, two(1)) }, plain},
+		{"refund of a costed batch", func() error { return s.Refund(t0, two(9)) }, plain}, // Refund gives one token back
 		{"take of cost 2", func() error { _, err := s.Take(t0, two(2)); return err }, plain + 2},
 		{"peek of cost 500", func() error { _, err := s.Peek(t0, two(500)); return err }, plain + 2},
 		{"adjust of 1", func() error { return s.Adjust(t0, two(1)) }, plain + 2},
@@ -308,5 +309,81 @@ func TestOneTokenCallsSendNoAmounts(t *testing.T) {
 		if len(h.counts) != 1 || h.counts[0] != tc.want {
 			t.Errorf("%s sent EVALSHA commands of %v arguments, want one of %d", tc.name, h.counts, tc.want)
 		}
+	}
+}
+
+// TestLimiterTokenBudgetOnEveryBackend runs the data plane's token path
+// (Limiter.TakeTokens, SettleTokens, PeekTokens beside request-count
+// admission, with a per-model token override) on every backend: each must
+// decide every step exactly as the memory store does.
+func TestLimiterTokenBudgetOnEveryBackend(t *testing.T) {
+	cfg := limiter.Config{
+		User:                &limiter.Limit{Requests: 100, Period: time.Minute},
+		UserTokens:          &limiter.Limit{Requests: 1000, Period: time.Minute},
+		ModelTokens:         &limiter.Limit{Requests: 10000, Period: time.Minute},
+		ModelTokenOverrides: map[string]limiter.Limit{"small": {Requests: 600, Period: time.Minute}},
+	}
+	keys := limiter.Keys{APIKey: "k", User: "alice", Team: "t", Model: "small"}
+	type step struct {
+		at     time.Duration
+		op     string // "take", "tokens", "settle", "peek"
+		n      int64
+		expect func(d limiter.Decision) bool // nil: only compared with memory
+	}
+	refusedBy := func(dim limiter.Dimension, retry time.Duration) func(limiter.Decision) bool {
+		return func(d limiter.Decision) bool { return !d.Allowed && d.LimitType == dim && d.RetryAfter == retry }
+	}
+	steps := []step{
+		{op: "take", expect: func(d limiter.Decision) bool { return d.Allowed && d.Tightest.Dimension == limiter.DimensionUser }},
+		{op: "tokens", n: 500, expect: func(d limiter.Decision) bool { return d.Allowed && d.Tightest.Remaining == 100 }},
+		// 100 left in the model's 600; 300 more refill in 30s.
+		{op: "tokens", n: 400, expect: refusedBy(limiter.DimensionModelTokens, 30*time.Second)},
+		{op: "settle", n: -300}, // the 500 reserved used 200
+		{op: "tokens", n: 400, expect: func(d limiter.Decision) bool { return d.Allowed && d.Tightest.Remaining == 0 }},
+		{op: "settle", n: 250}, // and that one used 650: the model bucket owes 250
+		{at: 10 * time.Second, op: "peek", n: 1, expect: refusedBy(limiter.DimensionModelTokens, 15*time.Second+100*time.Millisecond)},
+		{at: 10 * time.Second, op: "take", expect: func(d limiter.Decision) bool { return d.Allowed }},
+	}
+	var want []limiter.Decision
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			s, setTime := be.open(t)
+			l, err := limiter.New(cfg, limiter.Options{Store: s})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []limiter.Decision
+			for i, st := range steps {
+				now := t0.Add(st.at)
+				setTime(now)
+				var d limiter.Decision
+				switch st.op {
+				case "take":
+					d, err = l.TakeIdentity(now, keys)
+				case "tokens":
+					d, err = l.TakeTokens(now, keys, st.n)
+				case "peek":
+					d, err = l.PeekTokens(now, keys, st.n)
+				case "settle":
+					err = l.SettleTokens(now, keys, st.n)
+				}
+				if err != nil {
+					t.Fatalf("step %d (%s %d): %v", i, st.op, st.n, err)
+				}
+				if st.expect != nil && !st.expect(d) {
+					t.Fatalf("step %d (%s %d): unexpected decision %+v", i, st.op, st.n, d)
+				}
+				got = append(got, d)
+			}
+			if want == nil {
+				want = got // the memory store runs first
+				return
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("step %d (%s %d): %+v, memory store says %+v", i, steps[i].op, steps[i].n, got[i], want[i])
+				}
+			}
+		})
 	}
 }
