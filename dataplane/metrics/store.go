@@ -25,7 +25,7 @@ import (
 
 // Names of the shared limiter store's metrics.
 const (
-	// StoreLatencyName is the histogram of Redis round trips, by op (take, peek, refund).
+	// StoreLatencyName is the histogram of Redis round trips, by op (take, peek, refund, adjust).
 	StoreLatencyName = "rate_limit_store_latency_seconds"
 	// StoreErrorsName counts failed store calls by kind (timeout,
 	// connection, reply, down).
@@ -50,7 +50,7 @@ var StoreLatencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.00
 // storeOps and storeErrorKinds are the fixed label values; anything else is
 // recorded as "unknown".
 var (
-	storeOps        = [...]string{"take", "peek", "refund"}
+	storeOps        = [...]string{"take", "peek", "refund", "adjust"}
 	storeErrorKinds = [...]string{"timeout", "connection", "reply", "down"}
 )
 

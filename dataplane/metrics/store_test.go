@@ -69,7 +69,7 @@ rate_limit_live_replicas 3
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), StoreErrorsName, StoreFallbackName, StoreUpName, StoreTransitionsName, LiveReplicasName); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(m.latencyVec); n != 4 {
-		t.Fatalf("%d latency series, want take, peek, refund and unknown", n)
+	if n := testutil.CollectAndCount(m.latencyVec); n != 5 {
+		t.Fatalf("%d latency series, want take, peek, refund, adjust and unknown", n)
 	}
 }
