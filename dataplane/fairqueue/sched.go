@@ -109,6 +109,7 @@ type waiter struct {
 	estimate   int64
 	interval   int64
 	cost       uint64 // within [1, MaxCost]
+	size       uint64 // within [1, MaxCost]; holds its keys when above 1
 
 	state    waiterState
 	admitted bool
@@ -162,7 +163,7 @@ type tenant struct {
 func (t *tenant) tag() uint64 { return t.start + t.stride*t.head.cost }
 
 // keyState counts waiters and running attempts for one limit key, and holds
-// the key for a waiter of cost above 1 that was refused on it (see hold).
+// the key for a waiter of size above 1 that was refused on it (see hold).
 type keyState struct {
 	waiters  int
 	inFlight int
@@ -325,13 +326,13 @@ func positionOf(k int, upTo, c uint64, w, sumW int, meanCost float64) (pos int, 
 
 // enqueue adds a request arriving at now, or refuses it with the reason and
 // the position it would have had. deadline is absolute (noDeadline for none);
-// MaxWait from now is applied on top. cost is the request's Cost (normalized
-// by costOf). interval is the time the contended bucket needs to refill what
+// MaxWait from now is applied on top. cost and size are the request's Cost
+// and Size (normalized by costOf; size 0 means cost). interval is the time the contended bucket needs to refill what
 // the request takes; until grants have been measured, every grant is taken
 // to be like this one and to take interval. The estimate is the request's
 // Retry-After plus the time the grants expected before it take by the grant
 // model: the grants times alpha plus their cost times beta.
-func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadline, retryAfter, interval, cost int64) (*waiter, Reason, int, int64) {
+func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadline, retryAfter, interval, cost, size int64) (*waiter, Reason, int, int64) {
 	if mw := now + int64(s.bounds.MaxWait); mw < deadline {
 		deadline = mw
 	}
@@ -382,6 +383,10 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 	w.enqueuedAt, w.readyAt, w.deadline = now, now+retryAfter, deadline
 	w.retryAfter, w.position, w.estimate, w.cost = retryAfter, pos, est, c
 	w.interval = max(interval, 0)
+	w.size = c
+	if size > 0 {
+		w.size = costOf(size)
+	}
 	w.state = stateQueued
 
 	if t.tail == nil {
@@ -697,7 +702,7 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 	w.readyAt = now + retryAfter
 	w.state = stateQueued
 	s.deadlines.push(w)
-	if w.cost > 1 {
+	if w.size > 1 {
 		s.hold(w, now)
 	}
 	t.place = placeNone
@@ -705,21 +710,25 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 	return outcomeRequeued
 }
 
-// hold reserves the keys of w, a waiter of cost above 1 just refused at now,
+// hold reserves the keys of w, a waiter of size above 1 just refused at now,
 // against tenants behind it in the fair order (or tied with it), until its
 // ready time but for at most holdSlack times the time a grant of its cost
-// takes by the grant model (before any measurement, its Interval), and at
-// least minRetry. Without it, smaller requests would drain the tokens a
+// takes, and at least minRetry. That time is the largest of its Interval,
+// the grant model's, and its cost at the measured mean time per unit of
+// cost: until grants of several sizes have been measured, the model cannot
+// tell whether time grows with cost, and the large request may never have
+// been granted. Without a hold, smaller requests would drain the tokens a
 // larger one waits to accumulate and starve it; the cap keeps a waiter
 // refused by its own, tighter limit from stalling the others for much longer
 // than its own grant would take. A key keeps the hold of the waiter furthest
 // ahead in the fair order.
 func (s *sched) hold(w *waiter, now int64) {
+	c := float64(w.cost)
 	budget := float64(w.interval)
-	if alpha, beta, _, ok := s.grantModel(); ok {
-		budget = holdSlack * (alpha + beta*float64(w.cost))
+	if alpha, beta, meanCost, ok := s.grantModel(); ok {
+		budget = max(budget, alpha+beta*c, s.grants.dt/meanCost*c)
 	}
-	budget = max(min(budget, float64(maxEstimate)), float64(minRetry))
+	budget = max(min(holdSlack*budget, float64(maxEstimate)), float64(minRetry))
 	until := min(w.readyAt, now+int64(budget))
 	if until <= now {
 		return

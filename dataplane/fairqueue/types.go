@@ -174,6 +174,15 @@ type Request struct {
 	// request reserves). 0 or less means 1; values above MaxCost count as
 	// MaxCost. Correct it after the fact with Queue.Adjust.
 	Cost int64
+	// Size is what Attempt takes from the limit the request waits for, in
+	// that limit's units (on a token bucket, the tokens it reserves); 0 or
+	// less means Cost, values above MaxCost count as MaxCost. A request of
+	// Size above 1 refused by the limit holds its LimitKeys against requests
+	// behind it in the fair order until its Retry-After (for at most twice
+	// its Interval or its measured grant time), so smaller requests cannot
+	// drain the tokens it waits for and starve it. Set it when Cost is 1 (fair
+	// in requests) but the limit is charged by size.
+	Size int64
 }
 
 // MaxCost is the largest Request.Cost the scheduler distinguishes; larger
