@@ -273,11 +273,15 @@ func (g *grantStats) add(c, dt float64) {
 // A limit counting requests spaces grants evenly whatever their cost (beta
 // 0); a limit charged by cost spaces them by cost (alpha 0). With equal
 // costs the two cannot be told apart and need not be: alpha is the measured
-// spacing. ok is false before any measurement.
+// spacing. The statistics are kept from the first grant of a cost other than
+// 1 on; until then every grant cost 1. ok is false before any measurement.
 func (s *sched) grantModel() (alpha, beta, meanCost float64, ok bool) {
 	g := &s.grants
-	if s.spacing <= 0 || !g.set {
+	if s.spacing <= 0 {
 		return 0, 0, 0, false
+	}
+	if !g.set {
+		return s.spacing, 0, 1, true
 	}
 	if v := g.cc - g.c*g.c; v > 1e-6*g.c*g.c {
 		beta = (g.cdt - g.c*g.dt) / v
@@ -303,25 +307,27 @@ func (s *sched) grantModel() (alpha, beta, meanCost float64, ok bool) {
 // that are not the tenant's, whose mean cost is upTo/k, at the overall mean.
 // With unit costs the position is ceil(k*sumW/w).
 func positionOf(k int, upTo, c uint64, w, sumW int, meanCost float64) (pos int, grantsAhead, costAhead float64) {
-	if upTo == uint64(k) && meanCost == 1 {
-		// Unit costs (the common case, kept to one division).
-		grantsAhead = float64(k)*float64(sumW)/float64(w) - 1
-		costAhead = grantsAhead
-	} else {
-		others := float64(upTo) * float64(sumW-w) / float64(w)
-		grantsAhead = float64(k - 1)
-		if sumW > w {
-			// Grants per unit of the others' cost.
-			perUnit := (float64(sumW)/meanCost - float64(w)*float64(k)/float64(upTo)) / float64(sumW-w)
-			if !(perUnit > 0) {
-				perUnit = 1 / meanCost
-			}
-			grantsAhead += others * min(perUnit, 1)
+	others := float64(upTo) * float64(sumW-w) / float64(w)
+	grantsAhead = float64(k - 1)
+	if sumW > w {
+		// Grants per unit of the others' cost.
+		perUnit := (float64(sumW)/meanCost - float64(w)*float64(k)/float64(upTo)) / float64(sumW-w)
+		if !(perUnit > 0) {
+			perUnit = 1 / meanCost
 		}
-		costAhead = float64(upTo-c) + others
+		grantsAhead += others * min(perUnit, 1)
 	}
+	costAhead = float64(upTo-c) + others
 	p := math.Ceil(grantsAhead + 1 - 1e-9)
 	return int(min(max(p, 1), math.MaxInt32)), grantsAhead, costAhead
+}
+
+// unitPositionOf is positionOf for unit costs (the common case, kept small
+// enough to inline): the k-th waiter's position ceil(k*sumW/w) and the
+// grants ahead of it, k*sumW/w - 1.
+func unitPositionOf(k, w, sumW int) (int, float64) {
+	grants := float64(k) * float64(sumW) / float64(w)
+	return int(math.Ceil(grants - 1e-9)), grants - 1
 }
 
 // enqueue adds a request arriving at now, or refuses it with the reason and
@@ -355,7 +361,14 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 		// Nothing measured yet: take every grant to be like this one.
 		alpha, beta, meanCost = float64(max(interval, 0)), 0, float64(c)
 	}
-	pos, grantsAhead, costAhead := positionOf(k, upTo, c, weight, sumW, meanCost)
+	var pos int
+	var grantsAhead, costAhead float64
+	if upTo == uint64(k) && meanCost == 1 {
+		pos, grantsAhead = unitPositionOf(k, weight, sumW)
+		costAhead = grantsAhead
+	} else {
+		pos, grantsAhead, costAhead = positionOf(k, upTo, c, weight, sumW, meanCost)
+	}
 	wait := min(alpha*grantsAhead+beta*costAhead, float64(maxEstimate))
 	// A request that waits is never estimated at 0: even the first in line
 	// waits for the scheduler to grant it.
@@ -620,31 +633,18 @@ func (s *sched) next(now int64) *waiter {
 		t.place = placeNone
 		s.place(t, now)
 	}
-	var t *tenant
-	var w *waiter
-	for {
-		if s.ready.len() == 0 {
+	if s.holds > 0 {
+		s.parkHeld(now)
+	}
+	if s.ready.len() == 0 {
+		return nil
+	}
+	t := s.ready.top()
+	w := t.head
+	for _, ks := range w.ks {
+		if ks.inFlight > 0 {
 			return nil
 		}
-		t = s.ready.top()
-		w = t.head
-		for _, ks := range w.ks {
-			if ks.inFlight > 0 {
-				return nil
-			}
-		}
-		if s.holds == 0 {
-			break
-		}
-		until := s.heldFor(w, now)
-		if until <= now {
-			break
-		}
-		// A key is held for a waiter ahead in the fair order: park the
-		// tenant until the hold ends, keeping its tags.
-		s.ready.pop()
-		t.place = placePending
-		s.pending.push(t, uint64(until))
 	}
 	s.ready.pop()
 	t.place = placeInFlight
@@ -687,7 +687,9 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 			} else {
 				s.spacing += spacingWeight * (dt - s.spacing)
 			}
-			s.grants.add(float64(w.cost), dt)
+			if w.cost != 1 || s.grants.set {
+				s.grants.add(float64(w.cost), dt)
+			}
 		}
 		s.finish(w, now, true, "")
 		s.lastGrant, s.lastGrantSet = now, s.depth > 0
@@ -726,7 +728,11 @@ func (s *sched) hold(w *waiter, now int64) {
 	c := float64(w.cost)
 	budget := float64(w.interval)
 	if alpha, beta, meanCost, ok := s.grantModel(); ok {
-		budget = max(budget, alpha+beta*c, s.grants.dt/meanCost*c)
+		meanDt := s.spacing
+		if s.grants.set {
+			meanDt = s.grants.dt
+		}
+		budget = max(budget, alpha+beta*c, meanDt/meanCost*c)
 	}
 	budget = max(min(holdSlack*budget, float64(maxEstimate)), float64(minRetry))
 	until := min(w.readyAt, now+int64(budget))
@@ -742,6 +748,29 @@ func (s *sched) hold(w *waiter, now int64) {
 			continue
 		}
 		ks.holder, ks.holdUntil, ks.holdTag = w, until, tag
+	}
+}
+
+// parkHeld moves ready tenants whose head needs a key held for a waiter
+// ahead of it in the fair order from the top of the ready heap to the
+// pending heap, keyed by the end of the hold and keeping their tags, until
+// the top tenant's head is not held (or is blocked by a running attempt,
+// which next handles).
+func (s *sched) parkHeld(now int64) {
+	for s.ready.len() > 0 {
+		t := s.ready.top()
+		for _, ks := range t.head.ks {
+			if ks.inFlight > 0 {
+				return
+			}
+		}
+		until := s.heldFor(t.head, now)
+		if until <= now {
+			return
+		}
+		s.ready.pop()
+		t.place = placePending
+		s.pending.push(t, uint64(until))
 	}
 }
 

@@ -406,6 +406,11 @@ func TestPositionOf(t *testing.T) {
 			if got != tc.want || !near(grants, tc.wantGrants) || !near(cost, tc.wantCostAh) {
 				t.Errorf("positionOf = %d, %v grants, %v cost ahead; want %d, %v, %v", got, grants, cost, tc.want, tc.wantGrants, tc.wantCostAh)
 			}
+			if tc.upTo == uint64(tc.k) && tc.meanCost == 1 {
+				if got, grants := unitPositionOf(tc.k, tc.w, tc.sumW); got != tc.want || !near(grants, tc.wantGrants) {
+					t.Errorf("unitPositionOf = %d, %v grants; want %d, %v", got, grants, tc.want, tc.wantGrants)
+				}
+			}
 		})
 	}
 }
