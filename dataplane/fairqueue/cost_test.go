@@ -206,17 +206,23 @@ func backlog(t *testing.T, s *sched, costs map[string]int64, order []string, dep
 // returns the tenants in grant order as a string of their names.
 func grantSeq(t *testing.T, s *sched, costs map[string]int64, n int) string {
 	t.Helper()
+	return grantSeqAt(t, s, 0, costs, n)
+}
+
+// grantSeqAt is grantSeq at time now.
+func grantSeqAt(t *testing.T, s *sched, now int64, costs map[string]int64, n int) string {
+	t.Helper()
 	var seq strings.Builder
 	for range n {
-		w := s.next(0)
+		w := s.next(now)
 		if w == nil {
 			t.Fatalf("no grant with every tenant backlogged")
 		}
 		tn := w.tenant
 		seq.WriteString(tn)
-		s.complete(0, w, true, 0, nil)
+		s.complete(now, w, true, 0, nil)
 		s.release(w)
-		if _, reason, _, _ := s.enqueue(0, tn, "user", lk("k"), noDeadline, 0, 0, costs[tn], 0); reason != "" {
+		if _, reason, _, _ := s.enqueue(now, tn, "user", lk("k"), noDeadline, 0, 0, costs[tn], 0); reason != "" {
 			t.Fatalf("re-enqueue %s refused: %s", tn, reason)
 		}
 	}
@@ -266,6 +272,50 @@ func TestAdjust(t *testing.T) {
 			}
 			if got := grantSeq(t, s, tc.costs, len(tc.want)); got != tc.want {
 				t.Errorf("after %q and Adjust(%s, %d): grants %q, want %q", warm, tc.tenant, tc.delta, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestAdjustDuringAttempt: a correction that arrives while the tenant's next
+// attempt runs (the settle of an earlier grant) survives that attempt's
+// outcome, admitted or refused.
+func TestAdjustDuringAttempt(t *testing.T) {
+	costs := map[string]int64{"a": 1, "b": 1}
+	cases := []struct {
+		name     string
+		admitted bool
+		delta    int64
+		want     string
+	}{
+		{name: "admitted, no correction", admitted: true, want: "babababa"},
+		// a's attempt was granted at tag 3 and moved 4 later: b gets 3..7.
+		{name: "admitted, a used 4 more", admitted: true, delta: 4, want: "bbbbbaba"},
+		{name: "refused, no correction", want: "ababab"},
+		{name: "refused, a used 4 more", delta: 4, want: "bbbbabab"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSched(Bounds{}, Weights{Default: 1})
+			backlog(t, s, costs, []string{"a", "b"}, 2)
+			grantSeq(t, s, costs, 4)
+			w := s.next(0)
+			if w == nil || w.tenant != "a" {
+				t.Fatalf("want a granted, got %v", w)
+			}
+			s.adjust("a", tc.delta)
+			now := int64(0)
+			if tc.admitted {
+				s.complete(now, w, true, 0, nil)
+				s.release(w)
+				s.enqueue(now, "a", "user", lk("k"), noDeadline, 0, 0, 1, 0)
+			} else {
+				// Refused for 1ms, during which b waits out a refusal too.
+				s.complete(now, w, false, ms, nil)
+				now = ms
+			}
+			if got := grantSeqAt(t, s, now, costs, len(tc.want)); got != tc.want {
+				t.Errorf("grants %q, want %q", got, tc.want)
 			}
 		})
 	}

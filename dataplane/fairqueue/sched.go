@@ -148,9 +148,13 @@ type tenant struct {
 	depth      int
 	queuedCost uint64 // sum of the costs of its waiters
 	lastCost   uint64 // cost of its last admitted grant; 0 before any
-	place      tenantPlace
-	heapIdx    int
-	seq        uint64
+	// flightAdj is the sum of the corrections (in strides, within
+	// +-MaxCost) made while its attempt runs, applied to the finish tag if
+	// the attempt is admitted.
+	flightAdj int64
+	place     tenantPlace
+	heapIdx   int
+	seq       uint64
 	// idlePrev and idleNext link the idle list while the queue is empty.
 	idlePrev, idleNext *tenant
 	idle               bool  // on the idle list
@@ -648,6 +652,7 @@ func (s *sched) next(now int64) *waiter {
 	}
 	s.ready.pop()
 	t.place = placeInFlight
+	t.flightAdj = 0
 	s.deadlines.remove(w)
 	w.state = stateGranted
 	s.inFlight++
@@ -677,6 +682,11 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 		t.finish = t.tag()
 		t.lastCost = w.cost
 		s.vnow = vmax(s.vnow, t.start)
+		if t.flightAdj != 0 {
+			// Corrections made during the attempt move its finish tag,
+			// not the virtual time.
+			t.finish = s.moveTag(t, t.finish, t.flightAdj)
+		}
 		if s.vnow-s.swept >= sweepEvery {
 			s.sweep()
 		}
@@ -1005,10 +1015,11 @@ func (s *sched) setWeights(w Weights) {
 // later, yet a tenant whose reservations always exceed its usage is charged
 // its usage. A positive one never takes a tag beyond maxLead ahead of the
 // virtual time. A ready tenant moves in the ready heap; for one whose
-// attempt runs, its start tag moves too, so the correction survives the
-// attempt's outcome. An untracked tenant (never seen, evicted, or queued in
-// an overflow queue) is left alone. It reports whether the ready heap
-// changed.
+// attempt runs, the correction is also kept aside and applied to the finish
+// tag of that attempt if it is admitted, so it survives the attempt's
+// outcome without moving the virtual time. An untracked tenant (never seen,
+// evicted, or queued in an overflow queue) is left alone. It reports
+// whether the ready heap changed.
 func (s *sched) adjust(tenantKey string, delta int64) bool {
 	t := s.tenants[tenantKey]
 	if t == nil || delta == 0 {
@@ -1022,7 +1033,7 @@ func (s *sched) adjust(tenantKey string, delta int64) bool {
 		s.ready.fix(t.heapIdx, t.tag())
 		return true
 	case placeInFlight:
-		t.start = s.moveTag(t, t.start, delta)
+		t.flightAdj = min(max(t.flightAdj+delta, -MaxCost), MaxCost)
 	}
 	return false
 }
