@@ -148,18 +148,19 @@ type tenant struct {
 	depth      int
 	queuedCost uint64 // sum of the costs of its waiters
 	lastCost   uint64 // cost of its last admitted grant; 0 before any
-	// flightAdj is the sum of the corrections (in strides, within
-	// +-MaxCost) made while its attempt runs, applied to the finish tag if
-	// the attempt is admitted.
-	flightAdj int64
-	place     tenantPlace
-	heapIdx   int
-	seq       uint64
+	place      tenantPlace
+	heapIdx    int
+	seq        uint64
 	// idlePrev and idleNext link the idle list while the queue is empty.
 	idlePrev, idleNext *tenant
 	idle               bool  // on the idle list
 	idleSince          int64 // when the queue last emptied
 	overflow           bool
+
+	// flightAdj is the sum of the corrections (in strides, within
+	// +-MaxCost) made while its attempt runs, applied to the finish tag if
+	// the attempt is admitted.
+	flightAdj int64
 }
 
 // tag is the virtual finish tag of the tenant's next grant: its start tag
@@ -652,7 +653,6 @@ func (s *sched) next(now int64) *waiter {
 	}
 	s.ready.pop()
 	t.place = placeInFlight
-	t.flightAdj = 0
 	s.deadlines.remove(w)
 	w.state = stateGranted
 	s.inFlight++
@@ -675,6 +675,7 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 	}
 	switch {
 	case err != nil:
+		t.flightAdj = 0
 		w.err = err
 		s.finish(w, now, false, "")
 		return outcomeError
@@ -686,6 +687,7 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 			// Corrections made during the attempt move its finish tag,
 			// not the virtual time.
 			t.finish = s.moveTag(t, t.finish, t.flightAdj)
+			t.flightAdj = 0
 		}
 		if s.vnow-s.swept >= sweepEvery {
 			s.sweep()
@@ -705,6 +707,7 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 		s.lastGrant, s.lastGrantSet = now, s.depth > 0
 		return outcomeAdmitted
 	}
+	t.flightAdj = 0 // already applied to the finish tag it re-enters from
 	retryAfter = max(retryAfter, minRetry)
 	w.retryAfter = retryAfter
 	if now+retryAfter >= w.deadline {
@@ -826,6 +829,7 @@ func (s *sched) cancel(now int64, w *waiter) {
 		for _, ks := range w.ks {
 			ks.inFlight--
 		}
+		w.t.flightAdj = 0
 	default:
 		return
 	}
