@@ -65,8 +65,8 @@ func (r costRun) shares() (req, cost []float64) {
 // runCostBacklogged keeps every tenant backlogged with depth waiters of its
 // size on one shared limit for d of simulated time. With chargeCost the
 // queue charges each grant its size (cost Tokens), otherwise 1 (cost
-// Requests).
-func runCostBacklogged(t *testing.T, weights []int, sizes []int64, limit limitKind, chargeCost bool, d time.Duration) costRun {
+// Requests); with sized, the requests tell the queue their Size.
+func runCostBacklogged(t *testing.T, weights []int, sizes []int64, limit limitKind, chargeCost, sized bool, d time.Duration) costRun {
 	t.Helper()
 	m := newSim(t, Bounds{MaxWait: time.Hour}, weightsFor(weights), time.Millisecond)
 	burst := int64(0)
@@ -82,11 +82,14 @@ func runCostBacklogged(t *testing.T, weights []int, sizes []int64, limit limitKi
 	}
 	run := costRun{requests: make([]int, len(sizes)), cost: make([]int64, len(sizes))}
 	enqueue := func(i int) {
-		cost := int64(1)
+		cost, size := int64(1), int64(0)
 		if chargeCost {
 			cost = sizes[i]
 		}
-		if _, reason, _, _ := m.s.enqueue(m.now, tenantName(i), "user", m.key, noDeadline, 0, 0, cost); reason != "" {
+		if sized {
+			size = sizes[i]
+		}
+		if _, reason, _, _ := m.s.enqueue(m.now, tenantName(i), "user", m.key, noDeadline, 0, 0, cost, size); reason != "" {
 			t.Fatalf("tenant %d refused: %s", i, reason)
 		}
 	}
@@ -135,10 +138,12 @@ func weightShares(ws []int) []float64 {
 // sizes get their weighted share of the cost (tokens) when the queue charges
 // by cost, whether the limit they contend for is charged by size or counts
 // requests. Charged one per request (cost Requests), they get unequal tokens,
-// the negative control showing that cost matters: on a limit counting
-// requests they get their weighted share of the requests; on a limit charged
-// by size the small requests also pass while a large one waits for its
-// tokens (unit costs never hold keys, so the Requests mode is unchanged).
+// the negative control showing that cost matters: they get their weighted
+// share of the requests on a limit counting requests, and on a limit charged
+// by size when the requests tell their Size (so a large one holds the limit
+// while it waits for its tokens); without Size, the small requests also pass
+// while a large one waits (requests of size 1 never hold keys, so the
+// Requests mode without Size is unchanged).
 func TestTokenWeightedFairness(t *testing.T) {
 	const tol = 0.05
 	cases := []struct {
@@ -147,6 +152,7 @@ func TestTokenWeightedFairness(t *testing.T) {
 		sizes      []int64
 		limit      limitKind
 		chargeCost bool
+		sized      bool // requests tell the queue their Size
 		// With cost Requests: whether the requests are shared by weight.
 		fairRequests bool
 	}{
@@ -154,6 +160,8 @@ func TestTokenWeightedFairness(t *testing.T) {
 		{name: "equal weights, sizes 10 and 1, request limit, cost Tokens", weights: []int{1, 1}, sizes: []int64{10, 1}, limit: requestLimit, chargeCost: true},
 		{name: "equal weights, sizes 10 and 1, request limit, cost Requests", weights: []int{1, 1}, sizes: []int64{10, 1}, limit: requestLimit, fairRequests: true},
 		{name: "equal weights, sizes 10 and 1, token limit, cost Requests", weights: []int{1, 1}, sizes: []int64{10, 1}, limit: tokenLimit},
+		{name: "equal weights, sizes 10 and 1, token limit, cost Requests with Size", weights: []int{1, 1}, sizes: []int64{10, 1}, limit: tokenLimit, sized: true, fairRequests: true},
+		{name: "weights 1,2,3, sizes 5, 1 and 12, token limit, cost Requests with Size", weights: []int{1, 2, 3}, sizes: []int64{5, 1, 12}, limit: tokenLimit, sized: true, fairRequests: true},
 		{name: "weights 1:3, sizes 4 and 7, token limit, cost Tokens", weights: []int{1, 3}, sizes: []int64{4, 7}, limit: tokenLimit, chargeCost: true},
 		{name: "weights 1:3, sizes 10 and 1, token limit, cost Tokens", weights: []int{1, 3}, sizes: []int64{10, 1}, limit: tokenLimit, chargeCost: true},
 		{name: "weights 1:3, sizes 10 and 1, request limit, cost Requests", weights: []int{1, 3}, sizes: []int64{10, 1}, limit: requestLimit, fairRequests: true},
@@ -161,7 +169,7 @@ func TestTokenWeightedFairness(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			run := runCostBacklogged(t, tc.weights, tc.sizes, tc.limit, tc.chargeCost, 21*time.Second)
+			run := runCostBacklogged(t, tc.weights, tc.sizes, tc.limit, tc.chargeCost, tc.sized, 21*time.Second)
 			req, cost := run.shares()
 			t.Logf("requests %v (shares %.4f), cost %v (shares %.4f)", run.requests, req, run.cost, cost)
 			want := weightShares(tc.weights)
@@ -186,7 +194,7 @@ func backlog(t *testing.T, s *sched, costs map[string]int64, order []string, dep
 	t.Helper()
 	for range depth {
 		for _, tn := range order {
-			if _, reason, _, _ := s.enqueue(0, tn, "user", lk("k"), noDeadline, 0, 0, costs[tn]); reason != "" {
+			if _, reason, _, _ := s.enqueue(0, tn, "user", lk("k"), noDeadline, 0, 0, costs[tn], 0); reason != "" {
 				t.Fatalf("enqueue %s refused: %s", tn, reason)
 			}
 		}
@@ -198,17 +206,23 @@ func backlog(t *testing.T, s *sched, costs map[string]int64, order []string, dep
 // returns the tenants in grant order as a string of their names.
 func grantSeq(t *testing.T, s *sched, costs map[string]int64, n int) string {
 	t.Helper()
+	return grantSeqAt(t, s, 0, costs, n)
+}
+
+// grantSeqAt is grantSeq at time now.
+func grantSeqAt(t *testing.T, s *sched, now int64, costs map[string]int64, n int) string {
+	t.Helper()
 	var seq strings.Builder
 	for range n {
-		w := s.next(0)
+		w := s.next(now)
 		if w == nil {
 			t.Fatalf("no grant with every tenant backlogged")
 		}
 		tn := w.tenant
 		seq.WriteString(tn)
-		s.complete(0, w, true, 0, nil)
+		s.complete(now, w, true, 0, nil)
 		s.release(w)
-		if _, reason, _, _ := s.enqueue(0, tn, "user", lk("k"), noDeadline, 0, 0, costs[tn]); reason != "" {
+		if _, reason, _, _ := s.enqueue(now, tn, "user", lk("k"), noDeadline, 0, 0, costs[tn], 0); reason != "" {
 			t.Fatalf("re-enqueue %s refused: %s", tn, reason)
 		}
 	}
@@ -263,6 +277,50 @@ func TestAdjust(t *testing.T) {
 	}
 }
 
+// TestAdjustDuringAttempt: a correction that arrives while the tenant's next
+// attempt runs (the settle of an earlier grant) survives that attempt's
+// outcome, admitted or refused.
+func TestAdjustDuringAttempt(t *testing.T) {
+	costs := map[string]int64{"a": 1, "b": 1}
+	cases := []struct {
+		name     string
+		admitted bool
+		delta    int64
+		want     string
+	}{
+		{name: "admitted, no correction", admitted: true, want: "babababa"},
+		// a's attempt was granted at tag 3 and moved 4 later: b gets 3..7.
+		{name: "admitted, a used 4 more", admitted: true, delta: 4, want: "bbbbbaba"},
+		{name: "refused, no correction", want: "ababab"},
+		{name: "refused, a used 4 more", delta: 4, want: "bbbbabab"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSched(Bounds{}, Weights{Default: 1})
+			backlog(t, s, costs, []string{"a", "b"}, 2)
+			grantSeq(t, s, costs, 4)
+			w := s.next(0)
+			if w == nil || w.tenant != "a" {
+				t.Fatalf("want a granted, got %v", w)
+			}
+			s.adjust("a", tc.delta)
+			now := int64(0)
+			if tc.admitted {
+				s.complete(now, w, true, 0, nil)
+				s.release(w)
+				s.enqueue(now, "a", "user", lk("k"), noDeadline, 0, 0, 1, 0)
+			} else {
+				// Refused for 1ms, during which b waits out a refusal too.
+				s.complete(now, w, false, ms, nil)
+				now = ms
+			}
+			if got := grantSeqAt(t, s, now, costs, len(tc.want)); got != tc.want {
+				t.Errorf("grants %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestSettledFairness: tenants whose reservations are systematically wrong
 // (a reserves 10 and uses 1, or reserves 1 and uses 10) are corrected by
 // Adjust after every grant, so the cost they actually used is shared by
@@ -298,7 +356,7 @@ func TestSettledFairness(t *testing.T) {
 				if tc.settle {
 					s.adjust(tenantName(i), tc.use[i]-tc.reserve[i])
 				}
-				s.enqueue(0, tenantName(i), "user", lk("k"), noDeadline, 0, 0, tc.reserve[i])
+				s.enqueue(0, tenantName(i), "user", lk("k"), noDeadline, 0, 0, tc.reserve[i], 0)
 			}
 			shares := []float64{used[0] / (used[0] + used[1]), used[1] / (used[0] + used[1])}
 			t.Logf("actual cost used %v, shares %.4f", used, shares)
@@ -366,7 +424,7 @@ func TestLargestCost(t *testing.T) {
 		t.Run(fmt.Sprintf("pending for %d grants", n), func(t *testing.T) {
 			costs := map[string]int64{"a": MaxCost, "b": MaxCost, "c": 1}
 			s := newSched(Bounds{MaxWait: time.Hour}, Weights{Default: 1})
-			if _, reason, _, _ := s.enqueue(0, "c", "user", lk("k"), noDeadline, int64(time.Second), 0, 1); reason != "" {
+			if _, reason, _, _ := s.enqueue(0, "c", "user", lk("k"), noDeadline, int64(time.Second), 0, 1, 0); reason != "" {
 				t.Fatal(reason)
 			}
 			backlog(t, s, costs, []string{"a", "b"}, 2)
@@ -477,7 +535,7 @@ func TestEstimateAccuracyWithCosts(t *testing.T) {
 			errs := make([][]float64, len(tc.sizes))
 			grants := 0
 			enqueue := func(i int) {
-				if _, reason, _, _ := m.s.enqueue(m.now, tenantName(i), "user", m.key, noDeadline, 0, 0, tc.sizes[i]); reason != "" {
+				if _, reason, _, _ := m.s.enqueue(m.now, tenantName(i), "user", m.key, noDeadline, 0, 0, tc.sizes[i], 0); reason != "" {
 					t.Fatalf("tenant %d refused: %s", i, reason)
 				}
 			}
@@ -501,6 +559,93 @@ func TestEstimateAccuracyWithCosts(t *testing.T) {
 				if med > 0.20 {
 					t.Errorf("tenant %d: median |estimate-actual|/actual = %.3f, want <= 0.20", i, med)
 				}
+			}
+		})
+	}
+}
+
+// fakeCostBucket is a costBucket on a fake clock, safe for the waiters'
+// goroutines.
+type fakeCostBucket struct {
+	mu  sync.Mutex
+	clk *clocktesting.FakeClock
+	b   costBucket
+}
+
+func (f *fakeCostBucket) attempt(cost int64) Attempt {
+	return func() (bool, time.Duration, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		ok, ra := f.b.take(int64(f.clk.Since(epoch)), cost)
+		return ok, time.Duration(ra), nil
+	}
+}
+
+// TestQueueTokenFairness runs token-weighted fair queuing through the Queue
+// shell on a fake clock: two equal-weight tenants keep four requests each
+// waiting, one of 10 tokens and one of 1, on a bucket of 1 token per
+// millisecond charged by size. Charged by size (cost Tokens), the tokens
+// they are granted stay within 10% of each other (the lag bound is one grant
+// of 10 over about 250 each); charged 1 per request (cost Requests, with
+// Size set) their request counts do, and the large tenant takes most of the
+// tokens: the negative control.
+func TestQueueTokenFairness(t *testing.T) {
+	for _, chargeCost := range []bool{true, false} {
+		t.Run(fmt.Sprintf("cost by size %v", chargeCost), func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(epoch)
+			q := New(clk, Bounds{MaxWait: time.Hour}, Weights{Default: 1}, nil)
+			bucket := &fakeCostBucket{clk: clk, b: costBucket{interval: int64(time.Millisecond), burst: 10, tat: int64(10 * time.Millisecond)}}
+			sizes := map[string]int64{"large": 10, "small": 1}
+			var mu sync.Mutex
+			tokens, requests := map[string]float64{}, map[string]float64{}
+			var wg sync.WaitGroup
+			for tn, size := range sizes {
+				cost := int64(1)
+				if chargeCost {
+					cost = size
+				}
+				r := Request{Tenant: tn, LimitKeys: lk("model"), RetryAfter: time.Millisecond, Interval: time.Duration(size) * time.Millisecond, Attempt: bucket.attempt(size), Cost: cost, Size: size}
+				for range 4 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							res, err := q.Wait(context.Background(), r)
+							if err != nil || !res.Admitted {
+								return // the queue closed
+							}
+							mu.Lock()
+							tokens[tn] += float64(size)
+							requests[tn]++
+							mu.Unlock()
+						}
+					}()
+				}
+			}
+			// Step only once every waiter is back in the queue and the
+			// scheduler is idle, so the outcome does not depend on how fast
+			// the waiters' goroutines run.
+			backlogged := func() bool { return q.s.depth == 8 && q.settled() }
+			q.waitUntil(t, backlogged)
+			for range 500 {
+				clk.Step(time.Millisecond)
+				q.waitUntil(t, backlogged)
+			}
+			q.Close()
+			waitGroup(t, "waiters", &wg)
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("in 500ms: tokens %v, requests %v", tokens, requests)
+			near := func(m map[string]float64) bool {
+				return math.Abs(m["large"]-m["small"])/max(m["large"], m["small"]) <= 0.10
+			}
+			switch {
+			case chargeCost && !near(tokens):
+				t.Errorf("cost by size: tokens granted %v; want within 10%% of each other", tokens)
+			case !chargeCost && !near(requests):
+				t.Errorf("cost 1 per request: requests granted %v; want within 10%% of each other", requests)
+			case !chargeCost && tokens["large"] < 5*tokens["small"]:
+				t.Errorf("cost 1 per request: tokens granted %v; the negative control shows no difference", tokens)
 			}
 		})
 	}

@@ -48,11 +48,12 @@
 // refund never moves the tag more than one grant of the tenant's last cost
 // behind the virtual time, the same allowance.
 //
-// Large and small requests on one bucket charged by size: a request of cost
-// above 1 refused for want of tokens holds its limit keys against tenants
-// behind it in the fair order until its Retry-After, for at most twice the
-// time a grant of its cost takes, so smaller requests cannot drain the
-// tokens it waits to accumulate and starve it. Virtual times are uint64
+// Large and small requests on one bucket charged by size: a request of size
+// above 1 (Request.Size, by default its Cost) refused for want of tokens
+// holds its limit keys against tenants behind it in the fair order until its
+// Retry-After, for at most twice the time a grant of its size takes, so
+// smaller requests cannot drain the tokens it waits to accumulate and starve
+// it. Virtual times are uint64
 // compared with wrap-around arithmetic; the scale (2^36 per unit of cost at
 // weight 1), the caps (MaxCost per grant or correction, MaxWeight) and a
 // periodic sweep of tenants outside the ready heap keep every comparison

@@ -60,8 +60,8 @@ func FuzzScheduler(f *testing.F) {
 				}
 				b, tenantsBefore := s.bounds, len(s.tenants)
 				retryAfter := int64(a/64) * 20 * ms
-				cost := fuzzCosts[int(a/16)%len(fuzzCosts)]
-				w, reason, pos, est := s.enqueue(now, tenantName(int(a%5)), "user", keys, deadline, retryAfter, int64(a%4)*ms, cost)
+				cost, size := fuzzCosts[int(a/16)%len(fuzzCosts)], fuzzCosts[int(a/4)%len(fuzzCosts)]
+				w, reason, pos, est := s.enqueue(now, tenantName(int(a%5)), "user", keys, deadline, retryAfter, int64(a%4)*ms, cost, size)
 				if pos < 1 {
 					t.Fatalf("position %d < 1", pos)
 				}
@@ -81,8 +81,8 @@ func FuzzScheduler(f *testing.F) {
 					break
 				}
 				live.add(w)
-				if w.cost != costOf(cost) || w.cost < 1 || w.cost > MaxCost {
-					t.Fatalf("cost %d queued as %d", cost, w.cost)
+				if w.cost != costOf(cost) || w.cost < 1 || w.cost > MaxCost || w.size < 1 || w.size > MaxCost {
+					t.Fatalf("cost %d and size %d queued as %d and %d", cost, size, w.cost, w.size)
 				}
 				grew := len(s.tenants) > tenantsBefore
 				if s.depth > b.MaxTotalQueued || w.t.depth > b.MaxQueueDepthPerTenant || (grew && len(s.tenants) > b.MaxTenants) {
@@ -313,7 +313,7 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 	for k, ks := range s.keys {
 		if h := ks.holder; h != nil {
 			holds++
-			if !live.has(h) || h.cost <= 1 || !slices.Contains(h.keys, k) {
+			if !live.has(h) || h.size <= 1 || !slices.Contains(h.keys, k) {
 				t.Fatalf("key %q held by a waiter that is not live, of cost %d, or does not need it", k.Key, h.cost)
 			}
 		}

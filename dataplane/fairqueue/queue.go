@@ -117,7 +117,7 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 	if d, ok := ctx.Deadline(); ok {
 		deadline = min(deadline, q.toSched(d))
 	}
-	w, reason, pos, est := q.s.enqueue(now, r.Tenant, r.Dimension, r.LimitKeys, deadline, int64(r.RetryAfter), int64(r.Interval), r.Cost)
+	w, reason, pos, est := q.s.enqueue(now, r.Tenant, r.Dimension, r.LimitKeys, deadline, int64(r.RetryAfter), int64(r.Interval), r.Cost, r.Size)
 	if w == nil {
 		retryAfter := r.RetryAfter
 		if reason != ReasonWaitExceedsBudget {

@@ -109,6 +109,7 @@ type waiter struct {
 	estimate   int64
 	interval   int64
 	cost       uint64 // within [1, MaxCost]
+	size       uint64 // within [1, MaxCost]; holds its keys when above 1
 
 	state    waiterState
 	admitted bool
@@ -155,6 +156,11 @@ type tenant struct {
 	idle               bool  // on the idle list
 	idleSince          int64 // when the queue last emptied
 	overflow           bool
+
+	// flightAdj is the sum of the corrections (in strides, within
+	// +-MaxCost) made while its attempt runs, applied to the finish tag if
+	// the attempt is admitted.
+	flightAdj int64
 }
 
 // tag is the virtual finish tag of the tenant's next grant: its start tag
@@ -162,7 +168,7 @@ type tenant struct {
 func (t *tenant) tag() uint64 { return t.start + t.stride*t.head.cost }
 
 // keyState counts waiters and running attempts for one limit key, and holds
-// the key for a waiter of cost above 1 that was refused on it (see hold).
+// the key for a waiter of size above 1 that was refused on it (see hold).
 type keyState struct {
 	waiters  int
 	inFlight int
@@ -272,11 +278,15 @@ func (g *grantStats) add(c, dt float64) {
 // A limit counting requests spaces grants evenly whatever their cost (beta
 // 0); a limit charged by cost spaces them by cost (alpha 0). With equal
 // costs the two cannot be told apart and need not be: alpha is the measured
-// spacing. ok is false before any measurement.
+// spacing. The statistics are kept from the first grant of a cost other than
+// 1 on; until then every grant cost 1. ok is false before any measurement.
 func (s *sched) grantModel() (alpha, beta, meanCost float64, ok bool) {
 	g := &s.grants
-	if s.spacing <= 0 || !g.set {
+	if s.spacing <= 0 {
 		return 0, 0, 0, false
+	}
+	if !g.set {
+		return s.spacing, 0, 1, true
 	}
 	if v := g.cc - g.c*g.c; v > 1e-6*g.c*g.c {
 		beta = (g.cdt - g.c*g.dt) / v
@@ -302,36 +312,38 @@ func (s *sched) grantModel() (alpha, beta, meanCost float64, ok bool) {
 // that are not the tenant's, whose mean cost is upTo/k, at the overall mean.
 // With unit costs the position is ceil(k*sumW/w).
 func positionOf(k int, upTo, c uint64, w, sumW int, meanCost float64) (pos int, grantsAhead, costAhead float64) {
-	if upTo == uint64(k) && meanCost == 1 {
-		// Unit costs (the common case, kept to one division).
-		grantsAhead = float64(k)*float64(sumW)/float64(w) - 1
-		costAhead = grantsAhead
-	} else {
-		others := float64(upTo) * float64(sumW-w) / float64(w)
-		grantsAhead = float64(k - 1)
-		if sumW > w {
-			// Grants per unit of the others' cost.
-			perUnit := (float64(sumW)/meanCost - float64(w)*float64(k)/float64(upTo)) / float64(sumW-w)
-			if !(perUnit > 0) {
-				perUnit = 1 / meanCost
-			}
-			grantsAhead += others * min(perUnit, 1)
+	others := float64(upTo) * float64(sumW-w) / float64(w)
+	grantsAhead = float64(k - 1)
+	if sumW > w {
+		// Grants per unit of the others' cost.
+		perUnit := (float64(sumW)/meanCost - float64(w)*float64(k)/float64(upTo)) / float64(sumW-w)
+		if !(perUnit > 0) {
+			perUnit = 1 / meanCost
 		}
-		costAhead = float64(upTo-c) + others
+		grantsAhead += others * min(perUnit, 1)
 	}
+	costAhead = float64(upTo-c) + others
 	p := math.Ceil(grantsAhead + 1 - 1e-9)
 	return int(min(max(p, 1), math.MaxInt32)), grantsAhead, costAhead
 }
 
+// unitPositionOf is positionOf for unit costs (the common case, kept small
+// enough to inline): the k-th waiter's position ceil(k*sumW/w) and the
+// grants ahead of it, k*sumW/w - 1.
+func unitPositionOf(k, w, sumW int) (int, float64) {
+	grants := float64(k) * float64(sumW) / float64(w)
+	return int(math.Ceil(grants - 1e-9)), grants - 1
+}
+
 // enqueue adds a request arriving at now, or refuses it with the reason and
 // the position it would have had. deadline is absolute (noDeadline for none);
-// MaxWait from now is applied on top. cost is the request's Cost (normalized
-// by costOf). interval is the time the contended bucket needs to refill what
+// MaxWait from now is applied on top. cost and size are the request's Cost
+// and Size (normalized by costOf; size 0 means cost). interval is the time the contended bucket needs to refill what
 // the request takes; until grants have been measured, every grant is taken
 // to be like this one and to take interval. The estimate is the request's
 // Retry-After plus the time the grants expected before it take by the grant
 // model: the grants times alpha plus their cost times beta.
-func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadline, retryAfter, interval, cost int64) (*waiter, Reason, int, int64) {
+func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadline, retryAfter, interval, cost, size int64) (*waiter, Reason, int, int64) {
 	if mw := now + int64(s.bounds.MaxWait); mw < deadline {
 		deadline = mw
 	}
@@ -354,7 +366,14 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 		// Nothing measured yet: take every grant to be like this one.
 		alpha, beta, meanCost = float64(max(interval, 0)), 0, float64(c)
 	}
-	pos, grantsAhead, costAhead := positionOf(k, upTo, c, weight, sumW, meanCost)
+	var pos int
+	var grantsAhead, costAhead float64
+	if upTo == uint64(k) && meanCost == 1 {
+		pos, grantsAhead = unitPositionOf(k, weight, sumW)
+		costAhead = grantsAhead
+	} else {
+		pos, grantsAhead, costAhead = positionOf(k, upTo, c, weight, sumW, meanCost)
+	}
 	wait := min(alpha*grantsAhead+beta*costAhead, float64(maxEstimate))
 	// A request that waits is never estimated at 0: even the first in line
 	// waits for the scheduler to grant it.
@@ -382,6 +401,10 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 	w.enqueuedAt, w.readyAt, w.deadline = now, now+retryAfter, deadline
 	w.retryAfter, w.position, w.estimate, w.cost = retryAfter, pos, est, c
 	w.interval = max(interval, 0)
+	w.size = c
+	if size > 0 {
+		w.size = costOf(size)
+	}
 	w.state = stateQueued
 
 	if t.tail == nil {
@@ -615,31 +638,18 @@ func (s *sched) next(now int64) *waiter {
 		t.place = placeNone
 		s.place(t, now)
 	}
-	var t *tenant
-	var w *waiter
-	for {
-		if s.ready.len() == 0 {
+	if s.holds > 0 {
+		s.parkHeld(now)
+	}
+	if s.ready.len() == 0 {
+		return nil
+	}
+	t := s.ready.top()
+	w := t.head
+	for _, ks := range w.ks {
+		if ks.inFlight > 0 {
 			return nil
 		}
-		t = s.ready.top()
-		w = t.head
-		for _, ks := range w.ks {
-			if ks.inFlight > 0 {
-				return nil
-			}
-		}
-		if s.holds == 0 {
-			break
-		}
-		until := s.heldFor(w, now)
-		if until <= now {
-			break
-		}
-		// A key is held for a waiter ahead in the fair order: park the
-		// tenant until the hold ends, keeping its tags.
-		s.ready.pop()
-		t.place = placePending
-		s.pending.push(t, uint64(until))
 	}
 	s.ready.pop()
 	t.place = placeInFlight
@@ -665,6 +675,7 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 	}
 	switch {
 	case err != nil:
+		t.flightAdj = 0
 		w.err = err
 		s.finish(w, now, false, "")
 		return outcomeError
@@ -672,6 +683,12 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 		t.finish = t.tag()
 		t.lastCost = w.cost
 		s.vnow = vmax(s.vnow, t.start)
+		if t.flightAdj != 0 {
+			// Corrections made during the attempt move its finish tag,
+			// not the virtual time.
+			t.finish = s.moveTag(t, t.finish, t.flightAdj)
+			t.flightAdj = 0
+		}
 		if s.vnow-s.swept >= sweepEvery {
 			s.sweep()
 		}
@@ -682,12 +699,15 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 			} else {
 				s.spacing += spacingWeight * (dt - s.spacing)
 			}
-			s.grants.add(float64(w.cost), dt)
+			if w.cost != 1 || s.grants.set {
+				s.grants.add(float64(w.cost), dt)
+			}
 		}
 		s.finish(w, now, true, "")
 		s.lastGrant, s.lastGrantSet = now, s.depth > 0
 		return outcomeAdmitted
 	}
+	t.flightAdj = 0 // already applied to the finish tag it re-enters from
 	retryAfter = max(retryAfter, minRetry)
 	w.retryAfter = retryAfter
 	if now+retryAfter >= w.deadline {
@@ -697,7 +717,7 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 	w.readyAt = now + retryAfter
 	w.state = stateQueued
 	s.deadlines.push(w)
-	if w.cost > 1 {
+	if w.size > 1 {
 		s.hold(w, now)
 	}
 	t.place = placeNone
@@ -705,21 +725,29 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 	return outcomeRequeued
 }
 
-// hold reserves the keys of w, a waiter of cost above 1 just refused at now,
+// hold reserves the keys of w, a waiter of size above 1 just refused at now,
 // against tenants behind it in the fair order (or tied with it), until its
 // ready time but for at most holdSlack times the time a grant of its cost
-// takes by the grant model (before any measurement, its Interval), and at
-// least minRetry. Without it, smaller requests would drain the tokens a
+// takes, and at least minRetry. That time is the largest of its Interval,
+// the grant model's, and its cost at the measured mean time per unit of
+// cost: until grants of several sizes have been measured, the model cannot
+// tell whether time grows with cost, and the large request may never have
+// been granted. Without a hold, smaller requests would drain the tokens a
 // larger one waits to accumulate and starve it; the cap keeps a waiter
 // refused by its own, tighter limit from stalling the others for much longer
 // than its own grant would take. A key keeps the hold of the waiter furthest
 // ahead in the fair order.
 func (s *sched) hold(w *waiter, now int64) {
+	c := float64(w.cost)
 	budget := float64(w.interval)
-	if alpha, beta, _, ok := s.grantModel(); ok {
-		budget = holdSlack * (alpha + beta*float64(w.cost))
+	if alpha, beta, meanCost, ok := s.grantModel(); ok {
+		meanDt := s.spacing
+		if s.grants.set {
+			meanDt = s.grants.dt
+		}
+		budget = max(budget, alpha+beta*c, meanDt/meanCost*c)
 	}
-	budget = max(min(budget, float64(maxEstimate)), float64(minRetry))
+	budget = max(min(holdSlack*budget, float64(maxEstimate)), float64(minRetry))
 	until := min(w.readyAt, now+int64(budget))
 	if until <= now {
 		return
@@ -733,6 +761,29 @@ func (s *sched) hold(w *waiter, now int64) {
 			continue
 		}
 		ks.holder, ks.holdUntil, ks.holdTag = w, until, tag
+	}
+}
+
+// parkHeld moves ready tenants whose head needs a key held for a waiter
+// ahead of it in the fair order from the top of the ready heap to the
+// pending heap, keyed by the end of the hold and keeping their tags, until
+// the top tenant's head is not held (or is blocked by a running attempt,
+// which next handles).
+func (s *sched) parkHeld(now int64) {
+	for s.ready.len() > 0 {
+		t := s.ready.top()
+		for _, ks := range t.head.ks {
+			if ks.inFlight > 0 {
+				return
+			}
+		}
+		until := s.heldFor(t.head, now)
+		if until <= now {
+			return
+		}
+		s.ready.pop()
+		t.place = placePending
+		s.pending.push(t, uint64(until))
 	}
 }
 
@@ -778,6 +829,7 @@ func (s *sched) cancel(now int64, w *waiter) {
 		for _, ks := range w.ks {
 			ks.inFlight--
 		}
+		w.t.flightAdj = 0
 	default:
 		return
 	}
@@ -967,10 +1019,11 @@ func (s *sched) setWeights(w Weights) {
 // later, yet a tenant whose reservations always exceed its usage is charged
 // its usage. A positive one never takes a tag beyond maxLead ahead of the
 // virtual time. A ready tenant moves in the ready heap; for one whose
-// attempt runs, its start tag moves too, so the correction survives the
-// attempt's outcome. An untracked tenant (never seen, evicted, or queued in
-// an overflow queue) is left alone. It reports whether the ready heap
-// changed.
+// attempt runs, the correction is also kept aside and applied to the finish
+// tag of that attempt if it is admitted, so it survives the attempt's
+// outcome without moving the virtual time. An untracked tenant (never seen,
+// evicted, or queued in an overflow queue) is left alone. It reports
+// whether the ready heap changed.
 func (s *sched) adjust(tenantKey string, delta int64) bool {
 	t := s.tenants[tenantKey]
 	if t == nil || delta == 0 {
@@ -984,7 +1037,7 @@ func (s *sched) adjust(tenantKey string, delta int64) bool {
 		s.ready.fix(t.heapIdx, t.tag())
 		return true
 	case placeInFlight:
-		t.start = s.moveTag(t, t.start, delta)
+		t.flightAdj = min(max(t.flightAdj+delta, -MaxCost), MaxCost)
 	}
 	return false
 }

@@ -12,7 +12,7 @@ const ms = int64(time.Millisecond)
 // enq enqueues for tenant on the given keys with no deadline beyond MaxWait.
 func enq(t *testing.T, s *sched, now int64, tenant string, ra int64, keys ...string) *waiter {
 	t.Helper()
-	w, reason, _, _ := s.enqueue(now, tenant, "user", lk(keys...), noDeadline, ra, 0, 1)
+	w, reason, _, _ := s.enqueue(now, tenant, "user", lk(keys...), noDeadline, ra, 0, 1, 0)
 	if w == nil {
 		t.Fatalf("enqueue %s at %d: refused with %s", tenant, now, reason)
 	}
@@ -136,7 +136,7 @@ func TestEnqueueBounds(t *testing.T) {
 				dl = noDeadline
 			}
 			depth, tenants := s.depth, len(s.tenants)
-			w, reason, pos, _ := s.enqueue(0, tc.tenant, "user", lk("k"), dl, tc.ra, 0, 1)
+			w, reason, pos, _ := s.enqueue(0, tc.tenant, "user", lk("k"), dl, tc.ra, 0, 1, 0)
 			if reason != tc.want {
 				t.Fatalf("reason = %q, want %q", reason, tc.want)
 			}
@@ -172,7 +172,7 @@ func TestRequeueAndBudget(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSched(Bounds{}, Weights{})
-			first, _, _, _ := s.enqueue(0, "a", "user", lk("k"), tc.deadline, 10*ms, 0, 1)
+			first, _, _, _ := s.enqueue(0, "a", "user", lk("k"), tc.deadline, 10*ms, 0, 1, 0)
 			second := enq(t, s, 0, "a", 0, "k")
 			if w := s.next(5 * ms); w != nil {
 				t.Fatalf("granted before the Retry-After passed")
@@ -218,15 +218,15 @@ func TestExpiry(t *testing.T) {
 	// w1 waits behind a head whose attempt is still running when its deadline
 	// (100ms) comes.
 	head := enq(t, s, 0, "a", 0, "k")
-	w1, _, _, _ := s.enqueue(0, "a", "user", lk("k"), 100*ms, 0, 0, 1)
+	w1, _, _, _ := s.enqueue(0, "a", "user", lk("k"), 100*ms, 0, 0, 1, 0)
 	if s.next(0) != head {
 		t.Fatalf("head not granted")
 	}
-	w2, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 60*ms, 0, 1)
+	w2, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 60*ms, 0, 1, 0)
 	if w2 != nil {
 		t.Fatalf("waiter whose Retry-After exceeds its deadline was queued")
 	}
-	w3, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 10*ms, 0, 1)
+	w3, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 10*ms, 0, 1, 0)
 	if wake, _ := s.nextWake(); wake != 10*ms {
 		t.Fatalf("next wake = %d, want the earliest ready time 10ms", wake)
 	}
@@ -365,10 +365,10 @@ func TestTightenedBoundsNeverEvict(t *testing.T) {
 	if s.depth != 4 {
 		t.Fatalf("tightened bounds evicted waiters: depth %d", s.depth)
 	}
-	if _, reason, pos, _ := s.enqueue(0, "a", "user", nil, noDeadline, 0, 0, 1); reason != ReasonTenantQueueFull || pos != 5 {
+	if _, reason, pos, _ := s.enqueue(0, "a", "user", nil, noDeadline, 0, 0, 1, 0); reason != ReasonTenantQueueFull || pos != 5 {
 		t.Errorf("new arrival: reason %q pos %d, want tenant_queue_full at 5", reason, pos)
 	}
-	if _, reason, _, _ := s.enqueue(0, "b", "user", nil, noDeadline, 0, 0, 1); reason != ReasonQueueFull {
+	if _, reason, _, _ := s.enqueue(0, "b", "user", nil, noDeadline, 0, 0, 1, 0); reason != ReasonQueueFull {
 		t.Errorf("new tenant: reason %q, want queue_full", reason)
 	}
 }
@@ -405,6 +405,11 @@ func TestPositionOf(t *testing.T) {
 			near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, b) }
 			if got != tc.want || !near(grants, tc.wantGrants) || !near(cost, tc.wantCostAh) {
 				t.Errorf("positionOf = %d, %v grants, %v cost ahead; want %d, %v, %v", got, grants, cost, tc.want, tc.wantGrants, tc.wantCostAh)
+			}
+			if tc.upTo == uint64(tc.k) && tc.meanCost == 1 {
+				if got, grants := unitPositionOf(tc.k, tc.w, tc.sumW); got != tc.want || !near(grants, tc.wantGrants) {
+					t.Errorf("unitPositionOf = %d, %v grants; want %d, %v", got, grants, tc.want, tc.wantGrants)
+				}
 			}
 		})
 	}

@@ -62,7 +62,7 @@ func (m *sim) arrive(tenant string) (admittedNow bool, w *waiter, reason Reason)
 		}
 		ra = r
 	}
-	w, reason, _, _ = m.s.enqueue(m.now, tenant, "user", m.key, noDeadline, ra, 0, 1)
+	w, reason, _, _ = m.s.enqueue(m.now, tenant, "user", m.key, noDeadline, ra, 0, 1, 0)
 	return false, w, reason
 }
 

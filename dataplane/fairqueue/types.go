@@ -163,9 +163,10 @@ type Request struct {
 	RetryAfter time.Duration
 	// Interval is the time the bucket the request contends for needs to
 	// refill what the request takes (one refill interval for a request-count
-	// bucket, Cost tokens' worth for a bucket charged by cost). Until the
+	// bucket, Size tokens' worth for a bucket charged by size). Until the
 	// Queue has measured the spacing between grants, it estimates waits as if
-	// every grant ahead took this long per Cost; 0 means unknown.
+	// every grant ahead were like this one and took this long; it also caps
+	// how long a request of Size above 1 holds its keys. 0 means unknown.
 	Interval time.Duration
 	// Attempt re-checks the limiter when the request's turn comes; required.
 	Attempt Attempt
@@ -174,6 +175,15 @@ type Request struct {
 	// request reserves). 0 or less means 1; values above MaxCost count as
 	// MaxCost. Correct it after the fact with Queue.Adjust.
 	Cost int64
+	// Size is what Attempt takes from the limit the request waits for, in
+	// that limit's units (on a token bucket, the tokens it reserves); 0 or
+	// less means Cost, values above MaxCost count as MaxCost. A request of
+	// Size above 1 refused by the limit holds its LimitKeys against requests
+	// behind it in the fair order until its Retry-After (for at most twice
+	// its Interval or its measured grant time), so smaller requests cannot
+	// drain the tokens it waits for and starve it. Set it when Cost is 1 (fair
+	// in requests) but the limit is charged by size.
+	Size int64
 }
 
 // MaxCost is the largest Request.Cost the scheduler distinguishes; larger
@@ -193,14 +203,14 @@ type Result struct {
 	// the overall service order when it arrived: the grants expected before
 	// it, plus its own. With unit costs that is its place in its tenant queue
 	// scaled by its tenant's share, ceil(k * sumActiveWeights / weight); with
-	// costs, the cost expected to be served before it divided by the mean
-	// cost of a grant, plus one.
+	// costs, its predecessors in its tenant queue plus the other tenants'
+	// share of the cost, in grants of their mean cost, plus one.
 	Position int
 	// Waited is the time spent in the queue.
 	Waited time.Duration
 	// Estimate is the wait predicted at enqueue: the Retry-After plus the
-	// cost expected to be served ahead of the request times the measured
-	// time per unit of cost.
+	// time the grants expected ahead of the request take, measured per grant
+	// and per unit of their cost.
 	Estimate time.Duration
 	// RetryAfter is a hint for the client when the request was refused. For a
 	// refusal by a bound (tenant_queue_full, queue_full, tenant_table_full)
