@@ -433,6 +433,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		RetryAfter: d.RetryAfter,
 		Interval:   c.interval(d, keys),
 		Cost:       c.queueCost(r),
+		Size:       1, // a request-count bucket: one token whatever the cost
 		Attempt:    attempt,
 	})
 	info := QueueInfo{

@@ -269,8 +269,8 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 	var interval time.Duration
 	if len(limitKeys) > 0 {
 		if lim, ok := c.lim.LimitOf(limiter.Dimension(limitKeys[0].Kind), limitKeys[0].Key); ok {
-			// The queue measures spacing per unit of cost.
-			interval = lim.RefillInterval() * time.Duration(r.Tokens) / time.Duration(cost)
+			// The time the bucket needs to refill this reservation.
+			interval = lim.RefillInterval() * time.Duration(r.Tokens)
 		}
 	}
 	// ahead is how long an admitted hold still waits for the tokens it
@@ -299,6 +299,7 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 		RetryAfter: d.RetryAfter,
 		Interval:   interval,
 		Cost:       cost,
+		Size:       r.Tokens,
 		Attempt:    attempt,
 	})
 	dec.Tokens.Deferred = true

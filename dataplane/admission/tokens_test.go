@@ -524,7 +524,7 @@ func TestTokenWeightedFairness(t *testing.T) {
 			for range 4 {
 				clients = append(clients, simClient{id: alice, size: small}, simClient{id: bob, size: large})
 			}
-			results, _ := simulate(t, e, clients, 5*time.Second, 35*time.Second, 35*time.Second)
+			results, _ := simulate(t, e, clients, 5*time.Second, 65*time.Second, 65*time.Second)
 			var tokens, requests [2]float64
 			var held [2]int64
 			for i, r := range results {
