@@ -332,15 +332,10 @@ type simClient struct {
 	leaves bool
 }
 
-const debugSim = false
-
-var dbg [100][2]int
-
 // simResult is what one client got.
 type simResult struct {
 	admitted, refused, cancelled int64
 	settled                      int64
-	held, ahead                  int64
 }
 
 // simulate runs clients against e for run of fake time, stepping the clock
@@ -378,7 +373,7 @@ func simulate(t *testing.T, e *tokenEnv, clients []simClient, warmup, run, windo
 				}
 				if sc.leaves && next(4) == 0 {
 					go func() {
-						waitHeldOrDone(e, ctx)
+						waitHeldOrDone(ctx, e)
 						cancel()
 					}()
 				}
@@ -388,14 +383,6 @@ func simulate(t *testing.T, e *tokenEnv, clients []simClient, warmup, run, windo
 				case d.Allowed:
 					used := size * int64(30+next(71)) / 100
 					at := e.clk.Since(start)
-					if debugSim && c%2 == 1 && at < run && at > 5*time.Second {
-						t.Logf("%v c%d size %d waited %v", at, c, size, d.Tokens.Waited)
-					}
-					if debugSim {
-						mu.Lock()
-						dbg[int(at/time.Second)][c%2]++
-						mu.Unlock()
-					}
 					if err := e.c.Settle(r, &d, used); err != nil {
 						t.Error(err)
 						return
@@ -405,9 +392,6 @@ func simulate(t *testing.T, e *tokenEnv, clients []simClient, warmup, run, windo
 						settled[at/window] += used
 						results[c].admitted++
 						results[c].settled += used
-						if d.Tokens.Deferred {
-							results[c].held++
-						}
 						mu.Unlock()
 					}
 				case d.Status == StatusClientClosedRequest:
@@ -447,11 +431,6 @@ func simulate(t *testing.T, e *tokenEnv, clients []simClient, warmup, run, windo
 		runtime.Gosched()
 	}
 	waitGroup(t, "the clients", &wg, testTimeout)
-	if debugSim {
-		t.Logf("per second alice/bob: %v", dbg[:run/time.Second])
-		t.Logf("results %+v", results)
-		dbg = [100][2]int{}
-	}
 	return results, settled[:run/window]
 }
 
@@ -526,15 +505,12 @@ func TestTokenWeightedFairness(t *testing.T) {
 			}
 			results, _ := simulate(t, e, clients, 5*time.Second, 65*time.Second, 65*time.Second)
 			var tokens, requests [2]float64
-			var held [2]int64
 			for i, r := range results {
-				held[i%2] += r.held
 				tokens[i%2] += float64(r.settled)
 				requests[i%2] += float64(r.admitted)
 			}
 			tokenGap := math.Abs(tokens[0]-tokens[1]) / math.Max(tokens[0], tokens[1])
 			requestGap := math.Abs(requests[0]-requests[1]) / math.Max(requests[0], requests[1])
-			t.Logf("held alice %d bob %d", held[0], held[1])
 			t.Logf("alice %.0f requests %.0f tokens, bob %.0f requests %.0f tokens: tokens differ by %.1f%%, requests by %.1f%%",
 				requests[0], tokens[0], requests[1], tokens[1], 100*tokenGap, 100*requestGap)
 			if tc.costTokens {
@@ -557,7 +533,7 @@ func TestTokenWeightedFairness(t *testing.T) {
 }
 
 // waitHeldOrDone returns once some request is held or ctx ends.
-func waitHeldOrDone(e *tokenEnv, ctx context.Context) {
+func waitHeldOrDone(ctx context.Context, e *tokenEnv) {
 	for e.held() == 0 && ctx.Err() == nil {
 		runtime.Gosched()
 	}
