@@ -222,3 +222,36 @@ func TestTokenBudgetOffChangesNothing(t *testing.T) {
 		t.Error("usage appeared in a stream nobody asked it for")
 	}
 }
+
+func TestTokenBudgetHotReload(t *testing.T) {
+	up := fakeupstream.New(fakeupstream.Options{})
+	hs := newHarness(t, up, nil)
+	upURL := hs.srv.rt.Load().cfg.Backends[0].URL
+	req := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+	tokenHeader := func() string {
+		resp := hs.do(req, nil)
+		readAll(t, resp)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		return resp.Header.Get("X-Ratelimit-Limit-Tokens")
+	}
+	if got := tokenHeader(); got != "" {
+		t.Fatalf("token header %q before deferred admission is on", got)
+	}
+	for i, tc := range []struct {
+		tokens int64 // 0: deferred admission off
+		want   string
+	}{{tokens: 5000, want: "5000"}, {tokens: 8000, want: "8000"}, {want: ""}, {tokens: 3000, want: "3000"}} {
+		next := baseConfig(upURL)
+		if tc.tokens > 0 {
+			tokenBudget(tc.tokens, time.Second)(next)
+		}
+		if err := hs.srv.Load(next, "reload-"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+		if got := tokenHeader(); got != tc.want {
+			t.Errorf("reload %d: x-ratelimit-limit-tokens %q, want %q", i, got, tc.want)
+		}
+	}
+}
