@@ -300,16 +300,26 @@ func TestHashKeyRotationUnderTraffic(t *testing.T) {
 	}
 	// What an operator sees: kubectl's columns report the replica running
 	// the current config.
+	// The replica reports the config it runs through its Lease, renewed
+	// shortly after a reload, so the columns may lag the last rotation by a
+	// report interval: poll them for a bounded time.
 	if kc, err := exec.LookPath("kubectl"); err == nil {
 		for _, args := range [][]string{{"get", "fqp"}, {"get", "fqp", "-o", "wide"}} {
-			out, err := exec.CommandContext(ctx, kc, append([]string{"--kubeconfig", env.Kubeconfig, "-n", ns}, args...)...).CombinedOutput()
-			if err != nil {
-				t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+			var fields []string
+			var out []byte
+			for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+				if out, err = exec.CommandContext(ctx, kc, append([]string{"--kubeconfig", env.Kubeconfig, "-n", ns}, args...)...).CombinedOutput(); err != nil {
+					t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+				}
+				fields = strings.Fields(strings.Split(strings.TrimSpace(string(out)), "\n")[1])
+				ok := len(fields) >= 7 && fields[3] == "True" && fields[4] == fqv1alpha1.ReasonRendered && fields[5] == "1" && fields[6] == "1"
+				if ok || time.Now().After(deadline) {
+					break
+				}
 			}
 			t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
-			if fields := strings.Fields(strings.Split(strings.TrimSpace(string(out)), "\n")[1]); len(fields) < 7 ||
-				fields[3] != "True" || fields[4] != fqv1alpha1.ReasonRendered || fields[5] != "1" || fields[6] != "1" {
-				t.Errorf("kubectl %v does not show the policy Ready with 1/1 replicas updated: %q", args, fields)
+			if len(fields) < 7 || fields[3] != "True" || fields[4] != fqv1alpha1.ReasonRendered || fields[5] != "1" || fields[6] != "1" {
+				t.Errorf("kubectl %v does not show the policy Ready with 1/1 replicas updated within 15s: %q", args, fields)
 			}
 		}
 	}
