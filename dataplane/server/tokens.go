@@ -61,6 +61,15 @@ func newTokenRuntime(da *config.DeferredAdmission, prev *tokenRuntime, prevCap i
 	} else {
 		tr.estimator = usage.NewEstimator(capTokens)
 	}
+	// Build the tokenizers now, while the config loads, rather than on the
+	// first request (20-220 ms each, once per process): the default
+	// encoding, and that of every model the token limits name.
+	usage.Warm("")
+	if m := da.TokenLimits.PerModel; m != nil {
+		for _, o := range m.Overrides {
+			usage.Warm(o.Model)
+		}
+	}
 	return tr
 }
 
