@@ -8,12 +8,15 @@ VEGETA_VERSION ?= v12.13.0
 # Go module version of Prometheus (v0.316.0 is Prometheus 3.16.0) for promtool;
 # keep it equal to github.com/prometheus/prometheus in go.mod (the PromQL parser).
 PROMETHEUS_VERSION ?= v0.316.0
+# The official OpenAI Node client, from the npm registry, for the real-client tests.
+OPENAI_NODE_VERSION ?= 6.49.0
 
 LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 VEGETA ?= $(LOCALBIN)/vegeta
 PROMTOOL ?= $(LOCALBIN)/promtool
+OPENAI_NODE_DIR ?= $(LOCALBIN)/node-openai-$(OPENAI_NODE_VERSION)
 # envtest binaries (kube-apiserver, etcd, maybe kubectl) built from source by hack/envtest.sh.
 ENVTEST_DIR ?= $(LOCALBIN)/k8s
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(ENVTEST_DIR)/kubectl)
@@ -72,8 +75,8 @@ verify: manifests generate docs ## Fail when generated code, manifests, docs or 
 	@echo "verify: generated code, manifests and formatting are up to date"
 
 .PHONY: test
-test: vet envtest promtool ## Run all unit and envtest tests against a real API server (and the alerts' promtool tests).
-	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) PROMTOOL=$(PROMTOOL) $(GO) test $(GOTEST_FLAGS) $(PKGS)
+test: vet envtest promtool openai-node ## Run all unit and envtest tests against a real API server (and the alerts' promtool tests, and the openai npm client's).
+	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) PROMTOOL=$(PROMTOOL) OPENAI_NODE_MODULES=$(OPENAI_NODE_DIR)/node_modules $(GO) test $(GOTEST_FLAGS) $(PKGS)
 
 .PHONY: test-alerts
 test-alerts: promtool ## Unit-test config/prometheus with promtool and check every PromQL expression of the kit.
@@ -163,6 +166,12 @@ $(GOLANGCI_LINT): $(LOCALBIN)
 vegeta: $(VEGETA)
 $(VEGETA): $(LOCALBIN)
 	$(call go-install-tool,$(VEGETA),github.com/tsenart/vegeta/v12,$(VEGETA_VERSION))
+.PHONY: openai-node
+openai-node: $(OPENAI_NODE_DIR)/node_modules/openai ## Install the openai npm package (pinned by OPENAI_NODE_VERSION) into bin/ for the real-client tests.
+$(OPENAI_NODE_DIR)/node_modules/openai: $(LOCALBIN)
+	mkdir -p $(OPENAI_NODE_DIR)
+	npm install --prefix $(OPENAI_NODE_DIR) --no-save --no-audit --no-fund --silent openai@$(OPENAI_NODE_VERSION)
+
 .PHONY: promtool
 promtool: $(PROMTOOL) ## Build promtool (pinned by PROMETHEUS_VERSION) into bin/.
 $(PROMTOOL): $(LOCALBIN)
