@@ -140,3 +140,69 @@ func TestDemoScenario(t *testing.T) {
 		}
 	})
 }
+
+// TestTokenScenario runs the demo's token-budget scenario headless: three
+// equal-weight tenants on one model token budget, acme sending prompts ten
+// times larger, with fairQueuing.cost Tokens. In the steady window each
+// tenant's share of the settled tokens must be within 5% of a third, acme's
+// share of the requests far below it (its requests are ~7x larger), and the
+// tokens the answers reported must equal the tokens the data planes settled.
+func TestTokenScenario(t *testing.T) {
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(repo, "bin", "k8s", "kube-apiserver")); err != nil {
+		t.Fatalf("bin/k8s has no kube-apiserver: run `make envtest` first (make test-e2e does): %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	out := &logWriter{t: t}
+	const run = 30 * time.Second
+	res, err := demo.Run(ctx, demo.Options{
+		RepoDir:  repo,
+		Build:    true,
+		Scenario: demo.ScenarioTokens,
+		Cost:     demo.CostTokens,
+		Duration: run,
+		Out:      out,
+		Live:     testing.Verbose(),
+	})
+	if err != nil {
+		t.Fatalf("the token scenario did not run: %v", err)
+	}
+	res.WriteReport(out)
+
+	tokens := res.TokenShares(demo.Settle, run)
+	requests := res.Shares(demo.Settle, run)
+	equal := make([]float64, len(res.Tenants))
+	for i := range equal {
+		equal[i] = 1 / float64(len(equal))
+	}
+	for i, tenant := range res.Tenants {
+		if e := demo.MaxRelativeError(tokens[i:i+1], equal[i:i+1]); e > 0.05 {
+			t.Errorf("%s settled %.1f%% of the tokens, want %.1f%% within 5%% (off by %.1f%%)", tenant.Name, 100*tokens[i], 100*equal[i], 100*e)
+		}
+	}
+	for i, tenant := range res.Tenants {
+		if tenant.Name == "acme" && requests[i] > equal[i]/2 {
+			t.Errorf("acme, sending ten times larger prompts, got %.1f%% of the requests: with cost Tokens it should get far fewer than a third", 100*requests[i])
+		}
+	}
+	var settled float64
+	for _, dp := range res.DataPlanes {
+		settled += dp.TokensSettled
+	}
+	var reported uint64
+	for _, s := range res.Tokens {
+		for _, n := range s {
+			reported += n
+		}
+	}
+	if settled != float64(reported) {
+		t.Errorf("the answers reported %d tokens but the data planes settled %.0f", reported, settled)
+	}
+	if res.ShutdownErr != nil {
+		t.Errorf("a process did not exit cleanly on SIGTERM: %v", res.ShutdownErr)
+	}
+}
