@@ -158,7 +158,8 @@ func TestTokenScenario(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	out := &logWriter{t: t}
-	const run = 30 * time.Second
+	// Long enough that one of acme's ~1050-token requests is under 2% of its tokens.
+	const run = 50 * time.Second
 	res, err := demo.Run(ctx, demo.Options{
 		RepoDir:  repo,
 		Build:    true,
