@@ -394,3 +394,45 @@ func TestRefusalQuotaDescribesTheRefusingBucket(t *testing.T) {
 		t.Errorf("DecisionFromDebts: %+v, want a refusal with quota %+v", d, want)
 	}
 }
+
+// TestShardLockWriterExcludesEveryReaderSlot checks that a writer waits for a
+// reader on any slot, and a reader on any slot waits for a writer.
+func TestShardLockWriterExcludesEveryReaderSlot(t *testing.T) {
+	for slot := range readerSlots {
+		var l shardLock
+		l.RLock(slot)
+		locked := make(chan struct{})
+		go func() {
+			l.Lock()
+			close(locked)
+		}()
+		select {
+		case <-locked:
+			t.Fatalf("slot %d: the writer got the lock while a reader held it", slot)
+		case <-time.After(20 * time.Millisecond):
+		}
+		l.RUnlock(slot)
+		select {
+		case <-locked:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("slot %d: the writer never got the lock after the reader left", slot)
+		}
+		read := make(chan struct{})
+		go func() {
+			l.RLock((slot + 1) % readerSlots)
+			close(read)
+		}()
+		select {
+		case <-read:
+			t.Fatalf("slot %d: a reader got the lock while the writer held it", slot)
+		case <-time.After(20 * time.Millisecond):
+		}
+		l.Unlock()
+		select {
+		case <-read:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("slot %d: the reader never got the lock after the writer left", slot)
+		}
+		l.RUnlock((slot + 1) % readerSlots)
+	}
+}
