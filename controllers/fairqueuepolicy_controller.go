@@ -327,7 +327,26 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		result.RequeueAfter = recount
 	}
 	if equality.Semantic.DeepEqual(orig.Status, policy.Status) {
-		return result, nil
+		// The cached policy may not show yet a status written a moment ago
+		// (a Secret deleted and created again in quick succession: the
+		// second reconcile computes the status the cache still shows, while
+		// the stored one says the Secret is missing). Skip the write only
+		// when the stored status agrees.
+		live := &fqv1alpha1.FairQueuePolicy{}
+		if err := r.APIReader.Get(ctx, req.NamespacedName, live); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		if live.ResourceVersion == orig.ResourceVersion || equality.Semantic.DeepEqual(live.Status, policy.Status) {
+			return result, nil
+		}
+		if live.Generation != orig.Generation {
+			// The spec changed too: its own event renders it again.
+			return result, nil
+		}
+		orig = live
+		status := policy.Status
+		policy = live.DeepCopy()
+		policy.Status = status
 	}
 	// The optimistic lock refuses a patch computed from a stale cached policy
 	// (another reconcile's status write not seen yet), which would otherwise
