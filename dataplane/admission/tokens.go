@@ -161,6 +161,40 @@ func tokenKeysOf(k limiter.Keys) [limiter.MaxBatch]fairqueue.LimitKey {
 	}
 }
 
+// appliedTokenKeys returns the token-bucket keys of k whose dimension has a
+// limit for it, in dimension order, and how many there are.
+func (c *Controller) appliedTokenKeys(k limiter.Keys) (out [limiter.MaxBatch]fairqueue.LimitKey, n int) {
+	for _, lk := range tokenKeysOf(k) {
+		if lk.Key == "" {
+			continue
+		}
+		if _, ok := c.lim.LimitOf(limiter.Dimension(lk.Kind), lk.Key); ok {
+			out[n] = lk
+			n++
+		}
+	}
+	return out, n
+}
+
+// NeedsTokens reports whether Admit would use r's token reservation: deferred
+// admission is on and a token bucket applies to r, or a fair queue charges
+// its tenant by tokens. Otherwise the caller may skip estimating it, which
+// costs a tokenizer pass over the body.
+func (c *Controller) NeedsTokens(r Request) bool {
+	s := c.tokens.Load()
+	if s == nil || !s.Enabled {
+		return false
+	}
+	if s.CostTokens {
+		if set := c.settings.Load(); set.Enabled {
+			if _, _, ok := r.Identity.Tenant(set.TenantDimension); ok {
+				return true
+			}
+		}
+	}
+	return c.lim.HasTokenLimits(identityKeys(r))
+}
+
 // reserve takes r's token reservation after the request-count limits
 // admitted it (dec), holding it in the deferral queue when a token bucket
 // refuses and the size-aware Retry-After fits the hold's budget. Every path
@@ -241,15 +275,8 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 			limitKeys = append(limitKeys, k)
 		}
 	}
-	if len(limitKeys) == 0 {
-		for _, k := range all {
-			if k.Key != "" {
-				if _, ok := c.lim.LimitOf(limiter.Dimension(k.Kind), k.Key); ok {
-					limitKeys = append(limitKeys, k)
-					break
-				}
-			}
-		}
+	if applied, n := c.appliedTokenKeys(keys); len(limitKeys) == 0 && n > 0 {
+		limitKeys = append(limitKeys, applied[0])
 	}
 	// The hold's tenant: the fair-queue tenant when fair queuing is on, so
 	// weights (and token cost) decide between tenants; otherwise one queue
@@ -356,13 +383,9 @@ func (c *Controller) reserved(keys limiter.Keys, n int64, dec *Decision, d limit
 	dec.Tokens.Quota, dec.Tokens.HasQuota = d.Tightest, d.HasQuota
 	dec.settle.reserved = n
 	if o := c.tokenObserver(); o != nil {
-		for _, k := range tokenKeysOf(keys) {
-			if k.Key == "" {
-				continue
-			}
-			if _, ok := c.lim.LimitOf(limiter.Dimension(k.Kind), k.Key); ok {
-				o.TokensReserved(limiter.Dimension(k.Kind), n)
-			}
+		applied, na := c.appliedTokenKeys(keys)
+		for _, k := range applied[:na] {
+			o.TokensReserved(limiter.Dimension(k.Kind), n)
 		}
 	}
 }
@@ -434,13 +457,9 @@ func (c *Controller) Settle(r Request, dec *Decision, used int64) error {
 	o := c.tokenObserver()
 	if o != nil {
 		o.Estimated(st.reserved, used)
-		for _, k := range tokenKeysOf(keys) {
-			if k.Key == "" {
-				continue
-			}
-			if _, ok := c.lim.LimitOf(limiter.Dimension(k.Kind), k.Key); ok {
-				o.TokensSettled(limiter.Dimension(k.Kind), used)
-			}
+		applied, na := c.appliedTokenKeys(keys)
+		for _, k := range applied[:na] {
+			o.TokensSettled(limiter.Dimension(k.Kind), used)
 		}
 	}
 	delta := used - st.reserved

@@ -557,3 +557,27 @@ func allDone(wg *sync.WaitGroup) bool {
 		return false
 	}
 }
+
+func TestNeedsTokens(t *testing.T) {
+	cases := []struct {
+		name     string
+		settings Settings
+		tokens   TokenSettings
+		r        Request
+		want     bool
+	}{
+		{name: "deferred admission off", r: Request{Identity: alice, Model: "m"}},
+		{name: "a model token limit applies", tokens: deferOn, r: Request{Identity: alice, Model: "m"}, want: true},
+		{name: "no token limit applies to a request without a model", tokens: deferOn, r: Request{Identity: alice}},
+		{name: "cost Tokens charges the tenant", settings: on, tokens: TokenSettings{Enabled: true, CostTokens: true}, r: Request{Identity: alice}, want: true},
+		{name: "cost Tokens without a tenant", settings: on, tokens: TokenSettings{Enabled: true, CostTokens: true}, r: Request{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTokenEnv(t, tokenOpts{cfg: limiter.Config{ModelTokens: tokensPerSecond(1000)}, settings: tc.settings, tokens: tc.tokens})
+			if got := e.c.NeedsTokens(tc.r); got != tc.want {
+				t.Errorf("NeedsTokens = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -87,7 +87,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		ar.Deadline = start.Add(d)
 	}
 	var est usage.Estimate
-	if rt.tokens != nil {
+	if rt.tokens != nil && rt.admit.NeedsTokens(ar) {
 		est = rt.tokens.estimator.Estimate(id.model, body.bytes())
 		ar.Tokens = max(est.Total(), 1)
 	}
