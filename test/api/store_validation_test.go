@@ -34,11 +34,7 @@ import (
 // documented shapes are accepted.
 func TestStoreValidation(t *testing.T) {
 	ns := newNamespace(t)
-	rejects := []struct {
-		name string
-		spec string
-		want []string
-	}{
+	rejects := []specCase{
 		{name: "Redis without redis", spec: "store: {type: Redis}",
 			want: []string{"spec.store", "set store.redis exactly when store.type is Redis"}},
 		{name: "redis settings with type Memory", spec: "store: {type: Memory, redis: {addresses: ['redis:6379']}}",
@@ -70,42 +66,16 @@ func TestStoreValidation(t *testing.T) {
 		{name: "unknown store type", spec: "store: {type: Etcd}",
 			want: []string{"spec.store.type", "Unsupported value"}},
 	}
-	for i, tt := range rejects {
-		t.Run("rejects "+tt.name, func(t *testing.T) {
-			spec := tt.spec + "\n" + backendYAML
-			err := env.Client.Create(testContext(t), policyFromSpec(t, ns, fmt.Sprintf("store-invalid-%d", i), spec))
-			if err == nil {
-				t.Fatalf("the API server accepted an invalid store:\n%s", spec)
-			}
-			if strings.Contains(err.Error(), "evaluating rule") {
-				t.Errorf("a validation rule failed to evaluate instead of explaining the problem:\n%v", err)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error does not contain %q:\n%v", w, err)
-				}
-			}
-		})
-	}
+	expectRejected(t, ns, "store", rejects)
 
-	accepts := []struct {
-		name string
-		spec string
-	}{
+	accepts := []specCase{
 		{name: "explicit Memory", spec: "store: {type: Memory}"},
 		{name: "Standalone Redis", spec: "store: {type: Redis, redis: {addresses: ['redis.cache.svc.cluster.local:6379'], secretRef: {name: redis-auth}, tls: true, timeout: 20ms, failureMode: Open}}"},
 		{name: "IPv6 address", spec: "store: {type: Redis, redis: {addresses: ['[fd00::1]:6379']}}"},
 		{name: "Cluster seed nodes", spec: "store: {type: Redis, redis: {mode: Cluster, addresses: ['a:6379', 'b:6379', 'c:6379']}}"},
 		{name: "Sentinel", spec: "store: {type: Redis, redis: {mode: Sentinel, addresses: ['s1:26379', 's2:26379', 's3:26379'], sentinelMasterName: mymaster, db: 3}}"},
 	}
-	for i, tt := range accepts {
-		t.Run("accepts "+tt.name, func(t *testing.T) {
-			spec := tt.spec + "\n" + backendYAML
-			if err := env.Client.Create(testContext(t), policyFromSpec(t, ns, fmt.Sprintf("store-valid-%d", i), spec)); err != nil {
-				t.Fatalf("the API server rejected a valid store:\n%s\n%v", indent(spec, "  "), err)
-			}
-		})
-	}
+	expectAccepted(t, ns, "store", accepts)
 
 	t.Run("redis defaults", func(t *testing.T) {
 		obj := policyFromSpec(t, ns, "store-defaults", "store: {type: Redis, redis: {addresses: ['redis:6379']}}\n"+backendYAML)
@@ -124,4 +94,51 @@ func TestStoreValidation(t *testing.T) {
 			t.Errorf("defaulted store = %+v (redis %+v), want %+v (redis %+v)", got.Spec.Store, got.Spec.Store.Redis, want, want.Redis)
 		}
 	})
+}
+
+// specCase is one spec of a CEL table: its name, the spec YAML (without
+// backends, which are added), and for a rejected spec the substrings the
+// API server's error must contain.
+type specCase struct {
+	name string
+	spec string
+	want []string
+}
+
+// expectRejected creates each case's policy (named prefix-invalid-N) in ns
+// and checks that the API server refuses it with every wanted substring and
+// without a rule that failed to evaluate.
+func expectRejected(t *testing.T, ns, prefix string, cases []specCase) {
+	t.Helper()
+	for i, tt := range cases {
+		t.Run("rejects "+tt.name, func(t *testing.T) {
+			spec := tt.spec + "\n" + backendYAML
+			err := env.Client.Create(testContext(t), policyFromSpec(t, ns, fmt.Sprintf("%s-invalid-%d", prefix, i), spec))
+			if err == nil {
+				t.Fatalf("the API server accepted an invalid policy:\n%s", spec)
+			}
+			if strings.Contains(err.Error(), "evaluating rule") {
+				t.Errorf("a validation rule failed to evaluate instead of explaining the problem:\n%v", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not contain %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+// expectAccepted creates each case's policy (named prefix-valid-N) in ns and
+// checks that the API server accepts it.
+func expectAccepted(t *testing.T, ns, prefix string, cases []specCase) {
+	t.Helper()
+	for i, tt := range cases {
+		t.Run("accepts "+tt.name, func(t *testing.T) {
+			spec := tt.spec + "\n" + backendYAML
+			if err := env.Client.Create(testContext(t), policyFromSpec(t, ns, fmt.Sprintf("%s-valid-%d", prefix, i), spec)); err != nil {
+				t.Fatalf("the API server rejected a valid policy:\n%s\n%v", indent(spec, "  "), err)
+			}
+		})
+	}
 }
