@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -81,14 +80,19 @@ type bufferedBody struct {
 	data []byte
 	rd   bytes.Reader
 
-	// budget holds reserved bytes until Close (the transport has sent the
-	// body) or the end of the request, whichever comes first.
+	// budget holds reserved bytes until the handler returns (ServeHTTP
+	// calls release), or until Close if that comes first. The proxy never
+	// closes it (httputil.ReverseProxy hands the transport a wrapper whose
+	// Close does nothing), and the bytes stay referenced by the request
+	// until the handler returns, so that is when they are given back.
 	budget   *bodyBudget
 	reserved int64
 	released atomic.Bool
-	// stopRelease unregisters the release at the end of the request.
-	stopRelease func() bool
 }
+
+// BufferedReader returns the reader over the body, so the proxy can send
+// it from memory together with the request headers (proxy.BufferedBody).
+func (b *bufferedBody) BufferedReader() *bytes.Reader { return &b.rd }
 
 // Read reads the buffered body.
 func (b *bufferedBody) Read(p []byte) (int, error) { return b.rd.Read(p) }
@@ -97,9 +101,6 @@ func (b *bufferedBody) Read(p []byte) (int, error) { return b.rd.Read(p) }
 // to the garbage collector.
 func (b *bufferedBody) Close() error {
 	b.release()
-	if b.stopRelease != nil {
-		b.stopRelease()
-	}
 	return nil
 }
 
@@ -119,15 +120,18 @@ func (b *bufferedBody) replace(data []byte) {
 	b.rd.Reset(data)
 }
 
-// release returns the reservation once, whoever calls it first.
+// release returns the reservation once, whoever calls it first; a nil body
+// has none.
 func (b *bufferedBody) release() {
-	if b.budget != nil && !b.released.Swap(true) {
+	if b != nil && b.budget != nil && !b.released.Swap(true) {
 		b.budget.release(b.reserved)
 	}
 }
 
 // readBody reads r's body (at most s.maxBody bytes) into memory and replaces
 // r.Body with a reader over it. It returns nil for a request without a body.
+// The caller gives the reservation back with release when it is done with
+// the request.
 // The buffer grows as bytes arrive, each step reserved from the replica's
 // body budget first, so a large declared Content-Length costs nothing until
 // the bytes are there. The client must send the whole body within
@@ -200,22 +204,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bufferedBody
 	}
 	b.data = data
 	b.rd.Reset(data)
-	// Until the transport closes the body, the reservation lasts as long as
-	// the request: net/http cancels the context when the handler returns.
-	b.stopRelease = contextAfterFunc(r, b.release)
 	r.Body = b
 	r.ContentLength = int64(len(data))
 	return b, nil
-}
-
-// contextAfterFunc runs f when r's context ends and returns the function
-// that unregisters it.
-func contextAfterFunc(r *http.Request, f func()) func() bool {
-	ctx := r.Context()
-	if ctx.Done() == nil { // never ends (a request built by hand in a test)
-		return nil
-	}
-	return context.AfterFunc(ctx, f)
 }
 
 // isTimeout reports whether err is a read deadline passing.

@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 )
 
@@ -84,21 +85,59 @@ func TestReadBody(t *testing.T) {
 	}
 }
 
-func TestReadBodyReleasesAtTheEndOfTheRequest(t *testing.T) {
-	s := newBodyServer(t, 1<<10, 1<<20)
-	ctx, cancel := context.WithCancel(context.Background())
-	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", strings.NewReader("hello"))
-	if _, err := s.readBody(httptest.NewRecorder(), r); err != nil {
-		t.Fatal(err)
+func TestBodyReservationLastsUntilTheHandlerReturns(t *testing.T) {
+	const body = `{"model":"m","pad":"0123456789"}`
+	inUpstream, release := make(chan struct{}), make(chan struct{})
+	hs := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select { // bounded, so a test failure cannot hang the upstream
+		case inUpstream <- struct{}{}:
+		case <-time.After(5 * time.Second):
+			return
+		}
+		select {
+		case <-release:
+		case <-time.After(5 * time.Second):
+		}
+	}), func(c *config.Config) {
+		// Per-model limits: a body without a model is refused after it was read.
+		c.RateLimits.PerModel = &config.ModelLimits{Default: &config.Limit{Requests: 100, Burst: 100, Period: config.Duration{Duration: time.Second}}}
+	})
+	done := make(chan *http.Response, 1)
+	go func() { done <- hs.do(body, nil) }()
+	select {
+	case <-inUpstream:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request did not reach the upstream within 5s")
 	}
-	if s.bodies.buffered() == 0 {
-		t.Fatal("nothing reserved for a buffered body")
+	// The upstream has read the whole body, but the request still holds
+	// its bytes: they are counted until the handler returns.
+	if n := hs.srv.bodies.buffered(); n < int64(len(body)) {
+		t.Errorf("%d bytes reserved during the upstream call, want at least the body's %d", n, len(body))
 	}
-	cancel() // net/http does this when the handler returns; the body was never sent upstream
-	waitUntil(t, "the reservation to be released", func() bool { return s.bodies.buffered() == 0 })
-	_ = r.Body.Close() // a late Close must not release twice
-	if n := s.bodies.buffered(); n != 0 {
-		t.Errorf("after cancel and Close %d bytes reserved, want 0", n)
+	close(release)
+	select {
+	case resp := <-done:
+		readAll(t, resp)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d, want 200", resp.StatusCode)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no response within 5s")
+	}
+	// The response is complete only after the handler returned.
+	if n := hs.srv.bodies.buffered(); n != 0 {
+		t.Errorf("after the response %d bytes stay reserved, want 0", n)
+	}
+
+	// A refused request gives its reservation back too.
+	resp := hs.do(`{"model":`, nil)
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a body without a model got %d, want 400", resp.StatusCode)
+	}
+	if n := hs.srv.bodies.buffered(); n != 0 {
+		t.Errorf("after a refusal %d bytes stay reserved, want 0", n)
 	}
 }
 

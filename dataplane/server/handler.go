@@ -65,6 +65,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	defer body.release()
 	var ok bool
 	if id.model, ok = rt.model(r.Header, body); !ok {
 		if !s.preAuthRefused(w, r, rt, client) {
