@@ -72,6 +72,7 @@ type options struct {
 	maxCPU    float64
 	minTput   float64
 	check     bool
+	serve     bool
 }
 
 func main() {
@@ -87,6 +88,7 @@ func main() {
 	flag.Float64Var(&o.maxCPU, "max-cpu-ratio", 1.10, "target: data-plane CPU per request over the bare proxy's, at most")
 	flag.Float64Var(&o.minTput, "min-throughput-ratio", 0.95, "target: data-plane throughput over the bare proxy's, at least")
 	flag.BoolVar(&o.check, "check", false, "exit non-zero when a median ratio misses its target")
+	flag.BoolVar(&o.serve, "serve", false, "start the three processes, print their addresses and vegeta targets, and wait for Ctrl-C instead of attacking (to profile one of them)")
 	flag.Parse()
 
 	var err error
@@ -353,6 +355,14 @@ func drive(o options) error {
 		return err
 	}
 
+	if o.serve {
+		fmt.Printf("upstream %s (pid %d)\nbare proxy %s (pid %d)\ndata plane %s (pid %d)\ntargets: %s %s\nCtrl-C stops all three\n",
+			upURL, up.cmd.Process.Pid, bareURL, bare.cmd.Process.Pid, dpURL, dp.cmd.Process.Pid, targets[bare], targets[dp])
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		<-ctx.Done()
+		return nil
+	}
 	// Warm both up: connection pools, buffer pools, the limiter's tables.
 	for _, c := range []*child{bare, dp} {
 		if _, err := o.attack(c, targets[c], time.Second); err != nil {
