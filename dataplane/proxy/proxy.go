@@ -1,7 +1,9 @@
 // Package proxy holds the data plane's upstream side: the configured backends,
 // round-robin selection among the ones that still have per-backend capacity,
-// and a tuned httputil.ReverseProxy per backend that streams responses
-// (server-sent events included) as they arrive.
+// and per backend a forwarding path that streams responses (server-sent
+// events included) as they arrive. It sends what httputil.ReverseProxy with
+// SetURL and SetXForwarded sends, and relays what it relays, at less cost per
+// request; protocol upgrades go through such a ReverseProxy.
 package proxy
 
 import (
@@ -35,7 +37,12 @@ type Target struct {
 
 // Backend is one parsed upstream with its own reverse proxy.
 type Backend struct {
-	name         string
+	name   string
+	target *url.URL
+	// transport and buffers serve forward, the path of every request but
+	// protocol upgrades, which take proxy.
+	transport    http.RoundTripper
+	buffers      *bufferPool
 	proxy        *httputil.ReverseProxy
 	errorHandler func(http.ResponseWriter, *http.Request, error)
 	bodyError    func(r *http.Request, backend string, err error, committed bool)
@@ -57,12 +64,19 @@ var ErrResponseBrokeOff = errors.New("the backend's response ended before its bo
 // the client is answered through Options.ErrorHandler (a 502) instead of a
 // bare connection reset. A response breaking off later is aborted, the only
 // way left to tell the client it is incomplete. Both are reported to
-// Options.ResponseBodyError. This relies on net/http's server: under it,
-// httputil.ReverseProxy signals a broken body by panicking with
-// http.ErrAbortHandler.
+// Options.ResponseBodyError. Aborting relies on net/http's server: the
+// handler panics with http.ErrAbortHandler.
+//
+// Every request but a protocol upgrade takes forward; an upgrade takes
+// httputil.ReverseProxy, which signals a broken body by panicking with
+// http.ErrAbortHandler itself.
 func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rw := &relayWriter{ResponseWriter: w}
 	rw.snapshotHeader()
+	if !isUpgrade(r.Header) {
+		b.forward(rw, r)
+		return
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler { //nolint:errorlint // ReverseProxy panics with this exact value
@@ -158,6 +172,9 @@ func NewPool(targets []Target, opts Options) (*Pool, error) {
 		}
 		p.backends = append(p.backends, &Backend{
 			name:         t.Name,
+			target:       u,
+			transport:    transport,
+			buffers:      buffers,
 			errorHandler: opts.ErrorHandler,
 			bodyError:    opts.ResponseBodyError,
 			proxy: &httputil.ReverseProxy{
