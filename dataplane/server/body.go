@@ -147,8 +147,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bufferedBody
 	}
 	// The deadline is left in place after a failure, so that net/http's
 	// drain of the unread rest of the body cannot hang on a trickler.
-	rc := http.NewResponseController(w)
-	deadlineSet := s.bodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(s.bodyTimeout)) == nil
+	deadlineSet := s.bodyTimeout > 0 && setReadDeadline(w, time.Now().Add(s.bodyTimeout)) == nil
 
 	// +1 so a body of the declared length (or of the limit) ends in a read
 	// that also reports io.EOF instead of a growth step.
@@ -200,13 +199,28 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bufferedBody
 		}
 	}
 	if deadlineSet {
-		_ = rc.SetReadDeadline(time.Time{}) // the upstream call may take long; the client may not be cut for it
+		_ = setReadDeadline(w, time.Time{}) // the upstream call may take long; the client may not be cut for it
 	}
 	b.data = data
 	b.rd.Reset(data)
 	r.Body = b
 	r.ContentLength = int64(len(data))
 	return b, nil
+}
+
+// setReadDeadline sets the read deadline of w's connection, as
+// http.ResponseController does (through Unwrap), without allocating one.
+func setReadDeadline(w http.ResponseWriter, t time.Time) error {
+	for {
+		switch v := w.(type) {
+		case interface{ SetReadDeadline(time.Time) error }:
+			return v.SetReadDeadline(t)
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return http.ErrNotSupported
+		}
+	}
 }
 
 // isTimeout reports whether err is a read deadline passing.
