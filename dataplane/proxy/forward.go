@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -23,11 +24,11 @@ import (
 // recognised without parsing the media type. Protocol upgrades, the only
 // requests it does not handle, go through the ReverseProxy.
 //
-// Errors reaching the backend go to the error handler with r; a response
+// Errors reaching the backend go to the error handler with the outgoing
+// request (whose context is ctx's), as the ReverseProxy did; a response
 // breaking off while its body is relayed goes to brokeOff, as the
-// ReverseProxy's ErrAbortHandler panic does.
-func (b *Backend) forward(rw *relayWriter, r *http.Request) {
-	ctx := r.Context()
+// ReverseProxy's ErrAbortHandler panic did.
+func (b *Backend) forward(ctx context.Context, rw *relayWriter, r *http.Request) {
 	t := &informational{rw: rw}
 	out := r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: t.relay}))
 	u := *r.URL
@@ -43,13 +44,13 @@ func (b *Backend) forward(rw *relayWriter, r *http.Request) {
 	res, err := b.transport.RoundTrip(out)
 	t.done()
 	if err != nil {
-		b.reportError(rw, r, err)
+		b.reportError(rw, out, err)
 		return
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		// Only an upgrade request, which takes the ReverseProxy, may switch.
 		_ = res.Body.Close()
-		b.reportError(rw, r, errUnexpectedSwitch)
+		b.reportError(rw, out, errUnexpectedSwitch)
 		return
 	}
 
@@ -67,7 +68,7 @@ func (b *Backend) forward(rw *relayWriter, r *http.Request) {
 
 	if err := b.relayBody(rw, res); err != nil {
 		defer func() { _ = res.Body.Close() }()
-		b.brokeOff(rw, r)
+		b.brokeOff(rw, r, ctx)
 		return
 	}
 	_ = res.Body.Close() // now, to populate res.Trailer

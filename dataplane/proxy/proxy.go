@@ -8,6 +8,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -71,18 +72,27 @@ var ErrResponseBrokeOff = errors.New("the backend's response ended before its bo
 // httputil.ReverseProxy, which signals a broken body by panicking with
 // http.ErrAbortHandler itself.
 func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.Forward(r.Context(), w, r)
+}
+
+// Forward is ServeHTTP with ctx in place of r's context, which saves the
+// caller a copy of r when all it has to change is the context (a deadline).
+func (b *Backend) Forward(ctx context.Context, w http.ResponseWriter, r *http.Request) {
 	rw := &relayWriter{ResponseWriter: w}
 	rw.snapshotHeader()
 	if !isUpgrade(r.Header) {
-		b.forward(rw, r)
+		b.forward(ctx, rw, r)
 		return
+	}
+	if ctx != r.Context() {
+		r = r.WithContext(ctx)
 	}
 	defer func() {
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler { //nolint:errorlint // ReverseProxy panics with this exact value
 				panic(v)
 			}
-			b.brokeOff(rw, r)
+			b.brokeOff(rw, r, ctx)
 		}
 	}()
 	b.proxy.ServeHTTP(rw, r)
@@ -92,10 +102,10 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // brokeOff handles a response whose relay failed (ReverseProxy's
 // ErrAbortHandler panic): an error answer when nothing has reached the
 // client yet, else the abort carries on.
-func (b *Backend) brokeOff(rw *relayWriter, r *http.Request) {
+func (b *Backend) brokeOff(rw *relayWriter, r *http.Request, ctx context.Context) {
 	// A write error or an ended request context means the client left or
 	// the total timeout ran out: not the backend's doing.
-	upstreamFault := rw.writeErr == nil && r.Context().Err() == nil
+	upstreamFault := rw.writeErr == nil && ctx.Err() == nil
 	if rw.committed {
 		if upstreamFault && b.bodyError != nil {
 			b.bodyError(r, b.name, ErrResponseBrokeOff, true)

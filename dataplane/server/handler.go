@@ -131,20 +131,21 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 
 	// The total timeout runs from arrival: queued time is deducted from what
 	// is left for the upstream call.
+	ctx := r.Context()
 	if total > 0 {
 		remaining := start.Add(total).Sub(s.clock.Now())
 		if remaining <= 0 {
 			writeTimeout(w)
 			return
 		}
-		ctx, cancel := context.WithCancelCause(r.Context())
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
 		t := s.clock.AfterFunc(remaining, func() { cancel(errTotalTimeout) })
 		defer t.Stop()
 		defer cancel(nil)
-		r = r.WithContext(ctx)
 	}
 	if tokensRT == nil || !dec.Settles() {
-		b.ServeHTTP(w, r)
+		b.Forward(ctx, w, r)
 		return
 	}
 	strip := false
@@ -157,8 +158,8 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	m := usage.NewMeter(tokensRT.estimator, id.model, est, strip)
-	b.ServeHTTP(usage.NewResponseWriter(w, m), r)
-	used = usedTokens(m, r.Context().Err() == nil, w.status)
+	b.Forward(ctx, usage.NewResponseWriter(w, m), r)
+	used = usedTokens(m, ctx.Err() == nil, w.status)
 }
 
 // preAuthRefused charges the pre-auth limits for a request answered before
