@@ -33,13 +33,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 func main() {
 	benchHTTP := flag.String("bench-http", "", "the hack/bench-http binary; empty skips the HTTP check")
 	dataplane := flag.String("dataplane", "", "the cmd/dataplane binary, for the HTTP check")
 	vegeta := flag.String("vegeta", "bin/vegeta", "the vegeta binary, for the HTTP check")
-	rounds := flag.Int("rounds", 5, "rounds per check")
+	rounds := flag.Int("rounds", 5, "rounds per benchmark check")
+	httpRounds := flag.Int("http-rounds", 9, "rounds of the HTTP check; more and shorter rounds than the benchmarks', because one disturbed attack moves its round far more than a benchmark's")
+	httpDuration := flag.Duration("http-duration", 2*time.Second, "length of each attack of the HTTP check")
 	advisory := flag.String("advisory", "", "comma-separated checks (scanner, scaling, http) whose miss is printed but does not fail the run: "+
 		"for a target the code is known not to meet yet, so CI keeps measuring it without going red")
 	flag.Parse()
@@ -89,7 +92,8 @@ func main() {
 	}
 
 	if *benchHTTP != "" {
-		cmd := exec.Command(*benchHTTP, "--dataplane", *dataplane, "--vegeta", *vegeta, "--rounds", strconv.Itoa(*rounds), "--check")
+		cmd := exec.Command(*benchHTTP, "--dataplane", *dataplane, "--vegeta", *vegeta,
+			"--rounds", strconv.Itoa(*httpRounds), "--duration", httpDuration.String(), "--check")
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
 			if !soft["http"] {
