@@ -68,7 +68,7 @@ func (b *Backend) forward(ctx context.Context, rw *relayWriter, r *http.Request)
 
 	if err := b.relayBody(rw, res); err != nil {
 		defer func() { _ = res.Body.Close() }()
-		b.brokeOff(rw, r, ctx)
+		b.brokeOff(ctx, rw, r)
 		return
 	}
 	_ = res.Body.Close() // now, to populate res.Trailer

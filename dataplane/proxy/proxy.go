@@ -92,7 +92,7 @@ func (b *Backend) Forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 			if v != http.ErrAbortHandler { //nolint:errorlint // ReverseProxy panics with this exact value
 				panic(v)
 			}
-			b.brokeOff(rw, r, ctx)
+			b.brokeOff(ctx, rw, r)
 		}
 	}()
 	b.proxy.ServeHTTP(rw, r)
@@ -102,7 +102,7 @@ func (b *Backend) Forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 // brokeOff handles a response whose relay failed (ReverseProxy's
 // ErrAbortHandler panic): an error answer when nothing has reached the
 // client yet, else the abort carries on.
-func (b *Backend) brokeOff(rw *relayWriter, r *http.Request, ctx context.Context) {
+func (b *Backend) brokeOff(ctx context.Context, rw *relayWriter, r *http.Request) {
 	// A write error or an ended request context means the client left or
 	// the total timeout ran out: not the backend's doing.
 	upstreamFault := rw.writeErr == nil && ctx.Err() == nil
