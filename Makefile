@@ -87,13 +87,13 @@ bench: ## Run the benchmarks quoted in the README.
 	$(GO) test -run '^$$' -bench . -benchmem ./dataplane/...
 
 .PHONY: bench-http
-bench-http: vegeta ## Drive a bare httputil.ReverseProxy and the data plane with vegeta, side by side, and print CPU-per-request and throughput ratios (BENCH_HTTP_FLAGS="--rounds 3").
+bench-http: vegeta ## Drive a bare httputil.ReverseProxy and the data plane with vegeta, side by side, and print CPU-per-request and throughput ratios (BENCH_HTTP_FLAGS="--rounds 5 --duration 3s").
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 		$(GO) build -o "$$tmp/dataplane" ./cmd/dataplane && $(GO) build -o "$$tmp/bench-http" ./hack/bench-http && \
 		"$$tmp/bench-http" --dataplane "$$tmp/dataplane" --vegeta $(VEGETA) $(BENCH_HTTP_FLAGS)
 
 .PHONY: bench-check
-bench-check: vegeta ## Run the benchmarks whose ratios the README claims and fail when a median misses its target (about 2 minutes; BENCH_CHECK_FLAGS="--advisory http").
+bench-check: vegeta ## Run the benchmarks whose ratios the README claims and fail when a median misses its target (about 2 minutes; BENCH_CHECK_FLAGS="--advisory scaling").
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 		$(GO) build -o "$$tmp/dataplane" ./cmd/dataplane && $(GO) build -o "$$tmp/bench-http" ./hack/bench-http && \
 		$(GO) run ./hack/bench-check --bench-http "$$tmp/bench-http" --dataplane "$$tmp/dataplane" --vegeta $(VEGETA) $(BENCH_CHECK_FLAGS)

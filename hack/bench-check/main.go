@@ -43,6 +43,7 @@ func main() {
 	rounds := flag.Int("rounds", 5, "rounds per benchmark check")
 	httpRounds := flag.Int("http-rounds", 9, "rounds of the HTTP check; more and shorter rounds than the benchmarks', because one disturbed attack moves its round far more than a benchmark's")
 	httpDuration := flag.Duration("http-duration", 2*time.Second, "length of each attack of the HTTP check")
+	httpMaxRounds := flag.Int("http-max-rounds", 18, "rounds the HTTP check may grow to when the first --http-rounds miss (bench-http --max-rounds)")
 	advisory := flag.String("advisory", "", "comma-separated checks (scanner, scaling, http) whose miss is printed but does not fail the run: "+
 		"for a target the code is known not to meet yet, so CI keeps measuring it without going red")
 	flag.Parse()
@@ -93,7 +94,7 @@ func main() {
 
 	if *benchHTTP != "" {
 		cmd := exec.Command(*benchHTTP, "--dataplane", *dataplane, "--vegeta", *vegeta,
-			"--rounds", strconv.Itoa(*httpRounds), "--duration", httpDuration.String(), "--check")
+			"--rounds", strconv.Itoa(*httpRounds), "--max-rounds", strconv.Itoa(*httpMaxRounds), "--duration", httpDuration.String(), "--check")
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
 			if !soft["http"] {
