@@ -208,6 +208,20 @@ func headersEqual(a, b http.Header) bool {
 	return true
 }
 
+// frontFor serves a pool of one backend at upstream, for the test's length.
+func frontFor(t *testing.T, upstream string) *httptest.Server {
+	t.Helper()
+	tr := NewTransport()
+	t.Cleanup(tr.CloseIdleConnections)
+	pool, err := NewPool([]Target{{Name: "up", URL: upstream}}, Options{Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(pool.Backends()[0])
+	t.Cleanup(front.Close)
+	return front
+}
+
 func TestForwardStreamsEventsAsTheyArrive(t *testing.T) {
 	next := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -223,14 +237,7 @@ func TestForwardStreamsEventsAsTheyArrive(t *testing.T) {
 		}
 	}))
 	defer up.Close()
-	tr := NewTransport()
-	defer tr.CloseIdleConnections()
-	pool, err := NewPool([]Target{{Name: "up", URL: up.URL}}, Options{Transport: tr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(pool.Backends()[0])
-	defer front.Close()
+	front := frontFor(t, up.URL)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -276,14 +283,7 @@ func TestForwardRoutesUpgradesThroughReverseProxy(t *testing.T) {
 		_ = brw.Flush()
 	}))
 	defer up.Close()
-	tr := NewTransport()
-	defer tr.CloseIdleConnections()
-	pool, err := NewPool([]Target{{Name: "up", URL: up.URL}}, Options{Transport: tr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(pool.Backends()[0])
-	defer front.Close()
+	front := frontFor(t, up.URL)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
