@@ -90,14 +90,16 @@ var bucketScript = strings.NewReplacer(
 //
 //nolint:dupword // Lua closes nested blocks with "end end".
 const bucketScriptSource = `
--- Globals are table lookups; locals are registers.
+-- Globals are table lookups; locals are registers. The one-token path
+-- does arithmetic on numeric strings directly: Lua converts them as tonumber
+-- does, without the cost of a function call.
 local argv, keys, call, tonumber, floor, min = ARGV, KEYS, redis.call, tonumber, math.floor, math.min
 local fmt, ceil, match = string.format, math.ceil, string.match
 local maxdebt = MAX_DEBT
 local secs, sec, nsec
 if argv[2] == '' then
   local t = call('TIME')
-  secs, nsec = t[1], tonumber(t[2]) * 1000
+  secs, nsec = t[1], t[2] * 1000
 else
   secs, nsec = argv[2], tonumber(argv[3])
 end
@@ -118,7 +120,7 @@ for i = 1, n do
     local ts, tn, shape = match(v, '^(%d+) (%d+) (.*)$')
     vals[i] = ts or false
     if ts then
-      d = (tonumber(ts) - sec) * 1e9 + (tonumber(tn) - nsec)
+      d = (ts - sec) * 1e9 + (tn - nsec)
       -- Lua interns strings, so this compares two pointers.
       if shape ~= argv[3 + 3 * i] then
         -- The limit changed: keep the fraction of the capacity in use
@@ -136,7 +138,7 @@ for i = 1, n do
     -- The bucket must hold the charge, or be full when it exceeds the window.
     local w = tonumber(argv[2 + 3 * i])
     if d + min(tonumber(argv[3 + 3 * n + i]), w) - w > 0 then out[1] = 0 end
-  elseif d + tonumber(argv[1 + 3 * i]) - tonumber(argv[2 + 3 * i]) > 0 then
+  elseif d + argv[1 + 3 * i] - argv[2 + 3 * i] > 0 then
     out[1] = 0
   end
 end
@@ -149,7 +151,7 @@ if op == 't' and out[1] == 1 then
   if costed then
     for i = 1, n do debts[i] = out[i + 1] + tonumber(argv[3 + 3 * n + i]) end
   else
-    for i = 1, n do debts[i] = out[i + 1] + tonumber(argv[1 + 3 * i]) end
+    for i = 1, n do debts[i] = out[i + 1] + argv[1 + 3 * i] end
   end
 elseif op == 'r' then
   for i = 1, n do
@@ -185,7 +187,7 @@ for i = 1, n do
   elseif d then
     if d > maxdebt then d = maxdebt end
     local bs, o = vals[i], nil
-    if bs then o = d + nsec + (sec - tonumber(bs)) * 1e9 end
+    if bs then o = d + nsec + (sec - bs) * 1e9 end
     if not o or o < 0 or o >= 1e14 then
       bs, o = secs, nsec + d
       if o >= 1e14 then
