@@ -18,9 +18,11 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,7 +146,10 @@ func benchAdmission(b *testing.B, modelOnly bool) (*limiter.Limiter, limiter.Key
 // p50-ratio-noargs against "return 1" with no keys or arguments. The
 // p50-floor-ratio is the same comparison for a script running only the
 // Redis commands of a bucket script (see shapedBare.floor), the best any
-// script of this design can do.
+// script of this design can do. The server-*-ns metrics are the time Redis
+// itself spends on one EVALSHA of the shaped baseline, the floor script
+// and the admission (INFO commandstats, see serverTime), which tells the
+// script's share of a round trip from the client's and the scheduler's.
 func BenchmarkAdmissionVsBareEvalsha(b *testing.B) {
 	for _, bc := range []struct {
 		name      string
@@ -182,8 +187,55 @@ func BenchmarkAdmissionVsBareEvalsha(b *testing.B) {
 			b.ReportMetric(float64(pa)/float64(ps), "p50-ratio")
 			b.ReportMetric(float64(pa)/float64(pb), "p50-ratio-noargs")
 			b.ReportMetric(float64(pf)/float64(ps), "p50-floor-ratio")
+			server, err := serverTimes(ctx, c, func() error { return sb.run(ctx, c) }, func() error { return sb.runFloor(ctx, c) },
+				func() error { _, err := l.TakeIdentity(time.Now(), keys); return err })
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(server[0].Nanoseconds()), "server-bare-ns")
+			b.ReportMetric(float64(server[1].Nanoseconds()), "server-floor-ns")
+			b.ReportMetric(float64(server[2].Nanoseconds()), "server-admission-ns")
 		})
 	}
+}
+
+// serverTimes returns, for each call, the median over three interleaved
+// blocks of the time Redis spends on one EVALSHA it sends, as INFO
+// commandstats reports it (usec_per_call, reset before each block). Every
+// call must send exactly one EVALSHA.
+func serverTimes(ctx context.Context, c redis.UniversalClient, calls ...func() error) ([]time.Duration, error) {
+	const rounds, block = 3, 300
+	per := make([][]time.Duration, len(calls))
+	for range rounds {
+		for i, call := range calls {
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				return nil, err
+			}
+			for range block {
+				if err := call(); err != nil {
+					return nil, err
+				}
+			}
+			info, err := c.Info(ctx, "commandstats").Result()
+			if err != nil {
+				return nil, err
+			}
+			_, stats, ok := strings.Cut(info, "cmdstat_evalsha:")
+			_, usec, ok2 := strings.Cut(stats, "usec_per_call=")
+			usec, _, _ = strings.Cut(usec, ",")
+			us, err := strconv.ParseFloat(usec, 64)
+			if !ok || !ok2 || err != nil {
+				return nil, fmt.Errorf("no usec_per_call for evalsha in INFO commandstats: %q", info)
+			}
+			per[i] = append(per[i], time.Duration(us*float64(time.Microsecond)))
+		}
+	}
+	out := make([]time.Duration, len(calls))
+	for i, d := range per {
+		slices.Sort(d)
+		out[i] = d[len(d)/2]
+	}
+	return out, nil
 }
 
 // BenchmarkAdmission measures one four-bucket admission alone, for its
