@@ -151,17 +151,18 @@ func TestCallAfterATimeoutSucceeds(t *testing.T) {
 
 	// The probe (PING) returns the store to Redis.
 	deadline := time.After(10 * time.Second)
+	var probeErr error
 	for !s.Up() {
 		for !fc.HasWaiters() {
 			select {
 			case <-deadline:
-				t.Fatal("no health probe is waiting for its timer within 10s")
+				t.Fatalf("no health probe is waiting for its timer within 10s (last probe: %v)", probeErr)
 			case <-time.After(time.Millisecond):
 			}
 		}
 		fc.Step(DefaultProbeInterval)
 		select {
-		case <-probes:
+		case probeErr = <-probes:
 		case <-deadline:
 			t.Fatal("the probe did not finish within 10s")
 		}
