@@ -155,7 +155,7 @@ func benchAdmission(b *testing.B, modelOnly bool) (*limiter.Limiter, limiter.Key
 // Each iteration runs the four calls in a new random order (from a fixed
 // seed). A round trip depends on the call before it: the shaped baseline
 // measured right after a writing script (the floor script or an admission)
-// took 3-6us longer than right after "return 1" on the test machine, so a
+// took 3-8us longer than right after "return 1" on the test machine, so a
 // fixed order would charge that to whichever calls always follow a write.
 func BenchmarkAdmissionVsBareEvalsha(b *testing.B) {
 	for _, bc := range []struct {
