@@ -18,9 +18,12 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,14 +140,23 @@ func benchAdmission(b *testing.B, modelOnly bool) (*limiter.Limiter, limiter.Key
 
 // BenchmarkAdmissionVsBareEvalsha interleaves one admission as the data
 // plane makes it (Limiter.TakeIdentity through the Redis store: four
-// identity buckets, or the model bucket alone) with two baseline round trips
-// to the same Redis, and reports the medians and the ratios (target
-// <= 1.3): p50-ratio against an EVALSHA of a script doing nothing with the
+// identity buckets, or the model bucket alone) with baseline round trips to
+// the same Redis, and reports the medians and the ratios (target <= 1.3):
+// p50-ratio against an EVALSHA of a script doing nothing with the
 // admission's own keys and arguments and a reply of the same size,
 // p50-ratio-noargs against "return 1" with no keys or arguments. The
 // p50-floor-ratio is the same comparison for a script running only the
 // Redis commands of a bucket script (see shapedBare.floor), the best any
-// script of this design can do.
+// script of this design can do. The server-*-ns metrics are the time Redis
+// itself spends on one EVALSHA of the shaped baseline, the floor script
+// and the admission (INFO commandstats, see serverTimes), which tells the
+// script's share of a round trip from the client's and the scheduler's.
+//
+// Each iteration runs the four calls in a new random order (from a fixed
+// seed). A round trip depends on the call before it: the shaped baseline
+// measured right after a writing script (the floor script or an admission)
+// took 3-8us longer than right after "return 1" on the test machine, so a
+// fixed order would charge that to whichever calls always follow a write.
 func BenchmarkAdmissionVsBareEvalsha(b *testing.B) {
 	for _, bc := range []struct {
 		name      string
@@ -153,37 +165,87 @@ func BenchmarkAdmissionVsBareEvalsha(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			l, keys, c, sb := benchAdmission(b, bc.modelOnly)
 			ctx := context.Background()
-			var bare, shaped, floor, admit []time.Duration
+			const bare, shaped, floor, admit = 0, 1, 2, 3
+			calls := [...]func(now time.Time) error{
+				bare:   func(time.Time) error { return bareScript.Run(ctx, c, nil).Err() },
+				shaped: func(time.Time) error { return sb.run(ctx, c) },
+				floor:  func(time.Time) error { return sb.runFloor(ctx, c) },
+				admit: func(now time.Time) error {
+					if d, err := l.TakeIdentity(now, keys); err != nil || !d.Allowed {
+						return fmt.Errorf("admission: %+v, %w", d, err)
+					}
+					return nil
+				},
+			}
+			var took [len(calls)][]time.Duration
+			order := [len(calls)]int{bare, shaped, floor, admit}
+			rng := rand.New(rand.NewPCG(1, 2))
 			for b.Loop() {
-				t0 := time.Now()
-				if err := bareScript.Run(ctx, c, nil).Err(); err != nil {
-					b.Fatal(err)
+				rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+				for _, i := range order {
+					start := time.Now()
+					if err := calls[i](start); err != nil {
+						b.Fatal(err)
+					}
+					took[i] = append(took[i], time.Since(start))
 				}
-				t1 := time.Now()
-				if err := sb.run(ctx, c); err != nil {
-					b.Fatal(err)
-				}
-				t2 := time.Now()
-				if err := sb.runFloor(ctx, c); err != nil {
-					b.Fatal(err)
-				}
-				t3 := time.Now()
-				if d, err := l.TakeIdentity(t3, keys); err != nil || !d.Allowed {
-					b.Fatalf("admission: %+v, %v", d, err)
-				}
-				bare, shaped, admit = append(bare, t1.Sub(t0)), append(shaped, t2.Sub(t1)), append(admit, time.Since(t3))
-				floor = append(floor, t3.Sub(t2))
 			}
 			p50 := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
-			pb, ps, pf, pa := p50(bare), p50(shaped), p50(floor), p50(admit)
+			pb, ps, pf, pa := p50(took[bare]), p50(took[shaped]), p50(took[floor]), p50(took[admit])
 			b.ReportMetric(float64(pb.Nanoseconds()), "p50-bare-noargs-ns")
 			b.ReportMetric(float64(ps.Nanoseconds()), "p50-bare-ns")
 			b.ReportMetric(float64(pa.Nanoseconds()), "p50-admission-ns")
 			b.ReportMetric(float64(pa)/float64(ps), "p50-ratio")
 			b.ReportMetric(float64(pa)/float64(pb), "p50-ratio-noargs")
 			b.ReportMetric(float64(pf)/float64(ps), "p50-floor-ratio")
+			server, err := serverTimes(ctx, c, calls[shaped], calls[floor], calls[admit])
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(server[0].Nanoseconds()), "server-bare-ns")
+			b.ReportMetric(float64(server[1].Nanoseconds()), "server-floor-ns")
+			b.ReportMetric(float64(server[2].Nanoseconds()), "server-admission-ns")
 		})
 	}
+}
+
+// serverTimes returns, for each call, the median over three interleaved
+// blocks of the time Redis spends on one EVALSHA it sends, as INFO
+// commandstats reports it (usec_per_call, reset before each block). Every
+// call must send exactly one EVALSHA.
+func serverTimes(ctx context.Context, c redis.UniversalClient, calls ...func(now time.Time) error) ([]time.Duration, error) {
+	const rounds, block = 3, 300
+	per := make([][]time.Duration, len(calls))
+	for range rounds {
+		for i, call := range calls {
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				return nil, err
+			}
+			for range block {
+				if err := call(time.Now()); err != nil {
+					return nil, err
+				}
+			}
+			info, err := c.Info(ctx, "commandstats").Result()
+			if err != nil {
+				return nil, err
+			}
+			_, stats, ok := strings.Cut(info, "cmdstat_evalsha:")
+			_, usec, ok2 := strings.Cut(stats, "usec_per_call=")
+			usec, _, _ = strings.Cut(usec, ",")
+			us, err := strconv.ParseFloat(usec, 64)
+			if !ok || !ok2 || err != nil {
+				return nil, fmt.Errorf("no usec_per_call for evalsha in INFO commandstats: %q", info)
+			}
+			per[i] = append(per[i], time.Duration(us*float64(time.Microsecond)))
+		}
+	}
+	out := make([]time.Duration, len(calls))
+	for i, d := range per {
+		slices.Sort(d)
+		out[i] = d[len(d)/2]
+	}
+	return out, nil
 }
 
 // BenchmarkAdmission measures one four-bucket admission alone, for its

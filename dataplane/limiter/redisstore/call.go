@@ -22,8 +22,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	"k8s.io/utils/clock"
 
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 )
@@ -56,11 +58,13 @@ func (k *keyArg) String() string { return string(k.b) }
 
 // callArgs is one script call's command: EVALSHA, the hash, the key count,
 // the keys, then the operation, the time, every bucket's shape and, unless
-// the call takes or peeks one token per bucket, every bucket's amount.
+// the call takes or peeks one token per bucket, every bucket's amount. It
+// carries the call's context too, so that a call allocates none.
 type callArgs struct {
 	cmd     [3 + limiter.MaxBatch + 3 + 4*limiter.MaxBatch]any
 	keys    [limiter.MaxBatch]keyArg
 	amounts [limiter.MaxBatch]keyArg
+	ctx     *callContext // nil until first use and after it expired
 }
 
 var callArgsPool = sync.Pool{New: func() any { return new(callArgs) }}
@@ -109,3 +113,66 @@ func (s *Store) runScript(ctx context.Context, a *callArgs, n, nargs int) ([]int
 	}
 	return cmd.Val(), nil
 }
+
+// callContext is the context.Context of one store call: a deadline, and a
+// Done channel that a timer closes when the deadline passes, as
+// context.WithTimeout gives. Unlike that, it is kept with the pooled call
+// arguments and used again by the next call, so a call allocates no
+// context, timer or channel (five allocations and a few hundred
+// nanoseconds of the client's share of a round trip). Only one call uses it
+// at a time: arm starts it, disarm stops it, and a context whose deadline
+// passed is never used again, since its channel stays closed.
+type callContext struct {
+	deadline time.Time
+	done     chan struct{}
+	expired  atomic.Bool
+	timer    clock.Timer
+}
+
+var _ context.Context = (*callContext)(nil)
+
+// newCallContext returns an unarmed callContext whose timer afterFunc
+// makes (clock.RealClock's AfterFunc, or a fake clock's in a test).
+func newCallContext(afterFunc func(time.Duration, func()) clock.Timer) *callContext {
+	c := &callContext{done: make(chan struct{})}
+	c.timer = afterFunc(time.Hour, c.expire)
+	c.timer.Stop()
+	return c
+}
+
+// expire is the timer's function: the deadline has passed.
+func (c *callContext) expire() {
+	c.expired.Store(true) // before close, so a closed Done always finds Err set
+	close(c.done)
+}
+
+// arm starts a call at now that must end within timeout.
+func (c *callContext) arm(now time.Time, timeout time.Duration) {
+	c.deadline = now.Add(timeout)
+	c.timer.Reset(timeout)
+}
+
+// disarm ends the call and reports whether c can be armed again: false
+// when the deadline passed (or is passing) first.
+func (c *callContext) disarm() bool { return c.timer.Stop() }
+
+// Deadline implements context.Context: the armed call's deadline.
+func (c *callContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// Done implements context.Context: closed once the deadline has passed.
+func (c *callContext) Done() <-chan struct{} { return c.done }
+
+// Err implements context.Context: context.DeadlineExceeded once Done is
+// closed, nil before.
+func (c *callContext) Err() error {
+	if c.expired.Load() {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// Value implements context.Context; a call carries no values.
+func (*callContext) Value(any) any { return nil }
+
+// realAfterFunc makes the real timers of the store's call contexts.
+func realAfterFunc(d time.Duration, f func()) clock.Timer { return clock.RealClock{}.AfterFunc(d, f) }

@@ -90,13 +90,16 @@ var bucketScript = strings.NewReplacer(
 //
 //nolint:dupword // Lua closes nested blocks with "end end".
 const bucketScriptSource = `
--- Globals are table lookups; locals are registers.
+-- Globals are table lookups; locals are registers. The one-token path
+-- does arithmetic on numeric strings directly: Lua converts them as tonumber
+-- does, without the cost of a function call.
 local argv, keys, call, tonumber, floor, min = ARGV, KEYS, redis.call, tonumber, math.floor, math.min
+local fmt, ceil, match = string.format, math.ceil, string.match
 local maxdebt = MAX_DEBT
 local secs, sec, nsec
 if argv[2] == '' then
   local t = call('TIME')
-  secs, nsec = t[1], tonumber(t[2]) * 1000
+  secs, nsec = t[1], t[2] * 1000
 else
   secs, nsec = argv[2], tonumber(argv[3])
 end
@@ -108,20 +111,21 @@ local costed = #argv > 3 + 3 * n
 -- vals[i] becomes bucket i's base seconds (a string) when it is known, or
 -- false when it is absent, which is the same as full.
 local vals = call('MGET', unpack(keys))
-local out, rescaled = {1}, nil
+-- out is sized for MaxBatch buckets at once; a reply ends at its first nil.
+local out, rescaled = {1, nil, nil, nil, nil}, nil
 for i = 1, n do
   local d = 0
   local v = vals[i]
   if v then
-    local ts, tn, shape = string.match(v, '^(%d+) (%d+) (.*)$')
+    local ts, tn, shape = match(v, '^(%d+) (%d+) (.*)$')
     vals[i] = ts or false
     if ts then
-      d = (tonumber(ts) - sec) * 1e9 + (tonumber(tn) - nsec)
+      d = (ts - sec) * 1e9 + (tn - nsec)
       -- Lua interns strings, so this compares two pointers.
       if shape ~= argv[3 + 3 * i] then
         -- The limit changed: keep the fraction of the capacity in use
         -- (above one for a token bucket in debt).
-        local ow = tonumber(string.match(shape, ' (%d+)$'))
+        local ow = tonumber(match(shape, ' (%d+)$'))
         if d > 0 and ow then d = floor(min(d / ow * tonumber(argv[2 + 3 * i]), maxdebt)) end
         rescaled = rescaled or {}
         rescaled[i] = true
@@ -134,65 +138,66 @@ for i = 1, n do
     -- The bucket must hold the charge, or be full when it exceeds the window.
     local w = tonumber(argv[2 + 3 * i])
     if d + min(tonumber(argv[3 + 3 * n + i]), w) - w > 0 then out[1] = 0 end
-  elseif d + tonumber(argv[1 + 3 * i]) - tonumber(argv[2 + 3 * i]) > 0 then
+  elseif d + argv[1 + 3 * i] - argv[2 + 3 * i] > 0 then
     out[1] = 0
   end
 end
 
--- put stores bucket i as owing d nanoseconds from now (at most maxdebt), or
--- deletes it when it is full, which is the same as absent. The TAT is base
--- seconds plus offset nanoseconds. A known bucket keeps its base while the
--- offset stays below 1e14 and a new one takes now's seconds, so that usually
--- only the offset is formatted; whole numbers below 1e14 print exactly.
-local function put(i, d)
-  if d <= 0 then
-    call('DEL', keys[i])
-    return
-  end
-  if d > maxdebt then d = maxdebt end
-  local bs, o = vals[i], nil
-  if bs then o = d + nsec + (sec - tonumber(bs)) * 1e9 end
-  if not o or o < 0 or o >= 1e14 then
-    bs, o = secs, nsec + d
-    if o >= 1e14 then
-      local q = floor(o / 1e9)
-      o = o - q * 1e9
-      if o < 0 then q = q - 1; o = o + 1e9 elseif o >= 1e9 then q = q + 1; o = o - 1e9 end
-      bs = sec + q
-    end
-  end
-  call('PSETEX', keys[i], math.ceil(d / 1e6), bs .. ' ' .. o .. ' ' .. argv[3 + 3 * i])
-end
-
-if op == 't' then
-  if out[1] == 1 then
-    if costed then
-      for i = 1, n do put(i, out[i + 1] + tonumber(argv[3 + 3 * n + i])) end
-    else
-      for i = 1, n do put(i, out[i + 1] + tonumber(argv[1 + 3 * i])) end
-    end
-    return out
+-- debts[i] becomes the debt bucket i is to be stored with, or stays nil to
+-- leave it alone. One write loop below stores them: a local function would
+-- allocate a closure and its upvalues on every call.
+local debts = {nil, nil, nil, nil}
+if op == 't' and out[1] == 1 then
+  if costed then
+    for i = 1, n do debts[i] = out[i + 1] + tonumber(argv[3 + 3 * n + i]) end
+  else
+    for i = 1, n do debts[i] = out[i + 1] + argv[1 + 3 * i] end
   end
 elseif op == 'r' then
   for i = 1, n do
-    if vals[i] then put(i, out[i + 1] - tonumber(argv[1 + 3 * i])) end
+    if vals[i] then debts[i] = out[i + 1] - tonumber(argv[1 + 3 * i]) end
   end
-  return out
 elseif op == 'a' then
   for i = 1, n do
     local a, d = tonumber(argv[3 + 3 * n + i]), out[i + 1]
     if a > 0 then
       local ceiling = math.max(d, CEILING_WINDOWS * tonumber(argv[2 + 3 * i]))
-      put(i, min(d + min(a, ceiling), ceiling))
+      debts[i] = min(d + min(a, ceiling), ceiling)
     elseif a < 0 and vals[i] then
-      put(i, d + a)
+      debts[i] = d + a
     end -- as in the memory store, an amount of 0 changes nothing
   end
-  return out
-end
-if rescaled then
+elseif rescaled then
   for i = 1, n do
-    if rescaled[i] then put(i, out[i + 1]) end
+    if rescaled[i] then debts[i] = out[i + 1] end
+  end
+end
+
+-- Bucket i is stored as owing d nanoseconds from now (at most maxdebt), or
+-- deleted when it is full, which is the same as absent. The TAT is base
+-- seconds plus offset nanoseconds. A known bucket keeps its base while the
+-- offset stays below 1e14 and a new one takes now's seconds, so that usually
+-- only the offset is formatted. Every number here is whole and, but for the
+-- base, below 1e14, so '%d' prints it exactly (and faster than tostring's
+-- '%.14g' or Redis's own '%.17g' for a number argument).
+for i = 1, n do
+  local d = debts[i]
+  if d and d <= 0 then
+    call('DEL', keys[i])
+  elseif d then
+    if d > maxdebt then d = maxdebt end
+    local bs, o = vals[i], nil
+    if bs then o = d + nsec + (sec - bs) * 1e9 end
+    if not o or o < 0 or o >= 1e14 then
+      bs, o = secs, nsec + d
+      if o >= 1e14 then
+        local q = floor(o / 1e9)
+        o = o - q * 1e9
+        if o < 0 then q = q - 1; o = o + 1e9 elseif o >= 1e9 then q = q + 1; o = o - 1e9 end
+        bs = sec + q
+      end
+    end
+    call('PSETEX', keys[i], fmt('%d', ceil(d / 1e6)), fmt('%s %d %s', bs, o, argv[3 + 3 * i]))
   end
 end
 return out

@@ -415,8 +415,9 @@ func (s *Store) Adjust(now time.Time, b limiter.Batch) error {
 	return err
 }
 
-// opCode returns the script's operation argument for op.
-func opCode(op string) string {
+// opCode returns the script's operation argument for op, as an interface
+// holding a constant, which costs no allocation per call.
+func opCode(op string) any {
 	switch op {
 	case OpTake:
 		return "t"
@@ -494,11 +495,16 @@ func (s *Store) do(now time.Time, b *limiter.Batch, op string) (limiter.Decision
 			args[3+3*n+i] = m
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	if a.ctx == nil {
+		a.ctx = newCallContext(realAfterFunc)
+	}
 	start := time.Now()
-	res, err := s.runScript(ctx, a, n, nargs)
+	a.ctx.arm(start, s.timeout)
+	res, err := s.runScript(a.ctx, a, n, nargs)
 	s.obs.StoreLatency(op, time.Since(start))
-	cancel()
+	if !a.ctx.disarm() {
+		a.ctx = nil // it expired, for good
+	}
 	if err == nil && len(res) != n+1 {
 		err = badReplyError(fmt.Sprintf("bucket script answered %d values for %d buckets", len(res), n))
 	}
