@@ -19,6 +19,7 @@ package limiter
 import (
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"runtime"
 	"slices"
 	"strings"
@@ -116,16 +117,26 @@ type bucket struct {
 	// busy is a spin lock guarding tat while the shard is only read-locked
 	// (see decideShared); 0 is free.
 	busy uint32
+	// The padding makes a bucket one 64-byte cache line: buckets are
+	// allocated in slices of a size class that is a multiple of 64, so two
+	// callers charging neighbouring buckets never write the same line.
+	_ [8]byte
 }
 
 // shard is one locked part of a dimension's bucket table: a dense slice, an
 // index from key to slot, and a min-heap of slots by due.
+//
+// The read-lock counters every caller writes are kept at least a cache line
+// away from the fields every caller reads (index, buckets), whatever the
+// shard's alignment: sharing a line would make each reader miss whenever
+// another core takes or releases its read lock.
 type shard struct {
-	mu      shardLock
 	index   map[string]int32
 	buckets []bucket
 	heap    []int32
-	_       [64]byte // keep neighbouring shards' locks off this cache line
+	_       [64]byte
+	mu      shardLock
+	_       [64]byte // and off the next shard's fields
 }
 
 // NewMemoryStore returns an empty in-memory store holding at most
@@ -270,6 +281,7 @@ type lockSet struct {
 	of     [MaxBatch]int8 // request i's shard in shards
 	shared bool           // read-locked rather than write-locked
 	slot   int            // the read-lock slot, when shared
+	token  *slotToken     // the slot's token, returned to slotTokens at unlock
 }
 
 func (l *lockSet) unlock() {
@@ -280,7 +292,50 @@ func (l *lockSet) unlock() {
 			l.shards[i].mu.Unlock()
 		}
 	}
+	if l.token != nil {
+		slotTokens.Put(l.token)
+	}
 }
+
+// slotTokens hands out read-lock slot numbers. A sync.Pool keeps one item
+// per processor (P) and gives a caller its own processor's first, so the
+// callers on one core keep using one slot while other cores use others:
+// their read locks of a shared shard never write the same cache line, and
+// each core's line stays in its cache.
+var slotTokens = sync.Pool{New: newSlotToken}
+
+// slotToken is one read-lock slot number on loan from slotTokens.
+type slotToken struct{ n int }
+
+// usedSlots has bit i set while a live token holds slot i. The pool may
+// drop a token at any collection; its cleanup frees the slot, so the tokens
+// alive at one time (one per processor) never share a slot while there are
+// no more of them than slots.
+var usedSlots atomic.Uint32
+
+// newSlotToken makes a token for the lowest free slot; when every slot is
+// held (more processors than slots) tokens share slots in turn, which is
+// slower but as correct.
+func newSlotToken() any {
+	for {
+		used := usedSlots.Load()
+		if used == 1<<readerSlots-1 {
+			return &slotToken{n: int(sharedSlot.Add(1)) % readerSlots}
+		}
+		n := bits.TrailingZeros32(^used)
+		if usedSlots.CompareAndSwap(used, used|1<<n) {
+			t := &slotToken{n: n}
+			runtime.AddCleanup(t, freeSlot, n)
+			return t
+		}
+	}
+}
+
+// sharedSlot numbers the tokens made while every slot is held.
+var sharedSlot atomic.Uint32
+
+// freeSlot marks slot n free once its token has been collected.
+func freeSlot(n int) { usedSlots.And(^uint32(1 << n)) }
 
 // keyHash is the seeded hash of a bucket key that picks its shard.
 func (s *MemoryStore) keyHash(key string) uint64 { return maphash.String(s.seed, key) }
@@ -307,7 +362,7 @@ const readerSlots = 8
 type shardLock struct {
 	slots [readerSlots]struct {
 		sync.RWMutex
-		_ [64 - 24]byte // one cache line each
+		_ [128 - 24]byte // two cache lines each
 	}
 }
 
@@ -339,19 +394,18 @@ func (s *MemoryStore) lock(b *Batch, l *lockSet) { s.lockShards(b, l, false) }
 func (s *MemoryStore) lockShards(b *Batch, l *lockSet, shared bool) {
 	l.shared = shared
 	var order [MaxBatch]int
-	var hint uint64
 	for i := 0; i < b.n; i++ {
 		r := &b.reqs[i]
-		h := s.keyHash(r.Key)
-		if i == 0 {
-			hint = h
-		}
-		order[i] = s.shardOf(r.Dimension, h)
+		order[i] = s.shardOf(r.Dimension, s.keyHash(r.Key))
 	}
-	// Read locks take the slot of the batch's first key (its most specific
-	// identity), so concurrent requests of different callers read-lock a
-	// shared shard (a model's) through different cache lines.
-	l.slot = int(hint>>32) % readerSlots
+	// Read locks take the slot of the processor the caller runs on (see
+	// slotTokens), so requests on different cores read-lock a shared shard
+	// (a model's) through different cache lines that stay in their cores'
+	// caches.
+	if shared {
+		l.token = slotTokens.Get().(*slotToken)
+		l.slot = l.token.n
+	}
 	var uniq [MaxBatch]int
 	for i := 0; i < b.n; i++ {
 		o, j := order[i], l.n
@@ -493,11 +547,7 @@ func (s *MemoryStore) decideShared(t int64, b *Batch, charge bool) (d Decision, 
 		if !found {
 			return Decision{}, false
 		}
-		bk := &sh.buckets[idx]
-		if bk.interval != r.interval || bk.window != r.window {
-			return Decision{}, false
-		}
-		bks[i] = bk
+		bks[i] = &sh.buckets[idx]
 	}
 	// Lock the buckets in shard order: one bucket per shard at most is ours
 	// unless two requests name the same shard, which locks it once.
@@ -517,6 +567,14 @@ func (s *MemoryStore) decideShared(t int64, b *Batch, charge bool) (d Decision, 
 			atomic.StoreUint32(&held[i].busy, 0)
 		}
 	}()
+	// The limits are compared only now, under the buckets' locks: reading a
+	// shared bucket's line before taking its lock would fetch it twice, once
+	// to read and once to write.
+	for i := 0; i < b.n; i++ {
+		if bks[i].interval != b.reqs[i].interval || bks[i].window != b.reqs[i].window {
+			return Decision{}, false
+		}
+	}
 	var tat [MaxBatch]int64
 	d.Allowed = true
 	for i := 0; i < b.n; i++ {

@@ -18,6 +18,7 @@ package limiter
 
 import (
 	"fmt"
+	"math/bits"
 	"runtime"
 	"strconv"
 	"sync"
@@ -416,5 +417,49 @@ func TestShardLockWriterExcludesEveryReaderSlot(t *testing.T) {
 			t.Fatalf("slot %d: still locked after the reader left", slot)
 		}
 		l.slots[slot].Unlock()
+	}
+}
+
+// TestSlotTokensAliveAtOnceHoldDistinctSlots checks that tokens held at the
+// same time read-lock through different slots while slots are free, so
+// processors never share a slot's cache line, and that a collected token's
+// slot is handed out again.
+func TestSlotTokensAliveAtOnceHoldDistinctSlots(t *testing.T) {
+	// Tokens parked in slotTokens by earlier tests may hold slots; collect
+	// them (a pool is emptied by two collections).
+	runtime.GC()
+	runtime.GC()
+	waitFreeSlots(t, readerSlots)
+	held := make([]*slotToken, readerSlots)
+	seen := map[int]bool{}
+	for i := range held {
+		held[i] = newSlotToken().(*slotToken)
+		if seen[held[i].n] {
+			t.Fatalf("token %d got slot %d, already held by an earlier live token", i, held[i].n)
+		}
+		seen[held[i].n] = true
+	}
+	if extra := newSlotToken().(*slotToken); extra.n < 0 || extra.n >= readerSlots {
+		t.Fatalf("a token made with every slot held got slot %d, want one in [0,%d)", extra.n, readerSlots)
+	}
+	runtime.KeepAlive(held) // held is dead from here on: the collection frees its slots
+	runtime.GC()
+	waitFreeSlots(t, readerSlots)
+}
+
+// waitFreeSlots waits, at most five seconds, until n slots are free: a
+// token's slot is freed by a cleanup that runs after the collection.
+func waitFreeSlots(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if free := readerSlots - bits.OnesCount32(usedSlots.Load()); free >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slots in use %08b: want %d free within 5s of the collection", usedSlots.Load(), n)
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond)
 	}
 }
