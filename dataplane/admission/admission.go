@@ -95,6 +95,12 @@ type Request struct {
 	// plus its output cap), reserved after the request-count limits admit
 	// it when deferred admission is on; 0 means token accounting is off.
 	Tokens int64
+	// EstimateTokens, when Tokens is 0, computes the reservation: Admit calls
+	// it once, only after the request-count limits admitted the request, so
+	// a request they refuse never pays for a pass of the tokenizer over its
+	// body. Set Tokens instead when ChargesTokens reports true: the fair
+	// queue needs the reservation before the limits decide.
+	EstimateTokens func() int64
 }
 
 // QueueInfo describes the fair queue's part in a decision, for the
@@ -206,7 +212,13 @@ func (c *Controller) SetSettings(s Settings) error {
 func (c *Controller) Admit(ctx context.Context, r Request) Decision {
 	arrival := c.clk.Now()
 	dec := c.admitRequests(ctx, arrival, r)
-	if !dec.Allowed || r.Tokens <= 0 {
+	if !dec.Allowed {
+		return dec
+	}
+	if r.Tokens <= 0 && r.EstimateTokens != nil {
+		r.Tokens = r.EstimateTokens()
+	}
+	if r.Tokens <= 0 {
 		return dec
 	}
 	return c.reserve(ctx, arrival, r, dec)

@@ -181,18 +181,27 @@ func (c *Controller) appliedTokenKeys(k limiter.Keys) (out [limiter.MaxBatch]fai
 // its tenant by tokens. Otherwise the caller may skip estimating it, which
 // costs a tokenizer pass over the body.
 func (c *Controller) NeedsTokens(r Request) bool {
-	s := c.tokens.Load()
-	if s == nil || !s.Enabled {
+	if s := c.tokens.Load(); s == nil || !s.Enabled {
 		return false
 	}
-	if s.CostTokens {
-		if set := c.settings.Load(); set.Enabled {
-			if _, _, ok := r.Identity.Tenant(set.TenantDimension); ok {
-				return true
-			}
-		}
+	return c.ChargesTokens(r) || c.lim.HasTokenLimits(identityKeys(r))
+}
+
+// ChargesTokens reports whether the request-count fair queue would charge
+// r's tenant by its token reservation (fairQueuing.cost Tokens), so that the
+// reservation must be known before the request-count limits decide: set
+// Request.Tokens then, and Request.EstimateTokens otherwise.
+func (c *Controller) ChargesTokens(r Request) bool {
+	s := c.tokens.Load()
+	if s == nil || !s.Enabled || !s.CostTokens {
+		return false
 	}
-	return c.lim.HasTokenLimits(identityKeys(r))
+	set := c.settings.Load()
+	if !set.Enabled {
+		return false
+	}
+	_, _, ok := r.Identity.Tenant(set.TenantDimension)
+	return ok
 }
 
 // reserve takes r's token reservation after the request-count limits

@@ -565,11 +565,15 @@ func TestNeedsTokens(t *testing.T) {
 		tokens   TokenSettings
 		r        Request
 		want     bool
+		// wantCharges: the reservation must be known before the
+		// request-count limits decide.
+		wantCharges bool
 	}{
 		{name: "deferred admission off", r: Request{Identity: alice, Model: "m"}},
 		{name: "a model token limit applies", tokens: deferOn, r: Request{Identity: alice, Model: "m"}, want: true},
 		{name: "no token limit applies to a request without a model", tokens: deferOn, r: Request{Identity: alice}},
-		{name: "cost Tokens charges the tenant", settings: on, tokens: TokenSettings{Enabled: true, CostTokens: true}, r: Request{Identity: alice}, want: true},
+		{name: "cost Tokens charges the tenant", settings: on, tokens: TokenSettings{Enabled: true, CostTokens: true}, r: Request{Identity: alice}, want: true, wantCharges: true},
+		{name: "cost Tokens with fair queuing off", tokens: TokenSettings{Enabled: true, CostTokens: true}, r: Request{Identity: alice, Model: "m"}, want: true},
 		{name: "cost Tokens without a tenant", settings: on, tokens: TokenSettings{Enabled: true, CostTokens: true}, r: Request{}},
 	}
 	for _, tc := range cases {
@@ -578,6 +582,44 @@ func TestNeedsTokens(t *testing.T) {
 			if got := e.c.NeedsTokens(tc.r); got != tc.want {
 				t.Errorf("NeedsTokens = %v, want %v", got, tc.want)
 			}
+			if got := e.c.ChargesTokens(tc.r); got != tc.wantCharges {
+				t.Errorf("ChargesTokens = %v, want %v", got, tc.wantCharges)
+			}
 		})
+	}
+}
+
+// TestTokenEstimateOnlyAfterTheRequestLimitsAdmit checks that a request the
+// request-count limits refuse never pays for a token estimate (a tokenizer
+// pass over its body), and that an admitted one is estimated once and
+// reserves what the estimate said.
+func TestTokenEstimateOnlyAfterTheRequestLimitsAdmit(t *testing.T) {
+	oneRequest := &limiter.Limit{Requests: 1, Period: time.Minute, Burst: 1}
+	e := newTokenEnv(t, tokenOpts{cfg: limiter.Config{Model: oneRequest, ModelTokens: tokensPerSecond(1000)}, tokens: deferOn})
+	calls := 0
+	r := Request{Identity: alice, Model: "m", EstimateTokens: func() int64 { calls++; return 300 }}
+
+	d := e.c.Admit(context.Background(), r)
+	if !d.Allowed || d.Tokens.Reserved != 300 {
+		t.Fatalf("first request: %+v, want admitted with the estimate's 300 tokens reserved", d)
+	}
+	if calls != 1 {
+		t.Fatalf("admitted request estimated %d times, want once", calls)
+	}
+	if !e.tokensLeft(t, r, 700) || e.tokensLeft(t, r, 701) {
+		t.Error("the bucket should hold exactly 1000-300 tokens")
+	}
+	d = e.c.Admit(context.Background(), r)
+	if d.Allowed || d.LimitType != "model" {
+		t.Fatalf("second request: %+v, want refused by the model's request limit", d)
+	}
+	if calls != 1 {
+		t.Errorf("a request refused by its request limit was estimated (%d calls in all, want 1)", calls)
+	}
+	// A request that states its tokens is not estimated again.
+	e.clk.Step(time.Minute)
+	r.Tokens = 50
+	if d = e.c.Admit(context.Background(), r); !d.Allowed || d.Tokens.Reserved != 50 || calls != 1 {
+		t.Errorf("with Tokens set: %+v after %d estimates, want 50 reserved and no estimate", d, calls)
 	}
 }

@@ -87,13 +87,25 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if d, ok := clientTimeout(r.Header, rt.deadlineHeader); ok {
 		ar.Deadline = start.Add(d)
 	}
-	var est usage.Estimate
+	// The token estimate is a tokenizer pass over the body: made only when
+	// a token budget applies, and, unless the fair queue charges by tokens,
+	// only once the request-count limits have admitted the request, so a
+	// client over its request limit cannot spend the gateway's CPU on it.
+	var lazy *lazyEstimate
 	if rt.tokens != nil && rt.admit.NeedsTokens(ar) {
-		est = rt.tokens.estimator.Estimate(id.model, body.bytes())
-		ar.Tokens = max(est.Total(), 1)
+		lazy = &lazyEstimate{estimator: rt.tokens.estimator, model: id.model, body: body.bytes()}
+		if rt.admit.ChargesTokens(ar) {
+			ar.Tokens = lazy.tokens()
+		} else {
+			ar.EstimateTokens = lazy.tokens
+		}
 	}
 	tokensRT := rt.tokens
 	dec := rt.admit.Admit(r.Context(), ar)
+	var est usage.Estimate
+	if lazy != nil {
+		est = lazy.est
+	}
 	if !dec.Allowed {
 		s.refuse(w, r, &dec, &id)
 		return

@@ -178,3 +178,19 @@ func (s *Server) settle(rt *runtime, ar *admission.Request, dec *admission.Decis
 			"apiKey", shortHash(ar.Identity.APIKey), "user", shortHash(ar.Identity.User))
 	}
 }
+
+// lazyEstimate is a request's token estimate, made when admission asks for
+// it (admission.Request.EstimateTokens). It is allocated only for requests a
+// token budget applies to, so the other requests' state stays on the stack.
+type lazyEstimate struct {
+	estimator *usage.Estimator
+	model     string
+	body      []byte
+	est       usage.Estimate // zero until tokens has run
+}
+
+// tokens estimates the request's tokens and returns its reservation.
+func (l *lazyEstimate) tokens() int64 {
+	l.est = l.estimator.Estimate(l.model, l.body)
+	return max(l.est.Total(), 1)
+}
