@@ -304,8 +304,13 @@ func (l *lockSet) unlock() {
 // each core's line stays in its cache.
 var slotTokens = sync.Pool{New: newSlotToken}
 
-// slotToken is one read-lock slot number on loan from slotTokens.
-type slotToken struct{ n int }
+// slotToken is one read-lock slot number on loan from slotTokens. It is 16
+// bytes so that it is not a tiny allocation: one sharing a block with a live
+// object would never be collected, and its slot never freed.
+type slotToken struct {
+	n int
+	_ int
+}
 
 // usedSlots has bit i set while a live token holds slot i. The pool may
 // drop a token at any collection; its cleanup frees the slot, so the tokens
