@@ -170,7 +170,12 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	m := usage.NewMeter(tokensRT.estimator, id.model, est, strip)
-	b.Forward(ctx, usage.NewResponseWriter(w, m), r)
+	uw := usage.NewResponseWriter(w, m)
+	b.Forward(ctx, uw, r)
+	// A last event the upstream did not end with a blank line was held back
+	// in case it was the usage chunk; it goes out now, as sent. An error
+	// means the client is gone.
+	_ = usage.Finish(uw)
 	used = usedTokens(m, ctx.Err() == nil, w.status)
 }
 

@@ -18,6 +18,7 @@ package server
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -203,6 +204,29 @@ func TestStreamUsageIsRequestedAndStripped(t *testing.T) {
 				t.Errorf("settled %v tokens for a streamed answer, want its usage", settled)
 			}
 		})
+	}
+}
+
+// TestStrippedStreamKeepsAnUnterminatedLastEvent checks that a stream the
+// data plane strips the usage chunk from reaches the client whole when the
+// upstream ends it without the final blank line: the last event was held
+// back in case it was the usage chunk, and must not be lost.
+func TestStrippedStreamKeepsAnUnterminatedLastEvent(t *testing.T) {
+	const chunk = `data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}` + "\n\n"
+	const usageChunk = `data: {"id":"c1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}` + "\n\n"
+	const last = `data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, chunk+usageChunk+last) // no line end after the last event
+	})
+	hs := newHarness(t, up, tokenBudget(10000, time.Second))
+	resp := hs.do(`{"model":"m","stream":true,"max_tokens":50,"messages":[{"role":"user","content":"hi"}]}`, nil)
+	body := readAll(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if want := chunk + last; body != want {
+		t.Errorf("client received %q, want %q (the usage chunk stripped, the rest as sent)", body, want)
 	}
 }
 

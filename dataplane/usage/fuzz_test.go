@@ -41,7 +41,32 @@ func FuzzMeterSSE(f *testing.F) {
 			// bytes of an unterminated final event still held back.
 			t.Fatalf("a stream without usage lost bytes: %q from %q", stripped, in)
 		}
+		// Once the body has ended (Finish), such a stream reaches the client
+		// byte for byte, an unterminated final event included.
+		if finished := relayFinished(t, string(in[:at]), string(in[at:])); !strings.Contains(strings.ToLower(string(in)), "usage") &&
+			!strings.Contains(string(in), `\`) && finished != string(in) {
+			t.Fatalf("a stream without usage, finished, reached the client as %q, want %q", finished, in)
+		} else if !strings.HasPrefix(finished, stripped) || !isSubsequence(finished, string(in)) {
+			t.Fatalf("finishing changed what was relayed: %q then %q, from %q", stripped, finished, in)
+		}
 	})
+}
+
+// relayFinished writes the parts through a stripping writer, ends the body
+// with Finish and returns what the client received.
+func relayFinished(t testing.TB, parts ...string) string {
+	t.Helper()
+	fw := newFakeWriter(sse)
+	w := NewResponseWriter(fw, NewMeter(NewEstimator(100), "gpt-4", Estimate{Prompt: 40, MaxOutput: 100}, true))
+	for _, p := range parts {
+		if _, err := w.Write([]byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Finish(w); err != nil {
+		t.Fatal(err)
+	}
+	return fw.body.String()
 }
 
 // isSubsequence reports whether sub's bytes appear in s in order.

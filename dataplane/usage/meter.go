@@ -284,6 +284,32 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Finish relays what a writer from NewResponseWriter still holds back once
+// the upstream's body has ended: the bytes of a last event the upstream did
+// not end with a blank line reach the client as sent, unless that event is
+// the usage chunk being stripped. Call it once, after the body; for any
+// other writer it does nothing.
+func Finish(w http.ResponseWriter) error {
+	rw, ok := w.(*responseWriter)
+	if !ok {
+		return nil
+	}
+	m := rw.m
+	m.mu.Lock()
+	if m.kind != kindSSE || !m.strip {
+		m.mu.Unlock()
+		return nil
+	}
+	rw.out = m.sse.flushHeld(rw.out[:0])
+	out := rw.out
+	m.mu.Unlock()
+	if len(out) == 0 {
+		return nil
+	}
+	_, err := rw.ResponseWriter.Write(out)
+	return err
+}
+
 // feed parses relayed bytes that go through unchanged.
 func (m *Meter) feed(p []byte) {
 	switch m.kind {

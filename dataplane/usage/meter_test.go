@@ -217,6 +217,51 @@ func TestMeterSSEUnterminatedEnd(t *testing.T) {
 	}
 }
 
+// TestFinishRelaysAnUnterminatedLastEvent checks that a stream whose last
+// event is not ended by a blank line reaches the client whole once the body
+// has ended, while a usage chunk being stripped stays stripped.
+func TestFinishRelaysAnUnterminatedLastEvent(t *testing.T) {
+	cases := []struct {
+		name, in, want string
+	}{
+		{name: "[DONE] with one line end", in: ev1 + "data: [DONE]\n", want: ev1 + "data: [DONE]\n"},
+		{name: "a chunk without a line end", in: ev1 + strings.TrimSuffix(ev2, "\n\n"), want: ev1 + strings.TrimSuffix(ev2, "\n\n")},
+		{name: "a comment line", in: ev1 + ": keep-alive\n", want: ev1 + ": keep-alive\n"},
+		{name: "the usage chunk with one line end", in: ev1 + strings.TrimSuffix(evUsage, "\n"), want: ev1},
+		{name: "a terminated stream", in: ev1 + evUsage + evDone, want: ev1 + evDone},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fw := newFakeWriter(sse)
+			w := NewResponseWriter(fw, NewMeter(nil, "gpt-4", Estimate{Prompt: 40}, true))
+			if _, err := w.Write([]byte(tc.in)); err != nil {
+				t.Fatal(err)
+			}
+			if err := Finish(w); err != nil {
+				t.Fatal(err)
+			}
+			if got := fw.body.String(); got != tc.want {
+				t.Errorf("client received %q, want %q", got, tc.want)
+			}
+			if err := Finish(w); err != nil || fw.body.String() != tc.want {
+				t.Errorf("a second Finish changed the body to %q (err %v)", fw.body.String(), err)
+			}
+		})
+	}
+	// Writers that do not strip hold nothing back.
+	fw := newFakeWriter(sse)
+	w := NewResponseWriter(fw, NewMeter(nil, "gpt-4", Estimate{}, false))
+	if _, err := w.Write([]byte(ev1 + "data: [DONE]\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Finish(w); err != nil || fw.body.String() != ev1+"data: [DONE]\n" {
+		t.Errorf("without stripping: body %q, err %v", fw.body.String(), err)
+	}
+	if err := Finish(fw); err != nil {
+		t.Errorf("Finish of a plain writer: %v", err)
+	}
+}
+
 func TestMeterSSEStripHeadersFlushAndErrors(t *testing.T) {
 	fw := newFakeWriter(sse)
 	fw.header.Set("Content-Length", "999")

@@ -106,6 +106,17 @@ func (s *sseState) release(out []byte) []byte {
 	return out
 }
 
+// flushHeld returns out with the held bytes of an unterminated last event
+// appended, unless that event is the usage chunk being stripped.
+func (s *sseState) flushHeld(out []byte) []byte {
+	if s.drop {
+		s.held = s.held[:0]
+		s.holding, s.drop = false, false
+		return out
+	}
+	return s.release(out)
+}
+
 func (s *sseState) addLine(b []byte) {
 	s.lineLen += len(b)
 	if room := maxEventBytes - len(s.line); room > 0 {
