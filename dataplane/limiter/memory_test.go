@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func userBatch(key string, l Limit) Batch {
@@ -417,6 +418,22 @@ func TestShardLockWriterExcludesEveryReaderSlot(t *testing.T) {
 			t.Fatalf("slot %d: still locked after the reader left", slot)
 		}
 		l.slots[slot].Unlock()
+	}
+}
+
+// TestCacheLineLayout pins the sizes the memory layout's comments rely on:
+// a bucket is one cache line, and read-lock slots are two lines apart, so
+// callers on different cores never write the same line.
+func TestCacheLineLayout(t *testing.T) {
+	if got := unsafe.Sizeof(bucket{}); got != 64 {
+		t.Errorf("a bucket is %d bytes, want 64 (one cache line): adjust its padding", got)
+	}
+	var l shardLock
+	if got := unsafe.Sizeof(l.slots[0]); got != 128 {
+		t.Errorf("a read-lock slot is %d bytes, want 128 (two cache lines): adjust its padding", got)
+	}
+	if got := unsafe.Sizeof(slotToken{}); got < 16 {
+		t.Errorf("a slot token is %d bytes: under 16 it is a tiny allocation that may never be collected", got)
 	}
 }
 
