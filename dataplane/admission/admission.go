@@ -95,11 +95,11 @@ type Request struct {
 	// plus its output cap), reserved after the request-count limits admit
 	// it when deferred admission is on; 0 means token accounting is off.
 	Tokens int64
-	// EstimateTokens, when Tokens is 0, computes the reservation: Admit calls
-	// it once, only after the request-count limits admitted the request, so
-	// a request they refuse never pays for a pass of the tokenizer over its
-	// body. Set Tokens instead when ChargesTokens reports true: the fair
-	// queue needs the reservation before the limits decide.
+	// EstimateTokens, when Tokens is 0, computes the reservation. Admit calls
+	// it at most once: after the request-count limits admitted the request,
+	// so a request they refuse never pays for a pass of the tokenizer over
+	// its body; or first, when the fair queue charges the tenant by tokens
+	// and so needs the reservation before the limits decide.
 	EstimateTokens func() int64
 }
 
@@ -211,11 +211,15 @@ func (c *Controller) SetSettings(s Settings) error {
 // once, giving back what it was charged.
 func (c *Controller) Admit(ctx context.Context, r Request) Decision {
 	arrival := c.clk.Now()
+	estimate := r.Tokens <= 0 && r.EstimateTokens != nil
+	if estimate && c.chargesTokens(r) {
+		r.Tokens, estimate = r.EstimateTokens(), false
+	}
 	dec := c.admitRequests(ctx, arrival, r)
 	if !dec.Allowed {
 		return dec
 	}
-	if r.Tokens <= 0 && r.EstimateTokens != nil {
+	if estimate {
 		r.Tokens = r.EstimateTokens()
 	}
 	if r.Tokens <= 0 {

@@ -184,14 +184,13 @@ func (c *Controller) NeedsTokens(r Request) bool {
 	if s := c.tokens.Load(); s == nil || !s.Enabled {
 		return false
 	}
-	return c.ChargesTokens(r) || c.lim.HasTokenLimits(identityKeys(r))
+	return c.chargesTokens(r) || c.lim.HasTokenLimits(identityKeys(r))
 }
 
-// ChargesTokens reports whether the request-count fair queue would charge
+// chargesTokens reports whether the request-count fair queue would charge
 // r's tenant by its token reservation (fairQueuing.cost Tokens), so that the
-// reservation must be known before the request-count limits decide: set
-// Request.Tokens then, and Request.EstimateTokens otherwise.
-func (c *Controller) ChargesTokens(r Request) bool {
+// reservation must be known before the request-count limits decide.
+func (c *Controller) chargesTokens(r Request) bool {
 	s := c.tokens.Load()
 	if s == nil || !s.Enabled || !s.CostTokens {
 		return false
@@ -284,8 +283,10 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 			limitKeys = append(limitKeys, k)
 		}
 	}
-	if applied, n := c.appliedTokenKeys(keys); len(limitKeys) == 0 && n > 0 {
-		limitKeys = append(limitKeys, applied[0])
+	if len(limitKeys) == 0 {
+		if applied, n := c.appliedTokenKeys(keys); n > 0 {
+			limitKeys = append(limitKeys, applied[0])
+		}
 	}
 	// The hold's tenant: the fair-queue tenant when fair queuing is on, so
 	// weights (and token cost) decide between tenants; otherwise one queue

@@ -582,8 +582,8 @@ func TestNeedsTokens(t *testing.T) {
 			if got := e.c.NeedsTokens(tc.r); got != tc.want {
 				t.Errorf("NeedsTokens = %v, want %v", got, tc.want)
 			}
-			if got := e.c.ChargesTokens(tc.r); got != tc.wantCharges {
-				t.Errorf("ChargesTokens = %v, want %v", got, tc.wantCharges)
+			if got := e.c.chargesTokens(tc.r); got != tc.wantCharges {
+				t.Errorf("chargesTokens = %v, want %v", got, tc.wantCharges)
 			}
 		})
 	}
@@ -616,10 +616,40 @@ func TestTokenEstimateOnlyAfterTheRequestLimitsAdmit(t *testing.T) {
 	if calls != 1 {
 		t.Errorf("a request refused by its request limit was estimated (%d calls in all, want 1)", calls)
 	}
-	// A request that states its tokens is not estimated again.
+	// A request that states its tokens is not estimated at all.
 	e.clk.Step(time.Minute)
 	r.Tokens = 50
 	if d = e.c.Admit(context.Background(), r); !d.Allowed || d.Tokens.Reserved != 50 || calls != 1 {
 		t.Errorf("with Tokens set: %+v after %d estimates, want 50 reserved and no estimate", d, calls)
+	}
+}
+
+// TestTokenEstimateFirstWhenTheQueueChargesTokens checks that with
+// fairQueuing.cost Tokens the reservation is estimated before the
+// request-count limits decide (a request that waits in the fair queue is
+// charged by it), once, even when the request then leaves the queue.
+func TestTokenEstimateFirstWhenTheQueueChargesTokens(t *testing.T) {
+	oneRequest := &limiter.Limit{Requests: 1, Period: time.Minute, Burst: 1}
+	for _, costTokens := range []bool{false, true} {
+		e := newTokenEnv(t, tokenOpts{cfg: limiter.Config{Model: oneRequest, ModelTokens: tokensPerSecond(1000)}, settings: on,
+			tokens: TokenSettings{Enabled: true, MaxWait: 2 * time.Second, CostTokens: costTokens}})
+		calls := 0
+		r := Request{Identity: alice, Model: "m", EstimateTokens: func() int64 { calls++; return 300 }}
+		if d := e.c.Admit(context.Background(), r); !d.Allowed || calls != 1 {
+			t.Fatalf("cost Tokens %v: first request %+v after %d estimates, want admitted after one", costTokens, d, calls)
+		}
+		// The second must wait in the fair queue; its client has already left.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if d := e.c.Admit(ctx, r); d.Allowed {
+			t.Fatalf("cost Tokens %v: second request admitted past the model's request limit", costTokens)
+		}
+		want := 1
+		if costTokens {
+			want = 2 // the queue needed its cost before the limits refused it
+		}
+		if calls != want {
+			t.Errorf("cost Tokens %v: %d estimates for two requests, want %d", costTokens, calls, want)
+		}
 	}
 }

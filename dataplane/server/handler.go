@@ -87,18 +87,15 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if d, ok := clientTimeout(r.Header, rt.deadlineHeader); ok {
 		ar.Deadline = start.Add(d)
 	}
-	// The token estimate is a tokenizer pass over the body: made only when
-	// a token budget applies, and, unless the fair queue charges by tokens,
-	// only once the request-count limits have admitted the request, so a
-	// client over its request limit cannot spend the gateway's CPU on it.
+	// The token estimate is a tokenizer pass over the body: set up only when
+	// a token budget applies, and made when admission asks for it (after
+	// the request-count limits admitted the request, unless the fair queue
+	// charges by tokens), so a client over its request limit cannot spend
+	// the gateway's CPU on it.
 	var lazy *lazyEstimate
 	if rt.tokens != nil && rt.admit.NeedsTokens(ar) {
 		lazy = &lazyEstimate{estimator: rt.tokens.estimator, model: id.model, body: body.bytes()}
-		if rt.admit.ChargesTokens(ar) {
-			ar.Tokens = lazy.tokens()
-		} else {
-			ar.EstimateTokens = lazy.tokens
-		}
+		ar.EstimateTokens = lazy.tokens
 	}
 	tokensRT := rt.tokens
 	dec := rt.admit.Admit(r.Context(), ar)
