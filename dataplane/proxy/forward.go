@@ -165,7 +165,8 @@ func isUpgrade(h http.Header) bool {
 }
 
 // hasToken reports whether the comma-separated values hold token, in any
-// case.
+// case; a header name (as the Connection header lists them) matches its
+// canonical form this way too.
 func hasToken(values []string, token string) bool {
 	for _, v := range values {
 		for v != "" {
@@ -190,20 +191,6 @@ func hopByHop(k string) bool {
 	return false
 }
 
-// namedByConnection reports whether the Connection header values name k.
-func namedByConnection(connection []string, k string) bool {
-	for _, v := range connection {
-		for v != "" {
-			var t string
-			t, v, _ = strings.Cut(v, ",")
-			if t = textproto.TrimString(t); t != "" && textproto.CanonicalMIMEHeaderKey(t) == k {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // emptyUserAgent keeps the transport from sending Go's default User-Agent
 // for a client that sent none. It is shared and never modified.
 var emptyUserAgent = []string{""}
@@ -218,7 +205,7 @@ func outgoingHeader(r *http.Request) http.Header {
 	out := make(http.Header, len(in)+3)
 	for k, vv := range in {
 		switch {
-		case hopByHop(k), len(connection) > 0 && namedByConnection(connection, k):
+		case hopByHop(k), len(connection) > 0 && hasToken(connection, k):
 		case k == "Forwarded", k == "X-Forwarded-For", k == "X-Forwarded-Host", k == "X-Forwarded-Proto":
 		default:
 			out[k] = vv
@@ -289,7 +276,7 @@ func (b *noCloseBody) Close() error {
 func copyResponseHeader(dst, src http.Header) {
 	connection := src["Connection"]
 	for k, vv := range src {
-		if hopByHop(k) || len(connection) > 0 && namedByConnection(connection, k) {
+		if hopByHop(k) || len(connection) > 0 && hasToken(connection, k) {
 			continue
 		}
 		if prior, ok := dst[k]; ok {

@@ -191,7 +191,6 @@ func NewPool(targets []Target, opts Options) (*Pool, error) {
 				Rewrite: func(pr *httputil.ProxyRequest) {
 					pr.SetURL(u)
 					pr.SetXForwarded()
-					sendFromMemory(pr)
 				},
 				Transport:  transport,
 				BufferPool: buffers,
@@ -210,27 +209,15 @@ func NewPool(targets []Target, opts Options) (*Pool, error) {
 	return p, nil
 }
 
-// BufferedBody is a request body held in memory in full. The proxy sends
-// such a body from memory, in the same write as the request headers,
-// instead of flushing the headers first and copying the body after them.
+// BufferedBody is a request body held in memory in full. The forwarding
+// path sends such a body from memory, in the same write as the request
+// headers, instead of flushing the headers first and copying the body after
+// them.
 type BufferedBody interface {
 	io.ReadCloser
 	// BufferedReader returns the reader the body is read through; the
 	// proxy is its only reader.
 	BufferedReader() *bytes.Reader
-}
-
-// sendFromMemory makes a buffered request body one net/http recognises as
-// in memory. httputil.ReverseProxy hands the transport a wrapper around the
-// client's body, which the transport cannot tell from a network stream, so
-// it would write the headers and the body in two system calls.
-func sendFromMemory(pr *httputil.ProxyRequest) {
-	if pr.Out.Body == nil {
-		return
-	}
-	if b, ok := pr.In.Body.(BufferedBody); ok {
-		pr.Out.Body = io.NopCloser(b.BufferedReader())
-	}
 }
 
 // smoothOrder returns one period of the smooth weighted round-robin order

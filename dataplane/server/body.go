@@ -82,9 +82,9 @@ type bufferedBody struct {
 
 	// budget holds reserved bytes until the handler returns (ServeHTTP
 	// calls release), or until Close if that comes first. The proxy never
-	// closes it (httputil.ReverseProxy hands the transport a wrapper whose
-	// Close does nothing), and the bytes stay referenced by the request
-	// until the handler returns, so that is when they are given back.
+	// closes it (it hands the transport a reader over the bytes), and the
+	// bytes stay referenced by the request until the handler returns, so
+	// that is when they are given back.
 	budget   *bodyBudget
 	reserved int64
 	released atomic.Bool
