@@ -46,8 +46,13 @@ func main() {
 	httpMaxRounds := flag.Int("http-max-rounds", 18, "rounds the HTTP check may grow to when the first --http-rounds miss (bench-http --max-rounds)")
 	advisory := flag.String("advisory", "", "comma-separated checks (scanner, scaling, http) whose miss is printed but does not fail the run: "+
 		"for a target the code is known not to meet yet, so CI keeps measuring it without going red")
+	report := flag.Bool("report", false, "print every ratio and its verdict but fail only when a benchmark cannot run: "+
+		"for CI on a shared machine, where a timing ratio measures the neighbours as much as the code")
 	flag.Parse()
 	soft := map[string]bool{}
+	if *report {
+		*advisory = "scanner,scaling,http"
+	}
 	for _, k := range strings.Split(*advisory, ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			soft[k] = true
@@ -61,7 +66,7 @@ func main() {
 		switch {
 		case ok:
 		case soft[key]:
-			verdict = "MISSED (advisory: a known gap, not failing the run)"
+			verdict = "MISSED (reported, not failing the run)"
 		default:
 			verdict = "MISSED"
 			failed = append(failed, name)
@@ -100,7 +105,7 @@ func main() {
 			if !soft["http"] {
 				failed = append(failed, "HTTP CPU per request and throughput against a bare proxy")
 			} else {
-				fmt.Println("bench-check: HTTP CPU per request and throughput against a bare proxy MISSED (advisory: a known gap, not failing the run)")
+				fmt.Println("bench-check: HTTP CPU per request and throughput against a bare proxy MISSED (reported, not failing the run)")
 			}
 		}
 	}
