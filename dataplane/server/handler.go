@@ -20,12 +20,15 @@ import (
 // fair queue), backend selection, and the proxied call with what is left of
 // the total timeout.
 func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	// Every response carries an x-request-id: the upstream's when it sends
-	// one, else this generated one, which the upstream also receives when
-	// the client sent none.
+	// Every response carries an x-request-id (SPEC section 5): the
+	// client's own when it sent one, else the upstream's, else a generated
+	// one, which the upstream then receives too.
 	// One value slice serves both headers: neither is modified in place.
-	w := &requestIDWriter{ResponseWriter: rw, id: []string{newRequestID()}}
-	if len(r.Header[headerRequestID]) == 0 {
+	w := &requestIDWriter{ResponseWriter: rw}
+	if v := r.Header[headerRequestID]; len(v) > 0 && v[0] != "" {
+		w.id, w.client = v[:1:1], true
+	} else {
+		w.id = []string{newRequestID()}
 		r.Header[headerRequestID] = w.id
 	}
 	if log := s.log.V(2); log.Enabled() {

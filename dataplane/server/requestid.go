@@ -27,11 +27,14 @@ func newRequestID() string {
 }
 
 // requestIDWriter sets the request id header on the response when the
-// handler (or the upstream, through the reverse proxy) has not set one by the
-// time the header is written.
+// header is written: the client's own id always, else a generated one when
+// the handler (or the upstream, through the proxy) has not set one.
 type requestIDWriter struct {
 	http.ResponseWriter
-	id     []string // the header value: one generated id
+	id []string // the header value: the client's id, or one generated
+	// client is set when id is the client's own, which replaces the
+	// upstream's so the client can match the response to its request.
+	client bool
 	wrote  bool
 	status int // the status written, for the access log; 0 before
 }
@@ -41,7 +44,7 @@ func (w *requestIDWriter) setID() {
 		return
 	}
 	w.wrote = true
-	if h := w.Header(); len(h[headerRequestID]) == 0 {
+	if h := w.Header(); w.client || len(h[headerRequestID]) == 0 {
 		h[headerRequestID] = w.id
 	}
 }

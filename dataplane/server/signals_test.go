@@ -19,13 +19,23 @@ import (
 func TestRequestIDOnEveryResponse(t *testing.T) {
 	tests := []struct {
 		name       string
+		clientID   string // x-request-id the client sends; "" for none
 		upstreamID string // x-request-id the upstream answers with; "" for none
 		want       func(got, sent string) bool
 	}{
 		{name: "upstream without one: generated, and sent upstream", want: func(got, sent string) bool {
 			return requestIDPattern.MatchString(got) && got == sent
 		}},
-		{name: "upstream's own id wins", upstreamID: "upstream-7", want: func(got, _ string) bool { return got == "upstream-7" }},
+		{name: "upstream's own id wins over a generated one", upstreamID: "upstream-7", want: func(got, _ string) bool { return got == "upstream-7" }},
+		{name: "client's own id: sent upstream and echoed", clientID: "client-3", want: func(got, sent string) bool {
+			return got == "client-3" && sent == "client-3"
+		}},
+		{name: "client's own id wins over the upstream's", clientID: "client-4", upstreamID: "upstream-8", want: func(got, sent string) bool {
+			return got == "client-4" && sent == "client-4"
+		}},
+		{name: "an empty client id counts as none", clientID: " ", want: func(got, sent string) bool {
+			return requestIDPattern.MatchString(got) && got == sent
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,7 +48,11 @@ func TestRequestIDOnEveryResponse(t *testing.T) {
 				_, _ = w.Write([]byte(`{}`)) // a failed write shows as a failed request
 			})
 			hs := newHarness(t, up, nil)
-			resp := hs.do(`{"model":"m"}`, nil)
+			var header map[string]string
+			if tc.clientID != "" {
+				header = map[string]string{"X-Request-Id": tc.clientID}
+			}
+			resp := hs.do(`{"model":"m"}`, header)
 			readAll(t, resp)
 			got := resp.Header.Values("X-Request-Id")
 			var upstreamSaw string
@@ -51,6 +65,18 @@ func TestRequestIDOnEveryResponse(t *testing.T) {
 				t.Errorf("x-request-id = %q (upstream received %q)", got, upstreamSaw)
 			}
 		})
+	}
+}
+
+// TestRefusalEchoesTheClientsRequestID: a refusal the data plane answers
+// itself carries the client's own x-request-id too.
+func TestRefusalEchoesTheClientsRequestID(t *testing.T) {
+	hs := newHarness(t, fakeupstream.New(fakeupstream.Options{}), func(c *config.Config) { c.RateLimits.Global = limit(1, 1, time.Second) })
+	readAll(t, hs.do(`{"model":"m"}`, nil))
+	resp := hs.do(`{"model":"m"}`, map[string]string{"X-Request-Id": "client-9"})
+	readAll(t, resp)
+	if got := resp.Header.Values("X-Request-Id"); resp.StatusCode != http.StatusTooManyRequests || len(got) != 1 || got[0] != "client-9" {
+		t.Errorf("status %d, x-request-id %q; want 429 with the client's own id client-9", resp.StatusCode, got)
 	}
 }
 
