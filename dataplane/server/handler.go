@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -110,11 +111,23 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		s.refuse(w, r, &dec, &id)
 		return
 	}
-	// Whatever happens from here, the token reservation is settled once:
-	// by what the response used, or to nothing when no backend was called.
-	var used int64
+	// Whatever happens from here, the token reservation is settled exactly
+	// once (SPEC section 6), however the response ends: a complete one by
+	// its reported usage; one the upstream broke, the client left or
+	// cancelled, the total timeout cut, or a panic ended by the prompt
+	// estimate plus the output relayed so far; to nothing when no backend
+	// was called. A broken relay ends in a panic (http.ErrAbortHandler), so
+	// the meter is read in this deferred call, not after Forward returns.
+	var (
+		meter    *usage.Meter
+		complete bool
+	)
+	ctx := r.Context()
 	if dec.Settles() {
-		defer func() { s.settle(rt, &ar, &dec, used) }()
+		defer func() {
+			cancelled := r.Context().Err() != nil || errors.Is(context.Cause(ctx), errTotalTimeout)
+			s.settle(rt, &ar, &dec, usedTokens(meter, complete, cancelled, w.status))
+		}()
 	}
 
 	// A request that waited through a reload goes to the backends in force
@@ -143,7 +156,6 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 
 	// The total timeout runs from arrival: queued time is deducted from what
 	// is left for the upstream call.
-	ctx := r.Context()
 	if total > 0 {
 		remaining := start.Add(total).Sub(s.clock.Now())
 		if remaining <= 0 {
@@ -169,14 +181,14 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			strip = true
 		}
 	}
-	m := usage.NewMeter(tokensRT.estimator, id.model, est, strip)
-	uw := usage.NewResponseWriter(w, m)
+	meter = usage.NewMeter(tokensRT.estimator, id.model, est, strip)
+	uw := usage.NewResponseWriter(w, meter)
 	b.Forward(ctx, uw, r)
 	// A last event the upstream did not end with a blank line was held back
 	// in case it was the usage chunk; it goes out now, as sent. An error
 	// means the client is gone.
 	_ = usage.Finish(uw)
-	used = usedTokens(m, ctx.Err() == nil, w.status)
+	complete = ctx.Err() == nil
 }
 
 // preAuthRefused charges the pre-auth limits for a request answered before

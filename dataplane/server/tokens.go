@@ -123,12 +123,21 @@ func writeTokenHeaders(h http.Header, t *admission.TokenInfo) {
 	}
 }
 
-// usedTokens is what an admitted request used: the upstream's reported
-// usage, or what was counted; an error answer without reported usage used
-// nothing (the backend refused or failed before generating).
-func usedTokens(m *usage.Meter, complete bool, status int) int64 {
+// usedTokens is what an admitted request used, however its response ended
+// (SPEC section 6): the upstream's reported usage, else the prompt estimate
+// plus the output relayed so far. m is nil when no backend was called:
+// nothing. complete is set when the response ended normally; cancelled when
+// the client left or the total timeout ran out. An error answer the client
+// received without reported usage used nothing (the backend refused, could
+// not be reached, or broke off before any byte reached the client), unless
+// the request was cancelled while the upstream had it; so did an upstream
+// 4xx (Meter.Usage).
+func usedTokens(m *usage.Meter, complete, cancelled bool, status int) int64 {
+	if m == nil {
+		return 0
+	}
 	u := m.Usage(complete)
-	if !u.Reported && (status == 0 || status >= 400) {
+	if !u.Reported && !cancelled && status >= 400 {
 		return 0
 	}
 	return u.Total()
