@@ -47,9 +47,11 @@ func (b *Backend) forward(ctx context.Context, rw *relayWriter, r *http.Request)
 		b.reportError(rw, out, err)
 		return
 	}
+	// However the relay ends, a panic writing to the client included, the
+	// upstream's body is closed, so its connection does not stay open.
+	defer func() { _ = res.Body.Close() }()
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		// Only an upgrade request, which takes the ReverseProxy, may switch.
-		_ = res.Body.Close()
 		b.reportError(rw, out, errUnexpectedSwitch)
 		return
 	}
@@ -67,7 +69,6 @@ func (b *Backend) forward(ctx context.Context, rw *relayWriter, r *http.Request)
 	rw.WriteHeader(res.StatusCode)
 
 	if err := b.relayBody(rw, res); err != nil {
-		defer func() { _ = res.Body.Close() }()
 		b.brokeOff(ctx, rw, r)
 		return
 	}
@@ -102,13 +103,30 @@ func (b *Backend) reportError(rw *relayWriter, r *http.Request, err error) {
 
 // relayBody copies the response body to rw, flushing after every write for
 // a server-sent event stream or a body of unknown length (streamed
-// completions), and not at all otherwise.
+// completions), and not at all otherwise. Any other body (one of known
+// length: a whole JSON answer) is relayed a full buffer at a time, so one
+// that fits a buffer is read whole before its status goes out: should the
+// upstream break off inside it, nothing has reached the client and it is
+// answered 502, instead of a status whose body never comes.
 func (b *Backend) relayBody(rw *relayWriter, res *http.Response) error {
 	flush := res.ContentLength == -1 || isEventStream(res.Header["Content-Type"])
 	buf := b.buffers.Get()
 	defer b.buffers.Put(buf)
 	for {
-		n, rerr := res.Body.Read(buf)
+		var (
+			n    int
+			rerr error
+		)
+		if flush {
+			n, rerr = res.Body.Read(buf)
+		} else {
+			n, rerr = fill(res.Body, buf)
+		}
+		if rerr != nil && rerr != io.EOF {
+			// What came with the failure is not relayed: a response that
+			// sent nothing yet can still be answered 502.
+			return rerr
+		}
 		if n > 0 {
 			if _, err := rw.Write(buf[:n]); err != nil {
 				return err
@@ -119,13 +137,24 @@ func (b *Backend) relayBody(rw *relayWriter, res *http.Response) error {
 				}
 			}
 		}
-		switch {
-		case rerr == io.EOF:
+		if rerr == io.EOF {
 			return nil
-		case rerr != nil:
-			return rerr
 		}
 	}
+}
+
+// fill reads from r until p is full or r fails; io.EOF ends a body that
+// did not fill p.
+func fill(r io.Reader, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		k, err := r.Read(p[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // informational relays 1xx responses (103 Early Hints, a backend's own 100

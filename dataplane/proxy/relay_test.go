@@ -98,6 +98,10 @@ func TestResponseBreakingOff(t *testing.T) {
 		wantCalls  []string
 	}{
 		{name: "before any byte: 502", sent: 0, declared: 100, wantStatus: http.StatusBadGateway, wantCalls: []string{"up false"}},
+		// Bytes were read, but none can have reached the client: a body of
+		// known length goes out a whole buffer at a time.
+		{name: "inside a small body: 502", sent: 60, declared: 100, wantStatus: http.StatusBadGateway, wantCalls: []string{"up false"}},
+		{name: "inside the first buffer of a large body: 502", sent: 20 << 10, declared: 256 << 10, wantStatus: http.StatusBadGateway, wantCalls: []string{"up false"}},
 		// Past net/http's write buffer, so bytes have reached the client.
 		{name: "mid-body: aborted", sent: 64 << 10, declared: 256 << 10, wantStatus: http.StatusOK, wantErr: true, wantCalls: []string{"up true"}},
 	}
@@ -107,7 +111,7 @@ func TestResponseBreakingOff(t *testing.T) {
 			srv := front(t, brokenUpstream(t, tc.sent, tc.declared).URL, rec)
 			resp, body, err := get(t, srv.URL)
 			if resp.StatusCode != tc.wantStatus || (err != nil) != tc.wantErr {
-				t.Fatalf("got %d, body %q, read error %v; want %d and read error %v", resp.StatusCode, body, err, tc.wantStatus, tc.wantErr)
+				t.Fatalf("got %d, body %.100q, read error %v; want %d and read error %v", resp.StatusCode, body, err, tc.wantStatus, tc.wantErr)
 			}
 			if tc.wantStatus == http.StatusBadGateway {
 				if resp.Header.Get("X-Upstream") != "" || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(body, ErrResponseBrokeOff.Error()) {

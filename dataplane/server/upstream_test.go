@@ -19,6 +19,7 @@ func TestUpstreamClosingMidResponse(t *testing.T) {
 		wantOutcome string
 	}{
 		{name: "nothing sent: 502", sent: 0, wantStatus: http.StatusBadGateway, wantOutcome: metrics.UpstreamBadGateway},
+		{name: "a few bytes sent, none relayed: 502", sent: 300, wantStatus: http.StatusBadGateway, wantOutcome: metrics.UpstreamBadGateway},
 		{name: "part sent: cut short", sent: 64 << 10, wantStatus: http.StatusOK, wantReadErr: true, wantOutcome: metrics.UpstreamAborted},
 	}
 	for _, tc := range tests {
