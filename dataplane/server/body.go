@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -161,6 +162,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bufferedBody
 		size = min(maxCap, 512)
 	}
 	if !b.budget.reserve(size) {
+		// Nothing is read yet: a client waiting for 100 Continue never
+		// sends the body, and net/http answers it without one.
+		if !strings.EqualFold(headerValue(r.Header, "Expect"), "100-continue") {
+			s.drainBody(w, r)
+		}
 		return nil, errBodyBufferFull
 	}
 	b.reserved = size
@@ -174,6 +180,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bufferedBody
 			}
 			if !b.budget.reserve(next - int64(cap(data))) {
 				b.release()
+				s.drainBody(w, r)
 				return nil, errBodyBufferFull
 			}
 			b.reserved += next - int64(cap(data))
@@ -206,6 +213,24 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bufferedBody
 	r.Body = b
 	r.ContentLength = int64(len(data))
 	return b, nil
+}
+
+// drainBody reads and discards what is left of a body readBody refuses
+// because the replica's body buffer is full, so that a client which sends its whole
+// body before reading the response (as Node's HTTP clients do) reads the
+// 503: net/http itself reads at most 256 KiB of a body the handler left
+// unread, then closes the connection on the rest, which resets it before
+// the client reads the answer. The drain holds no memory and is bounded:
+// at most the body bound in bytes, and within the body read deadline
+// readBody set (DefaultBodyReadTimeout when that is off). A body that does
+// not end within the bounds is answered with the connection closed after.
+func (s *Server) drainBody(w http.ResponseWriter, r *http.Request) {
+	if s.bodyTimeout <= 0 {
+		_ = setReadDeadline(w, time.Now().Add(DefaultBodyReadTimeout))
+	}
+	if _, err := io.CopyN(io.Discard, r.Body, s.maxBody+1); err != io.EOF { //nolint:errorlint // CopyN returns io.EOF itself
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // setReadDeadline sets the read deadline of w's connection, as

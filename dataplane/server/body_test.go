@@ -387,3 +387,88 @@ func metricValue(t *testing.T, reg prometheus.Gatherer, name string, labels map[
 	}
 	return -1
 }
+
+// TestEveryBufferFullRefusalIsRead: clients refused for a full body buffer
+// read their 503, also clients that send the whole body before reading the
+// response (as Node's HTTP clients do): the refused body is drained, not
+// left unread for the connection to be reset over.
+func TestEveryBufferFullRefusalIsRead(t *testing.T) {
+	const maxBody, clients = 8 << 20, 6
+	hs := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }), nil,
+		func(o *Options) { o.MaxBodyBytes, o.MaxBufferedBodyBytes = maxBody, maxBody+2 })
+	addr := strings.TrimPrefix(hs.front.URL, "http://")
+	// A slow body of the largest size, all but its last byte sent, takes
+	// the whole budget: every other body is refused before a byte of it is
+	// read.
+	slowBody(t, addr, maxBody, "{"+strings.Repeat("x", maxBody-2))
+	waitUntil(t, "the slow body to be reserved", func() bool { return hs.srv.bodies.buffered() >= maxBody })
+
+	body := `{"model":"m","pad":"` + strings.Repeat("x", maxBody-40) + `"}`
+	results := make(chan string, clients)
+	for range clients {
+		go func() {
+			results <- func() string {
+				c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				if err != nil {
+					return "dial: " + err.Error()
+				}
+				defer func() { _ = c.Close() }()
+				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+				// The whole request first, then the response.
+				if _, err := fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+					return "sending the body: " + err.Error()
+				}
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					return "reading the response: " + err.Error()
+				}
+				b, err := io.ReadAll(resp.Body)
+				if err != nil {
+					return "reading the response body: " + err.Error()
+				}
+				if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), `"request_buffer_full"`) {
+					return fmt.Sprintf("got %d %s", resp.StatusCode, b)
+				}
+				return ""
+			}()
+		}()
+	}
+	for range clients {
+		select {
+		case r := <-results:
+			if r != "" {
+				t.Errorf("a refused client did not read its 503 request_buffer_full: %s", r)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a refused client got no answer")
+		}
+	}
+	if got := metricValue(t, hs.reg, metrics.BodyRefusedName, map[string]string{"reason": "buffer_full"}); got != clients {
+		t.Errorf("%s{reason=buffer_full} = %v, want %d", metrics.BodyRefusedName, got, clients)
+	}
+
+	// A client waiting for 100 Continue is answered at once, without being
+	// asked for the body it would only have sent to be discarded.
+	cc := slowExpect(t, addr, len(body))
+	resp := readResponse(t, cc)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("a client expecting 100-continue got %d, want 503 without sending its body", resp.StatusCode)
+	}
+}
+
+// slowExpect opens a connection to addr and sends the headers of a POST
+// declaring contentLength and expecting 100-continue.
+func slowExpect(t *testing.T, addr string, contentLength int) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", contentLength); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
