@@ -30,7 +30,9 @@ import (
 // ReverseProxy's ErrAbortHandler panic did.
 func (b *Backend) forward(ctx context.Context, rw *relayWriter, r *http.Request) {
 	t := &informational{rw: rw}
-	out := r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: t.relay}))
+	out := r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		Got1xxResponse: t.relay, GotConn: t.gotConn, GotFirstResponseByte: t.gotFirstByte,
+	}))
 	u := *r.URL
 	out.URL = &u
 	out.URL.RawQuery = cleanQuery(u.RawQuery)
@@ -42,6 +44,21 @@ func (b *Backend) forward(ctx context.Context, rw *relayWriter, r *http.Request)
 	(&httputil.ProxyRequest{In: r, Out: out}).SetURL(b.target) // also clears out.Host
 
 	res, err := b.transport.RoundTrip(out)
+	for retries := 0; err != nil && retries < maxStaleRetries && t.staleConn() && ctx.Err() == nil; retries++ {
+		// The upstream closed a kept-alive connection as the request went
+		// out on it (its idle timeout, or a middlebox's): it answered
+		// nothing, so the request goes again on another connection, as
+		// net/http does on its own for idempotent requests only.
+		body, ok := replayBody(r)
+		if !ok {
+			break
+		}
+		again := *out
+		again.Body = body
+		out = &again
+		t.attempt()
+		res, err = b.transport.RoundTrip(out)
+	}
 	t.done()
 	if err != nil {
 		b.reportError(rw, out, err)
@@ -157,13 +174,65 @@ func fill(r io.Reader, p []byte) (int, error) {
 	return n, nil
 }
 
+// maxStaleRetries bounds the attempts a request makes again after the
+// upstream closed a reused connection without answering: each such failure
+// takes one dead connection out of the idle pool, and a few cover a burst
+// picking up several the upstream closed at once.
+const maxStaleRetries = 3
+
+// replayBody returns a fresh body for sending r again: none for a request
+// without one, a second reader over a buffered body (by ReadAt, so a late
+// read of the first attempt's reader cannot race with it); ok is false for
+// a body streamed from the client, which cannot be read twice.
+func replayBody(r *http.Request) (io.ReadCloser, bool) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil, true
+	}
+	b, ok := r.Body.(BufferedBody)
+	if !ok {
+		return nil, false
+	}
+	rd := b.BufferedReader()
+	return io.NopCloser(io.NewSectionReader(rd, 0, rd.Size())), true
+}
+
 // informational relays 1xx responses (103 Early Hints, a backend's own 100
 // Continue) to the client while the round trip is in flight, and never
-// after it returned.
+// after it returned. It also notes, per attempt, whether the connection was
+// a reused one and whether any byte of a response came back on it.
 type informational struct {
 	rw       http.ResponseWriter
 	mu       sync.Mutex
 	finished bool
+	reused   bool
+	answered bool
+}
+
+func (t *informational) gotConn(info httptrace.GotConnInfo) {
+	t.mu.Lock()
+	t.reused = info.Reused
+	t.mu.Unlock()
+}
+
+func (t *informational) gotFirstByte() {
+	t.mu.Lock()
+	t.answered = true
+	t.mu.Unlock()
+}
+
+// staleConn reports whether the attempt failed on a reused connection
+// before any byte of a response: the upstream closed it idle.
+func (t *informational) staleConn() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reused && !t.answered
+}
+
+// attempt starts noting a new attempt.
+func (t *informational) attempt() {
+	t.mu.Lock()
+	t.reused, t.answered = false, false
+	t.mu.Unlock()
 }
 
 func (t *informational) relay(code int, header textproto.MIMEHeader) error {
