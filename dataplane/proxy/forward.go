@@ -139,7 +139,7 @@ func (b *Backend) relayBody(rw *relayWriter, res *http.Response) error {
 		} else {
 			n, rerr = fill(res.Body, buf)
 		}
-		if rerr != nil && rerr != io.EOF {
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			// What came with the failure is not relayed: a response that
 			// sent nothing yet can still be answered 502.
 			return rerr
@@ -154,7 +154,7 @@ func (b *Backend) relayBody(rw *relayWriter, res *http.Response) error {
 				}
 			}
 		}
-		if rerr == io.EOF {
+		if errors.Is(rerr, io.EOF) {
 			return nil
 		}
 	}

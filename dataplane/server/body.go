@@ -228,7 +228,7 @@ func (s *Server) drainBody(w http.ResponseWriter, r *http.Request) {
 	if s.bodyTimeout <= 0 {
 		_ = setReadDeadline(w, time.Now().Add(DefaultBodyReadTimeout))
 	}
-	if _, err := io.CopyN(io.Discard, r.Body, s.maxBody+1); err != io.EOF { //nolint:errorlint // CopyN returns io.EOF itself
+	if _, err := io.CopyN(io.Discard, r.Body, s.maxBody+1); !errors.Is(err, io.EOF) {
 		w.Header().Set("Connection", "close")
 	}
 }

@@ -393,7 +393,7 @@ func metricValue(t *testing.T, reg prometheus.Gatherer, name string, labels map[
 // response (as Node's HTTP clients do): the refused body is drained, not
 // left unread for the connection to be reset over.
 func TestEveryBufferFullRefusalIsRead(t *testing.T) {
-	const maxBody, clients = 8 << 20, 6
+	const maxBody, clients = 8 << 20, 4
 	hs := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }), nil,
 		func(o *Options) { o.MaxBodyBytes, o.MaxBufferedBodyBytes = maxBody, maxBody+2 })
 	addr := strings.TrimPrefix(hs.front.URL, "http://")
@@ -408,12 +408,12 @@ func TestEveryBufferFullRefusalIsRead(t *testing.T) {
 	for range clients {
 		go func() {
 			results <- func() string {
-				c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				c, err := net.DialTimeout("tcp", addr, 30*time.Second)
 				if err != nil {
 					return "dial: " + err.Error()
 				}
 				defer func() { _ = c.Close() }()
-				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+				_ = c.SetDeadline(time.Now().Add(60 * time.Second))
 				// The whole request first, then the response.
 				if _, err := fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
 					return "sending the body: " + err.Error()
@@ -439,7 +439,7 @@ func TestEveryBufferFullRefusalIsRead(t *testing.T) {
 			if r != "" {
 				t.Errorf("a refused client did not read its 503 request_buffer_full: %s", r)
 			}
-		case <-time.After(30 * time.Second):
+		case <-time.After(90 * time.Second):
 			t.Fatal("a refused client got no answer")
 		}
 	}

@@ -122,6 +122,8 @@ func settleConfig(c *config.Config) {
 // request is charged exactly once, and a client cannot get around its token
 // budget by disconnecting, cancelling or outlasting the timeout.
 func TestEveryEndingSettles(t *testing.T) {
+	// arrived tells a client the upstream has its request.
+	arrived := make(chan struct{}, 1)
 	tests := []struct {
 		name   string
 		tokens int // token events the upstream sends before end
@@ -153,7 +155,7 @@ func TestEveryEndingSettles(t *testing.T) {
 		{
 			name: "client cancels mid-stream: prompt plus the 3 relayed", tokens: 3, end: untilClientGone,
 			client: func(t *testing.T, hs *harness) {
-				ctx, cancel := context.WithCancel(context.Background())
+				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
 				req, err := http.NewRequestWithContext(ctx, http.MethodPost, hs.front.URL+"/v1/chat/completions", strings.NewReader(settleBody))
 				if err != nil {
@@ -168,6 +170,33 @@ func TestEveryEndingSettles(t *testing.T) {
 				cancel()
 			},
 			want: func(prompt int64) int64 { return prompt + 3 },
+		},
+		{
+			name: "client cancels before the first token: the prompt estimate",
+			end: func(w http.ResponseWriter, r *http.Request) {
+				arrived <- struct{}{}
+				untilClientGone(w, r)
+			},
+			client: func(t *testing.T, hs *harness) {
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, hs.front.URL+"/v1/chat/completions", strings.NewReader(settleBody))
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() {
+					select {
+					case <-arrived:
+					case <-time.After(10 * time.Second):
+					}
+					cancel()
+				}()
+				if resp, err := hs.client.Do(req); err == nil {
+					_ = resp.Body.Close()
+					t.Errorf("status %d for a request cancelled before its answer", resp.StatusCode)
+				}
+			},
+			want: func(prompt int64) int64 { return prompt },
 		},
 		{
 			name: "upstream killed mid-stream: prompt plus the 6 relayed", tokens: 6,
