@@ -118,6 +118,9 @@ func TestReplicasWithDifferentHashKeysSaySo(t *testing.T) {
 	if err := ps[2].KeyHealth(); !strings.Contains(err.Error(), "most replicas hold another key than this one") {
 		t.Fatalf("r3 (the odd one out) does not say it is: %v", err)
 	}
+	if err := ps[0].KeyHealth(); !strings.Contains(err.Error(), "this replica holds the key most replicas hold") {
+		t.Fatalf("r1 (with the majority) does not say it is: %v", err)
+	}
 	if live, mismatch := obs.last(); live != 3 || !mismatch {
 		t.Fatalf("observer saw live=%d mismatch=%v, want 3 and true", live, mismatch)
 	}

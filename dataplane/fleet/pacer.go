@@ -576,9 +576,21 @@ func keyMismatchError(own string, fps map[string]int, minority bool, since time.
 	for i, fp := range names {
 		parts[i] = fmt.Sprintf("%s on %d", fp, fps[fp])
 	}
-	where := "no key is held by most replicas"
-	if minority {
+	most, atMost := 0, 0
+	for _, n := range fps {
+		switch {
+		case n > most:
+			most, atMost = n, 1
+		case n == most:
+			atMost++
+		}
+	}
+	where := "this replica holds the key most replicas hold"
+	switch {
+	case minority:
 		where = "most replicas hold another key than this one"
+	case atMost > 1:
+		where = "no key is held by more replicas than every other"
 	}
 	return fmt.Errorf("the replicas sharing the rate-limit store have hashed identities with different keys for %s "+
 		"(fingerprints: %s; this replica's: %s; %s): give every replica the same hash key "+
