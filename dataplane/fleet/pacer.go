@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -137,11 +138,11 @@ type Pacer struct {
 	lastAlive time.Time
 
 	// Membership (see MembersKey).
-	fingerprint   string    // this replica's hash key fingerprint
-	live          int       // replicas the last membership round counted
-	keyDisagree   time.Time // since when fingerprints disagree; zero while they agree
-	keyMismatch   error     // non-nil once they disagreed beyond the grace
-	keyMinority   bool      // another fingerprint is held by more replicas
+	fingerprint   string       // this replica's hash key fingerprint
+	live          atomic.Int64 // replicas the last membership round counted; read without mu
+	keyDisagree   time.Time    // since when fingerprints disagree; zero while they agree
+	keyMismatch   error        // non-nil once they disagreed beyond the grace
+	keyMinority   bool         // another fingerprint is held by more replicas
 	membersFailed bool
 }
 
@@ -186,7 +187,7 @@ func New(clk clock.WithTicker, opts Options, log logr.Logger) (*Pacer, error) {
 	if opts.KeyGrace <= 0 {
 		opts.KeyGrace = DefaultKeyGrace
 	}
-	return &Pacer{clk: clk, opts: opts, log: log, keys: map[string]*keyState{}, weights: fairqueue.Weights{Default: 1}, live: 1}, nil
+	return &Pacer{clk: clk, opts: opts, log: log, keys: map[string]*keyState{}, weights: fairqueue.Weights{Default: 1}}, nil
 }
 
 // SetWeights sets the tenant weights, the same ones given to the fair queue.
@@ -331,9 +332,7 @@ func (p *Pacer) SetKeyFingerprint(fp string) {
 // the last count. It implements redisstore.Replicas, so a store failing open
 // divides every limit among the replicas last seen alive.
 func (p *Pacer) Live() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return max(p.live, 1)
+	return max(int(p.live.Load()), 1)
 }
 
 // KeyHealth returns nil while the fleet's replicas hash identities with the
@@ -504,7 +503,8 @@ func (p *Pacer) applyMembers(own string, members []Report, err error) {
 	switch {
 	case errors.Is(err, ErrNotShared):
 		// Per-replica buckets: nothing to count or to split.
-		p.live, p.membersFailed = 1, false
+		p.live.Store(1)
+		p.membersFailed = false
 		p.keyDisagree, p.keyMismatch, p.keyMinority = time.Time{}, nil, false
 	case err != nil && len(members) == 0:
 		// Keep the last count: it is what the fail-open fallback needs
@@ -512,12 +512,12 @@ func (p *Pacer) applyMembers(own string, members []Report, err error) {
 		if !p.membersFailed {
 			// The store's own outage is logged by the store.
 			p.log.V(1).Info("Counting the fleet's replicas failed; the fail-open fallback keeps dividing limits by the last count",
-				"error", err.Error(), "liveReplicas", p.live)
+				"error", err.Error(), "liveReplicas", p.Live())
 		}
 		p.membersFailed = true
 	default:
 		p.membersFailed = false
-		p.live = max(len(members), 1)
+		p.live.Store(int64(max(len(members), 1)))
 		fps := map[string]int{}
 		for _, m := range members {
 			if m.Fingerprint != "" {
@@ -549,7 +549,7 @@ func (p *Pacer) applyMembers(own string, members []Report, err error) {
 				"each key turns a tenant into a different tenant for the fleet's buckets and fair shares", fps: fps, minority: p.keyMinority}
 		}
 	}
-	live, mismatch := p.live, p.keyMismatch != nil
+	live, mismatch := p.Live(), p.keyMismatch != nil
 	p.mu.Unlock()
 
 	if line != nil {
