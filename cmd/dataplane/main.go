@@ -138,7 +138,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.StringVar(&o.logLevel, "log-level", "info", "log verbosity: error, info, debug, or a number (higher is more verbose)")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs or addresses of proxies whose X-Forwarded-For decides the client address for the perClient limit")
 	fs.IntVar(&o.storeReplicas, "store-replicas", 0, "with a Redis store failing open, the number of data-plane replicas each limit is divided among while Redis is down; "+
-		"0 counts the live replicas' report Leases through the Kubernetes API (1 without it)")
+		"0 counts the live replicas: their report Leases through the Kubernetes API, else the replicas the fleet exchange in Redis last saw")
 	fs.StringVar(&o.storeSecretDir, "store-secret-dir", "", "directory holding the Redis Secret's files (username, password, ca.crt), for a config naming one when the "+
 		"Kubernetes API is not used; with --configmap the Secret is read through the API")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (read to find the model); larger bodies get 413")
@@ -320,11 +320,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if reporter != nil {
 		onLoaded = reporter.OnLoaded
 	}
-	reloader, err := reload.New(stores.apply(srv.Load), reload.Options{Logger: log.WithName("reload"), Registerer: reg, OnLoaded: onLoaded})
+	reloader, err := reload.New(fleetApply(pacer, stores.apply(srv.Load)), reload.Options{Logger: log.WithName("reload"), Registerer: reg, OnLoaded: onLoaded})
 	if err != nil {
 		return err
 	}
-	srv.SetConfigSourceHealth(reloader.SourceHealth)
+	srv.SetConfigSourceHealth(joinHealth(reloader.SourceHealth, pacer.KeyHealth))
 	if o.configSource == sourceFile {
 		// A file named on the command line must be usable at startup; later
 		// edits are followed, and a bad one keeps this config in force.
@@ -375,8 +375,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		wg.Go(func() { _ = reporter.Run(bg) })
 	}
 	wg.Go(func() { stores.run(bg) })
-	wg.Go(func() { pacer.Run(bg) })
+	pacerCtx, stopPacer := whileAdmitting(ctx, o.shutdownDelay)
+	wg.Go(func() { pacer.Run(pacerCtx) })
 	err = srv.Run(ctx, trafficLn, opsLn)
+	stopPacer()
 	stopBG()
 	if !waitAtMost(&wg, stopWait) {
 		log.Info("The config source or Lease reporter did not stop in time; exiting without them", "waited", stopWait.String())

@@ -29,12 +29,14 @@ const secretReadTimeout = 10 * time.Second
 type storeWiring struct {
 	sw       *redisstore.Switch
 	replicas *redisstore.LeaseReplicas // nil outside Kubernetes or with --store-replicas
+	fleet    *fleetReplicas            // the fleet exchange's count: set outside Kubernetes without --store-replicas
+	metrics  *metrics.StoreMetrics
 }
 
 // newStoreWiring builds the store switch. Inside Kubernetes the Redis Secret
 // is read through the API and live replicas are counted from the report
 // Leases; outside, the Secret's files come from --store-secret-dir and the
-// count from --store-replicas.
+// count from the fleet exchange (see fleetReplicas), or --store-replicas.
 func newStoreWiring(o *options, kube kubernetes.Interface, namespace, configMap string, reg prometheus.Registerer, log logr.Logger) (*storeWiring, error) {
 	if o.storeReplicas < 0 {
 		return nil, fmt.Errorf("--store-replicas %d: give the number of data-plane replicas sharing the Redis store, or 0 to count them", o.storeReplicas)
@@ -44,13 +46,17 @@ func newStoreWiring(o *options, kube kubernetes.Interface, namespace, configMap 
 		return nil, err
 	}
 	redisstore.SetClientLogger(log.WithName("redis-client"))
-	w := &storeWiring{}
+	w := &storeWiring{metrics: sm}
 	var replicas redisstore.Replicas
 	switch {
-	case o.storeReplicas > 0 || kube == nil:
-		n := redisstore.StaticReplicas(max(o.storeReplicas, 1))
+	case o.storeReplicas > 0:
+		n := redisstore.StaticReplicas(o.storeReplicas)
 		sm.LiveReplicas(n.Live())
 		replicas = n
+	case kube == nil:
+		w.fleet = &fleetReplicas{}
+		sm.LiveReplicas(w.fleet.Live())
+		replicas = w.fleet
 	default:
 		policy := strings.TrimSuffix(configMap, configMapSuffix)
 		w.replicas = redisstore.NewLeaseReplicas(kube, namespace, policy, redisstore.LeaseReplicasOptions{

@@ -107,9 +107,10 @@ limitations under the License.
 // shares exact and pays with capacity lost to delays beyond the gates'
 // tolerance and to transitions.
 //
-// Transitions: when a replica withdraws (graceful shutdown) its tenants'
-// allocation moves to the others within one round; when it dies it moves
-// after the TTL (3P). Meanwhile up to its part of C per second is unused: in
+// Transitions: a replica shutting down keeps exchanging while it still
+// admits (its shutdown delay, with its real, decaying demand) and withdraws
+// when it stops; its tenants' allocation then moves to the others within one
+// round; when it dies it moves after the TTL (3P). Meanwhile up to its part of C per second is unused: in
 // the simulation a 3 → 2 scale-down without a goodbye dropped the first
 // second to 77/s and the following 15 s averaged 89.1/s.
 //
@@ -119,6 +120,13 @@ limitations under the License.
 // opens them: fairness falls back to each replica's own fair queue, while
 // the shared bucket still holds the fleet to C (or, if the bucket's store is
 // down too, the store's failure mode decides).
+//
+// Membership: every round each replica also publishes a report under
+// MembersKey, with no tenants and its hash key's fingerprint. The live
+// membership reports count the replicas (Pacer.Live, what a store failing
+// open divides its limits by) and show replicas that hash identities with
+// different keys, which would split each tenant into one tenant per key
+// (Pacer.KeyHealth, after a rotation's grace).
 //
 // Positions and estimates stay meaningful fleet-wide in this sense: the fair
 // queue's estimate is measured from the replica's own grant spacing, which

@@ -48,7 +48,19 @@ type Report struct {
 	Replica string `json:"r"`
 	// Tenants lists every tenant the replica saw on the key recently.
 	Tenants []TenantReport `json:"ts"`
+	// Fingerprint is the fingerprint of the hash key the replica hashes
+	// identities with (config.KeyFingerprint: a keyed digest of a fixed
+	// message, which reveals nothing of the key). Replicas publish it in
+	// their membership report (key MembersKey); empty elsewhere.
+	Fingerprint string `json:"f,omitempty"`
 }
+
+// MembersKey is the exchange key of the membership reports: every replica
+// publishes one each round, with no tenants and its hash key's fingerprint,
+// whatever its traffic, so the fleet counts its live replicas and checks
+// that they hash identities alike. No limit key is empty: a request without
+// a model is never paced.
+const MembersKey = ""
 
 // Exchange shares Reports between the replicas of a fleet. Implementations
 // must be safe for concurrent use.

@@ -20,7 +20,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -44,6 +47,11 @@ const (
 	DefaultMaxKeys = 64
 	// DefaultMaxTenants is the default bound on tenants tracked per key.
 	DefaultMaxTenants = 1024
+	// DefaultKeyGrace is how long replicas may hash with different keys
+	// before it is reported: a rotation reaches every replica through the
+	// ConfigMap watch within seconds, so a disagreement lasting longer is a
+	// misconfiguration (replicas that each created their own key file).
+	DefaultKeyGrace = 30 * time.Second
 	// idlePeriods is how many silent periods a tenant or key is kept.
 	idlePeriods = 25
 	// ewmaAlpha weighs the newest period in the demand and admission rates.
@@ -76,6 +84,15 @@ type Observer interface {
 	ExchangeFailed(key string, err error)
 }
 
+// MembersObserver, when an Observer implements it too, receives the outcome
+// of every membership round.
+type MembersObserver interface {
+	// Members reports the live replicas the exchange counted, and whether
+	// the replicas have hashed identities with different keys for longer
+	// than the grace (KeyHealth says how).
+	Members(live int, keyMismatch bool)
+}
+
 // Options configure a Pacer.
 type Options struct {
 	// Replica names this replica, unique in the fleet (the pod name).
@@ -98,6 +115,10 @@ type Options struct {
 	MaxTenants int
 	// Observer, if set, is told the outcome of every round.
 	Observer Observer
+	// KeyGrace is how long the replicas' hash-key fingerprints may disagree
+	// (a rotation in progress) before it is logged, counted and shown on
+	// readiness; 0 means DefaultKeyGrace.
+	KeyGrace time.Duration
 }
 
 // Pacer paces, on one replica, the admissions of each tenant on each shared
@@ -115,6 +136,14 @@ type Pacer struct {
 	lastSync  time.Time
 	failing   bool
 	lastAlive time.Time
+
+	// Membership (see MembersKey).
+	fingerprint   string       // this replica's hash key fingerprint
+	live          atomic.Int64 // replicas the last membership round counted; read without mu
+	keyDisagree   time.Time    // since when fingerprints disagree; zero while they agree
+	keyMismatch   error        // non-nil once they disagreed beyond the grace
+	keyMinority   bool         // another fingerprint is held by more replicas
+	membersFailed bool
 }
 
 // keyState is the Pacer's state for one limit key.
@@ -154,6 +183,9 @@ func New(clk clock.WithTicker, opts Options, log logr.Logger) (*Pacer, error) {
 	}
 	if opts.MaxTenants <= 0 {
 		opts.MaxTenants = DefaultMaxTenants
+	}
+	if opts.KeyGrace <= 0 {
+		opts.KeyGrace = DefaultKeyGrace
 	}
 	return &Pacer{clk: clk, opts: opts, log: log, keys: map[string]*keyState{}, weights: fairqueue.Weights{Default: 1}}, nil
 }
@@ -286,12 +318,45 @@ type round struct {
 	err      error
 }
 
+// SetKeyFingerprint sets the fingerprint of the hash key this replica hashes
+// identities with (config.KeyFingerprint of the loaded config's key), which
+// it publishes in its membership report.
+func (p *Pacer) SetKeyFingerprint(fp string) {
+	p.mu.Lock()
+	p.fingerprint = fp
+	p.mu.Unlock()
+}
+
+// Live returns the number of live replicas the last membership round
+// counted (this one included), at least 1; while the exchange fails it keeps
+// the last count. It implements redisstore.Replicas, so a store failing open
+// divides every limit among the replicas last seen alive.
+func (p *Pacer) Live() int {
+	return max(int(p.live.Load()), 1)
+}
+
+// KeyHealth returns nil while the fleet's replicas hash identities with the
+// same key (or have disagreed for less than the grace), else an error
+// naming the fingerprints and the fix. A replica with another key turns
+// every tenant it sees into a different tenant for the fleet's buckets and
+// shares.
+func (p *Pacer) KeyHealth() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.keyMismatch
+}
+
 // Sync runs one exchange round: it publishes this replica's report for every
 // tracked key, reads the fleet's, and recomputes the gate rates. A key whose
 // exchange fails keeps its rates while the last good round is within TTL and
 // opens its gates after (local fairness, the shared bucket still caps the
 // total). The error joins every key's failure.
 func (p *Pacer) Sync(ctx context.Context) error {
+	p.mu.Lock()
+	me := Report{Replica: p.opts.Replica, Fingerprint: p.fingerprint}
+	p.mu.Unlock()
+	members, merr := p.opts.Exchange.Swap(ctx, MembersKey, me, p.opts.TTL)
+	p.applyMembers(me.Fingerprint, members, merr)
 	rounds := p.collect()
 	for i := range rounds {
 		r := &rounds[i]
@@ -423,6 +488,115 @@ func (p *Pacer) apply(rounds []round) error {
 	return err
 }
 
+// applyMembers counts the live replicas of a membership round and checks
+// that they publish one hash-key fingerprint.
+func (p *Pacer) applyMembers(own string, members []Report, err error) {
+	now := p.clk.Now()
+	type logLine struct {
+		err      error
+		msg      string
+		fps      map[string]int
+		minority bool
+	}
+	var line *logLine
+	p.mu.Lock()
+	switch {
+	case errors.Is(err, ErrNotShared):
+		// Per-replica buckets: nothing to count or to split.
+		p.live.Store(1)
+		p.membersFailed = false
+		p.keyDisagree, p.keyMismatch, p.keyMinority = time.Time{}, nil, false
+	case err != nil && len(members) == 0:
+		// Keep the last count: it is what the fail-open fallback needs
+		// while the store (and with it the exchange) is unreachable.
+		if !p.membersFailed {
+			// The store's own outage is logged by the store.
+			p.log.V(1).Info("Counting the fleet's replicas failed; the fail-open fallback keeps dividing limits by the last count",
+				"error", err.Error(), "liveReplicas", p.Live())
+		}
+		p.membersFailed = true
+	default:
+		p.membersFailed = false
+		p.live.Store(int64(max(len(members), 1)))
+		fps := map[string]int{}
+		for _, m := range members {
+			if m.Fingerprint != "" {
+				fps[m.Fingerprint]++
+			}
+		}
+		if len(fps) <= 1 {
+			if p.keyMismatch != nil {
+				line = &logLine{msg: "The fleet's replicas hash identities with one key again"}
+			}
+			p.keyDisagree, p.keyMismatch, p.keyMinority = time.Time{}, nil, false
+			break
+		}
+		if p.keyDisagree.IsZero() {
+			p.keyDisagree = now
+		}
+		most := 0
+		for _, n := range fps {
+			most = max(most, n)
+		}
+		p.keyMinority = fps[own] < most
+		if now.Sub(p.keyDisagree) < p.opts.KeyGrace {
+			break
+		}
+		was := p.keyMismatch != nil
+		p.keyMismatch = keyMismatchError(own, fps, p.keyMinority, now.Sub(p.keyDisagree))
+		if !was {
+			line = &logLine{err: p.keyMismatch, msg: "Replicas sharing the rate-limit store hash identities with different keys: " +
+				"each key turns a tenant into a different tenant for the fleet's buckets and fair shares", fps: fps, minority: p.keyMinority}
+		}
+	}
+	live, mismatch := p.Live(), p.keyMismatch != nil
+	p.mu.Unlock()
+
+	if line != nil {
+		switch {
+		case line.fps != nil:
+			p.log.Error(line.err, line.msg, "replica", p.opts.Replica, "fingerprint", own, "fingerprints", line.fps, "minority", line.minority)
+		default:
+			p.log.Info(line.msg, "replica", p.opts.Replica, "fingerprint", own)
+		}
+	}
+	if mo, ok := p.opts.Observer.(MembersObserver); ok && !errors.Is(err, ErrNotShared) {
+		mo.Members(live, mismatch)
+	}
+}
+
+// keyMismatchError says which fingerprints the fleet holds and what to do.
+func keyMismatchError(own string, fps map[string]int, minority bool, since time.Duration) error {
+	names := make([]string, 0, len(fps))
+	for fp := range fps {
+		names = append(names, fp)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, fp := range names {
+		parts[i] = fmt.Sprintf("%s on %d", fp, fps[fp])
+	}
+	most, atMost := 0, 0
+	for _, n := range fps {
+		switch {
+		case n > most:
+			most, atMost = n, 1
+		case n == most:
+			atMost++
+		}
+	}
+	where := "this replica holds the key most replicas hold"
+	switch {
+	case minority:
+		where = "most replicas hold another key than this one"
+	case atMost > 1:
+		where = "no key is held by more replicas than every other"
+	}
+	return fmt.Errorf("the replicas sharing the rate-limit store have hashed identities with different keys for %s "+
+		"(fingerprints: %s; this replica's: %s; %s): give every replica the same hash key "+
+		"(one --hash-key-file, or the policy's hash-key Secret)", since.Round(time.Second), strings.Join(parts, ", "), own, where)
+}
+
 // Run exchanges reports every period until ctx ends, then withdraws this
 // replica's reports so the fleet re-divides its share at once.
 func (p *Pacer) Run(ctx context.Context) {
@@ -449,6 +623,7 @@ func (p *Pacer) leaveAll() {
 		keys = append(keys, k)
 	}
 	p.mu.Unlock()
+	keys = append(keys, MembersKey)
 	ctx, cancel := context.WithTimeout(context.Background(), p.opts.Period)
 	defer cancel()
 	for _, k := range keys {

@@ -42,6 +42,10 @@ const (
 	FleetContendedName = "rate_limit_fleet_contended"
 	// FleetExchangeErrorsName counts exchange rounds that failed, by model.
 	FleetExchangeErrorsName = "rate_limit_fleet_exchange_errors_total"
+	// FleetHashKeyMismatchName is 1 while the replicas sharing the store
+	// have hashed identities with different keys for longer than a
+	// rotation's grace (see fleet.Pacer.KeyHealth).
+	FleetHashKeyMismatchName = "rate_limit_fleet_hash_key_mismatch"
 )
 
 // MaxFleetTenants is the most tenants per model the fleet gauges carry: the
@@ -56,9 +60,16 @@ type Fleet struct {
 	share, local, gate  *prometheus.GaugeVec
 	replicas, contended *prometheus.GaugeVec
 	exchangeErrors      *prometheus.CounterVec
+	keyMismatch         prometheus.Gauge
+	// OnLive, if set, is told the live replicas of every membership round
+	// (for the store's live-replicas gauge when the fleet counts them).
+	OnLive func(int)
 }
 
-var _ fleet.Observer = (*Fleet)(nil)
+var (
+	_ fleet.Observer        = (*Fleet)(nil)
+	_ fleet.MembersObserver = (*Fleet)(nil)
+)
 
 // NewFleet creates the fleet collectors and registers them on reg.
 func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
@@ -88,8 +99,12 @@ func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
 			Name: FleetExchangeErrorsName,
 			Help: "Fleet exchange rounds that could not reach the shared store.",
 		}, []string{"model"}),
+		keyMismatch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: FleetHashKeyMismatchName,
+			Help: "1 while the replicas sharing the rate-limit store hash identities with different keys (beyond a rotation's grace), splitting every tenant; give them one hash key.",
+		}),
 	}
-	if err := registerAll(reg, "fleet metrics", "NewFleet", f.share, f.local, f.gate, f.replicas, f.contended, f.exchangeErrors); err != nil {
+	if err := registerAll(reg, "fleet metrics", "NewFleet", f.share, f.local, f.gate, f.replicas, f.contended, f.exchangeErrors, f.keyMismatch); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -121,4 +136,12 @@ func (f *Fleet) Synced(model string, replicas int, contended bool, shares []flee
 // ExchangeFailed implements fleet.Observer.
 func (f *Fleet) ExchangeFailed(model string, _ error) {
 	f.exchangeErrors.WithLabelValues(model).Inc()
+}
+
+// Members implements fleet.MembersObserver.
+func (f *Fleet) Members(live int, keyMismatch bool) {
+	f.keyMismatch.Set(b2f(keyMismatch))
+	if f.OnLive != nil {
+		f.OnLive(live)
+	}
 }

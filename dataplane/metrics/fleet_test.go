@@ -66,3 +66,23 @@ func TestFleetGaugesAreBoundedAndUseHashPrefixes(t *testing.T) {
 		t.Fatalf("exchange errors = %v, want 1", got)
 	}
 }
+
+func TestFleetHashKeyMismatchGauge(t *testing.T) {
+	f, err := NewFleet(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live int
+	f.OnLive = func(n int) { live = n }
+	if got := testutil.ToFloat64(f.keyMismatch); got != 0 {
+		t.Fatalf("%s = %v before any round, want 0", FleetHashKeyMismatchName, got)
+	}
+	f.Members(3, true)
+	if got := testutil.ToFloat64(f.keyMismatch); got != 1 || live != 3 {
+		t.Fatalf("%s = %v, live %d after a round with different keys on 3 replicas, want 1 and 3", FleetHashKeyMismatchName, got, live)
+	}
+	f.Members(2, false)
+	if got := testutil.ToFloat64(f.keyMismatch); got != 0 || live != 2 {
+		t.Fatalf("%s = %v, live %d after the keys agree on 2 replicas, want 0 and 2", FleetHashKeyMismatchName, got, live)
+	}
+}

@@ -133,6 +133,13 @@ func freePort() (int, error) {
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return s.addr }
 
+// Running reports whether the server process is running (not killed).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
 // Binary is the redis-server run.
 func (s *Server) Binary() string { return s.bin }
 

@@ -640,7 +640,7 @@ func (s *Store) probe() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.probeTO)
 		err := s.reachable(ctx)
 		if err == nil {
-			err = s.Client().Ping(ctx).Err()
+			err = s.ping(ctx, s.Client()) // see cluster.go
 			if err != nil && s.newClient != nil {
 				err = s.renewClient(ctx)
 			}
@@ -667,7 +667,7 @@ func (s *Store) probe() {
 // closed at once.
 func (s *Store) renewClient(ctx context.Context) error {
 	c := s.newClient()
-	if err := c.Ping(ctx).Err(); err != nil {
+	if err := s.ping(ctx, c); err != nil {
 		_ = c.Close()
 		return err
 	}
