@@ -140,7 +140,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.IntVar(&o.storeReplicas, "store-replicas", 0, "with a Redis store failing open, the number of data-plane replicas each limit is divided among while Redis is down; "+
 		"0 counts the live replicas' report Leases through the Kubernetes API (1 without it)")
 	fs.StringVar(&o.storeSecretDir, "store-secret-dir", "", "directory holding the Redis Secret's files (username, password, ca.crt), for a config naming one when the "+
-		"Kubernetes API is not used; with --configmap the Secret is read through the API")
+		"Kubernetes API is not used; with --configmap the Secret is read through the API, with --policy from --secrets unless this is set")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (read to find the model); larger bodies get 413")
 	fs.Int64Var(&o.maxBuffered, "max-buffered-body-bytes", server.DefaultMaxBufferedBytes, "request-body bytes held in memory across all requests at once; "+
 		"a body that would pass it gets 503 request_buffer_full; must be larger than --max-body-bytes")

@@ -40,7 +40,7 @@ func addPolicyFlags(fs *flag.FlagSet, o *policyOptions) {
 	fs.StringVar(&o.file, "policy", "", "FairQueuePolicy manifest (YAML or JSON) to render in-process with the operator's renderer, "+
 		"watched for changes: run without Kubernetes; the hash key is read from --hash-key-file, created when absent")
 	fs.StringVar(&o.secrets, "secrets", "", "with --policy, a file or directory of Secret manifests the policy references "+
-		"(weightsFrom, keyRegistry); documents of other kinds are skipped, changes are followed")
+		"(weightsFrom, keyRegistry, store.redis.secretRef); documents of other kinds are skipped, changes are followed")
 	fs.Var(&o.backendURLs, "backend-url", "with --policy, NAME=URL replaces the URL of backend NAME before rendering "+
 		"(repeatable), e.g. to try a cluster policy against a local server")
 }

@@ -102,7 +102,32 @@ func (p *PolicySource) Render() (*fqrender.Rendered, error) {
 	if err != nil {
 		return nil, err
 	}
-	return renderInputs(in, p.opts.HashKey)
+	return p.render(in)
+}
+
+// Secret returns the data of the Secret called name among the policy's
+// inputs, read now: the Secret documents of the policy file and of
+// SecretsPath, stringData merged into data. It lets the standalone data
+// plane read the Secret a rendered config names (store.redis.secretRef)
+// from the same files that resolve the policy's other Secrets.
+func (p *PolicySource) Secret(name string) (map[string][]byte, error) {
+	in, _, err := p.readInputs()
+	if err != nil {
+		return nil, err
+	}
+	s, ok := in.secrets[name]
+	if !ok {
+		return nil, fmt.Errorf("no Secret %q among the policy's files; %s", name, p.missingSecretFix())
+	}
+	return s.Data, nil
+}
+
+// missingSecretFix says where a Secret the policy names must be added.
+func (p *PolicySource) missingSecretFix() string {
+	if p.opts.SecretsPath == "" {
+		return "without Kubernetes, Secrets come from files: pass --secrets FILE|DIR holding its manifest (kind: Secret), or add the manifest to the policy file"
+	}
+	return "without Kubernetes, Secrets come from files: add its manifest (kind: Secret) to --secrets " + p.opts.SecretsPath
 }
 
 // Run implements Source. It fails at once when a directory to watch cannot
@@ -184,7 +209,7 @@ func (p *PolicySource) read(sink Sink) {
 		sink.Reject(p.String(), err)
 		return
 	}
-	out, err := renderInputs(in, p.opts.HashKey)
+	out, err := p.render(in)
 	if err != nil {
 		sink.Reject(p.String(), err)
 		return
@@ -241,12 +266,13 @@ func (p *PolicySource) readInputs() (*policyInputs, string, error) {
 	return &policyInputs{policy: policy, secrets: secrets}, digest, nil
 }
 
-func renderInputs(in *policyInputs, key []byte) (*fqrender.Rendered, error) {
+func (p *PolicySource) render(in *policyInputs) (*fqrender.Rendered, error) {
 	return fqrender.Render(fqrender.Input{
-		Policy:        in.policy,
-		HashKey:       key,
-		HashKeySecret: in.policy.HashKeySecretName(),
-		Secrets:       in.secrets,
+		Policy:           in.policy,
+		HashKey:          p.opts.HashKey,
+		HashKeySecret:    in.policy.HashKeySecretName(),
+		Secrets:          in.secrets,
+		MissingSecretFix: p.missingSecretFix(),
 	})
 }
 

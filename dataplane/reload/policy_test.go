@@ -249,3 +249,31 @@ func TestPolicySourceBackendURLs(t *testing.T) {
 		t.Errorf("override of an unknown backend: error %v, want one naming it", err)
 	}
 }
+
+// TestPolicySourceNamesSecretsFlagForAMissingSecret: without Kubernetes a
+// missing Secret is fixed with --secrets, not by creating it in a namespace.
+func TestPolicySourceNamesSecretsFlagForAMissingSecret(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(path, policyWithWeight("2"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.yaml")
+	if err := os.WriteFile(other, []byte("apiVersion: v1\nkind: Secret\nmetadata: {name: unrelated}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ secrets, want string }{
+		{"", "pass --secrets FILE|DIR holding its manifest"},
+		{other, "add its manifest (kind: Secret) to --secrets " + other},
+	} {
+		src := NewPolicySource(path, PolicyOptions{SecretsPath: tc.secrets, HashKey: []byte("0123456789abcdef")})
+		_, err := src.Render()
+		if err == nil || !strings.Contains(err.Error(), `Secret "tenants"`) || !strings.Contains(err.Error(), tc.want) ||
+			strings.Contains(err.Error(), "policy's namespace") {
+			t.Errorf("--secrets %q: Render() = %v, want the missing Secret and %q", tc.secrets, err, tc.want)
+		}
+		if _, err := src.Secret("tenants"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--secrets %q: Secret() = %v, want %q", tc.secrets, err, tc.want)
+		}
+	}
+}
