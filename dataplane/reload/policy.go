@@ -279,11 +279,14 @@ func (p *PolicySource) render(in *policyInputs) (*fqrender.Rendered, error) {
 // DecodePolicy decodes a manifest holding exactly one FairQueuePolicy and any
 // number of Secrets, as YAML or JSON documents. Decoding is strict: an unknown
 // or misspelt field is an error naming it, as `kubectl apply` with server-side
-// field validation would report. The policy's namespace defaults to
-// DefaultNamespace; Secrets are returned by name with stringData merged into
-// data, as the API server stores them.
+// field validation would report, and the policy is validated against the
+// CRD's schema and rules as the API server validates it (*SchemaError). The
+// policy's namespace defaults to DefaultNamespace; Secrets are returned by
+// name with stringData merged into data, as the API server stores them.
 func DecodePolicy(data []byte) (*fqv1alpha1.FairQueuePolicy, map[string]*corev1.Secret, error) {
 	var policy *fqv1alpha1.FairQueuePolicy
+	var policyDoc []byte
+	var policyIndex int
 	secrets := map[string]*corev1.Secret{}
 	err := eachDocument(data, func(i int, kind string, doc []byte) error {
 		switch kind {
@@ -298,6 +301,7 @@ func DecodePolicy(data []byte) (*fqv1alpha1.FairQueuePolicy, map[string]*corev1.
 			if gv := fqv1alpha1.GroupVersion.String(); policy.APIVersion != gv {
 				return fmt.Errorf("document %d: apiVersion %q is not %q", i, policy.APIVersion, gv)
 			}
+			policyDoc, policyIndex = doc, i
 		case "Secret":
 			s, err := decodeSecret(doc)
 			if err != nil {
@@ -318,6 +322,13 @@ func DecodePolicy(data []byte) (*fqv1alpha1.FairQueuePolicy, map[string]*corev1.
 	}
 	if policy.Namespace == "" {
 		policy.Namespace = DefaultNamespace
+	}
+	j, err := yaml.YAMLToJSON(policyDoc)
+	if err == nil {
+		err = validateAsAPIServer(j)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("document %d (FairQueuePolicy): %w", policyIndex, err)
 	}
 	return policy, secrets, nil
 }
