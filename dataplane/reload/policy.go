@@ -342,7 +342,7 @@ func eachDocument(data []byte, fn func(i int, kind string, doc []byte) error) er
 		if err := r.Decode(&raw); errors.Is(err, io.EOF) {
 			return nil
 		} else if err != nil {
-			return fmt.Errorf("document %d is not YAML or JSON: %w", i, err)
+			return fmt.Errorf("document %d is not YAML or JSON: %w%s", i, err, unquotedVarHint(data))
 		}
 		if len(raw) == 0 {
 			continue
@@ -356,6 +356,32 @@ func eachDocument(data []byte, fn func(i int, kind string, doc []byte) error) er
 			return err
 		}
 	}
+}
+
+// unquotedVarHint explains the YAML error an unquoted ${VAR} gives inside a
+// flow mapping or sequence ({...} or [...]), where { and } end the value:
+// it names the first such line and the fix, or returns "".
+func unquotedVarHint(data []byte) string {
+	for n, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		for i := strings.Index(line, "${"); i >= 0; {
+			before := strings.TrimRight(line[:i], " \t")
+			flow := strings.ContainsAny(before, "{[")
+			quoted := strings.HasSuffix(before, `"`) || strings.HasSuffix(before, "'")
+			if flow && !quoted {
+				return fmt.Sprintf("\nline %d: a ${VAR} inside { } or [ ] must be quoted, or YAML reads its braces as the mapping's: "+
+					`write "${VAR}", e.g. - {identity: "${ACME_KEY}", weight: 3}`, n+1)
+			}
+			next := strings.Index(line[i+2:], "${")
+			if next < 0 {
+				break
+			}
+			i += 2 + next
+		}
+	}
+	return ""
 }
 
 // strictDecode decodes a YAML or JSON document into obj as the API server

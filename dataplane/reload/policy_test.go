@@ -277,3 +277,31 @@ func TestPolicySourceNamesSecretsFlagForAMissingSecret(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodePolicyHintsAtQuotingVariables: an unquoted ${VAR} in a flow
+// mapping is a YAML syntax error; the error says which line and how to
+// quote it. A quoted one, and one in block style, decode.
+func TestDecodePolicyHintsAtQuotingVariables(t *testing.T) {
+	doc := func(entry string) []byte {
+		return []byte("apiVersion: fairqueue.dev/v1alpha1\nkind: FairQueuePolicy\nmetadata: {name: llm}\nspec:\n" +
+			"  fairQueuing:\n    enabled: true\n    weights:\n" + entry +
+			"    weightsFrom:\n    - secretRef: {name: tenants}\n  backends:\n  - {name: b, url: 'http://b'}\n")
+	}
+	_, _, err := DecodePolicy(doc("    - {identity: ${ACME}, weight: 3}\n"))
+	if err == nil || !strings.Contains(err.Error(), `line 8: a ${VAR} inside { } or [ ] must be quoted`) ||
+		!strings.Contains(err.Error(), `{identity: "${ACME_KEY}", weight: 3}`) {
+		t.Fatalf("an unquoted ${VAR} in a flow mapping: %v; want the line and a hint to quote it", err)
+	}
+	for _, ok := range []string{
+		"    - {identity: \"${ACME}\", weight: 3}\n",
+		"    - {identity: '${ACME}', weight: 3}\n",
+		"    - identity: ${ACME}\n      weight: 3\n",
+	} {
+		if _, _, err := DecodePolicy(doc(ok)); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	if _, _, err := DecodePolicy([]byte("\t{{")); err == nil || strings.Contains(err.Error(), "must be quoted") {
+		t.Errorf("a YAML error without a variable: %v; want no quoting hint", err)
+	}
+}
