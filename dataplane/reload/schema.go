@@ -147,4 +147,3 @@ func (e *SchemaError) Unwrap() []error {
 	}
 	return out
 }
-
