@@ -76,12 +76,20 @@ func KeyFingerprint(key []byte) string {
 	return identity.Hash(key, fingerprintMessage)[:16]
 }
 
-// DeepCopy returns a copy of c that shares no memory with it.
+// DeepCopy returns a copy of c that shares no memory with it. Every struct
+// is copied by value first and only its pointers and slices are replaced,
+// so a value field added later is copied without a change here;
+// TestDeepCopyCopiesEveryField fills every field by reflection to check.
 func (c *Config) DeepCopy() *Config {
+	if c == nil {
+		return nil
+	}
 	n := *c
 	n.Identity.APIKeyHeaders = slices.Clone(c.Identity.APIKeyHeaders)
 	if r := c.Identity.KeyRegistry; r != nil {
-		n.Identity.KeyRegistry = &KeyRegistry{Enforce: r.Enforce, Entries: slices.Clone(r.Entries)}
+		nr := *r
+		nr.Entries = slices.Clone(r.Entries)
+		n.Identity.KeyRegistry = &nr
 	}
 	rl := &n.RateLimits
 	for _, l := range []**Limit{&rl.Global, &rl.PerClient, &rl.PerAPIKey, &rl.PerUser, &rl.PerTeam, &rl.PerBackend} {
@@ -91,12 +99,13 @@ func (c *Config) DeepCopy() *Config {
 		}
 	}
 	if m := c.RateLimits.PerModel; m != nil {
-		nm := &ModelLimits{Overrides: slices.Clone(m.Overrides)}
+		nm := *m // with UnknownModel, which a field-by-field copy once dropped
+		nm.Overrides = slices.Clone(m.Overrides)
 		if m.Default != nil {
 			d := *m.Default
 			nm.Default = &d
 		}
-		rl.PerModel = nm
+		rl.PerModel = &nm
 	}
 	n.FairQueuing.Weights = slices.Clone(c.FairQueuing.Weights)
 	n.Timeouts.Models = slices.Clone(c.Timeouts.Models)

@@ -247,12 +247,13 @@ func (d *DeferredAdmission) deepCopy() *DeferredAdmission {
 		}
 	}
 	if m := d.TokenLimits.PerModel; m != nil {
-		nm := &ModelTokenLimits{Overrides: slices.Clone(m.Overrides)}
+		nm := *m
+		nm.Overrides = slices.Clone(m.Overrides)
 		if m.Default != nil {
 			v := *m.Default
 			nm.Default = &v
 		}
-		tl.PerModel = nm
+		tl.PerModel = &nm
 	}
 	return &n
 }
