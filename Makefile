@@ -46,8 +46,10 @@ manifests: controller-gen ## Generate the CRD and the RBAC Role from the kubebui
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./controllers/... output:rbac:artifacts:config=config/rbac
 
 .PHONY: generate
-generate: controller-gen ## Generate DeepCopy methods for the API types.
+generate: controller-gen ## Generate DeepCopy methods for the API types and the data-plane config.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./dataplane/config/...
+	gofmt -s -w dataplane/config/zz_generated.deepcopy.go # controller-gen writes an empty import () there
 
 .PHONY: docs
 docs: manifests ## Regenerate the API reference table in README.md from the CRD.
@@ -65,8 +67,9 @@ vet: ## Run go vet.
 lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run $(PKGS)
 
-# Generated files outside api/ and config/: the CRD copy --policy validates with.
-GENERATED_ELSEWHERE = dataplane/reload/fairqueuepolicy_crd.yaml
+# Generated files outside api/ and config/: the data-plane config's DeepCopy
+# and the CRD copy --policy validates with.
+GENERATED_ELSEWHERE = dataplane/config/zz_generated.deepcopy.go dataplane/reload/fairqueuepolicy_crd.yaml
 
 .PHONY: verify
 verify: manifests generate docs ## Fail when generated code, manifests, docs or formatting are stale.
