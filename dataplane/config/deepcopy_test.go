@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-	"unsafe"
 )
 
 // fillEveryField sets every field reachable from v to a non-zero value that
@@ -98,7 +97,7 @@ func checkNoSharedMemory(t *testing.T, a, b reflect.Value, path string) {
 		if a.Len() == 0 || b.Len() == 0 {
 			return
 		}
-		if unsafe.Pointer(a.Index(0).UnsafeAddr()) == unsafe.Pointer(b.Index(0).UnsafeAddr()) {
+		if a.Pointer() == b.Pointer() {
 			t.Errorf("%s: the copy shares the original's backing array", path)
 			return
 		}
