@@ -42,11 +42,14 @@ help: ## Show this help.
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRD and the RBAC Role from the kubebuilder markers.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	cp config/crd/bases/fairqueue.dev_fairqueuepolicies.yaml dataplane/reload/fairqueuepolicy_crd.yaml # --policy validates with it
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./controllers/... output:rbac:artifacts:config=config/rbac
 
 .PHONY: generate
-generate: controller-gen ## Generate DeepCopy methods for the API types.
+generate: controller-gen ## Generate DeepCopy methods for the API types and the data-plane config.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./dataplane/config/...
+	gofmt -s -w dataplane/config/zz_generated.deepcopy.go # controller-gen writes an empty import () there
 
 .PHONY: docs
 docs: manifests ## Regenerate the API reference table in README.md from the CRD.
@@ -64,13 +67,17 @@ vet: ## Run go vet.
 lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run $(PKGS)
 
+# Generated files outside api/ and config/: the data-plane config's DeepCopy
+# and the CRD copy --policy validates with.
+GENERATED_ELSEWHERE = dataplane/config/zz_generated.deepcopy.go dataplane/reload/fairqueuepolicy_crd.yaml
+
 .PHONY: verify
 verify: manifests generate docs ## Fail when generated code, manifests, docs or formatting are stale.
 	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
-	@if ! git diff --quiet -- api config README.md; then \
+	@if ! git diff --quiet -- api config README.md $(GENERATED_ELSEWHERE); then \
 		echo "Generated files are stale: run 'make generate manifests docs' and commit the result:"; \
-		git --no-pager diff --stat -- api config README.md; exit 1; fi
-	@untracked=$$(git ls-files --others --exclude-standard -- api config); if [ -n "$$untracked" ]; then \
+		git --no-pager diff --stat -- api config README.md $(GENERATED_ELSEWHERE); exit 1; fi
+	@untracked=$$(git ls-files --others --exclude-standard -- api config $(GENERATED_ELSEWHERE)); if [ -n "$$untracked" ]; then \
 		echo "Generated files are not committed:"; echo "$$untracked"; exit 1; fi
 	@echo "verify: generated code, manifests and formatting are up to date"
 

@@ -131,7 +131,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 		"the loaded config hash is reported on Lease <policy>-dataplane-<pod> for the operator's status")
 	fs.StringVar(&o.podUID, "pod-uid", "", "this replica's Pod UID (POD_UID also works); makes the Pod own its report Lease so it is deleted with the Pod")
 	fs.StringVar(&o.hashKeyFile, "hash-key-file", "", "file holding the policy's HMAC hash key (the key of the policy's hash-key Secret); "+
-		"required with --config; with --policy created when absent; with --configmap the Secret is read through the API when unset")
+		"required with --config; with --policy created when absent, once the policy has loaded (a failed start writes nothing); with --configmap the Secret is read through the API when unset")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, after --shutdown-delay, how long admitted requests may finish; queued ones are answered 503 at once")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", defaultShutdownDelay, "on SIGTERM, how long to keep accepting and serving with /readyz failing, so load balancers stop sending first; "+
 		"a second signal skips it")
@@ -140,7 +140,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.IntVar(&o.storeReplicas, "store-replicas", 0, "with a Redis store failing open, the number of data-plane replicas each limit is divided among while Redis is down; "+
 		"0 counts the live replicas: their report Leases through the Kubernetes API, else the replicas the fleet exchange in Redis last saw")
 	fs.StringVar(&o.storeSecretDir, "store-secret-dir", "", "directory holding the Redis Secret's files (username, password, ca.crt), for a config naming one when the "+
-		"Kubernetes API is not used; with --configmap the Secret is read through the API")
+		"Kubernetes API is not used; with --configmap the Secret is read through the API, with --policy from --secrets unless this is set")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (read to find the model); larger bodies get 413")
 	fs.Int64Var(&o.maxBuffered, "max-buffered-body-bytes", server.DefaultMaxBufferedBytes, "request-body bytes held in memory across all requests at once; "+
 		"a body that would pass it gets 503 request_buffer_full; must be larger than --max-body-bytes")
@@ -151,7 +151,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.DurationVar(&o.headerTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "how long a client may take to send its request line and headers")
 	fs.Uint64Var(&o.gcHeapFloor, "gc-heap-floor", defaultGCHeapFloor, "bytes the garbage collector's heap goal stays at least, so a small live heap is not collected every few hundred requests; "+
 		"above half of it GOGC=100 applies as usual; 0, or a GOGC environment variable, leaves GOGC to Go")
-	addPolicyFlags(fs, &o.policy)
+	addPolicyFlags(fs, &o.policy, false)
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(out, "Usage: dataplane [flags]\n       dataplane render --policy FILE (see dataplane render --help)\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
 			"Every flag may also be set as %s<FLAG> (upper case, '-' as '_'), e.g. %sHASH_KEY_FILE.\n\nFlags:\n", envPrefix, envPrefix)
@@ -261,13 +261,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return err
 		}
 	}
+	// With --policy a new hash key is written only once the start has
+	// succeeded (persistKey below): a failed start writes nothing.
+	var standalone *standaloneKey
+	var key []byte
 	if o.configSource == sourcePolicy {
-		if err := preparePolicy(o, log); err != nil {
+		if standalone, err = preparePolicy(o); err != nil {
 			return err
 		}
-	}
-	key, err := hashKey(ctx, o, kube, cmNamespace, cmName, log)
-	if err != nil {
+		key = standalone.key
+	} else if key, err = hashKey(ctx, o, kube, cmNamespace, cmName, log); err != nil {
 		return err
 	}
 	trusted, err := server.ParseTrustedProxies(o.trustedProxies)
@@ -353,6 +356,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		_ = trafficLn.Close() // never served: nothing to flush
 		return fmt.Errorf("--metrics-listen: %w", err)
+	}
+	if standalone != nil {
+		created, err := standalone.persist()
+		if err != nil {
+			_, _ = trafficLn.Close(), opsLn.Close() // never served: nothing to flush
+			return err
+		}
+		if created {
+			log.Info("Created a new hash key; keep it to keep tenant hashes stable", "hashKeyFile", standalone.path)
+		}
 	}
 
 	// The source and reporter stop with ctx; Run returns after shutdown, and

@@ -35,12 +35,19 @@ type policyOptions struct {
 	backendURLs backendURLFlag
 }
 
-// addPolicyFlags registers the standalone flags on fs.
-func addPolicyFlags(fs *flag.FlagSet, o *policyOptions) {
-	fs.StringVar(&o.file, "policy", "", "FairQueuePolicy manifest (YAML or JSON) to render in-process with the operator's renderer, "+
-		"watched for changes: run without Kubernetes; the hash key is read from --hash-key-file, created when absent")
-	fs.StringVar(&o.secrets, "secrets", "", "with --policy, a file or directory of Secret manifests the policy references "+
-		"(weightsFrom, keyRegistry); documents of other kinds are skipped, changes are followed")
+// addPolicyFlags registers the standalone flags on fs: for the server, or
+// for the render subcommand, which reads its inputs once.
+func addPolicyFlags(fs *flag.FlagSet, o *policyOptions, render bool) {
+	if render {
+		fs.StringVar(&o.file, "policy", "", "FairQueuePolicy manifest (YAML or JSON) to render with the operator's renderer")
+		fs.StringVar(&o.secrets, "secrets", "", "a file or directory of Secret manifests the policy references "+
+			"(weightsFrom, keyRegistry); documents of other kinds are skipped")
+	} else {
+		fs.StringVar(&o.file, "policy", "", "FairQueuePolicy manifest (YAML or JSON) to render in-process with the operator's renderer, "+
+			"watched for changes: run without Kubernetes; the hash key is read from --hash-key-file, created when absent once the policy has loaded")
+		fs.StringVar(&o.secrets, "secrets", "", "with --policy, a file or directory of Secret manifests the policy references "+
+			"(weightsFrom, keyRegistry, store.redis.secretRef); documents of other kinds are skipped, changes are followed")
+	}
 	fs.Var(&o.backendURLs, "backend-url", "with --policy, NAME=URL replaces the URL of backend NAME before rendering "+
 		"(repeatable), e.g. to try a cluster policy against a local server")
 }
@@ -85,71 +92,91 @@ func defaultHashKeyFile(namespace, name string) (string, error) {
 	return filepath.Join(dir, "fairqueue", "hash-keys", namespace+"."+name), nil
 }
 
-// ensureHashKeyFile returns the hash key at path, creating the file with a new
-// random key (mode 0600) when it does not exist. created reports a new key.
-func ensureHashKeyFile(path string) (key []byte, created bool, err error) {
-	key, err = os.ReadFile(path)
-	if err == nil {
-		return key, false, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return nil, false, fmt.Errorf("reading --hash-key-file: %w", err)
+// standaloneKey is the hash key of the standalone mode: the one in path, or
+// a new one that is written to path only by persist, once the start has
+// succeeded, so that a failed start writes nothing.
+type standaloneKey struct {
+	path string
+	key  []byte
+	new  bool
+}
+
+// readOrNewHashKey reads the hash key at path, or makes a new random one
+// (kept in memory) when the file does not exist.
+func readOrNewHashKey(path string) (*standaloneKey, error) {
+	key, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if len(key) < minHashKeyLen {
+			return nil, fmt.Errorf("the hash key in %s holds %d bytes; it needs at least %d", path, len(key), minHashKeyLen)
+		}
+		return &standaloneKey{path: path, key: key}, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("reading --hash-key-file: %w", err)
 	}
 	raw := make([]byte, hashKeyBytes)
 	if _, err := rand.Read(raw); err != nil {
-		return nil, false, fmt.Errorf("generating a hash key: %w", err)
+		return nil, fmt.Errorf("generating a hash key: %w", err)
 	}
-	key = []byte(base64.StdEncoding.EncodeToString(raw))
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, false, fmt.Errorf("creating the directory of --hash-key-file: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		// Another process created it first: use its key.
-		key, err = os.ReadFile(path)
-		return key, false, err
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("creating --hash-key-file: %w", err)
-	}
-	if _, err := f.Write(key); err != nil {
-		_ = f.Close()
-		return nil, false, fmt.Errorf("writing --hash-key-file: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, false, fmt.Errorf("writing --hash-key-file: %w", err)
-	}
-	return key, true, nil
+	return &standaloneKey{path: path, key: []byte(base64.StdEncoding.EncodeToString(raw)), new: true}, nil
 }
 
-// preparePolicy resolves the hash key file of the standalone mode: the one
-// given, or the default for the policy, created when absent. It sets
-// o.hashKeyFile so the rest of startup reads it like any other.
-func preparePolicy(o *options, log logr.Logger) error {
+// persist writes a new key to its file (mode 0600, its directory 0700) and
+// reports whether it wrote one. If another process created the file
+// meanwhile, its key wins only when it is the same; otherwise the configs
+// rendered with this key would disagree with it, and persist fails.
+func (k *standaloneKey) persist() (bool, error) {
+	if !k.new {
+		return false, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(k.path), 0o700); err != nil {
+		return false, fmt.Errorf("creating the directory of --hash-key-file: %w", err)
+	}
+	f, err := os.OpenFile(k.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		theirs, rerr := os.ReadFile(k.path)
+		if rerr == nil && bytes.Equal(theirs, k.key) {
+			return false, nil
+		}
+		return false, fmt.Errorf("another process created --hash-key-file %s while this one started; start again to use its key", k.path)
+	}
+	if err != nil {
+		return false, fmt.Errorf("creating --hash-key-file: %w", err)
+	}
+	if _, err := f.Write(k.key); err != nil {
+		_ = f.Close()
+		_ = os.Remove(k.path)
+		return false, fmt.Errorf("writing --hash-key-file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		_ = os.Remove(k.path)
+		return false, fmt.Errorf("writing --hash-key-file: %w", err)
+	}
+	k.new = false
+	return true, nil
+}
+
+// preparePolicy resolves the hash key of the standalone mode: the file
+// given, or the default for the policy; when the file does not exist the
+// key is new and written only by persist. It sets o.hashKeyFile to the path.
+func preparePolicy(o *options) (*standaloneKey, error) {
 	if o.configFile != "" {
-		return errors.New("--policy and --config are both set: --policy renders the config itself, so give one of them")
+		return nil, errors.New("--policy and --config are both set: --policy renders the config itself, so give one of them")
 	}
 	if o.hashKeyFile == "" {
 		data, err := os.ReadFile(o.policy.file)
 		if err != nil {
-			return fmt.Errorf("reading --policy: %w", err)
+			return nil, fmt.Errorf("reading --policy: %w", err)
 		}
 		p, _, err := reload.DecodePolicy(data)
 		if err != nil {
-			return fmt.Errorf("--policy %s: %w", o.policy.file, err)
+			return nil, fmt.Errorf("--policy %s: %w", o.policy.file, err)
 		}
 		if o.hashKeyFile, err = defaultHashKeyFile(p.Namespace, p.Name); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	_, created, err := ensureHashKeyFile(o.hashKeyFile)
-	if err != nil {
-		return err
-	}
-	if created {
-		log.Info("Created a new hash key; keep it to keep tenant hashes stable", "hashKeyFile", o.hashKeyFile)
-	}
-	return nil
+	return readOrNewHashKey(o.hashKeyFile)
 }
 
 // newPolicySource returns the source of the standalone mode.
@@ -193,19 +220,22 @@ func yamlHint(data []byte, err error) error {
 }
 
 // runRender is the render subcommand: it writes the config.json the operator
-// would render for a policy file.
+// would render for a policy file. It needs --hash-key-file: the config holds
+// identities hashed with the key, so only the key the data plane will load
+// makes it usable. A file that does not exist gets a new key, written only
+// once the render has succeeded and said so; a failed render writes nothing.
 func runRender(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dataplane render", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o policyOptions
-	addPolicyFlags(fs, &o)
+	addPolicyFlags(fs, &o, true)
 	var hashKeyFile, out string
-	fs.StringVar(&hashKeyFile, "hash-key-file", "", "the policy's hash key; empty means the standalone default "+
-		"($XDG_CONFIG_HOME/fairqueue/hash-keys/NAMESPACE.NAME), created when absent")
+	fs.StringVar(&hashKeyFile, "hash-key-file", "", "required: the file holding the policy's hash key, which the data plane loading the config must use; "+
+		"a file that does not exist is created with a new key (mode 0600) once the render succeeds")
 	fs.StringVar(&out, "o", "-", "where to write config.json; - is standard output")
 	fs.Usage = func() {
-		_, _ = fmt.Fprintf(stderr, "Usage: dataplane render --policy FILE [--secrets FILE|DIR] [--hash-key-file F] [-o config.json]\n\n"+
-			"Writes the config.json an operator would render for the policy (the config.json key of its ConfigMap),\n"+
+		_, _ = fmt.Fprintf(stderr, "Usage: dataplane render --policy FILE --hash-key-file F [--secrets FILE|DIR] [-o config.json]\n\n"+
+			"Writes, once, the config.json an operator would render for the policy (the config.json key of its ConfigMap),\n"+
 			"for GitOps diffs and for `dataplane --config`. Use the hash key of the cluster's <policy>-hash-key Secret\n"+
 			"to get byte-identical output.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -219,31 +249,61 @@ func runRender(args []string, getenv func(string) string, stdout, stderr io.Writ
 	if o.file == "" {
 		o.file = getenv(envPrefix + "POLICY")
 	}
+	if hashKeyFile == "" {
+		hashKeyFile = getenv(envPrefix + "HASH_KEY_FILE")
+	}
 	if o.file == "" {
 		return errors.New("render: --policy FILE is required")
 	}
+	if hashKeyFile == "" {
+		return renderNeedsKeyFile(o.file)
+	}
 	opts := &options{policy: o, hashKeyFile: hashKeyFile}
-	if err := preparePolicy(opts, logr.Discard()); err != nil {
-		return err
-	}
-	key, err := os.ReadFile(opts.hashKeyFile)
+	sk, err := preparePolicy(opts)
 	if err != nil {
-		return fmt.Errorf("reading --hash-key-file: %w", err)
+		return fmt.Errorf("render: %w", err)
 	}
-	if len(key) < minHashKeyLen {
-		return fmt.Errorf("the hash key in %s holds %d bytes; it needs at least %d", opts.hashKeyFile, len(key), minHashKeyLen)
+	r, err := newPolicySource(opts, sk.key, logr.Discard()).Render()
+	if err != nil {
+		return fmt.Errorf("render: %w", err)
 	}
-	r, err := newPolicySource(opts, key, logr.Discard()).Render()
+	created, err := sk.persist()
 	if err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
 	if out == "-" {
 		_, err = stdout.Write(r.Data)
+	} else if err = os.WriteFile(out, r.Data, 0o644); err != nil { //nolint:gosec // the rendered config holds only hashes
+		err = fmt.Errorf("render: writing -o: %w", err)
+	}
+	if err != nil {
+		if created {
+			_ = os.Remove(sk.path) // nothing was rendered with it
+		}
 		return err
 	}
-	if err := os.WriteFile(out, r.Data, 0o644); err != nil { //nolint:gosec // the rendered config holds only hashes
-		return fmt.Errorf("render: writing -o: %w", err)
+	if created {
+		_, _ = fmt.Fprintf(stderr, "created a new hash key in %s; load the config with it (--hash-key-file) and keep it to keep tenant hashes stable\n", sk.path)
 	}
-	_, _ = fmt.Fprintf(stderr, "wrote %s (config hash %s, hash key %s)\n", out, r.Hash, opts.hashKeyFile)
+	if out != "-" {
+		_, _ = fmt.Fprintf(stderr, "wrote %s (config hash %s, hash key %s)\n", out, r.Hash, sk.path)
+	}
 	return nil
+}
+
+// renderNeedsKeyFile is the error of a render without --hash-key-file: it
+// names the keys a user can mean.
+func renderNeedsKeyFile(policyFile string) error {
+	msg := "render: --hash-key-file is required: the config holds identities hashed with that key, so give the key the data plane will load: " +
+		"the cluster's Secret (kubectl get secret NAME-hash-key -o jsonpath='{.data.key}' | base64 -d > key) for the operator's exact bytes"
+	if data, err := os.ReadFile(policyFile); err == nil {
+		if p, _, err := reload.DecodePolicy(data); err == nil {
+			msg = "render: --hash-key-file is required: the config holds identities hashed with that key, so give the key the data plane will load: " +
+				fmt.Sprintf("the cluster's Secret (kubectl -n %s get secret %s -o jsonpath='{.data.key}' | base64 -d > key) for the operator's exact bytes", p.Namespace, p.HashKeySecretName())
+			if def, err := defaultHashKeyFile(p.Namespace, p.Name); err == nil {
+				msg += ", or " + def + ", the key `dataplane --policy` uses without the flag"
+			}
+		}
+	}
+	return errors.New(msg + "; a file that does not exist is created with a new key")
 }

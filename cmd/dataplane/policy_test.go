@@ -4,19 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
@@ -26,14 +28,20 @@ import (
 
 const samplesDir = "../../config/samples"
 
-func TestEnsureHashKeyFileCreatesOnceWithMode0600(t *testing.T) {
+func TestStandaloneKeyIsWrittenOnlyByPersist(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "key")
-	k1, created, err := ensureHashKeyFile(path)
-	if err != nil || !created {
-		t.Fatalf("first call: created=%v err=%v, want a new key", created, err)
+	k1, err := readOrNewHashKey(path)
+	if err != nil || !k1.new {
+		t.Fatalf("no file: %+v %v, want a new key", k1, err)
 	}
-	if len(k1) < minHashKeyLen {
-		t.Fatalf("generated key holds %d bytes, want at least %d", len(k1), minHashKeyLen)
+	if len(k1.key) < minHashKeyLen {
+		t.Fatalf("generated key holds %d bytes, want at least %d", len(k1.key), minHashKeyLen)
+	}
+	if _, err := os.Stat(filepath.Dir(path)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("readOrNewHashKey wrote to disk before persist: %v", err)
+	}
+	if created, err := k1.persist(); err != nil || !created {
+		t.Fatalf("persist() = %v, %v; want the key written", created, err)
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -42,13 +50,22 @@ func TestEnsureHashKeyFileCreatesOnceWithMode0600(t *testing.T) {
 	if mode := fi.Mode().Perm(); mode != 0o600 {
 		t.Errorf("key file mode %o, want 600", mode)
 	}
-	k2, created, err := ensureHashKeyFile(path)
-	if err != nil || created || !bytes.Equal(k1, k2) {
-		t.Errorf("second call: created=%v err=%v same=%v, want the existing key", created, err, bytes.Equal(k1, k2))
+	k2, err := readOrNewHashKey(path)
+	if err != nil || k2.new || !bytes.Equal(k1.key, k2.key) {
+		t.Errorf("second read: %+v %v, want the existing key", k2, err)
 	}
-	other, _, err := ensureHashKeyFile(filepath.Join(t.TempDir(), "key"))
-	if err != nil || bytes.Equal(other, k1) {
+	if created, err := k2.persist(); err != nil || created {
+		t.Errorf("persisting a key read from its file: %v %v, want nothing written", created, err)
+	}
+	other, err := readOrNewHashKey(filepath.Join(t.TempDir(), "key"))
+	if err != nil || bytes.Equal(other.key, k1.key) {
 		t.Errorf("two new keys are equal (%v); keys must be random", err)
+	}
+	// Another process wrote a different key first: this one must not run
+	// with configs hashed by a key nobody else has.
+	other.path = path
+	if _, err := other.persist(); err == nil || !strings.Contains(err.Error(), "another process created") {
+		t.Errorf("persist over another key: %v", err)
 	}
 }
 
@@ -130,6 +147,7 @@ func TestRenderSubcommandWritesTheOperatorsConfig(t *testing.T) {
 		want string
 	}{
 		{[]string{"render"}, "--policy FILE is required"},
+		{[]string{"render", "--policy", policyFile}, "--hash-key-file is required"},
 		{[]string{"render", "--policy", policyFile, "--hash-key-file", keyFile}, `Secret "api-key-registry" named in spec.identity.keyRegistry.secretRef does not exist`},
 		{[]string{"render", "--policy", policyFile, "extra"}, "unexpected arguments"},
 	} {
@@ -153,7 +171,7 @@ func TestPolicyFlagsParse(t *testing.T) {
 	if _, err := parseFlags([]string{"--backend-url", "novalue"}, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "NAME=URL") {
 		t.Errorf("a bad --backend-url: %v", err)
 	}
-	if err := preparePolicy(&options{policy: policyOptions{file: write(t, "p.yaml", []byte("kind: ConfigMap\nmetadata: {name: x}\n"))}}, logr.Discard()); err == nil ||
+	if _, err := preparePolicy(&options{policy: policyOptions{file: write(t, "p.yaml", []byte("kind: ConfigMap\nmetadata: {name: x}\n"))}}); err == nil ||
 		!strings.Contains(err.Error(), "no document has kind: FairQueuePolicy") {
 		t.Errorf("preparePolicy on a file without a policy: %v", err)
 	}
@@ -166,11 +184,7 @@ func TestSamplesRunStandalone(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "dataplane")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
 	var hits atomic.Int64
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
@@ -375,5 +389,96 @@ func waitFile(t *testing.T, path string) {
 			t.Fatalf("%s was not created", path)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// buildBinary builds the data plane into a temporary directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "dataplane")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestFailedStartWritesNothing runs the built binary, as a user does, on
+// inputs that cannot start: each exits 1 with a message naming the field or
+// the standalone fix (SPEC 10), and leaves no file behind, neither the
+// --hash-key-file nor a default key under the user's config directory.
+func TestFailedStartWritesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = busy.Close() }()
+	const head = "apiVersion: fairqueue.dev/v1alpha1\nkind: FairQueuePolicy\nmetadata: {name: llm, namespace: ns}\nspec:\n"
+	const backends = "  backends: [{name: b, url: 'http://127.0.0.1:1'}]\n"
+	weighted := head + "  fairQueuing:\n    enabled: true\n    weights:\n    - {identity: \"${ACME}\", weight: 3}\n" +
+		"    weightsFrom: [{secretRef: {name: tenants}}]\n" + backends
+	for _, tc := range []struct {
+		name, policy string
+		args         []string // besides --policy
+		want         []string
+	}{
+		{"requests 0", head + "  rateLimits: {global: {requests: 0}}\n" + backends, nil,
+			[]string{"spec.rateLimits.global.requests: Invalid value: 0: spec.rateLimits.global.requests in body should be greater than or equal to 1"}},
+		{"missing Secret, no --secrets", weighted, nil, []string{`Secret "tenants"`, "pass --secrets FILE|DIR"}},
+		{"unquoted ${VAR}", strings.Replace(weighted, `"${ACME}"`, "${ACME}", 1), nil, []string{"line 8", `must be quoted`}},
+		{"missing Redis Secret", head + "  store: {type: Redis, redis: {addresses: ['127.0.0.1:1'], secretRef: {name: redis-auth}}}\n" + backends, nil,
+			[]string{`Secret "redis-auth"`, "--secrets"}},
+		{"listen address in use", head + backends, []string{"--listen", busy.Addr().String()}, []string{"--listen"}},
+		{"render without --hash-key-file", head + backends, []string{"render"}, []string{"--hash-key-file is required", "ns get secret llm-hash-key"}},
+		{"render of a bad policy", head + "  rateLimits: {global: {requests: 0}}\n" + backends, []string{"render", "--hash-key-file", "KEY"},
+			[]string{"spec.rateLimits.global.requests"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			home := filepath.Join(dir, "home")
+			policy := filepath.Join(dir, "policy.yaml")
+			if err := os.WriteFile(policy, []byte(tc.policy), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			key := filepath.Join(dir, "key")
+			var args []string
+			for _, a := range tc.args {
+				args = append(args, strings.ReplaceAll(a, "KEY", key))
+			}
+			if len(args) == 0 || args[0] != "render" {
+				args = append(args, "--metrics-listen", "127.0.0.1:0")
+				if tc.name != "requests 0" { // that one uses the default key path
+					args = append(args, "--hash-key-file", key)
+				}
+				if !slices.Contains(args, "--listen") {
+					args = append(args, "--listen", "127.0.0.1:0")
+				}
+			}
+			args = append(args, "--policy", policy)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, args...)
+			cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("dataplane %q: %v, want exit status 1\n%s", args, err, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("the error lacks %q:\n%s", w, out)
+				}
+			}
+			if _, err := os.Stat(key); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("a failed start wrote --hash-key-file %s", key)
+			}
+			if _, err := os.Stat(home); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("a failed start wrote under the home directory %s", home)
+			}
+		})
 	}
 }

@@ -35,8 +35,9 @@ type storeWiring struct {
 
 // newStoreWiring builds the store switch. Inside Kubernetes the Redis Secret
 // is read through the API and live replicas are counted from the report
-// Leases; outside, the Secret's files come from --store-secret-dir and the
-// count from the fleet exchange (see fleetReplicas), or --store-replicas.
+// Leases; outside, the Secret's files come from --store-secret-dir (or, with
+// --policy, its manifest from --secrets) and the count from the fleet
+// exchange (see fleetReplicas), or --store-replicas.
 func newStoreWiring(o *options, kube kubernetes.Interface, namespace, configMap string, reg prometheus.Registerer, log logr.Logger) (*storeWiring, error) {
 	if o.storeReplicas < 0 {
 		return nil, fmt.Errorf("--store-replicas %d: give the number of data-plane replicas sharing the Redis store, or 0 to count them", o.storeReplicas)
@@ -67,6 +68,11 @@ func newStoreWiring(o *options, kube kubernetes.Interface, namespace, configMap 
 	switch {
 	case o.storeSecretDir != "":
 		secrets = secretDir(o.storeSecretDir)
+	case o.configSource == sourcePolicy:
+		// Standalone: the Secret comes from the same files as the policy's
+		// other Secrets (--secrets, or the policy file itself).
+		src := reload.NewPolicySource(o.policy.file, reload.PolicyOptions{SecretsPath: o.policy.secrets})
+		secrets = func(_ context.Context, _, name string) (map[string][]byte, error) { return src.Secret(name) }
 	case kube != nil:
 		secrets = func(ctx context.Context, ns, name string) (map[string][]byte, error) {
 			s, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})

@@ -106,3 +106,74 @@ func TestRunUsesTheRedisStoreOfTheConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyReadsTheRedisSecretFromSecretsFlag: without Kubernetes, a policy
+// whose store.redis.secretRef names a Secret given in --secrets starts and
+// authenticates to Redis with the Secret's password (SPEC 10: the store's
+// credentials come from files like every other Secret); a Secret that is
+// not there is refused naming --secrets.
+func TestPolicyReadsTheRedisSecretFromSecretsFlag(t *testing.T) {
+	m := miniredis.RunT(t)
+	m.RequireAuth("s3cret")
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	defer upstream.Close()
+	dir := t.TempDir()
+	policy := write(t, "policy.yaml", []byte("apiVersion: fairqueue.dev/v1alpha1\nkind: FairQueuePolicy\nmetadata: {name: llm, namespace: ns}\nspec:\n"+
+		"  rateLimits:\n    perAPIKey: {requests: 1000, period: 1m}\n"+
+		"  store:\n    type: Redis\n    redis: {addresses: [\""+m.Addr()+"\"], secretRef: {name: redis-auth}}\n"+
+		"  backends:\n  - {name: b, url: \""+upstream.URL+"\"}\n"))
+	secrets := filepath.Join(dir, "secrets.yaml")
+	if err := os.WriteFile(secrets, []byte("apiVersion: v1\nkind: Secret\nmetadata: {name: redis-auth}\nstringData: {password: s3cret}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(dir, "key")
+
+	// Without the Secret in --secrets: refused, naming the flag.
+	other := write(t, "other.yaml", []byte("apiVersion: v1\nkind: Secret\nmetadata: {name: unrelated}\nstringData: {password: x}\n"))
+	err := run(context.Background(), []string{"--policy", policy, "--secrets", other, "--hash-key-file", keyFile,
+		"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}, noEnv, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `"redis-auth"`) || !strings.Contains(err.Error(), "--secrets "+other) {
+		t.Fatalf("a Redis Secret missing from --secrets: %v; want an error naming the Secret and --secrets", err)
+	}
+
+	traffic, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var stderr testutil.SyncBuffer
+	go func() {
+		done <- run(ctx, []string{"--policy", policy, "--secrets", secrets, "--hash-key-file", keyFile,
+			"--listen", traffic, "--metrics-listen", ops, "--shutdown-grace", "1s"}, noEnv, &stderr)
+	}()
+	defer func() {
+		cancel()
+		waitRun(t, done, 20*time.Second, &stderr)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+traffic+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+		req.Header.Set("Authorization", "Bearer sk-test")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the data plane stopped: %v\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no request admitted through Redis within 10s; log:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	found := false
+	for _, k := range m.Keys() {
+		found = found || strings.HasPrefix(k, "fq:{ns/llm}:api_key:")
+	}
+	if !found {
+		t.Fatalf("no api_key bucket in Redis; keys %v", m.Keys())
+	}
+}

@@ -76,36 +76,6 @@ func KeyFingerprint(key []byte) string {
 	return identity.Hash(key, fingerprintMessage)[:16]
 }
 
-// DeepCopy returns a copy of c that shares no memory with it.
-func (c *Config) DeepCopy() *Config {
-	n := *c
-	n.Identity.APIKeyHeaders = slices.Clone(c.Identity.APIKeyHeaders)
-	if r := c.Identity.KeyRegistry; r != nil {
-		n.Identity.KeyRegistry = &KeyRegistry{Enforce: r.Enforce, Entries: slices.Clone(r.Entries)}
-	}
-	rl := &n.RateLimits
-	for _, l := range []**Limit{&rl.Global, &rl.PerClient, &rl.PerAPIKey, &rl.PerUser, &rl.PerTeam, &rl.PerBackend} {
-		if *l != nil {
-			v := **l
-			*l = &v
-		}
-	}
-	if m := c.RateLimits.PerModel; m != nil {
-		nm := &ModelLimits{Overrides: slices.Clone(m.Overrides)}
-		if m.Default != nil {
-			d := *m.Default
-			nm.Default = &d
-		}
-		rl.PerModel = nm
-	}
-	n.FairQueuing.Weights = slices.Clone(c.FairQueuing.Weights)
-	n.Timeouts.Models = slices.Clone(c.Timeouts.Models)
-	n.Backends = slices.Clone(c.Backends)
-	n.Store = c.Store.deepCopy()
-	n.DeferredAdmission = c.DeferredAdmission.deepCopy()
-	return &n
-}
-
 // normalize sorts every keyed list and turns empty lists into nil, so that two
 // configs that mean the same thing are equal and encode to the same bytes.
 // Backends keep the policy's order: it is meaningful to backend selection.

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"net"
-	"slices"
 	"time"
 )
 
@@ -82,24 +81,6 @@ type SecretRef struct {
 
 // IsRedis reports whether s selects the shared Redis store.
 func (s *Store) IsRedis() bool { return s != nil && s.Type == StoreRedis && s.Redis != nil }
-
-// deepCopy returns a copy of s sharing no memory with it.
-func (s *Store) deepCopy() *Store {
-	if s == nil {
-		return nil
-	}
-	n := *s
-	if r := s.Redis; r != nil {
-		nr := *r
-		nr.Addresses = slices.Clone(r.Addresses)
-		if r.Secret != nil {
-			sec := *r.Secret
-			nr.Secret = &sec
-		}
-		n.Redis = &nr
-	}
-	return &n
-}
 
 func (s *Store) validate(c *Config, errs *fieldErrors) {
 	if s == nil {

@@ -233,30 +233,6 @@ func (l *TokenLimit) refillWindow() time.Duration {
 	return (&Limit{Requests: l.Tokens, Period: l.Period, Burst: l.Burst}).refillWindow()
 }
 
-// deepCopy returns a copy of d sharing no memory with it.
-func (d *DeferredAdmission) deepCopy() *DeferredAdmission {
-	if d == nil {
-		return nil
-	}
-	n := *d
-	tl := &n.TokenLimits
-	for _, l := range []**TokenLimit{&tl.PerAPIKey, &tl.PerUser, &tl.PerTeam} {
-		if *l != nil {
-			v := **l
-			*l = &v
-		}
-	}
-	if m := d.TokenLimits.PerModel; m != nil {
-		nm := &ModelTokenLimits{Overrides: slices.Clone(m.Overrides)}
-		if m.Default != nil {
-			v := *m.Default
-			nm.Default = &v
-		}
-		tl.PerModel = nm
-	}
-	return &n
-}
-
 // normalize sorts the model overrides and turns an empty list into nil.
 func (d *DeferredAdmission) normalize() {
 	if d == nil || d.TokenLimits.PerModel == nil {

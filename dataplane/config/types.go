@@ -8,6 +8,10 @@
 // loader stays light. Parse is strict: unknown fields, trailing data and bad
 // values are errors that name the offending JSON path. Marshal is
 // deterministic, so equal configs always produce equal bytes and an equal Hash.
+// DeepCopy is generated (zz_generated.deepcopy.go, `make generate`), so a
+// copy cannot leave out a field.
+//
+// +kubebuilder:object:generate=true
 package config
 
 import (

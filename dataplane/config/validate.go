@@ -29,6 +29,8 @@ func isLowerHex(s string, n int) bool {
 const maxModelNameLen = 256
 
 // fieldErrors collects validation errors, each prefixed with its JSON path.
+//
+// +kubebuilder:object:generate=false
 type fieldErrors []error
 
 func (e *fieldErrors) add(path, format string, args ...any) {

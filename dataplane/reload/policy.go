@@ -102,7 +102,32 @@ func (p *PolicySource) Render() (*fqrender.Rendered, error) {
 	if err != nil {
 		return nil, err
 	}
-	return renderInputs(in, p.opts.HashKey)
+	return p.render(in)
+}
+
+// Secret returns the data of the Secret called name among the policy's
+// inputs, read now: the Secret documents of the policy file and of
+// SecretsPath, stringData merged into data. It lets the standalone data
+// plane read the Secret a rendered config names (store.redis.secretRef)
+// from the same files that resolve the policy's other Secrets.
+func (p *PolicySource) Secret(name string) (map[string][]byte, error) {
+	in, _, err := p.readInputs()
+	if err != nil {
+		return nil, err
+	}
+	s, ok := in.secrets[name]
+	if !ok {
+		return nil, fmt.Errorf("no Secret %q among the policy's files; %s", name, p.missingSecretFix())
+	}
+	return s.Data, nil
+}
+
+// missingSecretFix says where a Secret the policy names must be added.
+func (p *PolicySource) missingSecretFix() string {
+	if p.opts.SecretsPath == "" {
+		return "without Kubernetes, Secrets come from files: pass --secrets FILE|DIR holding its manifest (kind: Secret), or add the manifest to the policy file"
+	}
+	return "without Kubernetes, Secrets come from files: add its manifest (kind: Secret) to --secrets " + p.opts.SecretsPath
 }
 
 // Run implements Source. It fails at once when a directory to watch cannot
@@ -184,7 +209,7 @@ func (p *PolicySource) read(sink Sink) {
 		sink.Reject(p.String(), err)
 		return
 	}
-	out, err := renderInputs(in, p.opts.HashKey)
+	out, err := p.render(in)
 	if err != nil {
 		sink.Reject(p.String(), err)
 		return
@@ -241,23 +266,27 @@ func (p *PolicySource) readInputs() (*policyInputs, string, error) {
 	return &policyInputs{policy: policy, secrets: secrets}, digest, nil
 }
 
-func renderInputs(in *policyInputs, key []byte) (*fqrender.Rendered, error) {
+func (p *PolicySource) render(in *policyInputs) (*fqrender.Rendered, error) {
 	return fqrender.Render(fqrender.Input{
-		Policy:        in.policy,
-		HashKey:       key,
-		HashKeySecret: in.policy.HashKeySecretName(),
-		Secrets:       in.secrets,
+		Policy:           in.policy,
+		HashKey:          p.opts.HashKey,
+		HashKeySecret:    in.policy.HashKeySecretName(),
+		Secrets:          in.secrets,
+		MissingSecretFix: p.missingSecretFix(),
 	})
 }
 
 // DecodePolicy decodes a manifest holding exactly one FairQueuePolicy and any
 // number of Secrets, as YAML or JSON documents. Decoding is strict: an unknown
 // or misspelt field is an error naming it, as `kubectl apply` with server-side
-// field validation would report. The policy's namespace defaults to
-// DefaultNamespace; Secrets are returned by name with stringData merged into
-// data, as the API server stores them.
+// field validation would report, and the policy is validated against the
+// CRD's schema and rules as the API server validates it (*SchemaError). The
+// policy's namespace defaults to DefaultNamespace; Secrets are returned by
+// name with stringData merged into data, as the API server stores them.
 func DecodePolicy(data []byte) (*fqv1alpha1.FairQueuePolicy, map[string]*corev1.Secret, error) {
 	var policy *fqv1alpha1.FairQueuePolicy
+	var policyDoc []byte
+	var policyIndex int
 	secrets := map[string]*corev1.Secret{}
 	err := eachDocument(data, func(i int, kind string, doc []byte) error {
 		switch kind {
@@ -272,6 +301,7 @@ func DecodePolicy(data []byte) (*fqv1alpha1.FairQueuePolicy, map[string]*corev1.
 			if gv := fqv1alpha1.GroupVersion.String(); policy.APIVersion != gv {
 				return fmt.Errorf("document %d: apiVersion %q is not %q", i, policy.APIVersion, gv)
 			}
+			policyDoc, policyIndex = doc, i
 		case "Secret":
 			s, err := decodeSecret(doc)
 			if err != nil {
@@ -293,6 +323,13 @@ func DecodePolicy(data []byte) (*fqv1alpha1.FairQueuePolicy, map[string]*corev1.
 	if policy.Namespace == "" {
 		policy.Namespace = DefaultNamespace
 	}
+	j, err := yaml.YAMLToJSON(policyDoc)
+	if err == nil {
+		err = validateAsAPIServer(j)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("document %d (FairQueuePolicy): %w", policyIndex, err)
+	}
 	return policy, secrets, nil
 }
 
@@ -305,7 +342,7 @@ func eachDocument(data []byte, fn func(i int, kind string, doc []byte) error) er
 		if err := r.Decode(&raw); errors.Is(err, io.EOF) {
 			return nil
 		} else if err != nil {
-			return fmt.Errorf("document %d is not YAML or JSON: %w", i, err)
+			return fmt.Errorf("document %d is not YAML or JSON: %w%s", i, err, unquotedVarHint(data))
 		}
 		if len(raw) == 0 {
 			continue
@@ -319,6 +356,32 @@ func eachDocument(data []byte, fn func(i int, kind string, doc []byte) error) er
 			return err
 		}
 	}
+}
+
+// unquotedVarHint explains the YAML error an unquoted ${VAR} gives inside a
+// flow mapping or sequence ({...} or [...]), where { and } end the value:
+// it names the first such line and the fix, or returns "".
+func unquotedVarHint(data []byte) string {
+	for n, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		for i := strings.Index(line, "${"); i >= 0; {
+			before := strings.TrimRight(line[:i], " \t")
+			flow := strings.ContainsAny(before, "{[")
+			quoted := strings.HasSuffix(before, `"`) || strings.HasSuffix(before, "'")
+			if flow && !quoted {
+				return fmt.Sprintf("\nline %d: a ${VAR} inside { } or [ ] must be quoted, or YAML reads its braces as the mapping's: "+
+					`write "${VAR}", e.g. - {identity: "${ACME_KEY}", weight: 3}`, n+1)
+			}
+			next := strings.Index(line[i+2:], "${")
+			if next < 0 {
+				break
+			}
+			i += 2 + next
+		}
+	}
+	return ""
 }
 
 // strictDecode decodes a YAML or JSON document into obj as the API server

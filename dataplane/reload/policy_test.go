@@ -249,3 +249,59 @@ func TestPolicySourceBackendURLs(t *testing.T) {
 		t.Errorf("override of an unknown backend: error %v, want one naming it", err)
 	}
 }
+
+// TestPolicySourceNamesSecretsFlagForAMissingSecret: without Kubernetes a
+// missing Secret is fixed with --secrets, not by creating it in a namespace.
+func TestPolicySourceNamesSecretsFlagForAMissingSecret(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(path, policyWithWeight("2"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.yaml")
+	if err := os.WriteFile(other, []byte("apiVersion: v1\nkind: Secret\nmetadata: {name: unrelated}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ secrets, want string }{
+		{"", "pass --secrets FILE|DIR holding its manifest"},
+		{other, "add its manifest (kind: Secret) to --secrets " + other},
+	} {
+		src := NewPolicySource(path, PolicyOptions{SecretsPath: tc.secrets, HashKey: []byte("0123456789abcdef")})
+		_, err := src.Render()
+		if err == nil || !strings.Contains(err.Error(), `Secret "tenants"`) || !strings.Contains(err.Error(), tc.want) ||
+			strings.Contains(err.Error(), "policy's namespace") {
+			t.Errorf("--secrets %q: Render() = %v, want the missing Secret and %q", tc.secrets, err, tc.want)
+		}
+		if _, err := src.Secret("tenants"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--secrets %q: Secret() = %v, want %q", tc.secrets, err, tc.want)
+		}
+	}
+}
+
+// TestDecodePolicyHintsAtQuotingVariables: an unquoted ${VAR} in a flow
+// mapping is a YAML syntax error; the error says which line and how to
+// quote it. A quoted one, and one in block style, decode.
+func TestDecodePolicyHintsAtQuotingVariables(t *testing.T) {
+	doc := func(entry string) []byte {
+		return []byte("apiVersion: fairqueue.dev/v1alpha1\nkind: FairQueuePolicy\nmetadata: {name: llm}\nspec:\n" +
+			"  fairQueuing:\n    enabled: true\n    weights:\n" + entry +
+			"    weightsFrom:\n    - secretRef: {name: tenants}\n  backends:\n  - {name: b, url: 'http://b'}\n")
+	}
+	_, _, err := DecodePolicy(doc("    - {identity: ${ACME}, weight: 3}\n"))
+	if err == nil || !strings.Contains(err.Error(), `line 8: a ${VAR} inside { } or [ ] must be quoted`) ||
+		!strings.Contains(err.Error(), `{identity: "${ACME_KEY}", weight: 3}`) {
+		t.Fatalf("an unquoted ${VAR} in a flow mapping: %v; want the line and a hint to quote it", err)
+	}
+	for _, ok := range []string{
+		"    - {identity: \"${ACME}\", weight: 3}\n",
+		"    - {identity: '${ACME}', weight: 3}\n",
+		"    - identity: ${ACME}\n      weight: 3\n",
+	} {
+		if _, _, err := DecodePolicy(doc(ok)); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	if _, _, err := DecodePolicy([]byte("\t{{")); err == nil || strings.Contains(err.Error(), "must be quoted") {
+		t.Errorf("a YAML error without a variable: %v; want no quoting hint", err)
+	}
+}

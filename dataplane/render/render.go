@@ -59,6 +59,18 @@ type Input struct {
 	// Secrets holds the referenced weightsFrom and key registry Secrets by
 	// name; a name that is absent was not found.
 	Secrets map[string]*corev1.Secret
+	// MissingSecretFix says what to do about a referenced Secret that
+	// Secrets lacks; empty means the operator's "create it in the policy's
+	// namespace". The standalone data plane names its --secrets flag.
+	MissingSecretFix string
+}
+
+// missingSecretFix is in.MissingSecretFix or the operator's fix.
+func (in *Input) missingSecretFix() string {
+	if in.MissingSecretFix != "" {
+		return in.MissingSecretFix
+	}
+	return "create it in the policy's namespace"
 }
 
 // Rendered is the result of a successful render.
@@ -135,7 +147,7 @@ func Render(in Input) (*Rendered, error) {
 	}
 
 	if r := spec.Identity.KeyRegistry; r != nil {
-		reg, err := renderKeyRegistry(r, in.HashKey, in.Secrets)
+		reg, err := renderKeyRegistry(r, in.HashKey, in.Secrets, in.missingSecretFix())
 		if err != nil {
 			return nil, err
 		}
@@ -145,7 +157,7 @@ func Render(in Input) (*Rendered, error) {
 	// promises this, so they can be staged), so their Secrets are not needed.
 	var merged []string
 	if spec.FairQueuing.Enabled {
-		weights, m, err := renderWeights(&spec.FairQueuing, in.HashKey, in.Secrets)
+		weights, m, err := renderWeights(&spec.FairQueuing, in.HashKey, in.Secrets, in.missingSecretFix())
 		if err != nil {
 			return nil, err
 		}
@@ -188,13 +200,13 @@ func ReferencedSecrets(p *fqv1alpha1.FairQueuePolicy) []string {
 // refuses two equal literal identities, so a duplicate involves a Secret
 // value, and refusing it would let anyone who may create policies but not
 // read Secrets confirm a guessed value (a literal next to ${VAR}).
-func renderWeights(fq *fqv1alpha1.FairQueuing, key []byte, secrets map[string]*corev1.Secret) (weights []config.Weight, merged []string, err error) {
+func renderWeights(fq *fqv1alpha1.FairQueuing, key []byte, secrets map[string]*corev1.Secret, fix string) (weights []config.Weight, merged []string, err error) {
 	var sources []*corev1.Secret
 	for _, src := range fq.WeightsFrom {
 		s, ok := secrets[src.SecretRef.Name]
 		if !ok {
 			return nil, nil, Unresolved(fqv1alpha1.ReasonSecretNotFound,
-				"Secret %q named in spec.fairQueuing.weightsFrom does not exist; create it in the policy's namespace", src.SecretRef.Name)
+				"Secret %q named in spec.fairQueuing.weightsFrom does not exist; %s", src.SecretRef.Name, fix)
 		}
 		sources = append(sources, s)
 	}
@@ -266,11 +278,11 @@ type registryEntry struct {
 const maxRegistryEntries = 4000
 
 // renderKeyRegistry parses the key registry Secret and hashes every value.
-func renderKeyRegistry(r *fqv1alpha1.KeyRegistry, key []byte, secrets map[string]*corev1.Secret) (*config.KeyRegistry, error) {
+func renderKeyRegistry(r *fqv1alpha1.KeyRegistry, key []byte, secrets map[string]*corev1.Secret, fix string) (*config.KeyRegistry, error) {
 	s, ok := secrets[r.SecretRef.Name]
 	if !ok {
 		return nil, Unresolved(fqv1alpha1.ReasonSecretNotFound,
-			"key registry Secret %q named in spec.identity.keyRegistry.secretRef does not exist; create it in the policy's namespace", r.SecretRef.Name)
+			"key registry Secret %q named in spec.identity.keyRegistry.secretRef does not exist; %s", r.SecretRef.Name, fix)
 	}
 	dataKey := r.Key
 	if dataKey == "" {

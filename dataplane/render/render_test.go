@@ -261,6 +261,21 @@ func TestRenderUnknownModelPolicy(t *testing.T) {
 			if rl.PerModel.UnknownModel != tc.want {
 				t.Fatalf("unknownModel rendered as %+v, want %+v", rl.PerModel.UnknownModel, tc.want)
 			}
+			// And in the bytes the operator writes into the ConfigMap and
+			// the standalone data plane loads.
+			p := unitPolicy()
+			p.Spec.RateLimits.PerModel.UnknownModel = tc.policy
+			out, err := Render(Input{Policy: p, HashKey: unitKey, HashKeySecret: "llm-hash-key", Secrets: unitSecrets()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := config.Parse(out.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.RateLimits.PerModel.UnknownModel != tc.want {
+				t.Fatalf("the rendered config has unknownModel %+v, want %+v", c.RateLimits.PerModel.UnknownModel, tc.want)
+			}
 		})
 	}
 }
