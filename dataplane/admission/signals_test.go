@@ -85,12 +85,16 @@ func TestQueueRefusalRetryAfter(t *testing.T) {
 		waitFor(t, "the request to queue", func() bool { return e.depth() == i+1 })
 	}
 	// The last tenant's head is eighth in line: expected at the next token
-	// (125ms) plus seven more grants of 125ms. The tenant's next place
-	// frees one grant at its share (1 in 8 grants: 1s) later, so a retry
-	// anywhere in between finds it: the refusal is told the middle, 1.5s.
+	// (125ms) plus seven more grants of 125ms.
 	got := receive(t, e.admitAsync(context.Background(), tenant(7)))
-	if got.Queue.Reason != fairqueue.ReasonTenantQueueFull || got.RetryAfter != 1500*time.Millisecond {
-		t.Fatalf("refusal = %+v, want tenant_queue_full with Retry-After 1.5s", got)
+	if got.Queue.Reason != fairqueue.ReasonTenantQueueFull || got.RetryAfter != time.Second {
+		t.Fatalf("refusal = %+v, want tenant_queue_full with Retry-After 1s", got)
+	}
+	// The next refusal is told when the tenant's next place frees: one
+	// grant of its share (one in eight grants of 125ms) later.
+	got = receive(t, e.admitAsync(context.Background(), tenant(7)))
+	if got.Queue.Reason != fairqueue.ReasonTenantQueueFull || got.RetryAfter != 2*time.Second {
+		t.Fatalf("second refusal = %+v, want tenant_queue_full with Retry-After 2s", got)
 	}
 	if !got.HasQuota || got.Quota.Dimension != limiter.DimensionModel {
 		t.Errorf("refusal quota = %+v, want the model bucket", got.Quota)

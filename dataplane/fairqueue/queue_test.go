@@ -143,10 +143,8 @@ func TestQueueRefusals(t *testing.T) {
 			req:     Request{Tenant: "a", RetryAfter: 10 * time.Millisecond, Interval: 100 * time.Millisecond},
 			want:    ReasonTenantQueueFull,
 			wantPos: 2,
-			// The queue frees when its head is admitted, at its Retry-After;
-			// the request is told half a grant (its 100ms interval) later,
-			// so a retry a little early or late still finds the place free.
-			wantRetryAfter: time.Second + 50*time.Millisecond, wantFirst: ReasonShutdown, wantRefusals: 1,
+			// The queue frees when its head is admitted, at its Retry-After.
+			wantRetryAfter: time.Second, wantFirst: ReasonShutdown, wantRefusals: 1,
 		},
 		{
 			name:    "tenant queue full, room after the request's budget",
@@ -163,9 +161,8 @@ func TestQueueRefusals(t *testing.T) {
 			req:     Request{Tenant: "b", RetryAfter: 10 * time.Millisecond, Interval: 100 * time.Millisecond},
 			want:    ReasonQueueFull,
 			wantPos: 2,
-			// The next grant is expected one refill interval from now, plus
-			// half an interval.
-			wantRetryAfter: 150 * time.Millisecond, wantFirst: ReasonShutdown, wantRefusals: 1,
+			// The next grant is expected one refill interval from now.
+			wantRetryAfter: 100 * time.Millisecond, wantFirst: ReasonShutdown, wantRefusals: 1,
 		},
 		{
 			name:    "tenant table and its overflow queues full",
@@ -178,9 +175,8 @@ func TestQueueRefusals(t *testing.T) {
 			// expected at its Retry-After (1s). Seven floods refused before
 			// on that queue were promised the next places, 1ms apart (their
 			// interval is unknown); this request is told the place after
-			// them, plus half a grant at its queue's share (17 active queues
-			// at 100ms a grant: 850ms).
-			wantRetryAfter: time.Second + 7*time.Millisecond + 850*time.Millisecond, wantFirst: ReasonShutdown, wantRefusals: 1 + 100 - overflowQueues,
+			// them.
+			wantRetryAfter: time.Second + 7*time.Millisecond, wantFirst: ReasonShutdown, wantRefusals: 1 + 100 - overflowQueues,
 		},
 		{
 			name:           "retry-after does not fit the request deadline",

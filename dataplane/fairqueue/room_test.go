@@ -21,9 +21,9 @@ func TestRefusalsAreToldSuccessiveRoomTimes(t *testing.T) {
 	r := Request{Tenant: "a", RetryAfter: 200 * time.Millisecond, Interval: 200 * time.Millisecond, Attempt: never}
 	head := startWait(t, context.Background(), q, r)
 	// The head's place frees at 200ms, the next one 200ms later, and so
-	// on; each refusal is told the middle of its place's interval. From
-	// the fifth on, the place frees after the 1s budget: told the budget.
-	want := []time.Duration{300, 500, 700, 900, 1000, 1000}
+	// on. From the fifth on, the place frees at or after the 1s budget:
+	// told the budget, which promises no place.
+	want := []time.Duration{200, 400, 600, 800, 1000, 1000}
 	for i, w := range want {
 		res, err := waitNow(t, context.Background(), q, r)
 		if err != nil || res.Reason != ReasonTenantQueueFull || res.RetryAfter != w*time.Millisecond {
@@ -38,8 +38,8 @@ func TestRefusalsAreToldSuccessiveRoomTimes(t *testing.T) {
 	q2 := New(clk, Bounds{MaxQueueDepthPerTenant: 1, MaxWait: time.Second}, Weights{}, nil)
 	defer q2.Close()
 	head2 := startWait(t, context.Background(), q2, r)
-	if res, _ := waitNow(t, context.Background(), q2, r); res.RetryAfter != 300*time.Millisecond {
-		t.Fatalf("first refusal of a fresh queue told %v, want 300ms", res.RetryAfter)
+	if res, _ := waitNow(t, context.Background(), q2, r); res.RetryAfter != 200*time.Millisecond {
+		t.Fatalf("first refusal of a fresh queue told %v, want 200ms", res.RetryAfter)
 	}
 	q2.Close()
 	recv(t, head2)

@@ -636,10 +636,9 @@ func (s *sched) room(now int64, tenantKey string, reason Reason, interval int64)
 //     it is told its slot, when its own place would be granted.
 //   - tenant_queue_full, tenant_table_full: it is told when its slot's place
 //     in the queue frees, depth grants before the slot (the first refused:
-//     when the head is expected to be admitted, see room), plus half a step,
-//     so that a retry a little early or late still finds that place free.
-//     Never more than its budget, never less than its next token; a time cut
-//     to the budget promises no slot (the client comes back before it).
+//     when the head is expected to be admitted, see room). Never more than
+//     its budget, never less than its next token; a time cut to the budget
+//     promises no slot (the client comes back before it).
 //   - queue_full: successive grants anywhere, from the next grant or expiry.
 func (s *sched) refusalRetry(now int64, tenantKey string, reason Reason, est, retryAfter, interval, deadline, cost int64) int64 {
 	retryAfter = max(retryAfter, 0)
@@ -667,7 +666,7 @@ func (s *sched) refusalRetry(now int64, tenantKey string, reason Reason, est, re
 		if t.promised != 0 {
 			slot = max(slot, t.promised+step)
 		}
-		d := slot - ahead - now + step/2
+		d := slot - ahead - now
 		if d <= budget {
 			t.promised = slot
 		}
@@ -678,7 +677,7 @@ func (s *sched) refusalRetry(now int64, tenantKey string, reason Reason, est, re
 		if s.promised != 0 {
 			at = max(at, s.promised+step)
 		}
-		d := at - now + step/2
+		d := at - now
 		if d <= budget {
 			s.promised = at
 		}
