@@ -950,16 +950,38 @@ func (s *sched) cancel(now int64, w *waiter) {
 // which a client ahead of it in the fair order is due to take.
 func (s *sched) ownPlace(now int64, w *waiter, ready int64) int64 {
 	t := w.t
+	k, upTo := placeIn(t, w)
+	_, wait, _ := s.placeOf(k, upTo, w.cost, t.weight, max(s.sumWeights, t.weight), w.interval)
+	return max(min(ready+int64(wait), maxEstimate), minRetry)
+}
+
+// maxPlaceWalk bounds the waiters placeIn visits from each end of a tenant
+// queue, so that expiring a long queue's waiters stays linear.
+const maxPlaceWalk = 64
+
+// placeIn returns w's 1-based place in its tenant queue t and the cost
+// queued up to and including it, counted from whichever end of the queue is
+// within maxPlaceWalk waiters of it; further from both, it is taken to be
+// last (its place is then expected no earlier than it is).
+func placeIn(t *tenant, w *waiter) (int, uint64) {
 	k, upTo := 0, uint64(0)
-	for x := t.head; x != nil; x = x.next {
+	for x := t.head; x != nil && k < maxPlaceWalk; x = x.next {
 		k++
 		upTo += x.cost
 		if x == w {
-			break
+			return k, upTo
 		}
 	}
-	_, wait, _ := s.placeOf(k, upTo, w.cost, t.weight, max(s.sumWeights, t.weight), w.interval)
-	return max(min(ready+int64(wait), maxEstimate), minRetry)
+	after := uint64(0)
+	j := 0
+	for x := t.tail; x != nil && j < maxPlaceWalk; x = x.prev {
+		if x == w {
+			return t.depth - j, t.queuedCost - after
+		}
+		j++
+		after += x.cost
+	}
+	return t.depth, t.queuedCost
 }
 
 // expire finishes every queued waiter whose deadline is not after now with
