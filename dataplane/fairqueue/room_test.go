@@ -134,3 +134,23 @@ func TestPlaceIn(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstRefusalsOfATenantAreToldSuccessivePlaces: a tenant with nothing
+// queued whose requests cannot fit (a bucket of one a minute, a 5s budget)
+// is told successive places too, not one shared time.
+func TestFirstRefusalsOfATenantAreToldSuccessivePlaces(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{}, Weights{}, nil)
+	defer q.Close()
+	never := func() (bool, time.Duration, error) { return false, time.Hour, nil }
+	r := Request{Tenant: "a", RetryAfter: time.Minute, Interval: time.Minute, Attempt: never}
+	for i, want := range []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute} {
+		res, err := waitNow(t, context.Background(), q, r)
+		if err != nil || res.Reason != ReasonWaitExceedsBudget || res.RetryAfter != want {
+			t.Fatalf("refusal %d: %+v, %v; want wait_exceeds_budget told %v", i+1, res, err, want)
+		}
+	}
+	if d, n := q.Stats(); d != 0 || n != 0 {
+		t.Errorf("Stats = %d, %d; want nothing queued and no active queue", d, n)
+	}
+}

@@ -558,6 +558,12 @@ func (s *sched) deactivate(t *tenant, now int64) {
 	if t.overflow {
 		return
 	}
+	s.linkIdle(t, now)
+	s.trimIdle() // the bound may have been lowered while t was active
+}
+
+// linkIdle appends t, a tenant without waiters, to the idle list at now.
+func (s *sched) linkIdle(t *tenant, now int64) {
 	t.idle, t.idleSince, t.idlePrev, t.idleNext = true, now, s.idleTail, nil
 	if s.idleTail == nil {
 		s.idleHead = t
@@ -565,7 +571,6 @@ func (s *sched) deactivate(t *tenant, now int64) {
 		s.idleTail.idleNext = t
 	}
 	s.idleTail = t
-	s.trimIdle() // the bound may have been lowered while t was active
 }
 
 // unlinkIdle removes t from the idle list; it must be on it.
@@ -647,12 +652,18 @@ func (s *sched) refusalRetry(now int64, tenantKey string, reason Reason, est, re
 	switch reason {
 	case ReasonWaitExceedsBudget:
 		slot := now + est
-		if t, _ := s.queueFor(now, tenantKey); t != nil {
-			if t.promised != 0 {
-				slot = max(slot, t.promised+s.stepOf(t, cost, interval))
-			}
-			t.promised = slot
+		t, _ := s.queueFor(now, tenantKey)
+		if t == nil {
+			// A tenant without a queue yet keeps its promise in the
+			// table like an idle tenant (evicted first when a slot is
+			// needed), so its next refusals are told the places after.
+			t = s.newTenant(now, tenantKey, s.weights.weightOf(tenantKey))
+			s.linkIdle(t, now)
 		}
+		if t.promised != 0 {
+			slot = max(slot, t.promised+s.stepOf(t, cost, interval))
+		}
+		t.promised = slot
 		return max(slot-now, retryAfter, minRetry)
 	case ReasonTenantQueueFull, ReasonTenantTableFull:
 		t, _ := s.queueFor(now, tenantKey)
