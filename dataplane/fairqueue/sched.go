@@ -342,7 +342,7 @@ func unitPositionOf(k, w, sumW int) (int, float64) {
 }
 
 // placeOf returns the service position of the k-th waiter, of cost c, of a
-// tenant of weight weight whose queue holds upTo cost up to and including
+// tenant of the given weight whose queue holds upTo cost up to and including
 // it, when the tracked tenants (counting this one) weigh sumW: its position,
 // the time the grants expected before it take by the grant model (the
 // grants times alpha plus their cost times beta), and step, the time one
