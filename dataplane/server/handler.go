@@ -259,10 +259,11 @@ func writeTimeout(w http.ResponseWriter) {
 
 // Client deadline headers read besides the one a policy names.
 const (
-	// headerStainlessTimeout is the client's timeout in seconds, sent by
-	// OpenAI's SDKs (openai-node, openai-python) when the call sets a
-	// per-request timeout option; a client-level or default timeout is not
-	// sent.
+	// headerStainlessTimeout is the client's timeout in whole seconds, sent
+	// by openai-node when the call sets a per-request timeout option; a
+	// client-level or default timeout is not sent. (openai-python sends its
+	// read timeout as X-Stainless-Read-Timeout instead, which a policy may
+	// name as its client deadline header.)
 	headerStainlessTimeout = "X-Stainless-Timeout"
 	// headerEnvoyTimeout is the route timeout in milliseconds set by Envoy.
 	headerEnvoyTimeout = "X-Envoy-Expected-Rq-Timeout-Ms"
