@@ -671,6 +671,7 @@ func TestHoldThatCannotFitIsRefusedAtArrival(t *testing.T) {
 	var held []<-chan Decision
 	var refused []Decision
 	for i := range 40 {
+		before := e.held()
 		ch := e.admitAsync(context.Background(), r)
 		if i < 2 { // the burst
 			if d := receive(t, ch); !d.Allowed {
@@ -678,7 +679,6 @@ func TestHoldThatCannotFitIsRefusedAtArrival(t *testing.T) {
 			}
 			continue
 		}
-		before := e.held()
 		waitFor(t, "the request to be held or answered", func() bool { return len(ch) > 0 || e.held() > before })
 		if len(ch) > 0 {
 			refused = append(refused, <-ch)
