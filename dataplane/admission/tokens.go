@@ -346,6 +346,12 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 		// queue's observer has counted the refusal.)
 		c.undoCount(r, &dec)
 		dec.Tokens.Reason, dec.Tokens.Estimate = res.Reason, res.Estimate
+		if d.RefusedBy == 0 && len(limitKeys) > 0 {
+			// Queued behind holders while its own tokens were free: the
+			// bucket the holders wait on refuses it.
+			dim := limiter.Dimension(limitKeys[0].Kind)
+			d = limiter.Decision{LimitType: dim, RefusedBy: limiter.DimensionSet(0).Add(dim)}
+		}
 		out := c.tokenRefusal(d, keys, dec)
 		out.RetryAfter = max(out.RetryAfter, res.RetryAfter)
 		return out

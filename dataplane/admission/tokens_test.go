@@ -703,3 +703,28 @@ func TestHoldThatCannotFitIsRefusedAtArrival(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldRefusedAtArrivalBehindHolders: a request that must queue behind a
+// holder (no barging) although its own tokens are free, and whose place
+// behind it cannot fit its deadline, is refused for the token bucket the
+// holder waits on.
+func TestHoldRefusedAtArrivalBehindHolders(t *testing.T) {
+	e := newTokenEnv(t, tokenOpts{
+		cfg:    limiter.Config{ModelTokens: tokensPerSecond(1000)},
+		tokens: TokenSettings{Enabled: true, MaxWait: 5 * time.Second},
+		bounds: fairqueue.Bounds{MaxWait: 5 * time.Second},
+	})
+	if d := e.c.Admit(context.Background(), Request{Identity: alice, Model: "m", Tokens: 600}); !d.Allowed {
+		t.Fatalf("first: %+v", d)
+	}
+	holder := e.admitAsync(context.Background(), Request{Identity: alice, Model: "m", Tokens: 900})
+	waitFor(t, "the holder", func() bool { return e.held() == 1 })
+	d := receive(t, e.admitAsync(context.Background(), Request{Identity: bob, Model: "m", Tokens: 100, Deadline: e.clk.Now().Add(50 * time.Millisecond)}))
+	if d.Allowed || d.Status != StatusTooManyRequests || d.LimitType != "model_tokens" || d.RetryAfter <= 0 {
+		t.Fatalf("got %+v, want a 429 model_tokens with a Retry-After", d)
+	}
+	e.clk.Step(500 * time.Millisecond)
+	if d := receive(t, holder); !d.Allowed {
+		t.Fatalf("holder: %+v", d)
+	}
+}
