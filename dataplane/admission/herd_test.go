@@ -60,7 +60,10 @@ func obedientClients(t *testing.T, e *env, n, retries int) (final429, attempts i
 					next[a.client], last = -1, now
 					final429++
 				default:
-					ms := (a.dec.RetryAfter + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+					ms := a.dec.RetryAfter.Truncate(time.Millisecond)
+					if ms < a.dec.RetryAfter {
+						ms += time.Millisecond
+					}
 					next[a.client] = now + max(ms, time.Millisecond)
 				}
 				continue

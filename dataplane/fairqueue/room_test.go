@@ -23,11 +23,12 @@ func TestRefusalsAreToldSuccessiveRoomTimes(t *testing.T) {
 	// The head's place frees at 200ms, the next one 200ms later, and so
 	// on. From the fifth on, the place frees at or after the 1s budget:
 	// told the budget, which promises no place.
-	want := []time.Duration{200, 400, 600, 800, 1000, 1000}
+	const ms = time.Millisecond
+	want := []time.Duration{200 * ms, 400 * ms, 600 * ms, 800 * ms, 1000 * ms, 1000 * ms}
 	for i, w := range want {
 		res, err := waitNow(t, context.Background(), q, r)
-		if err != nil || res.Reason != ReasonTenantQueueFull || res.RetryAfter != w*time.Millisecond {
-			t.Fatalf("refusal %d: %+v, %v; want tenant_queue_full told %dms", i+1, res, err, w)
+		if err != nil || res.Reason != ReasonTenantQueueFull || res.RetryAfter != w {
+			t.Fatalf("refusal %d: %+v, %v; want tenant_queue_full told %v", i+1, res, err, w)
 		}
 	}
 	// Once the promised places have passed, refusals are told from the
