@@ -580,9 +580,9 @@ type FairQueuingBounds struct {
 
 	// maxWait is the longest time one request may spend queued, a positive
 	// duration of at most 10m. A request's budget is the smallest of maxWait,
-	// the smallest configured total timeout and the client's own deadline
+	// the total timeout of its model and the client's own deadline
 	// (X-Stainless-Timeout, X-Envoy-Expected-Rq-Timeout-Ms or
-	// timeouts.request.clientDeadlineHeader). Defaults to "5s".
+	// timeouts.request.clientDeadlineHeader) less 250ms. Defaults to "5s".
 	// +optional
 	// +kubebuilder:default="5s"
 	// +kubebuilder:validation:Type=string
@@ -620,8 +620,9 @@ type RequestTimeouts struct {
 	// clientDeadlineHeader names a request header carrying the client's own
 	// timeout, in seconds ("30", "2.5") or as a duration ("1500ms"), counted
 	// from arrival. It bounds the request's queueing budget like the
-	// X-Stainless-Timeout (seconds; sent by OpenAI's SDKs) and
-	// X-Envoy-Expected-Rq-Timeout-Ms headers, which are always honoured.
+	// X-Stainless-Timeout (seconds; sent by openai-node for a per-request
+	// timeout only) and X-Envoy-Expected-Rq-Timeout-Ms headers, which are
+	// always honoured. openai-python users may name X-Stainless-Read-Timeout.
 	// Default: none (only those two are read).
 	// +optional
 	// +kubebuilder:validation:MinLength=1

@@ -226,8 +226,8 @@ type DeferredAdmissionBounds struct {
 
 	// maxWait is the longest time one request may be held for tokens, a
 	// positive duration of at most 10m. Time spent in the fair queue counts
-	// too: both waits end by the request's budget, the smallest of the
-	// configured total timeouts and the client's own deadline. Defaults to
+	// too: both waits end by the request's budget, the smaller of its
+	// model's total timeout and the client's own deadline. Defaults to
 	// "10s".
 	// +optional
 	// +kubebuilder:default="10s"

@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,11 +85,12 @@ const messages = [{ role: 'user', content: 'Tell me about fair queuing.' }];
 })().catch((e) => { console.error(e); process.exit(1); });
 `
 
-// TestOpenAINodeClientWithTokenBudgets runs the official openai npm client
-// (OPENAI_NODE_MODULES, which `make test` installs into bin/node) against the
-// data plane with a token budget and the fake upstream.
-func TestOpenAINodeClientWithTokenBudgets(t *testing.T) {
-	modules := os.Getenv("OPENAI_NODE_MODULES")
+// openaiNode returns node and the directory holding the openai npm package
+// (OPENAI_NODE_MODULES, which `make test` installs into bin/), skipping the
+// test when it is not set.
+func openaiNode(t *testing.T) (node, modules string) {
+	t.Helper()
+	modules = os.Getenv("OPENAI_NODE_MODULES")
 	if modules == "" {
 		t.Skip("OPENAI_NODE_MODULES is not set; `make test` installs the openai npm package and sets it")
 	}
@@ -99,28 +101,40 @@ func TestOpenAINodeClientWithTokenBudgets(t *testing.T) {
 	if err != nil {
 		t.Fatalf("OPENAI_NODE_MODULES is set but node is not on PATH: %v", err)
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "dataplane")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	up := httptest.NewServer(fakeupstream.New(fakeupstream.Options{CompletionFraction: 0.5}))
-	defer up.Close()
-	policy := filepath.Join(dir, "policy.yaml")
-	script := filepath.Join(dir, "client.js")
-	if err := os.WriteFile(policy, []byte(tokenPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(script, []byte(openaiScript), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	traffic := runBinary(t, bin, []string{"--policy", policy, "--backend-url", "up=" + up.URL,
-		"--hash-key-file", filepath.Join(dir, "key")})
+	return node, modules
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+// startPolicy builds the data plane into dir (once per dir), writes policy
+// there under name and runs it against upstream, returning its traffic
+// address.
+func startPolicy(t *testing.T, dir, name, policy, upstream string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "dataplane")
+	if _, err := os.Stat(bin); err != nil {
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+	}
+	path := filepath.Join(dir, name+".yaml")
+	if err := os.WriteFile(path, []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return runBinary(t, bin, []string{"--policy", path, "--backend-url", "up=" + upstream,
+		"--hash-key-file", filepath.Join(dir, name+".key")})
+}
+
+// runNode runs script with node, the openai package on NODE_PATH and env,
+// within limit, and returns what it printed.
+func runNode(t *testing.T, node, modules, script string, limit time.Duration, env ...string) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "client.js")
+	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, script)
-	cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "BASE_URL=http://"+traffic+"/v1")
+	cmd := exec.CommandContext(ctx, node, path)
+	cmd.Env = append(append(os.Environ(), "NODE_PATH="+modules), env...)
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr []byte
@@ -129,6 +143,18 @@ func TestOpenAINodeClientWithTokenBudgets(t *testing.T) {
 		}
 		t.Fatalf("openai client: %v\n%s\n%s", err, out, stderr)
 	}
+	return out
+}
+
+// TestOpenAINodeClientWithTokenBudgets runs the official openai npm client
+// (OPENAI_NODE_MODULES, which `make test` installs into bin/node) against the
+// data plane with a token budget and the fake upstream.
+func TestOpenAINodeClientWithTokenBudgets(t *testing.T) {
+	node, modules := openaiNode(t)
+	up := httptest.NewServer(fakeupstream.New(fakeupstream.Options{CompletionFraction: 0.5}))
+	defer up.Close()
+	traffic := startPolicy(t, t.TempDir(), "policy", tokenPolicy, up.URL)
+	out := runNode(t, node, modules, openaiScript, time.Minute, "BASE_URL=http://"+traffic+"/v1")
 	var got struct {
 		JSON struct {
 			Usage struct {
@@ -170,5 +196,108 @@ func TestOpenAINodeClientWithTokenBudgets(t *testing.T) {
 	if ob.Status != 429 || ob.Name != "RateLimitError" || ob.Code != "model_tokens_rate_limit_exceeded" ||
 		ob.Type != "rate_limit_exceeded" || ob.LimitType != "model_tokens" || ob.RetryAfterMS == "" || ob.LimitTokens != "2000" {
 		t.Errorf("over-budget request: %+v, want a RateLimitError 429 model_tokens_rate_limit_exceeded with retry-after-ms and x-ratelimit-limit-tokens 2000", ob)
+	}
+}
+
+// herdPolicy is one API key at 5 requests/s (burst 5), queued per key for at
+// most 5s, DEPTH requests deep.
+const herdPolicy = `apiVersion: fairqueue.dev/v1alpha1
+kind: FairQueuePolicy
+metadata: {name: herd, namespace: default}
+spec:
+  backends: [{name: up, url: "http://upstream.invalid:8000"}]
+  rateLimits:
+    perAPIKey: {requests: 5, period: 1s, burst: 5}
+  fairQueuing:
+    enabled: true
+    tenantDimension: apiKey
+    bounds: {maxQueueDepthPerTenant: DEPTH, maxWait: 5s}
+`
+
+// herdScript sends, with openai-node at maxRetries 4, rounds of concurrent
+// calls on a fresh API key each (ROUNDS: [{"base": url, "calls": n}, ...];
+// rounds on one base run one after the other, bases at once), and prints per
+// round the calls that succeeded, that ended in a 429 after every retry, and
+// that failed otherwise, the attempts made (from x-stainless-retry-count)
+// and the time taken.
+const herdScript = `
+const OpenAI = require('openai');
+const rounds = JSON.parse(process.env.ROUNDS);
+const messages = [{ role: 'user', content: 'hi' }];
+async function round(r, i) {
+  let attempts = 0;
+  const fetchCounting = (url, init) => { attempts++; return fetch(url, init); };
+  const client = new OpenAI({ baseURL: r.base, apiKey: 'sk-herd-' + i, maxRetries: 4, fetch: fetchCounting });
+  const out = { calls: r.calls, ok: 0, final429: 0, other: [], attempts: 0, ms: 0 };
+  const start = Date.now();
+  await Promise.all(Array.from({ length: r.calls }, async () => {
+    try {
+      await client.chat.completions.create({ model: 'm', max_tokens: 5, messages });
+      out.ok++;
+    } catch (e) {
+      if (e.status === 429) out.final429++; else out.other.push(String(e.status || e.message));
+    }
+  }));
+  out.ms = Date.now() - start;
+  out.attempts = attempts;
+  return out;
+}
+(async () => {
+  const byBase = {};
+  rounds.forEach((r, i) => { (byBase[r.base] = byBase[r.base] || []).push([r, i]); });
+  const results = new Array(rounds.length);
+  await Promise.all(Object.values(byBase).map(async (list) => {
+    for (const [r, i] of list) results[i] = await round(r, i);
+  }));
+  console.log(JSON.stringify(results));
+})().catch((e) => { console.error(e); process.exit(1); });
+`
+
+// TestOpenAINodeRetriesFit: openai-node with maxRetries 4 on one key at 5
+// requests/s (burst 5) and maxWait 5s. With queue depth 1, 12, 20 and 50
+// concurrent calls; with the default depth (32), 50. Every call fits in
+// maxWait plus the client's retries, so none may end in a 429: refusals
+// issued close together are told successive room times (SPEC 5), and a
+// client obeying retry-after-ms comes back when its place frees instead of
+// with every other refused client at once.
+func TestOpenAINodeRetriesFit(t *testing.T) {
+	node, modules := openaiNode(t)
+	up := httptest.NewServer(fakeupstream.New(fakeupstream.Options{}))
+	defer up.Close()
+	dir := t.TempDir()
+	shallow := "http://" + startPolicy(t, dir, "depth1", strings.Replace(herdPolicy, "DEPTH", "1", 1), up.URL) + "/v1"
+	deep := "http://" + startPolicy(t, dir, "depth32", strings.Replace(herdPolicy, "DEPTH", "32", 1), up.URL) + "/v1"
+	type round struct {
+		Base  string `json:"base"`
+		Calls int    `json:"calls"`
+	}
+	rounds := []round{{shallow, 12}, {shallow, 20}, {shallow, 50}, {deep, 50}}
+	spec, err := json.Marshal(rounds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := runNode(t, node, modules, herdScript, 2*time.Minute, "ROUNDS="+string(spec))
+	var got []struct {
+		Calls    int      `json:"calls"`
+		OK       int      `json:"ok"`
+		Final429 int      `json:"final429"`
+		Other    []string `json:"other"`
+		Attempts int      `json:"attempts"`
+		MS       int64    `json:"ms"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil || len(got) != len(rounds) {
+		t.Fatalf("client output %q: %v", out, err)
+	}
+	for i, g := range got {
+		depth := 1
+		if rounds[i].Base == deep {
+			depth = 32
+		}
+		t.Logf("depth %d, %d concurrent calls: %d ok, %d final 429s, other errors %v, %d attempts, %dms",
+			depth, g.Calls, g.OK, g.Final429, g.Other, g.Attempts, g.MS)
+		if g.OK != g.Calls {
+			t.Errorf("depth %d, %d concurrent calls: %d succeeded (%d final 429s, other errors %v), want all",
+				depth, g.Calls, g.OK, g.Final429, g.Other)
+		}
 	}
 }

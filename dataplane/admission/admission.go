@@ -86,10 +86,13 @@ type Request struct {
 	Identity identity.Set
 	// Model keys the per-model bucket; empty skips it.
 	Model string
-	// Deadline is the request's own deadline, if the client sent one; zero means none.
+	// Deadline is when a request that cannot be admitted must have been
+	// answered, from the client's own deadline (less a margin, so that the
+	// refusal reaches the client before it gives up); zero means none.
 	Deadline time.Time
-	// TotalTimeout is the smallest configured total timeout for the request's
-	// route; queued time counts against it. Zero means none.
+	// TotalTimeout is the total timeout that applies to this request (its
+	// model's, else the default); queued time counts against it. Zero means
+	// none.
 	TotalTimeout time.Duration
 	// Tokens is the request's token reservation (estimated prompt tokens
 	// plus its output cap), reserved after the request-count limits admit

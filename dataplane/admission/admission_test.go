@@ -423,15 +423,16 @@ func TestSettingsValidation(t *testing.T) {
 // TestNoBargingRequestThatCannotFitIsRefusedAtOnce: a request that must queue
 // behind its own tenant's waiter takes the limiter's Retry-After without
 // being charged; when even that does not fit its budget it is refused at
-// once, with the next token as its Retry-After and an estimate one grant
-// behind the waiter ahead.
+// once, with an estimate one grant behind the waiter ahead and, as its
+// Retry-After, when that place would be granted: the next token goes to the
+// waiter ahead.
 func TestNoBargingRequestThatCannotFitIsRefusedAtOnce(t *testing.T) {
 	e := newEnv(t, envOpts{cfg: limiter.Config{User: lim(1, time.Second)}, settings: on})
 	e.c.Admit(context.Background(), Request{Identity: alice})
 	first := e.admitAsync(context.Background(), Request{Identity: alice})
 	waitFor(t, "the first waiter", func() bool { return e.depth() == 1 })
 	got := receive(t, e.admitAsync(context.Background(), Request{Identity: alice, TotalTimeout: 500 * time.Millisecond}))
-	want := Decision{Status: StatusTooManyRequests, LimitType: "user", RetryAfter: time.Second, HasQuota: true,
+	want := Decision{Status: StatusTooManyRequests, LimitType: "user", RetryAfter: 2 * time.Second, HasQuota: true,
 		Quota: limiter.Quota{Dimension: limiter.DimensionUser, Limit: 1, Reset: time.Second},
 		Queue: QueueInfo{Queued: true, TenantDimension: identity.DimensionUser, Reason: fairqueue.ReasonWaitExceedsBudget, Position: 2, Estimate: 2 * time.Second}}
 	if got != want {

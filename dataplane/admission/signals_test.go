@@ -90,6 +90,12 @@ func TestQueueRefusalRetryAfter(t *testing.T) {
 	if got.Queue.Reason != fairqueue.ReasonTenantQueueFull || got.RetryAfter != time.Second {
 		t.Fatalf("refusal = %+v, want tenant_queue_full with Retry-After 1s", got)
 	}
+	// The next refusal is told when the tenant's next place frees: one
+	// grant of its share (one in eight grants of 125ms) later.
+	got = receive(t, e.admitAsync(context.Background(), tenant(7)))
+	if got.Queue.Reason != fairqueue.ReasonTenantQueueFull || got.RetryAfter != 2*time.Second {
+		t.Fatalf("second refusal = %+v, want tenant_queue_full with Retry-After 2s", got)
+	}
 	if !got.HasQuota || got.Quota.Dimension != limiter.DimensionModel {
 		t.Errorf("refusal quota = %+v, want the model bucket", got.Quota)
 	}

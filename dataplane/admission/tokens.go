@@ -339,6 +339,23 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 		Size:       r.Tokens,
 		Attempt:    attempt,
 	})
+	if err == nil && res.Reason == fairqueue.ReasonWaitExceedsBudget && res.Waited == 0 {
+		// Refused at arrival: the place it would have had among the holds
+		// (the waiters ahead of it, by its share) is expected only after
+		// its budget. It is told when that place would be granted. (The
+		// queue's observer has counted the refusal.)
+		c.undoCount(r, &dec)
+		dec.Tokens.Reason, dec.Tokens.Estimate = res.Reason, res.Estimate
+		if d.RefusedBy == 0 && len(limitKeys) > 0 {
+			// Queued behind holders while its own tokens were free: the
+			// bucket the holders wait on refuses it.
+			dim := limiter.Dimension(limitKeys[0].Kind)
+			d = limiter.Decision{LimitType: dim, RefusedBy: limiter.DimensionSet(0).Add(dim)}
+		}
+		out := c.tokenRefusal(d, keys, dec)
+		out.RetryAfter = max(out.RetryAfter, res.RetryAfter)
+		return out
+	}
 	dec.Tokens.Deferred = true
 	dec.Tokens.Waited = res.Waited
 	dec.Tokens.Estimate = res.Estimate

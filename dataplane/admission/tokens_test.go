@@ -653,3 +653,78 @@ func TestTokenEstimateFirstWhenTheQueueChargesTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldThatCannotFitIsRefusedAtArrival: forty simultaneous requests of
+// 500 tokens on a budget of 1000 tokens a second (two requests a second)
+// with a 5s hold budget. A request whose place among the holds (the
+// requests held ahead of it) is expected only after its budget is refused
+// at once, told when that place would be granted, instead of being held
+// for ~5s and then refused; those told later places come back one at a
+// time.
+func TestHoldThatCannotFitIsRefusedAtArrival(t *testing.T) {
+	e := newTokenEnv(t, tokenOpts{
+		cfg:    limiter.Config{ModelTokens: tokensPerSecond(1000)},
+		tokens: TokenSettings{Enabled: true, MaxWait: 5 * time.Second},
+		bounds: fairqueue.Bounds{MaxWait: 5 * time.Second},
+	})
+	r := Request{Identity: alice, Model: "m", Tokens: 500}
+	var held []<-chan Decision
+	var refused []Decision
+	for i := range 40 {
+		before := e.held()
+		ch := e.admitAsync(context.Background(), r)
+		if i < 2 { // the burst
+			if d := receive(t, ch); !d.Allowed {
+				t.Fatalf("request %d: %+v", i, d)
+			}
+			continue
+		}
+		waitFor(t, "the request to be held or answered", func() bool { return len(ch) > 0 || e.held() > before })
+		if len(ch) > 0 {
+			refused = append(refused, <-ch)
+		} else {
+			held = append(held, ch)
+		}
+	}
+	// The k-th held is expected at k*500ms: k up to 9 fits in 5s.
+	if len(held) != 9 || len(refused) != 29 {
+		t.Fatalf("%d held and %d refused at arrival, want 9 and 29", len(held), len(refused))
+	}
+	for i, d := range refused {
+		want := time.Duration(10+i) * 500 * time.Millisecond
+		if d.Status != StatusTooManyRequests || d.LimitType != "model_tokens" || d.Tokens.Deferred || d.Tokens.Waited != 0 || d.RetryAfter != want {
+			t.Fatalf("refusal %d: %+v, want a 429 model_tokens at once, not deferred, told %v (its place)", i, d, want)
+		}
+	}
+	for i, ch := range held {
+		e.clk.Step(500 * time.Millisecond)
+		if d := receive(t, ch); !d.Allowed || d.Tokens.Waited != time.Duration(i+1)*500*time.Millisecond {
+			t.Fatalf("held %d: %+v, want admitted after %v", i, d, time.Duration(i+1)*500*time.Millisecond)
+		}
+	}
+}
+
+// TestHoldRefusedAtArrivalBehindHolders: a request that must queue behind a
+// holder (no barging) although its own tokens are free, and whose place
+// behind it cannot fit its deadline, is refused for the token bucket the
+// holder waits on.
+func TestHoldRefusedAtArrivalBehindHolders(t *testing.T) {
+	e := newTokenEnv(t, tokenOpts{
+		cfg:    limiter.Config{ModelTokens: tokensPerSecond(1000)},
+		tokens: TokenSettings{Enabled: true, MaxWait: 5 * time.Second},
+		bounds: fairqueue.Bounds{MaxWait: 5 * time.Second},
+	})
+	if d := e.c.Admit(context.Background(), Request{Identity: alice, Model: "m", Tokens: 600}); !d.Allowed {
+		t.Fatalf("first: %+v", d)
+	}
+	holder := e.admitAsync(context.Background(), Request{Identity: alice, Model: "m", Tokens: 900})
+	waitFor(t, "the holder", func() bool { return e.held() == 1 })
+	d := receive(t, e.admitAsync(context.Background(), Request{Identity: bob, Model: "m", Tokens: 100, Deadline: e.clk.Now().Add(50 * time.Millisecond)}))
+	if d.Allowed || d.Status != StatusTooManyRequests || d.LimitType != "model_tokens" || d.RetryAfter <= 0 {
+		t.Fatalf("got %+v, want a 429 model_tokens with a Retry-After", d)
+	}
+	e.clk.Step(500 * time.Millisecond)
+	if d := receive(t, holder); !d.Allowed {
+		t.Fatalf("holder: %+v", d)
+	}
+}

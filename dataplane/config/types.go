@@ -83,6 +83,11 @@ const (
 	DefaultMaxInFlight = 8
 	// DefaultMaxWait is the default longest time a request may spend queued.
 	DefaultMaxWait = 5 * time.Second
+	// DefaultClientDeadlineMargin is how long before a client's own deadline
+	// (X-Stainless-Timeout, X-Envoy-Expected-Rq-Timeout-Ms or the policy's
+	// clientDeadlineHeader) a request that cannot be admitted in time is
+	// answered, so the client reads the 429 rather than timing out itself.
+	DefaultClientDeadlineMargin = 250 * time.Millisecond
 
 	// LimitMaxQueueDepthPerTenant is the largest accepted maxQueueDepthPerTenant.
 	LimitMaxQueueDepthPerTenant = 1 << 16
@@ -318,7 +323,7 @@ type Timeouts struct {
 
 // Smallest returns the smallest configured total timeout, the default's and
 // every model's, or zero when none is set. A request's admission budget is
-// bounded by it (SPEC section 5).
+// bounded by its own model's timeout, not by this (SPEC section 5).
 func (t *Timeouts) Smallest() time.Duration {
 	least := t.RequestTotal.Duration
 	for _, m := range t.Models {

@@ -70,9 +70,19 @@
 // spaces grants evenly whatever their size; one charged by cost spaces them
 // by size; with equal costs alpha is the measured spacing between grants).
 // Before the first measurement every grant is taken to be like the waiter's
-// and to take Request.Interval. The estimate is never 0. A request refused by
-// a bound learns when that queue or table is expected to have room
-// (Result.RetryAfter).
+// and to take Request.Interval. The estimate is never 0. A request whose
+// estimate does not fit its budget is refused at arrival
+// (ReasonWaitExceedsBudget) instead of being held until the budget runs out.
+//
+// Retry-After of a refusal (Result.RetryAfter): a request refused by a bound
+// learns when that queue or table is expected to have room, one refused for
+// its budget when its place would be granted, and one refused after waiting
+// when its own place would be granted (from its place in its tenant queue
+// and its tenant's share). Each queue remembers the latest grant time it
+// promised a refused request, and the next refusal is promised the place one
+// grant of its tenant's share later, so refusals issued close together are
+// told successive times and clients that obey them come back one place at a
+// time instead of all at once to find room for one.
 //
 // Tenant table: at most Bounds.MaxTenants tenants, each keeping its slot
 // while it has waiters and for MaxWait after its queue empties (so a client

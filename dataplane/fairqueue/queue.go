@@ -119,12 +119,7 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 	}
 	w, reason, pos, est := q.s.enqueue(now, r.Tenant, r.Dimension, r.LimitKeys, deadline, int64(r.RetryAfter), int64(r.Interval), r.Cost, r.Size)
 	if w == nil {
-		retryAfter := r.RetryAfter
-		if reason != ReasonWaitExceedsBudget {
-			room := time.Duration(q.s.room(now, r.Tenant, reason, int64(r.Interval)))
-			budget := time.Duration(min(deadline, now+int64(q.s.bounds.MaxWait)) - now)
-			retryAfter = max(min(room, budget), r.RetryAfter)
-		}
+		retryAfter := time.Duration(q.s.refusalRetry(now, r.Tenant, reason, est, int64(r.RetryAfter), int64(r.Interval), deadline, r.Cost))
 		q.obs.Refused(r.Dimension, reason)
 		q.mu.Unlock()
 		return Result{Reason: reason, Position: pos, Estimate: time.Duration(est), RetryAfter: retryAfter}, nil

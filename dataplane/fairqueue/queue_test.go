@@ -172,8 +172,11 @@ func TestQueueRefusals(t *testing.T) {
 			want:    ReasonTenantTableFull,
 			wantPos: 34, // second in an overflow queue, 17 queues active
 			// The shorter queue of the hand frees when its head is admitted,
-			// expected at its Retry-After.
-			wantRetryAfter: time.Second, wantFirst: ReasonShutdown, wantRefusals: 1 + 100 - overflowQueues,
+			// expected at its Retry-After (1s). Seven floods refused before
+			// on that queue were promised the next places, 1ms apart (their
+			// interval is unknown); this request is told the place after
+			// them.
+			wantRetryAfter: time.Second + 7*time.Millisecond, wantFirst: ReasonShutdown, wantRefusals: 1 + 100 - overflowQueues,
 		},
 		{
 			name:           "retry-after does not fit the request deadline",
@@ -237,7 +240,7 @@ func TestQueueDeadlineExceeded(t *testing.T) {
 	// The head keeps being refused, so the request behind it never gets a
 	// turn and its 50ms budget runs out while queued.
 	startWait(t, context.Background(), q, Request{Tenant: "a", Attempt: refuse})
-	ch := startWait(t, context.Background(), q, Request{Tenant: "a", Attempt: refuse, Deadline: epoch.Add(50 * time.Millisecond)})
+	ch := startWait(t, context.Background(), q, Request{Tenant: "a", Attempt: refuse, Deadline: epoch.Add(50 * time.Millisecond), Interval: 30 * time.Millisecond})
 	for range 49 {
 		clk.Step(time.Millisecond)
 		q.waitIdle(t)
@@ -247,6 +250,11 @@ func TestQueueDeadlineExceeded(t *testing.T) {
 	r := recv(t, ch)
 	if r.err != nil || r.res.Reason != ReasonDeadlineExceeded || r.res.Waited != 50*time.Millisecond || r.res.Position != 2 {
 		t.Fatalf("got %+v, %v; want deadline_exceeded after exactly 50ms at position 2", r.res, r.err)
+	}
+	// It is told when its own place would be granted: the head is tried
+	// again at 60ms, and its place is one 30ms grant after the head's.
+	if r.res.RetryAfter != 40*time.Millisecond {
+		t.Errorf("told %v, want 40ms (10ms to the head's next try plus one grant)", r.res.RetryAfter)
 	}
 }
 

@@ -156,6 +156,9 @@ type tenant struct {
 	idle               bool  // on the idle list
 	idleSince          int64 // when the queue last emptied
 	overflow           bool
+	// promised is the latest grant time (slot) promised to a request of
+	// this queue refused at arrival; 0 for none (see refusalRetry).
+	promised int64
 
 	// flightAdj is the sum of the corrections (in strides, within
 	// +-MaxCost) made while its attempt runs, applied to the finish tag if
@@ -225,6 +228,9 @@ type sched struct {
 	grants       grantStats
 	lastGrant    int64
 	lastGrantSet bool
+	// promised is the latest room time promised to a request refused with
+	// queue_full; 0 for none (see refusalRetry).
+	promised int64
 
 	freeW *waiter
 	freeT []*tenant
@@ -335,14 +341,45 @@ func unitPositionOf(k, w, sumW int) (int, float64) {
 	return int(math.Ceil(grants - 1e-9)), grants - 1
 }
 
+// placeOf returns the service position of the k-th waiter, of cost c, of a
+// tenant of the given weight whose queue holds upTo cost up to and including
+// it, when the tracked tenants (counting this one) weigh sumW: its position,
+// the time the grants expected before it take by the grant model (the
+// grants times alpha plus their cost times beta), and step, the time one
+// more grant of the tenant's (cost c, at its weighted share) takes. Until
+// grants have been measured every grant is taken to be like this one and to
+// take interval.
+func (s *sched) placeOf(k int, upTo, c uint64, weight, sumW int, interval int64) (pos int, wait, step float64) {
+	alpha, beta, meanCost, ok := s.grantModel()
+	if !ok {
+		// Nothing measured yet: take every grant to be like this one.
+		alpha, beta, meanCost = float64(max(interval, 0)), 0, float64(c)
+	}
+	var grantsAhead, costAhead float64
+	if upTo == uint64(k) && meanCost == 1 {
+		pos, grantsAhead = unitPositionOf(k, weight, sumW)
+		costAhead = grantsAhead
+	} else {
+		pos, grantsAhead, costAhead = positionOf(k, upTo, c, weight, sumW, meanCost)
+	}
+	wait = min(alpha*grantsAhead+beta*costAhead, float64(maxEstimate))
+	// While the tenant is granted c, the others are granted c*(share-1) in
+	// grants of the mean cost.
+	share := float64(sumW) / float64(weight)
+	fc := float64(c)
+	step = min(alpha*(1+fc*(share-1)/meanCost)+beta*fc*share, float64(maxEstimate))
+	return pos, wait, step
+}
+
 // enqueue adds a request arriving at now, or refuses it with the reason and
 // the position it would have had. deadline is absolute (noDeadline for none);
 // MaxWait from now is applied on top. cost and size are the request's Cost
-// and Size (normalized by costOf; size 0 means cost). interval is the time the contended bucket needs to refill what
-// the request takes; until grants have been measured, every grant is taken
-// to be like this one and to take interval. The estimate is the request's
-// Retry-After plus the time the grants expected before it take by the grant
-// model: the grants times alpha plus their cost times beta.
+// and Size (normalized by costOf; size 0 means cost). interval is the time
+// the contended bucket needs to refill what the request takes (see
+// placeOf). The estimate is the request's Retry-After plus the time the
+// grants expected before it take. A request whose estimate does not fit its
+// budget is refused at once (ReasonWaitExceedsBudget) rather than held until
+// the budget runs out.
 func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadline, retryAfter, interval, cost, size int64) (*waiter, Reason, int, int64) {
 	if mw := now + int64(s.bounds.MaxWait); mw < deadline {
 		deadline = mw
@@ -361,26 +398,16 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 		weight = s.weights.weightOf(tenantKey)
 		sumW += weight
 	}
-	alpha, beta, meanCost, ok := s.grantModel()
-	if !ok {
-		// Nothing measured yet: take every grant to be like this one.
-		alpha, beta, meanCost = float64(max(interval, 0)), 0, float64(c)
-	}
-	var pos int
-	var grantsAhead, costAhead float64
-	if upTo == uint64(k) && meanCost == 1 {
-		pos, grantsAhead = unitPositionOf(k, weight, sumW)
-		costAhead = grantsAhead
-	} else {
-		pos, grantsAhead, costAhead = positionOf(k, upTo, c, weight, sumW, meanCost)
-	}
-	wait := min(alpha*grantsAhead+beta*costAhead, float64(maxEstimate))
+	pos, wait, _ := s.placeOf(k, upTo, c, weight, sumW, interval)
 	// A request that waits is never estimated at 0: even the first in line
 	// waits for the scheduler to grant it.
-	est := max(min(retryAfter+int64(wait), maxEstimate), minRetry)
+	raw := min(retryAfter+int64(wait), maxEstimate)
+	est := max(raw, minRetry)
 
 	switch {
-	case retryAfter >= deadline-now:
+	case raw >= deadline-now:
+		// Its place would be granted only after its budget: refuse now
+		// rather than hold it until then.
 		return nil, ReasonWaitExceedsBudget, pos, est
 	case overflow && t.depth >= s.bounds.MaxQueueDepthPerTenant:
 		return nil, ReasonTenantTableFull, pos, est
@@ -531,6 +558,12 @@ func (s *sched) deactivate(t *tenant, now int64) {
 	if t.overflow {
 		return
 	}
+	s.linkIdle(t, now)
+	s.trimIdle() // the bound may have been lowered while t was active
+}
+
+// linkIdle appends t, a tenant without waiters, to the idle list at now.
+func (s *sched) linkIdle(t *tenant, now int64) {
 	t.idle, t.idleSince, t.idlePrev, t.idleNext = true, now, s.idleTail, nil
 	if s.idleTail == nil {
 		s.idleHead = t
@@ -538,7 +571,6 @@ func (s *sched) deactivate(t *tenant, now int64) {
 		s.idleTail.idleNext = t
 	}
 	s.idleTail = t
-	s.trimIdle() // the bound may have been lowered while t was active
 }
 
 // unlinkIdle removes t from the idle list; it must be on it.
@@ -590,6 +622,90 @@ func (s *sched) room(now int64, tenantKey string, reason Reason, interval int64)
 		}
 	}
 	return max(d, minRetry)
+}
+
+// refusalRetry returns the Retry-After of a request refused at arrival at now
+// with reason, est being the estimate enqueue made for the place it would
+// have had, retryAfter the limiter's time to its next token, deadline its
+// absolute budget end (MaxWait applied here) and interval and cost as for
+// enqueue.
+//
+// Requests refused close together are told successive times, so clients
+// that obey Retry-After come back one place at a time instead of all at
+// once to find room for one. Each queue keeps the latest grant time it
+// promised (its slot); a refused request's slot is one grant of its
+// tenant's share (step) after that, or the grant its place would have had
+// now, whichever is later.
+//
+//   - wait_exceeds_budget: its place cannot be granted within its budget;
+//     it is told its slot, when its own place would be granted.
+//   - tenant_queue_full, tenant_table_full: it is told when its slot's place
+//     in the queue frees, depth grants before the slot (the first refused:
+//     when the head is expected to be admitted, see room). Never more than
+//     its budget, never less than its next token; a time cut to the budget
+//     promises no slot (the client comes back before it).
+//   - queue_full: successive grants anywhere, from the next grant or expiry.
+func (s *sched) refusalRetry(now int64, tenantKey string, reason Reason, est, retryAfter, interval, deadline, cost int64) int64 {
+	retryAfter = max(retryAfter, 0)
+	budget := min(deadline, now+int64(s.bounds.MaxWait)) - now
+	fit := func(d int64) int64 { return max(min(d, budget), retryAfter, minRetry) }
+	switch reason {
+	case ReasonWaitExceedsBudget:
+		slot := now + est
+		t, _ := s.queueFor(now, tenantKey)
+		if t == nil {
+			// A tenant without a queue yet keeps its promise in the
+			// table like an idle tenant (evicted first when a slot is
+			// needed), so its next refusals are told the places after.
+			t = s.newTenant(now, tenantKey, s.weights.weightOf(tenantKey))
+			s.linkIdle(t, now)
+		}
+		if t.promised != 0 {
+			slot = max(slot, t.promised+s.stepOf(t, cost, interval))
+		}
+		t.promised = slot
+		return max(slot-now, retryAfter, minRetry)
+	case ReasonTenantQueueFull, ReasonTenantTableFull:
+		t, _ := s.queueFor(now, tenantKey)
+		base := s.room(now, tenantKey, reason, interval)
+		if t == nil {
+			return fit(base)
+		}
+		step := s.stepOf(t, cost, interval)
+		ahead := int64(min(float64(t.depth)*float64(step), float64(maxEstimate)))
+		slot := now + base + ahead
+		if t.promised != 0 {
+			slot = max(slot, t.promised+step)
+		}
+		d := slot - ahead - now
+		if d <= budget {
+			t.promised = slot
+		}
+		return fit(d)
+	case ReasonQueueFull:
+		step := int64(s.spacingOr(interval))
+		at := now + s.room(now, tenantKey, reason, interval)
+		if s.promised != 0 {
+			at = max(at, s.promised+step)
+		}
+		d := at - now
+		if d <= budget {
+			s.promised = at
+		}
+		return fit(d)
+	}
+	return fit(retryAfter)
+}
+
+// stepOf returns the time one more grant of cost to queue t takes at its
+// weighted share (see placeOf), at least minRetry.
+func (s *sched) stepOf(t *tenant, cost, interval int64) int64 {
+	sumW := s.sumWeights
+	if t.depth == 0 {
+		sumW += t.weight
+	}
+	_, _, step := s.placeOf(1, costOf(cost), costOf(cost), t.weight, sumW, interval)
+	return max(int64(step), minRetry)
 }
 
 // place puts a tenant that has a head waiter and no running attempt into the
@@ -711,6 +827,7 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 	retryAfter = max(retryAfter, minRetry)
 	w.retryAfter = retryAfter
 	if now+retryAfter >= w.deadline {
+		w.retryAfter = s.ownPlace(now, w, retryAfter)
 		s.finish(w, now, false, ReasonWaitExceedsBudget)
 		return outcomeRefused
 	}
@@ -836,11 +953,54 @@ func (s *sched) cancel(now int64, w *waiter) {
 	s.finish(w, now, false, "")
 }
 
+// ownPlace returns the time from now until queued (or just refused) waiter
+// w's own place is expected to be granted: ready, the time until its
+// tenant's head may be tried again, plus the grants expected before w by its
+// place in its tenant queue and its tenant's weighted share. A request
+// refused after waiting is told it, not the time to the bucket's next token,
+// which a client ahead of it in the fair order is due to take.
+func (s *sched) ownPlace(now int64, w *waiter, ready int64) int64 {
+	t := w.t
+	k, upTo := placeIn(t, w)
+	_, wait, _ := s.placeOf(k, upTo, w.cost, t.weight, max(s.sumWeights, t.weight), w.interval)
+	return max(min(ready+int64(wait), maxEstimate), minRetry)
+}
+
+// maxPlaceWalk bounds the waiters placeIn visits from each end of a tenant
+// queue, so that expiring a long queue's waiters stays linear.
+const maxPlaceWalk = 64
+
+// placeIn returns w's 1-based place in its tenant queue t and the cost
+// queued up to and including it, counted from whichever end of the queue is
+// within maxPlaceWalk waiters of it; further from both, it is taken to be
+// last (its place is then expected no earlier than it is).
+func placeIn(t *tenant, w *waiter) (int, uint64) {
+	k, upTo := 0, uint64(0)
+	for x := t.head; x != nil && k < maxPlaceWalk; x = x.next {
+		k++
+		upTo += x.cost
+		if x == w {
+			return k, upTo
+		}
+	}
+	after := uint64(0)
+	j := 0
+	for x := t.tail; x != nil && j < maxPlaceWalk; x = x.prev {
+		if x == w {
+			return t.depth - j, t.queuedCost - after
+		}
+		j++
+		after += x.cost
+	}
+	return t.depth, t.queuedCost
+}
+
 // expire finishes every queued waiter whose deadline is not after now with
 // ReasonDeadlineExceeded.
 func (s *sched) expire(now int64) {
 	for w := s.deadlines.earliest(); w != nil && w.deadline <= now; w = s.deadlines.earliest() {
 		s.deadlines.remove(w)
+		w.retryAfter = s.ownPlace(now, w, max(w.t.head.readyAt-now, 0))
 		s.finish(w, now, false, ReasonDeadlineExceeded)
 		s.onDone(w)
 	}

@@ -18,8 +18,10 @@ const (
 	// ReasonTenantTableFull means MaxTenants tenant queues are tracked already
 	// and the request's tenant has none.
 	ReasonTenantTableFull Reason = "tenant_table_full"
-	// ReasonWaitExceedsBudget means the Retry-After (at enqueue, or after a
-	// refused re-check) does not fit in the request's remaining budget.
+	// ReasonWaitExceedsBudget means the request's expected grant time (at
+	// enqueue: the Retry-After plus the waiters ahead of it by its tenant's
+	// share; after a refused re-check: the Retry-After) does not fit in its
+	// remaining budget.
 	ReasonWaitExceedsBudget Reason = "wait_exceeds_budget"
 	// ReasonDeadlineExceeded means the request's budget ran out while it was
 	// queued.
@@ -216,7 +218,12 @@ type Result struct {
 	// refusal by a bound (tenant_queue_full, queue_full, tenant_table_full)
 	// it is the expected time until that queue or table has room, never less
 	// than the request's own Retry-After and never more than its remaining
-	// budget; otherwise it is the last Retry-After the limiter gave for it.
+	// budget; refusals close together for one queue are told successive
+	// places. For wait_exceeds_budget at arrival it is when the place the
+	// request would have had is expected to be granted (successive too); for
+	// a request refused after waiting (wait_exceeds_budget, deadline_exceeded)
+	// when its own place would be granted. Otherwise it is the last
+	// Retry-After the limiter gave for it.
 	RetryAfter time.Duration
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/fairqueue/fairqueue/dataplane/admission"
+	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/usage"
@@ -79,17 +80,18 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 
 	// The admission budget (SPEC section 5) is the smallest of maxWait
-	// (applied by the queue), the smallest configured total timeout and the
-	// client's own deadline.
+	// (applied by the queue), the total timeout of this request's model and
+	// the client's own deadline, less a margin so that a refusal reaches the
+	// client before it gives up.
 	total := rt.timeout(id.model)
 	ar := admission.Request{
 		ClientAddr:   client,
 		Identity:     identity.Set{APIKey: id.apiKeyHash, User: id.userHash, Team: id.teamHash},
 		Model:        id.model,
-		TotalTimeout: rt.smallestTimeout,
+		TotalTimeout: total,
 	}
 	if d, ok := clientTimeout(r.Header, rt.deadlineHeader); ok {
-		ar.Deadline = start.Add(d)
+		ar.Deadline = start.Add(d - config.DefaultClientDeadlineMargin)
 	}
 	// The token estimate is a tokenizer pass over the body: set up only when
 	// a token budget applies, and made when admission asks for it (after
@@ -272,8 +274,11 @@ func writeTimeout(w http.ResponseWriter) {
 
 // Client deadline headers read besides the one a policy names.
 const (
-	// headerStainlessTimeout is the client's timeout in seconds, sent by
-	// OpenAI's SDKs on every request.
+	// headerStainlessTimeout is the client's timeout in whole seconds, sent
+	// by openai-node when the call sets a per-request timeout option; a
+	// client-level or default timeout is not sent. (openai-python sends its
+	// read timeout as X-Stainless-Read-Timeout instead, which a policy may
+	// name as its client deadline header.)
 	headerStainlessTimeout = "X-Stainless-Timeout"
 	// headerEnvoyTimeout is the route timeout in milliseconds set by Envoy.
 	headerEnvoyTimeout = "X-Envoy-Expected-Rq-Timeout-Ms"

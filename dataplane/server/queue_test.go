@@ -350,14 +350,17 @@ func TestRefusedAfterWaitingCarriesQueueHeaders(t *testing.T) {
 		c.Identity.TrustHeaders = true
 		c.RateLimits.PerModel = &config.ModelLimits{Default: limit(1, 1, time.Second)}
 		c.FairQueuing.Enabled = true
-		c.Timeouts.RequestTotal = dur(1500 * time.Millisecond)
+		c.Timeouts.RequestTotal = dur(time.Minute)
+		c.FairQueuing.Weights = []config.Weight{{TenantHash: h("bob"), Weight: 2}}
 	})
 	wait(t, hs.start(context.Background(), `{"model":"m"}`, alice))
-	// Both fit their 1.5s budget when queued (Retry-After 1s), but only one
-	// token arrives in time; the other is refused after waiting.
-	first := hs.start(context.Background(), `{"model":"m"}`, alice)
+	// Alice's request fits its 1.5s budget when queued (Retry-After 1s, no
+	// one else waiting). Bob, of weight 2, arrives next and is expected at
+	// 1.5s, within his 10s. The one token in time goes to bob, ahead in the
+	// fair order, and alice's request is refused after waiting.
+	first := hs.start(context.Background(), `{"model":"m"}`, map[string]string{"X-User": "alice", "X-Stainless-Timeout": "1.75"})
 	hs.queued(1)
-	second := hs.start(context.Background(), `{"model":"m"}`, map[string]string{"X-User": "bob"})
+	second := hs.start(context.Background(), `{"model":"m"}`, map[string]string{"X-User": "bob", "X-Stainless-Timeout": "10"})
 	hs.queued(2)
 	hs.clk.Step(time.Second)
 	var admitted, refused int

@@ -173,7 +173,9 @@ func TestReloadDisablingFairQueuingAnswersEveryWaiter(t *testing.T) {
 	const waiters = 100
 	hs := newHarness(t, fakeupstream.New(fakeupstream.Options{}), func(c *config.Config) {
 		c.Identity.TrustHeaders = true
-		c.RateLimits.PerModel = &config.ModelLimits{Default: limit(1, 1, time.Minute)}
+		// Each of the 100 waiters is expected within maxWait: no time
+		// passes in this test.
+		c.RateLimits.PerModel = &config.ModelLimits{Default: limit(1, 1, time.Second)}
 		c.FairQueuing.Enabled = true
 		c.FairQueuing.Bounds.MaxWait = dur(10 * time.Minute)
 	})

@@ -45,9 +45,6 @@ type runtime struct {
 	// deadlineHeader is the canonical name of the policy's client deadline
 	// header; empty means none.
 	deadlineHeader string
-	// smallestTimeout is the smallest configured total timeout, which bounds
-	// every request's admission budget; zero means none.
-	smallestTimeout time.Duration
 }
 
 // newRuntime builds the runtime for cfg. With prev set (a reload) the
@@ -95,7 +92,6 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 		pool:           pool,
 		defaultTimeout: cfg.Timeouts.RequestTotal.Duration,
 	}
-	rt.smallestTimeout = cfg.Timeouts.Smallest()
 	if h := cfg.Timeouts.ClientDeadlineHeader; h != "" {
 		rt.deadlineHeader = http.CanonicalHeaderKey(h)
 	}

@@ -83,7 +83,9 @@ func TestRefusalEchoesTheClientsRequestID(t *testing.T) {
 // TestClientDeadlineBoundsTheBudget: with a per-user limit of 1/s exhausted,
 // a request whose budget is under a second is refused at once
 // (wait_exceeds_budget), whichever bound is the smallest; with a budget over
-// a second it is queued and admitted.
+// a second it is queued and admitted. A client's deadline counts less the
+// 250ms margin that lets the refusal reach the client in time; another
+// model's shorter total timeout does not count.
 func TestClientDeadlineBoundsTheBudget(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -104,11 +106,22 @@ func TestClientDeadlineBoundsTheBudget(t *testing.T) {
 			header: map[string]string{"X-Deadline": "0.25"},
 		},
 		{
-			name: "the smallest total timeout, another model's",
+			name: "this model's total timeout",
 			mutate: func(c *config.Config) {
-				c.Timeouts.Models = []config.ModelTimeout{{Model: "fast", Total: dur(800 * time.Millisecond)}}
+				c.Timeouts.RequestTotal = dur(time.Minute)
+				c.Timeouts.Models = []config.ModelTimeout{{Model: "m", Total: dur(800 * time.Millisecond)}}
 			},
 		},
+		{
+			name: "another model's shorter total timeout does not count",
+			mutate: func(c *config.Config) {
+				c.Timeouts.RequestTotal = dur(time.Minute)
+				c.Timeouts.Models = []config.ModelTimeout{{Model: "short", Total: dur(time.Millisecond)}}
+			},
+			wantQueued: true,
+		},
+		{name: "a client deadline within the margin of the Retry-After", header: map[string]string{"X-Stainless-Timeout": "1.2"}},
+		{name: "an Envoy deadline within the margin of the Retry-After", header: map[string]string{"X-Envoy-Expected-Rq-Timeout-Ms": "1200"}},
 		{name: "the shortest of several client headers", header: map[string]string{"X-Stainless-Timeout": "600", "X-Envoy-Expected-Rq-Timeout-Ms": "500"}},
 		{name: "a budget over the Retry-After queues", header: map[string]string{"X-Stainless-Timeout": "1.5"}, wantQueued: true},
 		{name: "an unparseable header is ignored", header: map[string]string{"X-Stainless-Timeout": "soon"}, wantQueued: true},
