@@ -19,6 +19,8 @@
 //     bytes and is not owned by the policy; deleting it rotates the key. A key
 //     generated for a policy that was already rendered is announced with a
 //     Warning Event and the HashKeyRotated condition: every hash changes.
+//     The condition turns False once every data plane reporting on the
+//     policy runs a config rendered with the new key.
 //   - A policy annotated fairqueue.dev/paused: "true" is still rendered into
 //     status, but its ConfigMap is never written (no update, no repair) and
 //     no hash key is created until the annotation is removed.
@@ -323,6 +325,7 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	settleKeyRotation(policy)
 	if recount > 0 && (result.RequeueAfter == 0 || recount < result.RequeueAfter) {
 		result.RequeueAfter = recount
 	}
@@ -384,6 +387,27 @@ func (r *FairQueuePolicyReconciler) clock() clock.PassiveClock {
 		return clock.RealClock{}
 	}
 	return r.Clock
+}
+
+// settleKeyRotation sets HashKeyRotated False once the rotation it reports
+// is over: every data plane reporting on p runs the config in status, which
+// was rendered with the new key (status.configHash changes only with a
+// render, and every render since the rotation used the new key or started a
+// new rotation). Until then some replica still hashes identities with the
+// old key, or none has reported yet, and the condition stays True.
+// setReplicaStatus has run before it.
+func settleKeyRotation(p *fqv1alpha1.FairQueuePolicy) {
+	rotated := meta.FindStatusCondition(p.Status.Conditions, fqv1alpha1.ConditionHashKeyRotated)
+	if rotated == nil || rotated.Status != metav1.ConditionTrue ||
+		p.Status.DataPlaneReplicas == 0 || p.Status.UpdatedReplicas != p.Status.DataPlaneReplicas {
+		return
+	}
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+		Type: fqv1alpha1.ConditionHashKeyRotated, Status: metav1.ConditionFalse, ObservedGeneration: p.Generation,
+		Reason: fqv1alpha1.ReasonHashKeyFollowed,
+		Message: fmt.Sprintf("Every reporting data plane (%d) runs config %s, rendered with the generated hash key",
+			p.Status.DataPlaneReplicas, p.Status.ConfigHash),
+	})
 }
 
 // renderPolicy reads the hash key and referenced Secrets and renders p,

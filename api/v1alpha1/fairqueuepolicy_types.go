@@ -68,6 +68,8 @@ const (
 	// ConditionHashKeyRotated is True when the operator had to generate a
 	// new hash key for a policy it had already rendered (the hash-key Secret
 	// was deleted): every identity hash changed, resetting limits and queues.
+	// It turns False (reason HashKeyFollowed) once every data plane that
+	// reports on the policy runs a config rendered with the new key.
 	ConditionHashKeyRotated = "HashKeyRotated"
 )
 
@@ -105,6 +107,9 @@ const (
 	// ReasonHashKeyGenerated means the operator generated a new hash key for
 	// a policy whose ConfigMap was rendered with another one.
 	ReasonHashKeyGenerated = "HashKeyGenerated"
+	// ReasonHashKeyFollowed means every data plane reporting on the policy
+	// runs a config rendered with the hash key the operator generated.
+	ReasonHashKeyFollowed = "HashKeyFollowed"
 )
 
 // FairQueuePolicySpec is the desired admission policy of one shared HTTP API:
