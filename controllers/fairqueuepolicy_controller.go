@@ -75,7 +75,7 @@ const (
 	ControllerName = "fairqueuepolicy"
 
 	// SecretRefsIndex is the FairQueuePolicy field index listing the names of
-	// every Secret a policy reads (hash key, key registry, weightsFrom), used
+	// every Secret a policy reads (hash key, key registry, weightsFrom, Redis store), used
 	// to find the policies to re-render when a Secret changes.
 	SecretRefsIndex = "fairqueue.dev/secret-refs"
 
@@ -219,6 +219,9 @@ func secretRefs(obj client.Object) []string {
 		return nil
 	}
 	names := append(render.ReferencedSecrets(p), p.HashKeySecretName())
+	if name := storeSecret(p); name != "" {
+		names = append(names, name)
+	}
 	slices.Sort(names)
 	return slices.Compact(names)
 }
@@ -434,11 +437,45 @@ func (r *FairQueuePolicyReconciler) renderPolicy(ctx context.Context, p *fqv1alp
 			in.Secrets[name] = s
 		}
 	}
+	if err := r.checkStoreSecret(ctx, p); err != nil {
+		return nil, err
+	}
 	out, err := render.Render(in)
 	if err != nil {
 		return nil, err
 	}
 	return &renderOutput{Rendered: out, KeyGenerated: generated}, nil
+}
+
+// storeSecret returns the name of the Secret spec.store.redis.secretRef
+// names, or "" when it names none.
+func storeSecret(p *fqv1alpha1.FairQueuePolicy) string {
+	if p.Spec.Store.Type != fqv1alpha1.StoreTypeRedis || p.Spec.Store.Redis == nil || p.Spec.Store.Redis.SecretRef == nil {
+		return ""
+	}
+	return p.Spec.Store.Redis.SecretRef.Name
+}
+
+// checkStoreSecret checks that the Redis credentials Secret p names exists.
+// Only its name is rendered (the data plane reads it itself), but a data
+// plane given a config naming a missing Secret cannot reach the store, so
+// the render waits for it like for any other missing Secret. Its data is
+// not inspected: every data key is optional.
+func (r *FairQueuePolicyReconciler) checkStoreSecret(ctx context.Context, p *fqv1alpha1.FairQueuePolicy) error {
+	name := storeSecret(p)
+	if name == "" {
+		return nil
+	}
+	s := &corev1.Secret{}
+	switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: name}, s); {
+	case apierrors.IsNotFound(err):
+		return render.Unresolved(fqv1alpha1.ReasonSecretNotFound,
+			"Redis Secret %q named in spec.store.redis.secretRef does not exist; create it in the policy's namespace with the data keys %q and %q (or %q alone for requirepass) and, for TLS, %q",
+			name, fqv1alpha1.RedisSecretUsernameKey, fqv1alpha1.RedisSecretPasswordKey, fqv1alpha1.RedisSecretPasswordKey, fqv1alpha1.RedisSecretCAKey)
+	case err != nil:
+		return fmt.Errorf("reading Secret %s/%s: %w", p.Namespace, name, err)
+	}
+	return nil
 }
 
 // renderOutput is a successful render and whether its hash key was just
