@@ -75,8 +75,8 @@ const (
 	ControllerName = "fairqueuepolicy"
 
 	// SecretRefsIndex is the FairQueuePolicy field index listing the names of
-	// every Secret a policy reads (hash key, key registry, weightsFrom, Redis store), used
-	// to find the policies to re-render when a Secret changes.
+	// every Secret a policy reads (hash key, key registry, weightsFrom, Redis
+	// store), used to find the policies to re-render when a Secret changes.
 	SecretRefsIndex = "fairqueue.dev/secret-refs"
 
 	// LeaderElectionID names the Lease, in the operator's namespace, that
