@@ -19,6 +19,8 @@
 //     bytes and is not owned by the policy; deleting it rotates the key. A key
 //     generated for a policy that was already rendered is announced with a
 //     Warning Event and the HashKeyRotated condition: every hash changes.
+//     The condition turns False once every data plane reporting on the
+//     policy runs a config rendered with the new key.
 //   - A policy annotated fairqueue.dev/paused: "true" is still rendered into
 //     status, but its ConfigMap is never written (no update, no repair) and
 //     no hash key is created until the annotation is removed.
@@ -73,8 +75,8 @@ const (
 	ControllerName = "fairqueuepolicy"
 
 	// SecretRefsIndex is the FairQueuePolicy field index listing the names of
-	// every Secret a policy reads (hash key, key registry, weightsFrom), used
-	// to find the policies to re-render when a Secret changes.
+	// every Secret a policy reads (hash key, key registry, weightsFrom, Redis
+	// store), used to find the policies to re-render when a Secret changes.
 	SecretRefsIndex = "fairqueue.dev/secret-refs"
 
 	// LeaderElectionID names the Lease, in the operator's namespace, that
@@ -217,6 +219,9 @@ func secretRefs(obj client.Object) []string {
 		return nil
 	}
 	names := append(render.ReferencedSecrets(p), p.HashKeySecretName())
+	if name := storeSecret(p); name != "" {
+		names = append(names, name)
+	}
 	slices.Sort(names)
 	return slices.Compact(names)
 }
@@ -323,6 +328,7 @@ func (r *FairQueuePolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	settleKeyRotation(policy)
 	if recount > 0 && (result.RequeueAfter == 0 || recount < result.RequeueAfter) {
 		result.RequeueAfter = recount
 	}
@@ -386,6 +392,27 @@ func (r *FairQueuePolicyReconciler) clock() clock.PassiveClock {
 	return r.Clock
 }
 
+// settleKeyRotation sets HashKeyRotated False once the rotation it reports
+// is over: every data plane reporting on p runs the config in status, which
+// was rendered with the new key (status.configHash changes only with a
+// render, and every render since the rotation used the new key or started a
+// new rotation). Until then some replica still hashes identities with the
+// old key, or none has reported yet, and the condition stays True.
+// setReplicaStatus has run before it.
+func settleKeyRotation(p *fqv1alpha1.FairQueuePolicy) {
+	rotated := meta.FindStatusCondition(p.Status.Conditions, fqv1alpha1.ConditionHashKeyRotated)
+	if rotated == nil || rotated.Status != metav1.ConditionTrue ||
+		p.Status.DataPlaneReplicas == 0 || p.Status.UpdatedReplicas != p.Status.DataPlaneReplicas {
+		return
+	}
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+		Type: fqv1alpha1.ConditionHashKeyRotated, Status: metav1.ConditionFalse, ObservedGeneration: p.Generation,
+		Reason: fqv1alpha1.ReasonHashKeyFollowed,
+		Message: fmt.Sprintf("Every reporting data plane (%d) runs config %s, rendered with the generated hash key",
+			p.Status.DataPlaneReplicas, p.Status.ConfigHash),
+	})
+}
+
 // renderPolicy reads the hash key and referenced Secrets and renders p,
 // creating the default hash key when mayCreate. It returns a *render.Error
 // for inputs only a user can fix and any other error for API failures worth
@@ -410,11 +437,45 @@ func (r *FairQueuePolicyReconciler) renderPolicy(ctx context.Context, p *fqv1alp
 			in.Secrets[name] = s
 		}
 	}
+	if err := r.checkStoreSecret(ctx, p); err != nil {
+		return nil, err
+	}
 	out, err := render.Render(in)
 	if err != nil {
 		return nil, err
 	}
 	return &renderOutput{Rendered: out, KeyGenerated: generated}, nil
+}
+
+// storeSecret returns the name of the Secret spec.store.redis.secretRef
+// names, or "" when it names none.
+func storeSecret(p *fqv1alpha1.FairQueuePolicy) string {
+	if p.Spec.Store.Type != fqv1alpha1.StoreTypeRedis || p.Spec.Store.Redis == nil || p.Spec.Store.Redis.SecretRef == nil {
+		return ""
+	}
+	return p.Spec.Store.Redis.SecretRef.Name
+}
+
+// checkStoreSecret checks that the Redis credentials Secret p names exists.
+// Only its name is rendered (the data plane reads it itself), but a data
+// plane given a config naming a missing Secret cannot reach the store, so
+// the render waits for it like for any other missing Secret. Its data is
+// not inspected: every data key is optional.
+func (r *FairQueuePolicyReconciler) checkStoreSecret(ctx context.Context, p *fqv1alpha1.FairQueuePolicy) error {
+	name := storeSecret(p)
+	if name == "" {
+		return nil
+	}
+	s := &corev1.Secret{}
+	switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: name}, s); {
+	case apierrors.IsNotFound(err):
+		return render.Unresolved(fqv1alpha1.ReasonSecretNotFound,
+			"Redis Secret %q named in spec.store.redis.secretRef does not exist; create it in the policy's namespace with the data keys %q and %q (or %q alone for requirepass) and, for TLS, %q",
+			name, fqv1alpha1.RedisSecretUsernameKey, fqv1alpha1.RedisSecretPasswordKey, fqv1alpha1.RedisSecretPasswordKey, fqv1alpha1.RedisSecretCAKey)
+	case err != nil:
+		return fmt.Errorf("reading Secret %s/%s: %w", p.Namespace, name, err)
+	}
+	return nil
 }
 
 // renderOutput is a successful render and whether its hash key was just

@@ -470,3 +470,48 @@ func TestForeignConfigMapIsNotOverwritten(t *testing.T) {
 	g.Expect(k8s.Delete(ctx(t), foreign)).To(Succeed())
 	waitReady(t, p)
 }
+
+// TestMissingRedisSecretIsReported checks that a store.redis.secretRef naming
+// a missing Secret is treated like every other missing Secret: Ready and
+// SecretsResolved False naming the field, one Warning Event, the last good
+// ConfigMap kept, and a render as soon as the Secret appears. It used to be
+// rendered as Ready, leaving data planes with a config whose store they
+// could not log in to.
+func TestMissingRedisSecretIsReported(t *testing.T) {
+	g := NewWithT(t)
+	p, cm := setup(t)
+	g.Eventually(func() error {
+		cur := getPolicy(t, p)
+		cur.Spec.Store = fqv1alpha1.Store{Type: fqv1alpha1.StoreTypeRedis, Redis: &fqv1alpha1.RedisStore{
+			Addresses: []string{"redis.cache.svc:6379"},
+			SecretRef: &fqv1alpha1.LocalSecretReference{Name: "redis-creds"},
+		}}
+		return k8s.Update(ctx(t), cur)
+	}).Should(Succeed())
+
+	failed := waitCondition(t, p, fqv1alpha1.ConditionReady, metav1.ConditionFalse, fqv1alpha1.ReasonSecretNotFound)
+	ready := meta.FindStatusCondition(failed.Status.Conditions, fqv1alpha1.ConditionReady)
+	g.Expect(ready.Message).To(ContainSubstring(`Redis Secret "redis-creds" named in spec.store.redis.secretRef does not exist`))
+	resolved := meta.FindStatusCondition(failed.Status.Conditions, fqv1alpha1.ConditionSecretsResolved)
+	g.Expect(resolved.Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(resolved.Reason).To(Equal(fqv1alpha1.ReasonSecretNotFound))
+	g.Expect(getConfigMap(t, p).ResourceVersion).To(Equal(cm.ResourceVersion), "the last good ConfigMap must stay untouched")
+	g.Eventually(func(g Gomega) {
+		evs := eventsFor(g, t, p, fqv1alpha1.ReasonSecretNotFound)
+		g.Expect(evs).To(HaveLen(1))
+		g.Expect(evs[0].Type).To(Equal(corev1.EventTypeWarning))
+		g.Expect(evs[0].Note).To(ContainSubstring("spec.store.redis.secretRef"))
+	}).Should(Succeed())
+
+	g.Expect(k8s.Create(ctx(t), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "redis-creds"},
+		StringData: map[string]string{fqv1alpha1.RedisSecretPasswordKey: "redis-password-never-rendered"},
+	})).To(Succeed())
+	done := waitReady(t, p)
+	g.Expect(meta.IsStatusConditionTrue(done.Status.Conditions, fqv1alpha1.ConditionSecretsResolved)).To(BeTrue())
+	rendered := getConfigMap(t, p)
+	g.Expect(rendered.Data[config.ConfigMapKey]).NotTo(ContainSubstring("redis-password-never-rendered"))
+	c := parseConfigMap(t, rendered)
+	g.Expect(c.Store).NotTo(BeNil())
+	g.Expect(c.Store.Redis.Secret).To(Equal(&config.SecretRef{Namespace: p.Namespace, Name: "redis-creds"}))
+}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -202,4 +204,51 @@ func TestReadyUnknownWhileANewGenerationCannotRender(t *testing.T) {
 	got = getPolicy(t, p)
 	g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, fqv1alpha1.ConditionReady)).To(BeTrue())
 	g.Expect(meta.FindStatusCondition(got.Status.Conditions, fqv1alpha1.ConditionReady).ObservedGeneration).To(Equal(got.Generation))
+}
+
+// TestHashKeyRotatedClearedWhenDataPlanesFollow checks that HashKeyRotated
+// reports a rotation in progress, not one long over: it stays True while a
+// data plane still runs the config of the old key and turns False once every
+// reporting data plane runs the new key's config.
+func TestHashKeyRotatedClearedWhenDataPlanesFollow(t *testing.T) {
+	g := NewWithT(t)
+	p, _ := setup(t)
+	oldHash := getPolicy(t, p).Status.ConfigHash
+	now := time.Now()
+	a := report(p.Namespace, p.Name, "a", oldHash, now, 3600)
+	b := report(p.Namespace, p.Name, "b", oldHash, now, 3600)
+	g.Expect(k8s.Create(ctx(t), a)).To(Succeed())
+	g.Expect(k8s.Create(ctx(t), b)).To(Succeed())
+	g.Eventually(func() int32 { return getPolicy(t, p).Status.UpdatedReplicas }).Should(Equal(int32(2)))
+
+	g.Expect(k8s.Delete(ctx(t), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.HashKeySecretName()}})).To(Succeed())
+	rotated := waitCondition(t, p, fqv1alpha1.ConditionHashKeyRotated, metav1.ConditionTrue, fqv1alpha1.ReasonHashKeyGenerated)
+	newHash := rotated.Status.ConfigHash
+	g.Expect(newHash).NotTo(Equal(oldHash))
+
+	setHash := func(l *coordinationv1.Lease, hash string) {
+		t.Helper()
+		g.Eventually(func() error {
+			cur := &coordinationv1.Lease{}
+			if err := k8s.Get(ctx(t), client.ObjectKeyFromObject(l), cur); err != nil {
+				return err
+			}
+			cur.Annotations[config.ConfigHashAnnotation] = hash
+			return k8s.Update(ctx(t), cur)
+		}).Should(Succeed())
+	}
+	// One replica follows; the other still hashes with the old key.
+	setHash(a, newHash)
+	g.Eventually(func(g Gomega) {
+		got := getPolicy(t, p).Status
+		g.Expect(got.DataPlaneReplicas).To(Equal(int32(2)))
+		g.Expect(got.UpdatedReplicas).To(Equal(int32(1)))
+	}).Should(Succeed())
+	g.Expect(meta.IsStatusConditionTrue(getPolicy(t, p).Status.Conditions, fqv1alpha1.ConditionHashKeyRotated)).To(BeTrue(),
+		"a replica still runs the old key")
+
+	setHash(b, newHash)
+	done := waitCondition(t, p, fqv1alpha1.ConditionHashKeyRotated, metav1.ConditionFalse, fqv1alpha1.ReasonHashKeyFollowed)
+	g.Expect(meta.FindStatusCondition(done.Status.Conditions, fqv1alpha1.ConditionHashKeyRotated).Message).To(ContainSubstring(newHash))
+	g.Expect(meta.IsStatusConditionTrue(done.Status.Conditions, fqv1alpha1.ConditionReady)).To(BeTrue())
 }

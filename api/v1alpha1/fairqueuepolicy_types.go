@@ -68,6 +68,8 @@ const (
 	// ConditionHashKeyRotated is True when the operator had to generate a
 	// new hash key for a policy it had already rendered (the hash-key Secret
 	// was deleted): every identity hash changed, resetting limits and queues.
+	// It turns False (reason HashKeyFollowed) once every data plane that
+	// reports on the policy runs a config rendered with the new key.
 	ConditionHashKeyRotated = "HashKeyRotated"
 )
 
@@ -105,6 +107,9 @@ const (
 	// ReasonHashKeyGenerated means the operator generated a new hash key for
 	// a policy whose ConfigMap was rendered with another one.
 	ReasonHashKeyGenerated = "HashKeyGenerated"
+	// ReasonHashKeyFollowed means every data plane reporting on the policy
+	// runs a config rendered with the hash key the operator generated.
+	ReasonHashKeyFollowed = "HashKeyFollowed"
 )
 
 // FairQueuePolicySpec is the desired admission policy of one shared HTTP API:
@@ -330,7 +335,7 @@ type RateLimit struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="period must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))",message="period must be a positive duration of at most 24h, such as 1s or 1m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) > duration('0s') && duration(self) <= duration('24h'))",message="period must be a positive duration of at most 24h, such as 1s or 1m"
 	Period metav1.Duration `json:"period,omitzero"`
 
 	// burst is the bucket capacity: how many requests may pass at once after
@@ -362,7 +367,7 @@ type ModelRateLimit struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="period must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))",message="period must be a positive duration of at most 24h, such as 1s or 1m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) > duration('0s') && duration(self) <= duration('24h'))",message="period must be a positive duration of at most 24h, such as 1s or 1m"
 	Period metav1.Duration `json:"period,omitzero"`
 
 	// burst is the bucket capacity for each model without an override. When
@@ -588,7 +593,7 @@ type FairQueuingBounds struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="maxWait must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('10m'))",message="maxWait must be a positive duration of at most 10m, such as 5s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) > duration('0s') && duration(self) <= duration('10m'))",message="maxWait must be a positive duration of at most 10m, such as 5s"
 	MaxWait metav1.Duration `json:"maxWait,omitzero"`
 }
 
@@ -640,7 +645,7 @@ type RequestTimeout struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="total must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('1h'))",message="total must be a positive duration of at most 1h, such as 60s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) > duration('0s') && duration(self) <= duration('1h'))",message="total must be a positive duration of at most 1h, such as 60s"
 	Total metav1.Duration `json:"total,omitzero"`
 }
 
@@ -658,11 +663,14 @@ type ModelRequestTimeout struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="total must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('1h'))",message="total must be a positive duration of at most 1h, such as 60s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) > duration('0s') && duration(self) <= duration('1h'))",message="total must be a positive duration of at most 1h, such as 60s"
 	Total metav1.Duration `json:"total"`
 }
 
 // Backend is one upstream server requests are proxied to.
+// +kubebuilder:validation:XValidation:rule="!has(self.url) || (isURL(self.url) && url(self.url).getScheme() in ['http', 'https'] && size(url(self.url).getHostname()) != 0)",message="url must be an absolute http or https URL, such as http://vllm-a.models.svc:8000",fieldPath=".url"
+// +kubebuilder:validation:XValidation:rule="!has(self.url) || !self.url.matches('^[^/?#]*//[^/?#]*@')",message="url must not hold credentials (user:password@): a policy is readable by everyone who can read the namespace's policies",fieldPath=".url"
+// +kubebuilder:validation:XValidation:rule="!has(self.url) || !self.url.matches('[?#]')",message="url must not have a query (?...) or fragment (#...): the data plane appends each request's own path and query to the base URL",fieldPath=".url"
 type Backend struct {
 	// name identifies the backend in metrics and in perBackend limits: a DNS
 	// label of at most 63 lowercase letters, digits and '-'.
@@ -677,9 +685,6 @@ type Backend struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="url must be an absolute http or https URL, such as http://vllm-a.models.svc:8000"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^/?#]*//[^/?#]*@')",message="url must not hold credentials (user:password@): a policy is readable by everyone who can read the namespace's policies"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('[?#]')",message="url must not have a query (?...) or fragment (#...): the data plane appends each request's own path and query to the base URL"
 	URL string `json:"url"`
 
 	// weight is the backend's relative share of requests, from 1 to 1000.

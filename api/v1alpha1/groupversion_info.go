@@ -26,6 +26,18 @@ limitations under the License.
 // without an API server. Expand and VarRefs implement the ${VAR} grammar of
 // weights identities, which the CEL rules mirror.
 //
+// Every duration field has two rules: one for the format, and one for the
+// range that only converts the value with duration() after a second pattern
+// has bounded each number's digits (at most 6 numbers, 5 digits for h up to
+// 18 for ns), so no accepted string can overflow a time.Duration. A value
+// such as 9999999999999h is then refused with the field's range instead of
+// CEL's type-conversion error.
+//
+// Rules on a field whose value may hold a secret (a backend url with
+// user:password@) sit on the enclosing object with a fieldPath: the API
+// server quotes a refused string field's value in its error, but not an
+// object's.
+//
 // +kubebuilder:object:generate=true
 // +groupName=fairqueue.dev
 package v1alpha1

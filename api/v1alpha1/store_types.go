@@ -121,7 +121,8 @@ type RedisStore struct {
 	// optional data keys "username" and "password" (an ACL user, or the
 	// password alone for requirepass) and "ca.crt" (PEM CA certificates
 	// trusted for TLS besides the system roots). The data plane reads it by
-	// name; the rendered ConfigMap holds only its name.
+	// name; the rendered ConfigMap holds only its name, and is written only
+	// once the Secret exists.
 	// +optional
 	SecretRef *LocalSecretReference `json:"secretRef,omitempty"`
 
@@ -146,7 +147,7 @@ type RedisStore struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="timeout must be a duration such as 50ms or 1s: numbers each followed by h, m, s, ms, us or ns"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) >= duration('1ms') && duration(self) <= duration('5s'))",message="timeout must be from 1ms to 5s, such as 50ms"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) >= duration('1ms') && duration(self) <= duration('5s'))",message="timeout must be from 1ms to 5s, such as 50ms"
 	Timeout metav1.Duration `json:"timeout,omitzero"`
 
 	// failureMode is what happens while Redis is unreachable: Closed (the

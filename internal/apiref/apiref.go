@@ -131,7 +131,13 @@ func limitsOf(s apiextensionsv1.JSONSchemaProps) string {
 	if s.MaxItems != nil {
 		l = append(l, fmt.Sprintf("maxItems %d", *s.MaxItems))
 	}
-	for _, r := range s.XValidations {
+	rules := s.XValidations
+	if s.Type == "array" && s.Items != nil && s.Items.Schema != nil {
+		// An item has no row of its own: its rules (an object's rules
+		// about one of its fields) go in the list's row.
+		rules = append(rules[:len(rules):len(rules)], s.Items.Schema.XValidations...)
+	}
+	for _, r := range rules {
 		msg := r.Message
 		if msg == "" {
 			msg = "rule: " + r.Rule

@@ -61,6 +61,8 @@ func TestStoreValidation(t *testing.T) {
 			want: []string{"spec.store.redis.timeout", "timeout must be from 1ms to 5s"}},
 		{name: "timeout above 5s", spec: "store: {type: Redis, redis: {addresses: ['a:6379'], timeout: 6s}}",
 			want: []string{"spec.store.redis.timeout", "timeout must be from 1ms to 5s"}},
+		{name: "timeout too large for a duration", spec: "store: {type: Redis, redis: {addresses: ['a:6379'], timeout: 9999999999999h}}",
+			want: []string{"spec.store.redis.timeout", "timeout must be from 1ms to 5s"}},
 		{name: "unknown failure mode", spec: "store: {type: Redis, redis: {addresses: ['a:6379'], failureMode: Ignore}}",
 			want: []string{"spec.store.redis.failureMode", "Unsupported value"}},
 		{name: "unknown store type", spec: "store: {type: Etcd}",

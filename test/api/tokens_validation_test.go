@@ -91,6 +91,8 @@ func TestDeferredAdmissionValidation(t *testing.T) {
 			want: []string{"spec.deferredAdmission.bounds.maxWait", "maxWait must be a positive duration of at most 10m, such as 10s"}},
 		{name: "maxWait above 10m", spec: "deferredAdmission: {enabled: true, bounds: {maxWait: 10m1s}}",
 			want: []string{"spec.deferredAdmission.bounds.maxWait", "maxWait must be a positive duration of at most 10m"}},
+		{name: "maxWait too large for a duration", spec: "deferredAdmission: {enabled: true, bounds: {maxWait: 9999999999999h}}",
+			want: []string{"spec.deferredAdmission.bounds.maxWait", "maxWait must be a positive duration of at most 10m"}},
 		{name: "maxWait not a duration", spec: "deferredAdmission: {enabled: true, bounds: {maxWait: '10'}}",
 			want: []string{"spec.deferredAdmission.bounds.maxWait", "maxWait must be a duration such as 5s"}},
 		{name: "invalid token limits are refused while off too", spec: "deferredAdmission: {tokenLimits: {perAPIKey: {tokens: 0}}}",

@@ -55,6 +55,9 @@ func TestValidationRejects(t *testing.T) {
 		objectName string
 		// want are substrings the API server's error must contain.
 		want []string
+		// secret is a substring the error must not contain: a password
+		// must not reach whoever reads the error (CI logs, an Argo CD UI).
+		secret string
 	}{
 		{
 			name:       "policy name longer than 63 characters",
@@ -183,6 +186,26 @@ func TestValidationRejects(t *testing.T) {
 			name: "maxWait negative",
 			spec: "fairQueuing: {bounds: {maxWait: -5s}}",
 			want: []string{"spec.fairQueuing.bounds.maxWait", "maxWait must be a duration such as 5s, 1m30s or 500ms"},
+		},
+		{
+			name: "maxWait too large for a duration",
+			spec: "fairQueuing: {bounds: {maxWait: 9999999999999h}}",
+			want: []string{"spec.fairQueuing.bounds.maxWait", "maxWait must be a positive duration of at most 10m"},
+		},
+		{
+			name: "maxWait overflowing only as a sum",
+			spec: "fairQueuing: {bounds: {maxWait: 2000000h2000000h}}",
+			want: []string{"spec.fairQueuing.bounds.maxWait", "maxWait must be a positive duration of at most 10m"},
+		},
+		{
+			name: "period too large for a duration",
+			spec: "rateLimits: {perUser: {requests: 1, period: 99999999999999999999s}}",
+			want: []string{"spec.rateLimits.perUser.period", "period must be a positive duration of at most 24h"},
+		},
+		{
+			name: "total too large for a duration",
+			spec: "timeouts: {request: {default: {total: 9999999999999999999ns}}}",
+			want: []string{"spec.timeouts.request.default.total", "total must be a positive duration of at most 1h"},
 		},
 		{
 			name: "maxWait without a unit",
@@ -318,9 +341,28 @@ func TestValidationRejects(t *testing.T) {
 			want: []string{"spec.backends[0].url", "url must be an absolute http or https URL"},
 		},
 		{
-			name: "backend url with credentials",
-			spec: "backends: [{name: a, url: 'https://user:secret@a.example.com/v1'}]",
-			want: []string{"spec.backends[0].url", "url must not hold credentials"},
+			name:   "backend url with credentials",
+			spec:   "backends: [{name: a, url: 'https://user:secret@a.example.com/v1'}]",
+			want:   []string{"spec.backends[0].url", "url must not hold credentials"},
+			secret: "secret",
+		},
+		{
+			name:   "backend url with credentials and a port",
+			spec:   "backends: [{name: a, url: 'http://user:pw-9f3c1a@a:8000'}]",
+			want:   []string{"spec.backends[0].url", "url must not hold credentials"},
+			secret: "pw-9f3c1a",
+		},
+		{
+			name:   "backend url with credentials and another scheme",
+			spec:   "backends: [{name: a, url: 'ftp://user:pw-77ab0e@a:21'}]",
+			want:   []string{"spec.backends[0].url", "url must be an absolute http or https URL", "url must not hold credentials"},
+			secret: "pw-77ab0e",
+		},
+		{
+			name:   "backend url with credentials and a query",
+			spec:   "backends: [{name: b, url: 'http://vllm:8000'}, {name: a, url: 'http://user:pw-c0ffee@a:8000/?token=tk-5e5e'}]",
+			want:   []string{"spec.backends[1].url", "url must not hold credentials", "url must not have a query"},
+			secret: "pw-c0ffee",
 		},
 		{
 			name: "backend weight zero",
@@ -390,6 +432,9 @@ func TestValidationRejects(t *testing.T) {
 					t.Errorf("error does not contain %q:\n%v", w, err)
 				}
 			}
+			if tt.secret != "" && strings.Contains(err.Error(), tt.secret) {
+				t.Errorf("error echoes the secret %q:\n%v", tt.secret, err)
+			}
 		})
 	}
 }
@@ -409,6 +454,7 @@ func TestValidationAccepts(t *testing.T) {
 		{name: "16 weightsFrom", spec: "fairQueuing: {weightsFrom: " + secretRefsYAML(16) + "}"},
 		{name: "equal queue bounds", spec: "fairQueuing: {bounds: {maxQueueDepthPerTenant: 64, maxTotalQueued: 64}}"},
 		{name: "largest bounds", spec: "fairQueuing: {bounds: {maxQueueDepthPerTenant: 65536, maxTotalQueued: 1048576, maxTenants: 65536, maxInFlight: 4096, maxWait: 10m}}"},
+		{name: "durations at the bounds in small units", spec: "fairQueuing: {bounds: {maxWait: 600000ms}}\nrateLimits: {perUser: {requests: 1, period: 86400000000000ns}, perTeam: {requests: 1, period: 1h1h1h1h1h19h}}\ntimeouts: {request: {default: {total: 3600000000us}}}"},
 		{name: "durations as Go prints them", spec: "fairQueuing: {bounds: {maxWait: 1m30s}}\nrateLimits: {global: {requests: 1, period: 1.5s}, perUser: {requests: 1, period: 500ms}, perTeam: {requests: 1, period: 24h0m0s}}"},
 		{name: "burst below requests smooths", spec: "rateLimits: {perAPIKey: {requests: 100, burst: 1}}"},
 		{name: "unknownModel charged to an overridden model", spec: "rateLimits: {perModel: {overrides: [{model: big, requests: 1}], unknownModel: {action: Charge, chargeAs: big}}}"},
