@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -86,10 +87,23 @@ func TestRunUsesTheRedisStoreOfTheConfig(t *testing.T) {
 	}
 
 	m.Close()
-	code, body := call()
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "store_unavailable") {
-		t.Fatalf("with Redis down: %d %s; want 503 store_unavailable", code, body)
+	readyz := func() string {
+		resp, err := http.Get("http://" + ops + "/readyz")
+		if err != nil {
+			return err.Error()
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprint(resp.StatusCode, " ", string(b))
 	}
+	// Each call fails alone; consecutive failures over the probe interval
+	// mark the store down, which readiness names while staying ready.
+	until("the store marked down, in /readyz", func() bool {
+		if code, body := call(); code != http.StatusServiceUnavailable || !strings.Contains(body, "store_unavailable") {
+			t.Fatalf("with Redis down: %d %s; want 503 store_unavailable", code, body)
+		}
+		return strings.HasPrefix(readyz(), "200 ok: redis rate-limit store down since ")
+	})
 	if err := m.Restart(); err != nil {
 		t.Fatal(err)
 	}
