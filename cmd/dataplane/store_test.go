@@ -116,7 +116,18 @@ func TestRunUsesTheRedisStoreOfTheConfig(t *testing.T) {
 	metrics, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{`rate_limit_store_up 1`, `rate_limit_store_transitions_total{to="down"} 1`, `rate_limit_store_transitions_total{to="up"} 1`, `rate_limit_live_replicas 1`} {
 		if !strings.Contains(string(metrics), want) {
-			t.Errorf("/metrics lacks %s", want)
+			t.Errorf("/metrics lacks %s; it has:\n%s", want, grepLines(string(metrics), "rate_limit_"))
 		}
 	}
+}
+
+// grepLines returns the lines of s that start with prefix.
+func grepLines(s, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -45,6 +45,11 @@ const (
 	DefaultDownAfterSpan = DefaultProbeInterval
 )
 
+// CheckTimeout bounds Check, which a data plane runs when it puts a store
+// in force: longer than a probe, as the first call dials, authenticates and
+// loads the script, on a machine that may be busy starting up.
+const CheckTimeout = 2 * time.Second
+
 // failureRun is the store's one record of consecutive failures, and the one
 // place that decides when they mark the store down (see
 // DefaultDownAfterFailures). Every call reports its outcome; a success costs
@@ -126,7 +131,7 @@ func (s *Store) check(ctx context.Context, c redis.UniversalClient) error {
 // checks each Redis store it puts in force, at start and on reload, so a
 // store that refuses every call is reported before the first request.
 func (s *Store) Check(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.probeTO)
+	ctx, cancel := context.WithTimeout(ctx, max(s.probeTO, CheckTimeout))
 	defer cancel()
 	err := s.check(ctx, s.Client())
 	if err != nil {
