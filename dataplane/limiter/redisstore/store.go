@@ -552,7 +552,9 @@ func (s *Store) do(now time.Time, b *limiter.Batch, op string) (limiter.Decision
 		// a long enough run of them marks the store down.
 		s.obs.StoreError(classify(err))
 		if down, n, lasted := s.fails.failed(s.clock.Now(), err); down {
-			s.markDown(fmt.Errorf("%d calls failed in a row over %s, the latest: %w", n, lasted.Round(time.Millisecond), s.explain(context.Background(), err)))
+			ctx, cancel := context.WithTimeout(context.Background(), s.timeout) // explain may ask the server its mode
+			s.markDown(fmt.Errorf("%d calls failed in a row over %s, the latest: %w", n, lasted.Round(time.Millisecond), s.explain(ctx, err)))
+			cancel()
 		}
 		return s.unavailable(now, b, op, err)
 	}
