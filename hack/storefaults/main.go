@@ -255,8 +255,9 @@ func edge(ctx context.Context, c *redis.Client) {
 
 func waitReady(ctx context.Context, url string) error {
 	deadline := time.Now().Add(60 * time.Second)
+	c := &http.Client{Timeout: 2 * time.Second}
 	for time.Now().Before(deadline) {
-		resp, err := http.Get(url) //nolint:noctx // a loopback probe bounded by the loop
+		resp, err := c.Get(url)
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
