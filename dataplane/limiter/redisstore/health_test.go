@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -218,11 +219,17 @@ func TestRealRedisOutOfMemoryAdmitsOnOnePathOnly(t *testing.T) {
 // TestSwitchReportsAStoreThatRefusesEveryCall puts in force, through the
 // Switch as a data plane does at start and reload, stores whose every call
 // fails although Redis answers PING: Cluster mode at a plain Redis,
-// Standalone at a Sentinel, Sentinel mode with a wrong master name. Each is
-// reported down at once, with a hint naming the misconfiguration.
+// Standalone at a Sentinel or at a read-only replica, Sentinel mode with a
+// wrong master name. Each is reported down at once, with a hint naming the
+// misconfiguration.
 func TestSwitchReportsAStoreThatRefusesEveryCall(t *testing.T) {
 	plain := startRedis(t)
 	sentinel := redistest.StartSentinel(t, "primary", plain.addr)
+	host, port, err := net.SplitHostPort(plain.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica := startRedis(t, "--replicaof", host, port)
 	for _, tc := range []struct {
 		name   string
 		mode   string
@@ -233,6 +240,7 @@ func TestSwitchReportsAStoreThatRefusesEveryCall(t *testing.T) {
 		{name: "ClusterAtPlainRedis", mode: config.RedisCluster, addr: plain.addr, hint: "use mode Standalone"},
 		{name: "StandaloneAtSentinel", mode: config.RedisStandalone, addr: sentinel.Addr(), hint: "the address is a Redis sentinel; use mode Sentinel"},
 		{name: "SentinelWrongMaster", mode: config.RedisSentinel, addr: sentinel.Addr(), master: "nosuch", hint: `check sentinelMasterName`},
+		{name: "StandaloneAtReadOnlyReplica", mode: config.RedisStandalone, addr: replica.addr, hint: "the address is a read-only replica"},
 		{name: "SentinelRightMaster", mode: config.RedisSentinel, addr: sentinel.Addr(), master: "primary"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
