@@ -324,3 +324,58 @@ func TestFailOpenKeepsItsBucketsAcrossFlaps(t *testing.T) {
 		t.Fatalf("%d admitted locally 500ms later, want the 5 refilled at 10/s", admitted)
 	}
 }
+
+// TestStandaloneAtANonOwningClusterNodeIsReportedDown points mode
+// Standalone at the node of a real two-node Redis Cluster that does not own
+// the policy's slot: every call is answered MOVED, and the store is down
+// from the start with a hint to use mode Cluster.
+func TestStandaloneAtANonOwningClusterNodeIsReportedDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var nodes [2]*redisServer
+	var admins [2]*redis.Client
+	for i := range nodes {
+		nodes[i] = startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+		admins[i] = redis.NewClient(&redis.Options{Addr: nodes[i].addr})
+		defer func() { _ = admins[i].Close() }()
+	}
+	for i, r := range [][2]string{{"0", "8191"}, {"8192", "16383"}} {
+		if err := admins[i].Do(ctx, "CLUSTER", "ADDSLOTSRANGE", r[0], r[1]).Err(); err != nil {
+			t.Fatalf("CLUSTER ADDSLOTSRANGE: %v", err)
+		}
+	}
+	host, port, _ := net.SplitHostPort(nodes[1].addr)
+	if err := admins[0].ClusterMeet(ctx, host, port).Err(); err != nil {
+		t.Fatalf("CLUSTER MEET: %v", err)
+	}
+	for i := range admins {
+		for {
+			info, err := admins[i].ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:2") {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the two-node cluster did not reach cluster_state:ok: %q, %v", info, err)
+			}
+			time.Sleep(20 * time.Millisecond) // polling external processes
+		}
+	}
+	slot, err := admins[0].ClusterKeySlot(ctx, KeyPrefix("team-a", "llm")+"probe").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := nodes[0].addr // the node that does not own the slot
+	if slot < 8192 {
+		other = nodes[1].addr
+	}
+	sw := NewSwitch(SwitchOptions{})
+	defer func() { _ = sw.Close() }()
+	p, err := sw.Prepare(ctx, storeConfig(other, nil))
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	p.Commit()
+	if h := sw.Health(); h == nil || !strings.Contains(h.Error(), "MOVED") || !strings.Contains(h.Error(), "use mode Cluster") {
+		t.Fatalf("Health = %v; want down on MOVED, with a hint to use mode Cluster", h)
+	}
+}
