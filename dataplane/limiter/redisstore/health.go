@@ -114,7 +114,8 @@ func (s *Store) check(ctx context.Context, c redis.UniversalClient) error {
 	a.cmd[3] = k
 	args := a.cmd[4:]
 	args[0], args[1], args[2] = opCode(OpTake), "", ""
-	args[3], args[4], args[5] = "1", "1", "1 1"
+	const ns = "1" // the probe bucket's interval and window, in nanoseconds
+	args[3], args[4], args[5] = ns, ns, ns+" "+ns
 	res, err := s.runScriptOn(ctx, c, a, 1, 6)
 	if err == nil && len(res) != 2 {
 		err = badReplyError(fmt.Sprintf("bucket script answered %d values for 1 bucket", len(res)))
