@@ -33,8 +33,8 @@ limitations under the License.
 //
 // Usage:
 //
-//	go build -o bin/dataplane ./cmd/dataplane
-//	go run ./hack/storefaults --dataplane bin/dataplane
+//	go build -o /tmp/dataplane ./cmd/dataplane
+//	go run ./hack/storefaults --dataplane /tmp/dataplane
 package main
 
 import (
@@ -80,7 +80,7 @@ type options struct {
 
 func run() error {
 	var o options
-	flag.StringVar(&o.dataplane, "dataplane", "bin/dataplane", "the data-plane `binary` to run")
+	flag.StringVar(&o.dataplane, "dataplane", "/tmp/dataplane", "the data-plane `binary` to run")
 	flag.IntVar(&o.replicas, "replicas", 2, "data-plane processes sharing the store (also --store-replicas)")
 	flag.Int64Var(&o.limit, "limit", 40, "the fleet's global limit, requests per second")
 	flag.Int64Var(&o.burst, "burst", 10, "the global limit's burst")
