@@ -23,7 +23,7 @@ import (
 // Defaults of spec.store.
 const (
 	// DefaultStoreTimeout is the default of store.redis.timeout.
-	DefaultStoreTimeout = "50ms"
+	DefaultStoreTimeout = "250ms"
 	// RedisSecretUsernameKey is the optional data key of store.redis.secretRef
 	// holding the ACL user name.
 	RedisSecretUsernameKey = "username"
@@ -141,9 +141,9 @@ type RedisStore struct {
 	TLS bool `json:"tls,omitempty"`
 
 	// timeout bounds every store call on the request path, from 1ms to 5s;
-	// a call that takes longer fails as failureMode says. Defaults to "50ms".
+	// a call that takes longer fails as failureMode says. Defaults to "250ms".
 	// +optional
-	// +kubebuilder:default="50ms"
+	// +kubebuilder:default="250ms"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="timeout must be a duration such as 50ms or 1s: numbers each followed by h, m, s, ms, us or ns"

@@ -328,6 +328,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	srv.SetConfigSourceHealth(joinHealth(reloader.SourceHealth, pacer.KeyHealth))
+	srv.SetStoreHealth(stores.sw.Health)
 	if o.configSource == sourceFile {
 		// A file named on the command line must be usable at startup; later
 		// edits are followed, and a bad one keeps this config in force.

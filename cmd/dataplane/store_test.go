@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -86,10 +87,23 @@ func TestRunUsesTheRedisStoreOfTheConfig(t *testing.T) {
 	}
 
 	m.Close()
-	code, body := call()
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "store_unavailable") {
-		t.Fatalf("with Redis down: %d %s; want 503 store_unavailable", code, body)
+	readyz := func() string {
+		resp, err := http.Get("http://" + ops + "/readyz")
+		if err != nil {
+			return err.Error()
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprint(resp.StatusCode, " ", string(b))
 	}
+	// Each call fails alone; consecutive failures over the probe interval
+	// mark the store down, which readiness names while staying ready.
+	until("the store marked down, in /readyz", func() bool {
+		if code, body := call(); code != http.StatusServiceUnavailable || !strings.Contains(body, "store_unavailable") {
+			t.Fatalf("with Redis down: %d %s; want 503 store_unavailable", code, body)
+		}
+		return strings.HasPrefix(readyz(), "200 ok: redis rate-limit store down since ")
+	})
 	if err := m.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +116,7 @@ func TestRunUsesTheRedisStoreOfTheConfig(t *testing.T) {
 	metrics, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{`rate_limit_store_up 1`, `rate_limit_store_transitions_total{to="down"} 1`, `rate_limit_store_transitions_total{to="up"} 1`, `rate_limit_live_replicas 1`} {
 		if !strings.Contains(string(metrics), want) {
-			t.Errorf("/metrics lacks %s", want)
+			t.Errorf("/metrics lacks %s; it has:\n%s", want, grepLines(string(metrics), "rate_limit_"))
 		}
 	}
 }
@@ -176,4 +190,15 @@ func TestPolicyReadsTheRedisSecretFromSecretsFlag(t *testing.T) {
 	if !found {
 		t.Fatalf("no api_key bucket in Redis; keys %v", m.Keys())
 	}
+}
+
+// grepLines returns the lines of s that start with prefix.
+func grepLines(s, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

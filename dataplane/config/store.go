@@ -27,7 +27,7 @@ const (
 	FailOpen = "Open"
 
 	// DefaultStoreTimeout is the default bound on one store call.
-	DefaultStoreTimeout = 50 * time.Millisecond
+	DefaultStoreTimeout = 250 * time.Millisecond
 	// MinStoreTimeout is the shortest store timeout accepted.
 	MinStoreTimeout = time.Millisecond
 	// MaxStoreTimeout is the longest store timeout accepted.

@@ -28,14 +28,14 @@ func TestStoreRoundTripsWithoutSecretValues(t *testing.T) {
 	if err := json.Compact(&compact, data); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(compact.Bytes(), []byte(`"store":{"type":"Redis","redis":{"addresses":["redis.cache.svc:6379"],"mode":"Standalone","secret":{"namespace":"team-a","name":"redis-auth"},"db":0,"tls":false,"timeout":"50ms","failureMode":"Closed"}}`)) {
+	if !bytes.Contains(compact.Bytes(), []byte(`"store":{"type":"Redis","redis":{"addresses":["redis.cache.svc:6379"],"mode":"Standalone","secret":{"namespace":"team-a","name":"redis-auth"},"db":0,"tls":false,"timeout":"250ms","failureMode":"Closed"}}`)) {
 		t.Fatalf("rendered store section is not as documented:\n%s", data)
 	}
 	got, err := Parse(data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.Store.IsRedis() || got.Store.Redis.Secret.Name != "redis-auth" || got.Store.Redis.Timeout.Duration != 50*time.Millisecond {
+	if !got.Store.IsRedis() || got.Store.Redis.Secret.Name != "redis-auth" || got.Store.Redis.Timeout.Duration != DefaultStoreTimeout {
 		t.Fatalf("parsed store %+v", got.Store)
 	}
 

@@ -29,7 +29,7 @@ func TestRenderStore(t *testing.T) {
 			want: &config.Store{Type: config.StoreRedis, Redis: &config.RedisStore{
 				Addresses: []string{"redis:6379"}, Mode: config.RedisStandalone,
 				Secret:  &config.SecretRef{Namespace: "ns", Name: "redis-auth"},
-				Timeout: config.Duration{Duration: 50 * time.Millisecond}, FailureMode: config.FailClosed,
+				Timeout: config.Duration{Duration: 250 * time.Millisecond}, FailureMode: config.FailClosed,
 			}},
 		},
 		{

@@ -146,6 +146,8 @@ type Server struct {
 
 	// sourceHealth reports the config source's failures on /readyz.
 	sourceHealth atomic.Pointer[func() error]
+	// storeHealth reports a rate-limit store that does not apply charges.
+	storeHealth atomic.Pointer[func() error]
 }
 
 // New returns a Server that is not ready until Load succeeds.
@@ -290,15 +292,28 @@ func (s *Server) OpsHandler() http.Handler {
 		case s.rt.Load() == nil:
 			http.Error(w, "no valid config loaded yet", http.StatusServiceUnavailable)
 		default:
+			body := "ok"
+			if f := s.storeHealth.Load(); f != nil {
+				if err := (*f)(); err != nil {
+					// Still ready, as for the config source: the store's
+					// failure mode answers every request, and a fleet
+					// turning unready together on a Redis outage would
+					// take the API down.
+					body += ": " + err.Error()
+				}
+			}
 			if f := s.sourceHealth.Load(); f != nil {
 				if err := (*f)(); err != nil {
 					// Still ready: the last good config is in force, and a
 					// fleet turning unready together would take the API down.
-					_, _ = w.Write([]byte("ok: serving the last good config; " + err.Error() + "\n"))
-					return
+					sep := ": "
+					if body != "ok" {
+						sep = "; "
+					}
+					body += sep + "serving the last good config; " + err.Error()
 				}
 			}
-			_, _ = w.Write([]byte("ok\n"))
+			_, _ = w.Write([]byte(body + "\n"))
 		}
 	})
 	return mux
@@ -308,6 +323,10 @@ func (s *Server) OpsHandler() http.Handler {
 // reports it (nil while healthy). Readiness itself does not change: the
 // replica keeps serving its last good config.
 func (s *Server) SetConfigSourceHealth(f func() error) { s.sourceHealth.Store(&f) }
+
+// SetStoreHealth makes /readyz name the rate-limit store's failure, as f
+// reports it (nil while the store works). Readiness itself does not change.
+func (s *Server) SetStoreHealth(f func() error) { s.storeHealth.Store(&f) }
 
 // Run serves traffic on trafficLn and the operational endpoints on opsLn
 // until ctx ends, then shuts down gracefully: readiness fails at once while

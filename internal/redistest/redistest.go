@@ -17,8 +17,9 @@ limitations under the License.
 // Package redistest runs a real redis-server child process on a free
 // loopback port, without persistence, for tests and demos: Launch starts one
 // and waits until it answers PING, Kill stops it and Restart brings it back,
-// empty, on the same port. Start is Launch for a test, skipping it when
-// redis-server is not installed (failing it under CI).
+// empty, on the same port; Pause and Resume freeze and thaw it. Start is
+// Launch for a test, skipping it when redis-server is not installed (failing
+// it under CI); StartSentinel and LaunchSentinel start a Redis Sentinel.
 package redistest
 
 import (
@@ -28,8 +29,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -204,6 +207,68 @@ func (s *Server) killLocked() error {
 	}
 	if err != nil {
 		return fmt.Errorf("kill redis-server on %s: %w", s.addr, err)
+	}
+	return nil
+}
+
+// StartSentinel starts a Redis Sentinel (redis-server --sentinel) on a free
+// loopback port that monitors the primary at masterAddr under the name
+// master, with a quorum of 1, and kills it when the test ends. It skips the
+// test when redis-server is not installed, and fails it under CI.
+func StartSentinel(t testing.TB, master, masterAddr string) *Server {
+	t.Helper()
+	bin := Need(t)
+	s, err := LaunchSentinel(context.Background(), bin, t.TempDir(), master, masterAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Kill() })
+	return s
+}
+
+// LaunchSentinel starts bin (DefaultBinary when empty) as a Redis Sentinel
+// on a free loopback port, with its configuration file (which a sentinel
+// rewrites) in dir, monitoring the primary at masterAddr as master with a
+// quorum of 1, and waits until it answers PING.
+func LaunchSentinel(ctx context.Context, bin, dir, master, masterAddr string) (*Server, error) {
+	if bin == "" {
+		bin = DefaultBinary
+	}
+	host, mport, err := net.SplitHostPort(masterAddr)
+	if err != nil {
+		return nil, fmt.Errorf("sentinel: the primary's address %q is not host:port: %w", masterAddr, err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "sentinel monitor %s %s %s 1\n", master, host, mport), 0o600); err != nil {
+		return nil, fmt.Errorf("sentinel: write its configuration: %w", err)
+	}
+	s := &Server{bin: bin, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	s.args = []string{conf, "--sentinel", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no"}
+	if err := s.Restart(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Pause freezes the running server (SIGSTOP): it keeps its connections and
+// answers nothing until Resume, as a server stalled by its host does.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+
+// Resume lets a paused server run again (SIGCONT).
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return fmt.Errorf("redis-server on %s is not running", s.addr)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %s to redis-server on %s: %w", sig, s.addr, err)
 	}
 	return nil
 }

@@ -90,7 +90,7 @@ func TestStoreValidation(t *testing.T) {
 		}
 		want := fqv1alpha1.Store{Type: fqv1alpha1.StoreTypeRedis, Redis: &fqv1alpha1.RedisStore{
 			Addresses: []string{"redis:6379"}, Mode: fqv1alpha1.RedisModeStandalone,
-			Timeout: metav1.Duration{Duration: 50 * time.Millisecond}, FailureMode: fqv1alpha1.StoreFailClosed,
+			Timeout: metav1.Duration{Duration: 250 * time.Millisecond}, FailureMode: fqv1alpha1.StoreFailClosed,
 		}}
 		if !reflect.DeepEqual(got.Spec.Store, want) {
 			t.Errorf("defaulted store = %+v (redis %+v), want %+v (redis %+v)", got.Spec.Store, got.Spec.Store.Redis, want, want.Redis)

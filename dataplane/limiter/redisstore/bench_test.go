@@ -21,9 +21,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -333,4 +335,53 @@ func BenchmarkTakeVsScriptBeforeTokens(b *testing.B) {
 			b.ReportMetric(float64(pc)/float64(po), "p50-ratio")
 		})
 	}
+}
+
+// BenchmarkTakeLatencyUnderLoad measures what the store's call timeout has
+// to cover: the latency of healthy four-bucket takes on a real
+// redis-server, 32 callers at once (a busy replica), with a timeout far
+// above any of them, reporting p50, p99, p99.9 and the maximum in
+// milliseconds. Run it on a loaded machine, e.g.
+//
+//	go test -run - -bench TakeLatencyUnderLoad -benchtime 20000x ./dataplane/limiter/redisstore/
+//
+// DefaultTimeout is chosen from its p99.9 (see DefaultTimeout).
+func BenchmarkTakeLatencyUnderLoad(b *testing.B) {
+	srv := startRedis(b)
+	s, err := New(Options{Addresses: []string{srv.addr}, Namespace: "ns", Policy: policyName(b), Timeout: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	const callers = 32
+	lats := make([][]time.Duration, callers)
+	b.SetParallelism(max(1, callers/runtime.GOMAXPROCS(0)))
+	var next atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		me := int(next.Add(1)-1) % callers
+		l := lim(1_000_000, time.Second, 0)
+		batch := batchOf(bucket{limiter.DimensionAPIKey, "k" + strconv.Itoa(me), l}, bucket{limiter.DimensionUser, "u", l},
+			bucket{limiter.DimensionTeam, "t", l}, bucket{limiter.DimensionModel, "m", l})
+		for pb.Next() {
+			start := time.Now()
+			if _, err := s.Take(time.Now(), batch); err != nil {
+				b.Error(err)
+				return
+			}
+			lats[me] = append(lats[me], time.Since(start))
+		}
+	})
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	if len(all) == 0 {
+		return
+	}
+	slices.Sort(all)
+	q := func(p float64) float64 { return float64(all[min(len(all)-1, int(p*float64(len(all))))]) / 1e6 }
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	b.ReportMetric(q(0.999), "p99.9-ms")
+	b.ReportMetric(float64(all[len(all)-1])/1e6, "max-ms")
 }

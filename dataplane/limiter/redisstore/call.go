@@ -98,7 +98,11 @@ type shapeCache = [limiter.NumDimensions]atomic.Pointer[shapeArg]
 // and nargs script arguments, loading the script if Redis does not know it
 // (a restarted or new server), and returns its integer reply.
 func (s *Store) runScript(ctx context.Context, a *callArgs, n, nargs int) ([]int64, error) {
-	c := s.Client()
+	return s.runScriptOn(ctx, s.Client(), a, n, nargs)
+}
+
+// runScriptOn is runScript through client c.
+func (s *Store) runScriptOn(ctx context.Context, c redis.UniversalClient, a *callArgs, n, nargs int) ([]int64, error) {
 	argv := a.cmd[:3+n+nargs]
 	argv[0], argv[1], argv[2] = "evalsha", s.scriptHash, numKeysArg[n]
 	cmd := redis.NewIntSliceCmd(ctx, argv...)

@@ -49,14 +49,19 @@ limitations under the License.
 //
 // # Failure
 //
-// A call that fails to reach Redis within the timeout marks the store down:
-// with FailClosed every call then returns limiter.ErrStoreUnavailable at
-// once (the server answers 503 store_unavailable, never queued); with
-// FailOpen calls are decided by an in-memory store holding each limit
-// divided by the live replicas (Replicas). One probe goroutine per outage
-// pings Redis every ProbeInterval and returns the store to it as soon as it
-// answers; the transition is logged once each way and reported to the
-// Observer.
+// A call that fails (no answer within the timeout, or any error reply: the
+// charge was not applied) fails alone: with FailClosed it returns
+// limiter.ErrStoreUnavailable (the server answers 503 store_unavailable,
+// never queued); with FailOpen it is decided by an in-memory store holding
+// each limit divided by the live replicas (Replicas), which lives as long as
+// the Store and is charged with every admission Redis grants, so no
+// capacity is granted on both paths. A run of consecutive failures
+// (failureRun, health.go) marks the store down: calls are then answered so
+// without contacting Redis, and one probe goroutine runs the bucket script
+// as a real charge every ProbeInterval and returns the store to Redis once
+// it applies it. Check does the same when a data plane puts the store in
+// force. The transition is logged once each way and reported to the
+// Observer; Health names the cause for readiness.
 //
 // Switch holds the store a data plane's loaded config selects, memory or
 // Redis, and changes it on reload.

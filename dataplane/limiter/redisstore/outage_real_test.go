@@ -51,6 +51,16 @@ func TestRealRedisOutagesRecoverWithinASecond(t *testing.T) {
 			goroutines := 0
 			for i := range 10 {
 				srv.stop()
+				// Calls fail one by one until a run of them over the probe
+				// interval marks the store down.
+				marked := time.Now()
+				for s.Up() {
+					if time.Since(marked) > 3*time.Second {
+						t.Fatalf("outage %d: not marked down within 3s of failing calls", i)
+					}
+					_, _ = s.Peek(time.Now(), userBatch("u", l))
+					time.Sleep(10 * time.Millisecond) // calls spread over real time
+				}
 				for range 3 {
 					start := time.Now()
 					d, err := s.Take(time.Now(), userBatch("u", l))

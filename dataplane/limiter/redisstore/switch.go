@@ -129,8 +129,12 @@ type Pending struct {
 
 // Prepare builds the store cfg selects without putting it in force: it
 // reads the Redis Secret and checks the settings, so a config that cannot
-// be applied is refused before anything changes. An unchanged store section
-// keeps the store in force, with its connections and state.
+// be applied is refused before anything changes, and runs a new Redis
+// store's health check (Store.Check), bounded by ctx, so a store that does
+// not apply charges (unreachable, out of memory, a wrong mode or master
+// name) is marked down, logged and reported from the moment it is in force.
+// An unchanged store section keeps the store in force, with its connections
+// and state.
 func (s *Switch) Prepare(ctx context.Context, cfg *config.Config) (*Pending, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -153,7 +157,17 @@ func (s *Switch) Prepare(ctx context.Context, cfg *config.Config) (*Pending, err
 	if err != nil {
 		return nil, fmt.Errorf("store.redis: %w", err)
 	}
+	_ = st.Check(ctx) // a failure is logged, reported and probed by st
 	return &Pending{s: s, next: &active{store: st, redis: st, section: want}}, nil
+}
+
+// Health returns nil on the memory store or while the Redis store in force
+// applies charges, else why it does not (see Store.Health).
+func (s *Switch) Health() error {
+	if r := s.Redis(); r != nil {
+		return r.Health()
+	}
+	return nil
 }
 
 // Commit puts the prepared store in force and closes the one it replaces.
