@@ -327,8 +327,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	srv.SetConfigSourceHealth(joinHealth(reloader.SourceHealth, pacer.KeyHealth))
-	srv.SetStoreHealth(stores.sw.Health)
+	srv.SetConfigSourceHealth(reloader.SourceHealth)
+	// A hash-key disagreement in the fleet is the shared store's trouble,
+	// not the config source's: /readyz names it beside the store's state.
+	srv.SetStoreHealth(joinHealth(stores.sw.Health, pacer.KeyHealth))
 	if o.configSource == sourceFile {
 		// A file named on the command line must be usable at startup; later
 		// edits are followed, and a bad one keeps this config in force.
