@@ -202,7 +202,7 @@ type arrival struct {
 func schedule(lc *loadgen.Config, seed uint64) []arrival {
 	var out []arrival
 	for i, t := range lc.Tenants {
-		rng := rand.New(rand.NewPCG(seed, uint64(i))) //nolint:gosec // jitter for a simulation, not a secret
+		rng := rand.New(rand.NewPCG(seed, uint64(i))) // jitter for a simulation, not a secret: math/rand is enough
 		until := lc.Duration
 		if t.Stop > 0 {
 			until = min(until, t.Stop)

@@ -188,7 +188,9 @@ func simulateJSON(t *testing.T, policy, load string, extra ...string) (Simulatio
 	t.Helper()
 	args := append([]string{"simulate", "--policy-file", writeFile(t, "p.yaml", policy), "-f", writeFile(t, "load.yaml", load), "-o", "json"}, extra...)
 	var out, errOut bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// A 10s simulation takes seconds; the bound leaves room for -race on a
+	// busy machine (over 2 minutes on 2 loaded cores).
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	if err := run(ctx, args, &out, &errOut); err != nil {
 		t.Fatalf("simulate: %v\n%s", err, errOut.String())
