@@ -16,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -300,6 +301,36 @@ func TestAgainstTheControlPlane(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), identity.Short(acme)) {
 			t.Errorf("top without --resolve does not show the tenant by hash prefix:\n%s", out.String())
+		}
+	})
+	t.Run("top says a replica's pod is gone, and names pods/proxy only when it is forbidden", func(t *testing.T) {
+		// The policy's report Leases (above) name pods that do not exist.
+		admin, err := kubernetes.NewForConfig(env.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := topOptions{port: "9090", interval: time.Millisecond, count: 1}
+		g := &globals{namespace: ns, client: c, kube: admin}
+		var out bytes.Buffer
+		err = runTop(ctx, g, "full", opts, g.podProxy, &out)
+		if err == nil || !strings.Contains(err.Error(), "no replica could be scraped") || !strings.Contains(err.Error(), "does not exist, but a report Lease names it") {
+			t.Errorf("top with every replica's pod gone: %v, want a failure saying the pods do not exist", err)
+		}
+		if strings.Contains(out.String(), "pods/proxy") {
+			t.Errorf("a missing pod blamed on RBAC:\n%s", out.String())
+		}
+		t.Logf("%v", err)
+
+		rc := rest.CopyConfig(env.Config)
+		rc.Impersonate = rest.ImpersonationConfig{UserName: "nobody"}
+		nobody, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.kube = nobody
+		err = runTop(ctx, g, "full", opts, g.podProxy, &out)
+		if err == nil || !strings.Contains(err.Error(), "it needs get on pods/proxy in "+ns) {
+			t.Errorf("top by a user without get on pods/proxy: %v, want the permission named", err)
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -117,21 +118,51 @@ func (l *Load) serviceTime() time.Duration {
 	return defaultServiceTime
 }
 
+// SimOptions tune a simulation.
+type SimOptions struct {
+	// Seed seeds the arrival jitter; the same seed gives the same run.
+	Seed uint64
+	// Warmup is how long from the start of the arrivals is left out of the
+	// steady-state figures; negative means DefaultWarmup of the load.
+	Warmup time.Duration
+}
+
+// DefaultWarmup is the warm-up left out of the steady-state figures when
+// none is given: a tenth of the arrival window, at least 1s (bursts are
+// spent and queues formed by then at any rate a limit binds at) and at most
+// half of it.
+func DefaultWarmup(duration time.Duration) time.Duration {
+	return min(max(duration/10, time.Second), duration/2)
+}
+
+// Counts are a tenant's requests over a stretch of a simulation.
+type Counts struct {
+	// Offered counts arrivals; Admitted, the requests dispatched to the
+	// backend; Refused, refusals by reason (loadgen's reason, with the
+	// limit_type after a slash for refusals that never queued, such as
+	// "immediate/global").
+	Offered, Admitted int
+	Refused           map[string]int
+}
+
 // TenantResult is what one tenant of a simulation got.
 type TenantResult struct {
-	Name     string
-	Offered  int
-	Admitted int
-	// Refused counts refusals by reason, as loadgen classifies them.
-	Refused map[string]int
-	// Waits are the queue waits of the admitted requests.
-	Waits []time.Duration
+	Name string
 	// Weight is the tenant's weight in the rendered config (0 when fair
 	// queuing is off or the tenant sends no identity of its dimension).
 	Weight int32
+	// Total counts every request of the run, each by its own outcome, the
+	// queue's drain after the arrivals stop included.
+	Total Counts
+	// Steady counts the steady-state window: arrivals, admissions and
+	// refusals that happened in it (each at its own time: an admission when
+	// it was dispatched, a refusal when it was answered).
+	Steady Counts
+	// Waits are the queue waits of the requests admitted in the window.
+	Waits []time.Duration
 }
 
-// WaitQuantile returns the q-quantile of the admitted requests' waits.
+// WaitQuantile returns the q-quantile of the steady-state admissions' waits.
 func (r *TenantResult) WaitQuantile(q float64) time.Duration {
 	if len(r.Waits) == 0 {
 		return 0
@@ -141,13 +172,67 @@ func (r *TenantResult) WaitQuantile(q float64) time.Duration {
 	return w[min(len(w)-1, int(q*float64(len(w))))]
 }
 
+// SimResult is the outcome of a simulation.
+type SimResult struct {
+	// From and To bound the steady-state window, as offsets from the start
+	// of the arrivals: from the end of the warm-up to the end of the
+	// arrivals, so neither the bursts spent at the start nor the queue
+	// draining after the last arrival count in its rates.
+	From, To time.Duration
+	// Seed is the arrival jitter's seed.
+	Seed    uint64
+	Tenants []TenantResult
+}
+
+// Seconds returns the steady-state window's length in seconds.
+func (r *SimResult) Seconds() float64 { return (r.To - r.From).Seconds() }
+
+// arrival is one request of the offered load.
+type arrival struct {
+	at     time.Duration
+	tenant int
+}
+
+// schedule returns every tenant's arrivals, in time order. Tenant t's k-th
+// request is due in its k-th slot of 1/rate from its start, at a random point
+// of that slot: the offered rate is exact, but arrivals of different tenants
+// are not in a fixed order, as requests from independent clients are not.
+// In a fixed order (all tenants at the same instants) the one served first
+// would win every token a first-come-first-served limit hands out.
+func schedule(lc *loadgen.Config, seed uint64) []arrival {
+	var out []arrival
+	for i, t := range lc.Tenants {
+		rng := rand.New(rand.NewPCG(seed, uint64(i))) // jitter for a simulation, not a secret: math/rand is enough
+		until := lc.Duration
+		if t.Stop > 0 {
+			until = min(until, t.Stop)
+		}
+		for k := int64(0); ; k++ {
+			at := t.Start + time.Duration((float64(k)+rng.Float64())*float64(time.Second)/t.Rate)
+			if at >= until {
+				break
+			}
+			out = append(out, arrival{at: at, tenant: i})
+		}
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].at < out[b].at })
+	return out
+}
+
+// dispatchKey keys the *time.Time the simulated backend sets, in a request's
+// context, to the (fake) time the data plane dispatched the request.
+type dispatchKey struct{}
+
 // Simulate offers load to the real data-plane server loaded with cfg, in
-// process, on a fake clock: arrivals follow loadgen's open-loop schedule, the
-// backend answers after the load's service time, and the clock advances only
-// when every request is parked (queued or at the backend), so the outcome is
-// what the scheduler and limiter decide, not how fast this machine is.
-func Simulate(ctx context.Context, cfg *config.Config, key []byte, load *Load) ([]TenantResult, error) {
+// process, on a fake clock: arrivals follow loadgen's open-loop rates, each
+// at a random point of its slot (see schedule), are offered one at a time in
+// time order, the backend answers after the load's service time, and the
+// clock advances only when every request is parked (queued or at the
+// backend), so the outcome is what the scheduler and limiter decide, not how
+// fast this machine is.
+func Simulate(ctx context.Context, cfg *config.Config, key []byte, load *Load, opts SimOptions) (*SimResult, error) {
 	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	start := clk.Now()
 	up := &simUpstream{clk: clk, service: load.serviceTime()}
 	reg := prometheus.NewRegistry()
 	srv, err := server.New(server.Options{Logger: logr.Discard(), Clock: clk, HashKey: key, Transport: up, Registerer: reg, Gatherer: reg})
@@ -159,81 +244,102 @@ func Simulate(ctx context.Context, cfg *config.Config, key []byte, load *Load) (
 		return nil, fmt.Errorf("loading the rendered config: %w", err)
 	}
 	lc := load.LoadgenConfig("http://sim")
-	results := make([]TenantResult, len(lc.Tenants))
+	warmup := opts.Warmup
+	if warmup < 0 {
+		warmup = DefaultWarmup(lc.Duration)
+	}
+	if warmup >= lc.Duration {
+		return nil, fmt.Errorf("the warm-up %v leaves nothing of the load's %v duration to measure; give a shorter --warmup", warmup, lc.Duration)
+	}
+	res := &SimResult{From: warmup, To: lc.Duration, Seed: opts.Seed, Tenants: make([]TenantResult, len(lc.Tenants))}
+	inWindow := func(at time.Duration) bool { return at >= res.From && at < res.To }
 	var mu sync.Mutex
 	var inServe atomic.Int64
 	var wg sync.WaitGroup
-	next := make([]int64, len(lc.Tenants))
 	for i, t := range lc.Tenants {
-		results[i] = TenantResult{Name: t.Name, Refused: map[string]int{}, Weight: weightOf(cfg, key, t)}
+		res.Tenants[i] = TenantResult{Name: t.Name, Weight: weightOf(cfg, key, t),
+			Total: Counts{Refused: map[string]int{}}, Steady: Counts{Refused: map[string]int{}}}
 	}
 	body, _ := json.Marshal(map[string]any{"model": lc.Model, "messages": []map[string]string{{"role": "user", "content": "simulate"}}, "max_tokens": 1})
+	arrivals := schedule(&lc, opts.Seed)
 	for elapsed := time.Duration(0); ; elapsed += simStep {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		for i, t := range lc.Tenants {
-			until := lc.Duration
-			if t.Stop > 0 {
-				until = min(until, t.Stop)
+		for len(arrivals) > 0 && arrivals[0].at <= elapsed {
+			a := arrivals[0]
+			arrivals = arrivals[1:]
+			t := &lc.Tenants[a.tenant]
+			var dispatched time.Time
+			req := httptest.NewRequest(http.MethodPost, "http://sim"+lc.Path, bytes.NewReader(body))
+			req = req.WithContext(context.WithValue(req.Context(), dispatchKey{}, &dispatched))
+			req.Header.Set("Content-Type", "application/json")
+			if t.APIKey != "" {
+				req.Header.Set("Authorization", "Bearer "+t.APIKey)
 			}
-			for {
-				at := t.Start + time.Duration(float64(next[i])*float64(time.Second)/t.Rate)
-				if at > elapsed || at >= until {
-					break
+			if t.User != "" {
+				req.Header.Set(lc.UserHeader, t.User)
+			}
+			if t.Team != "" {
+				req.Header.Set(lc.TeamHeader, t.Team)
+			}
+			for k, v := range t.Headers {
+				req.Header.Set(k, v)
+			}
+			req.RemoteAddr = "127.0.0.1:1"
+			arrived := clk.Since(start)
+			inServe.Add(1)
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				rec := httptest.NewRecorder()
+				srv.ServeHTTP(rec, req)
+				answered := clk.Since(start)
+				mu.Lock()
+				r := &res.Tenants[i]
+				r.Total.Offered++
+				if inWindow(arrived) {
+					r.Steady.Offered++
 				}
-				next[i]++
-				req := httptest.NewRequest(http.MethodPost, "http://sim"+lc.Path, bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				if t.APIKey != "" {
-					req.Header.Set("Authorization", "Bearer "+t.APIKey)
-				}
-				if t.User != "" {
-					req.Header.Set(lc.UserHeader, t.User)
-				}
-				if t.Team != "" {
-					req.Header.Set(lc.TeamHeader, t.Team)
-				}
-				for k, v := range t.Headers {
-					req.Header.Set(k, v)
-				}
-				req.RemoteAddr = "127.0.0.1:1"
-				inServe.Add(1)
-				wg.Add(1)
-				go func(i int) {
-					defer wg.Done()
-					rec := httptest.NewRecorder()
-					srv.ServeHTTP(rec, req)
-					mu.Lock()
-					r := &results[i]
-					r.Offered++
-					if rec.Code/100 == 2 {
-						r.Admitted++
-						if w, ok := loadgen.WaitHeader(rec.Header()); ok {
-							r.Waits = append(r.Waits, w)
-						} else {
-							r.Waits = append(r.Waits, 0)
-						}
-					} else {
-						reason, _, _ := loadgen.Classify(rec.Body.Bytes())
-						if !loadgen.IsRefusal(rec.Code) {
-							reason = fmt.Sprintf("status %d", rec.Code)
-						}
-						r.Refused[reason]++
+				if rec.Code/100 == 2 {
+					r.Total.Admitted++
+					at := answered
+					if !dispatched.IsZero() {
+						at = dispatched.Sub(start)
 					}
-					mu.Unlock()
-					inServe.Add(-1)
-				}(i)
-			}
+					if inWindow(at) {
+						r.Steady.Admitted++
+						w, _ := loadgen.WaitHeader(rec.Header())
+						r.Waits = append(r.Waits, w)
+					}
+				} else {
+					reason, limitType, _ := loadgen.Classify(rec.Body.Bytes())
+					switch {
+					case !loadgen.IsRefusal(rec.Code):
+						reason = fmt.Sprintf("status %d", rec.Code)
+					case reason == loadgen.ReasonImmediate && limitType != "":
+						reason += "/" + limitType
+					}
+					r.Total.Refused[reason]++
+					if inWindow(answered) {
+						r.Steady.Refused[reason]++
+					}
+				}
+				mu.Unlock()
+				inServe.Add(-1)
+			}(a.tenant)
+			// One arrival at a time, so they reach the limiter in
+			// their (jittered) order, not in the order goroutines run.
+			settle(reg, &inServe, up)
 		}
 		settle(reg, &inServe, up)
-		if elapsed >= lc.Duration && inServe.Load() == 0 {
+		if len(arrivals) == 0 && elapsed >= lc.Duration && inServe.Load() == 0 {
 			break
 		}
 		clk.Step(simStep)
 	}
 	wg.Wait()
-	return results, nil
+	return res, nil
 }
 
 // settle waits until every request in the server is parked: at the backend
@@ -285,6 +391,9 @@ func (u *simUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Body != nil {
 		_, _ = io.Copy(io.Discard, req.Body)
 		_ = req.Body.Close()
+	}
+	if at, ok := req.Context().Value(dispatchKey{}).(*time.Time); ok {
+		*at = u.clk.Now()
 	}
 	u.inFlight.Add(1)
 	defer u.inFlight.Add(-1)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -13,10 +14,12 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
+	"github.com/fairqueue/fairqueue/internal/loadgen"
 )
 
 func simulateVerb() *verb {
-	var loadFile, policyFile, secrets string
+	var loadFile, policyFile, secrets, output string
+	opts := SimOptions{Seed: 1, Warmup: -1}
 	return &verb{
 		name: "simulate", args: "POLICY -f LOAD.yaml",
 		short: "what-if: expected shares, waits and refusals of a policy under an offered load",
@@ -24,6 +27,13 @@ func simulateVerb() *verb {
 			"the policy's rendered config, against the offered load of LOAD.yaml, and print each tenant's expected\n" +
 			"admitted rate, share against its weighted share, queue waits and refusals by reason. Nothing is sent to\n" +
 			"the cluster's data planes. POLICY is read from the cluster; --policy-file simulates a manifest instead.\n\n" +
+			"Rates, shares and waits are steady-state: measured from the end of a warm-up (--warmup; by default a tenth\n" +
+			"of the duration, at least 1s, at most half) to the last arrival, so neither the bursts spent at the start\n" +
+			"nor the queue draining after the arrivals stop count. Each tenant's requests come at its rate, each at a\n" +
+			"random point of its 1/rate slot (--seed), so tenants reach a first-come-first-served limit in no fixed\n" +
+			"order. global, perClient and perBackend limits are never queued: weights do nothing for them.\n\n" +
+			"-o json prints the figures as a JSON object (apiVersion kubectl-fairqueue/v1, kind Simulation; see the\n" +
+			"README's kubectl plugin section for its fields).\n\n" +
 			"LOAD.yaml:\n" +
 			"  duration: 30s            # how long arrivals are offered\n" +
 			"  serviceTime: 200ms       # the backend's time per request (default 50ms)\n" +
@@ -34,10 +44,25 @@ func simulateVerb() *verb {
 			fs.StringVar(&loadFile, "f", "", "the offered load (YAML, see above)")
 			fs.StringVar(&policyFile, "policy-file", "", "simulate this FairQueuePolicy manifest instead of POLICY from the cluster")
 			fs.StringVar(&secrets, "secrets", "", "with --policy-file, a file or directory of the Secret manifests it references")
+			fs.StringVar(&output, "o", "table", "output format: table or json")
+			fs.StringVar(&output, "output", "table", "output format: table or json")
+			fs.Uint64Var(&opts.Seed, "seed", 1, "seed of the arrival jitter; the same seed gives the same figures")
+			fs.Func("warmup", "how much of the start of the arrivals to leave out of the steady-state figures "+
+				"(default: a tenth of the duration, at least 1s, at most half)", func(v string) error {
+				d, err := time.ParseDuration(v)
+				if err != nil || d < 0 {
+					return fmt.Errorf("--warmup %q is not a non-negative duration such as 2s", v)
+				}
+				opts.Warmup = d
+				return nil
+			})
 		},
 		run: func(ctx context.Context, g *globals, args []string, out io.Writer) error {
 			if loadFile == "" {
 				return errNoLoad
+			}
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o %q: the output formats are table and json", output)
 			}
 			load, err := ReadLoad(loadFile)
 			if err != nil {
@@ -80,51 +105,214 @@ func simulateVerb() *verb {
 					return err
 				}
 			}
-			results, err := Simulate(ctx, cfg, key, load)
+			res, err := Simulate(ctx, cfg, key, load, opts)
 			if err != nil {
 				return err
 			}
-			return printSimulation(out, cfg, load, results)
+			if output == "json" {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(simulationOutput(cfg, load, res))
+			}
+			return printSimulation(out, cfg, load, res)
 		},
 	}
 }
 
-// printSimulation writes the per-tenant table of a simulation.
-func printSimulation(out io.Writer, cfg *config.Config, load *Load, results []TenantResult) error {
-	secs := load.Duration.Seconds()
+// SimulationOutput is `kubectl fairqueue simulate -o json`: its field names
+// and meanings are stable (fields may be added, never renamed or removed
+// within apiVersion kubectl-fairqueue/v1). Rates are per second over the
+// steady-state window; shares are fractions of 1.
+type SimulationOutput struct {
+	// APIVersion is "kubectl-fairqueue/v1"; Kind is "Simulation".
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// DurationSeconds is how long arrivals were offered; ServiceTimeSeconds,
+	// the simulated backend's time per request; Seed, the arrival jitter's.
+	DurationSeconds    float64 `json:"durationSeconds"`
+	ServiceTimeSeconds float64 `json:"serviceTimeSeconds"`
+	Seed               uint64  `json:"seed"`
+	// FairQueuing is whether the policy queues, and by which identity.
+	FairQueuing SimFairQueuing `json:"fairQueuing"`
+	// Window is the steady-state window every rate and share is measured over.
+	Window SimWindow `json:"window"`
+	// Notes are the caveats the table prints under it.
+	Notes   []string    `json:"notes"`
+	Tenants []SimTenant `json:"tenants"`
+}
+
+// SimFairQueuing is the policy's fair queuing as the simulation ran it.
+type SimFairQueuing struct {
+	Enabled         bool   `json:"enabled"`
+	TenantDimension string `json:"tenantDimension"`
+}
+
+// SimWindow bounds the steady-state window, in seconds from the first arrival.
+type SimWindow struct {
+	FromSeconds float64 `json:"fromSeconds"`
+	ToSeconds   float64 `json:"toSeconds"`
+}
+
+// SimTenant is one tenant's figures.
+type SimTenant struct {
+	Name string `json:"name"`
+	// Weight is the tenant's weight; 0 when fair queuing is off or the
+	// tenant sends no identity of the tenant dimension.
+	Weight int32 `json:"weight"`
+	// OfferedPerSecond and AdmittedPerSecond are arrivals and admissions
+	// (dispatches to the backend) in the window, per second.
+	OfferedPerSecond  float64 `json:"offeredPerSecond"`
+	AdmittedPerSecond float64 `json:"admittedPerSecond"`
+	// Share is the tenant's fraction of the window's admissions.
+	Share float64 `json:"share"`
+	// WeightedShare is its weight over the weights of the tenants that
+	// competed in the queue (refused by a queued limit in the window); null
+	// for a tenant that did not.
+	WeightedShare *float64 `json:"weightedShare"`
+	// WaitP50Seconds and WaitP99Seconds are the queue waits of the window's
+	// admissions.
+	WaitP50Seconds float64 `json:"waitP50Seconds"`
+	WaitP99Seconds float64 `json:"waitP99Seconds"`
+	// RefusedPerSecond is the window's refusals per second by reason.
+	RefusedPerSecond map[string]float64 `json:"refusedPerSecond"`
+	// Total counts the whole run, the queue's drain after the last arrival
+	// included.
+	Total SimTotal `json:"total"`
+}
+
+// SimTotal counts a tenant's requests over the whole run.
+type SimTotal struct {
+	Offered  int            `json:"offered"`
+	Admitted int            `json:"admitted"`
+	Refused  map[string]int `json:"refused"`
+}
+
+// nonQueuedLimits names the limits of cfg that refuse at once, never queued.
+func nonQueuedLimits(cfg *config.Config) []string {
+	var names []string
+	for _, l := range []struct {
+		name  string
+		limit *config.Limit
+	}{{"global", cfg.RateLimits.Global}, {"perClient", cfg.RateLimits.PerClient}, {"perBackend", cfg.RateLimits.PerBackend}} {
+		if l.limit != nil {
+			names = append(names, l.name)
+		}
+	}
+	return names
+}
+
+// competes reports whether a tenant was refused by a queued limit in the
+// window: only those compete for admissions by weight.
+func competes(c Counts) bool {
+	for reason, n := range c.Refused {
+		if n > 0 && !strings.HasPrefix(reason, loadgen.ReasonImmediate) && !strings.HasPrefix(reason, "status ") {
+			return true
+		}
+	}
+	return false
+}
+
+// simulationOutput summarises a simulation.
+func simulationOutput(cfg *config.Config, load *Load, res *SimResult) SimulationOutput {
+	secs := res.Seconds()
+	o := SimulationOutput{
+		APIVersion: "kubectl-fairqueue/v1", Kind: "Simulation",
+		DurationSeconds: load.Duration.Seconds(), ServiceTimeSeconds: load.serviceTime().Seconds(), Seed: res.Seed,
+		FairQueuing: SimFairQueuing{Enabled: cfg.FairQueuing.Enabled, TenantDimension: cfg.FairQueuing.TenantDimension},
+		Window:      SimWindow{FromSeconds: res.From.Seconds(), ToSeconds: res.To.Seconds()},
+		Tenants:     make([]SimTenant, len(res.Tenants)),
+	}
 	var admitted int
 	var weights int32
-	for _, r := range results {
-		admitted += r.Admitted
-		// Weighted shares are among the tenants the limits refused: those
-		// that wanted more than they got compete by weight.
-		if r.Weight > 0 && r.Admitted < r.Offered {
+	for _, r := range res.Tenants {
+		admitted += r.Steady.Admitted
+		if r.Weight > 0 && competes(r.Steady) {
 			weights += r.Weight
 		}
 	}
+	for i := range res.Tenants {
+		r := &res.Tenants[i]
+		t := SimTenant{Name: r.Name, Weight: r.Weight,
+			OfferedPerSecond: float64(r.Steady.Offered) / secs, AdmittedPerSecond: float64(r.Steady.Admitted) / secs,
+			WaitP50Seconds: r.WaitQuantile(0.5).Seconds(), WaitP99Seconds: r.WaitQuantile(0.99).Seconds(),
+			RefusedPerSecond: map[string]float64{},
+			Total:            SimTotal{Offered: r.Total.Offered, Admitted: r.Total.Admitted, Refused: r.Total.Refused}}
+		if admitted > 0 {
+			t.Share = float64(r.Steady.Admitted) / float64(admitted)
+		}
+		if weights > 0 && r.Weight > 0 && competes(r.Steady) {
+			ws := float64(r.Weight) / float64(weights)
+			t.WeightedShare = &ws
+		}
+		for reason, n := range r.Steady.Refused {
+			t.RefusedPerSecond[reason] = float64(n) / secs
+		}
+		o.Tenants[i] = t
+	}
+	o.Notes = append(o.Notes, fmt.Sprintf("Rates, shares and waits are steady-state: measured from %v to %v of the %v of arrivals, "+
+		"leaving out the warm-up (bursts spent, queues forming; --warmup) and the queue draining after the last arrival. "+
+		"Arrivals are jittered within their slots (--seed %d).", res.From, res.To, load.Duration.Duration, res.Seed))
+	if nq := nonQueuedLimits(cfg); len(nq) > 0 {
+		o.Notes = append(o.Notes, fmt.Sprintf("The %s limit(s) refuse at once, first come first served, and are never queued: "+
+			"weights do nothing for them, and tenants refused only by them (immediate/...) have no weighted share.", strings.Join(nq, ", ")))
+	}
+	o.Notes = append(o.Notes, "WEIGHTED SHARE is the tenant's weight over the weights of the tenants a queued limit refused in the window "+
+		"(the ones competing by weight); tenants that got all they asked for show '-'.")
+	return o
+}
+
+// printSimulation writes the per-tenant table of a simulation.
+func printSimulation(out io.Writer, cfg *config.Config, load *Load, res *SimResult) error {
+	o := simulationOutput(cfg, load, res)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	w := &printer{w: tw}
 	w.printf("Simulated %s of offered load, backend service time %s, fair queuing %v (tenant dimension %s).\n\n",
 		load.Duration.Duration, load.serviceTime(), cfg.FairQueuing.Enabled, cfg.FairQueuing.TenantDimension)
-	w.printf("TENANT\tWEIGHT\tOFFERED/S\tADMITTED/S\tSHARE\tWEIGHTED SHARE\tWAIT P50\tWAIT P99\tREFUSED BY REASON\n")
-	for i := range results {
-		r := &results[i]
+	w.printf("TENANT\tWEIGHT\tOFFERED/S\tADMITTED/S\tSHARE\tWEIGHTED SHARE\tWAIT P50\tWAIT P99\tREFUSED/S BY REASON\n")
+	for _, t := range o.Tenants {
 		share, wshare := "-", "-"
-		if admitted > 0 {
-			share = fmt.Sprintf("%.1f%%", 100*float64(r.Admitted)/float64(admitted))
+		if t.AdmittedPerSecond > 0 {
+			share = fmt.Sprintf("%.1f%%", 100*t.Share)
 		}
-		if weights > 0 && r.Weight > 0 && r.Admitted < r.Offered {
-			wshare = fmt.Sprintf("%.1f%%", 100*float64(r.Weight)/float64(weights))
+		if t.WeightedShare != nil {
+			wshare = fmt.Sprintf("%.1f%%", 100**t.WeightedShare)
 		}
-		w.printf("%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\n", r.Name, weightString(r.Weight), float64(r.Offered)/secs, float64(r.Admitted)/secs,
-			share, wshare, r.WaitQuantile(0.5).Round(time.Millisecond), r.WaitQuantile(0.99).Round(time.Millisecond), reasons(r.Refused))
+		w.printf("%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\n", t.Name, weightString(t.Weight), t.OfferedPerSecond, t.AdmittedPerSecond,
+			share, wshare, seconds(t.WaitP50Seconds), seconds(t.WaitP99Seconds), rates(t.RefusedPerSecond))
 	}
-	w.printf("\nWEIGHTED SHARE is the tenant's share of the admitted requests by weight among the tenants that were refused\n" +
-		"some requests (the ones competing for a limit); tenants that got all they asked for show '-'.\n")
+	w.printf("\n")
+	for _, n := range o.Notes {
+		w.printf("%s\n", wrap(n, 110))
+	}
 	if w.err != nil {
 		return w.err
 	}
 	return tw.Flush()
+}
+
+// wrap breaks s into lines of at most width bytes between words.
+func wrap(s string, width int) string {
+	var b strings.Builder
+	line := 0
+	for i, word := range strings.Fields(s) {
+		if i > 0 {
+			if line+1+len(word) > width {
+				b.WriteByte('\n')
+				line = 0
+			} else {
+				b.WriteByte(' ')
+				line++
+			}
+		}
+		b.WriteString(word)
+		line += len(word)
+	}
+	return b.String()
+}
+
+// seconds formats s seconds as a duration to the millisecond.
+func seconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
 }
 
 func weightString(w int32) string {
@@ -134,7 +322,7 @@ func weightString(w int32) string {
 	return fmt.Sprint(w)
 }
 
-func reasons(m map[string]int) string {
+func rates(m map[string]float64) string {
 	if len(m) == 0 {
 		return "-"
 	}
@@ -145,7 +333,7 @@ func reasons(m map[string]int) string {
 	sort.Strings(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+		parts[i] = fmt.Sprintf("%s=%.1f", k, m[k])
 	}
 	return strings.Join(parts, " ")
 }

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +82,7 @@ func TestSimulateAgreesWithARealRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sim, err := Simulate(ctx, cfg, key, load)
+	sim, err := Simulate(ctx, cfg, key, load, SimOptions{Seed: 1, Warmup: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,12 +115,12 @@ func TestSimulateAgreesWithARealRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("simulation:\n%s", out.String())
-	for i, s := range sim {
+	for i, s := range sim.Tenants {
 		got := measured.Tenants[i]
 		t.Logf("%s: admitted simulated %d, real %d; refused simulated %v, real %v; wait p50 simulated %v, real %.0fms",
-			s.Name, s.Admitted, got.Admitted, s.Refused, got.RefusedByReason, s.WaitQuantile(0.5), got.AdmittedWaitMS.P50)
-		if diff := math.Abs(float64(s.Admitted)-float64(got.Admitted)) / float64(got.Admitted); diff > 0.05 {
-			t.Errorf("%s: simulated %d admitted, the real run %d: %.1f%% apart, more than 5%%", s.Name, s.Admitted, got.Admitted, 100*diff)
+			s.Name, s.Total.Admitted, got.Admitted, s.Total.Refused, got.RefusedByReason, s.WaitQuantile(0.5), got.AdmittedWaitMS.P50)
+		if diff := math.Abs(float64(s.Total.Admitted)-float64(got.Admitted)) / float64(got.Admitted); diff > 0.05 {
+			t.Errorf("%s: simulated %d admitted, the real run %d: %.1f%% apart, more than 5%%", s.Name, s.Total.Admitted, got.Admitted, 100*diff)
 		}
 	}
 }
@@ -148,4 +150,186 @@ func TestSimulateErrorsSayWhatToDo(t *testing.T) {
 			t.Errorf("run(%q) = %v, want an error containing %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// simPolicyWith is a policy with the given rateLimits (YAML lines indented by
+// four spaces) and weights 3:1:1 for acme, globex and initech.
+func simPolicyWith(limits string) string {
+	return `apiVersion: fairqueue.dev/v1alpha1
+kind: FairQueuePolicy
+metadata: {name: sim}
+spec:
+  rateLimits:
+` + limits + `
+  fairQueuing:
+    enabled: true
+    tenantDimension: apiKey
+    weights:
+    - {identity: sk-acme, weight: 3}
+    - {identity: sk-globex, weight: 1}
+    - {identity: sk-initech, weight: 1}
+  backends:
+  - {name: b, url: "http://127.0.0.1:1"}
+`
+}
+
+// threeTenants offers 30/s from each of three tenants for 10s.
+const threeTenants = `duration: 10s
+model: m
+tenants:
+- {name: acme, rate: 30, apiKey: sk-acme}
+- {name: globex, rate: 30, apiKey: sk-globex}
+- {name: initech, rate: 30, apiKey: sk-initech}
+`
+
+// simulateJSON runs `kubectl fairqueue simulate --policy-file -o json` and
+// decodes its output.
+func simulateJSON(t *testing.T, policy, load string, extra ...string) (SimulationOutput, []byte) {
+	t.Helper()
+	args := append([]string{"simulate", "--policy-file", writeFile(t, "p.yaml", policy), "-f", writeFile(t, "load.yaml", load), "-o", "json"}, extra...)
+	var out, errOut bytes.Buffer
+	// A 10s simulation takes seconds; the bound leaves room for -race on a
+	// busy machine (over 2 minutes on 2 loaded cores).
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	if err := run(ctx, args, &out, &errOut); err != nil {
+		t.Fatalf("simulate: %v\n%s", err, errOut.String())
+	}
+	var o SimulationOutput
+	dec := json.NewDecoder(bytes.NewReader(out.Bytes()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		t.Fatalf("simulate -o json printed what does not decode: %v\n%s", err, out.String())
+	}
+	return o, out.Bytes()
+}
+
+// TestSimulateReportsSteadyStateRates checks that the admitted rate and the
+// shares are those of the limit and the weights while the load lasts: neither
+// the burst spent at the start nor the queue draining after the last arrival
+// inflate them (they gave 39.6/s against a 30/s limit, shares 54/23/23).
+// Limits that are never queued are first come first served: equal offered
+// loads get equal shares whatever the weights, and the output says weights do
+// nothing there (a fixed same-instant arrival order gave 7.8/1.6/90.6%).
+func TestSimulateReportsSteadyStateRates(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits string
+		shares []float64
+		// tolerance of each share, in fractions of 1
+		tolerance float64
+		queued    bool
+	}{
+		{"perModel queues by weight", "    perModel: {requests: 30, period: 1s}", []float64{0.6, 0.2, 0.2}, 0.02, true},
+		{"global is first come first served", "    global: {requests: 30, period: 1s}", []float64{1. / 3, 1. / 3, 1. / 3}, 0.05, false},
+		{"perClient is first come first served", "    perClient: {requests: 30, period: 1s}", []float64{1. / 3, 1. / 3, 1. / 3}, 0.05, false},
+		{"perBackend is first come first served", "    perBackend: {requests: 30, period: 1s}", []float64{1. / 3, 1. / 3, 1. / 3}, 0.05, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, raw := simulateJSON(t, simPolicyWith(tc.limits), threeTenants)
+			t.Logf("%s", raw)
+			var admitted float64
+			for _, ten := range o.Tenants {
+				admitted += ten.AdmittedPerSecond
+			}
+			if math.Abs(admitted-30)/30 > 0.02 {
+				t.Errorf("admitted %.1f/s in all against a 30/s limit: more than 2%% off", admitted)
+			}
+			for i, ten := range o.Tenants {
+				if math.Abs(ten.Share-tc.shares[i]) > tc.tolerance {
+					t.Errorf("%s: share %.3f, want %.3f ± %.2f", ten.Name, ten.Share, tc.shares[i], tc.tolerance)
+				}
+				if math.Abs(ten.OfferedPerSecond-30) > 0.5 {
+					t.Errorf("%s: offered %.1f/s, want 30/s", ten.Name, ten.OfferedPerSecond)
+				}
+				switch {
+				case tc.queued && (ten.WeightedShare == nil || math.Abs(*ten.WeightedShare-tc.shares[i]) > 1e-9):
+					t.Errorf("%s: weighted share %v, want %.3f", ten.Name, ten.WeightedShare, tc.shares[i])
+				case !tc.queued && ten.WeightedShare != nil:
+					t.Errorf("%s: a weighted share %.3f under a limit weights do nothing for", ten.Name, *ten.WeightedShare)
+				}
+			}
+			notes := strings.Join(o.Notes, "\n")
+			if says := strings.Contains(notes, "weights do nothing"); says == tc.queued {
+				t.Errorf("notes say weights do nothing: %v, want %v:\n%s", says, !tc.queued, notes)
+			}
+			if o.Window.FromSeconds != 1 || o.Window.ToSeconds != 10 {
+				t.Errorf("window %v, want the default 1s warm-up to the 10s of arrivals", o.Window)
+			}
+		})
+	}
+}
+
+// TestSimulateJSONSchema pins the documented field names of -o json.
+func TestSimulateJSONSchema(t *testing.T) {
+	load := `duration: 4s
+model: m
+tenants:
+- {name: acme, rate: 30, apiKey: sk-acme}
+- {name: solo, rate: 2, apiKey: sk-solo}
+`
+	o, raw := simulateJSON(t, simPolicyWith("    perModel: {requests: 10, period: 1s}"), load, "--warmup", "2s", "--seed", "7")
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	keys := func(m map[string]any) string {
+		var k []string
+		for name := range m {
+			k = append(k, name)
+		}
+		sort.Strings(k)
+		return strings.Join(k, " ")
+	}
+	if got, want := keys(doc), "apiVersion durationSeconds fairQueuing kind notes seed serviceTimeSeconds tenants window"; got != want {
+		t.Errorf("top-level fields %q, want %q", got, want)
+	}
+	tenant := doc["tenants"].([]any)[0].(map[string]any)
+	if got, want := keys(tenant), "admittedPerSecond name offeredPerSecond refusedPerSecond share total waitP50Seconds waitP99Seconds weight weightedShare"; got != want {
+		t.Errorf("tenant fields %q, want %q", got, want)
+	}
+	if got, want := keys(tenant["total"].(map[string]any)), "admitted offered refused"; got != want {
+		t.Errorf("total fields %q, want %q", got, want)
+	}
+	if o.APIVersion != "kubectl-fairqueue/v1" || o.Kind != "Simulation" || o.Seed != 7 || o.DurationSeconds != 4 || o.ServiceTimeSeconds != 0.05 ||
+		o.Window != (SimWindow{FromSeconds: 2, ToSeconds: 4}) || !o.FairQueuing.Enabled || o.FairQueuing.TenantDimension != "apiKey" {
+		t.Errorf("header fields: %+v", o)
+	}
+	acme, solo := o.Tenants[0], o.Tenants[1]
+	if acme.Name != "acme" || acme.Weight != 3 || solo.Weight != 1 {
+		t.Errorf("names and weights: %+v %+v", acme, solo)
+	}
+	// 10/s shared: solo gets about its 2/s (a 2s window counts whole
+	// requests), acme the rest and is refused what it offers beyond.
+	if math.Abs(acme.AdmittedPerSecond+solo.AdmittedPerSecond-10) > 0.5 || math.Abs(solo.AdmittedPerSecond-2) > 0.5 ||
+		acme.WeightedShare == nil || solo.WeightedShare != nil {
+		t.Errorf("acme %+v, solo %+v: want 10/s between them, solo about 2/s and without a weighted share", acme, solo)
+	}
+	var refused float64
+	for _, v := range acme.RefusedPerSecond {
+		refused += v
+	}
+	if math.Abs(acme.AdmittedPerSecond+refused-30) > 1 || acme.Total.Offered != 120 || acme.Total.Admitted+sum(acme.Total.Refused) != 120 {
+		t.Errorf("acme's refusals %v/s and totals %+v do not add up to its 30/s and 120 requests", acme.RefusedPerSecond, acme.Total)
+	}
+	if _, _, err := runSimulateTable(t, "-o", "yaml"); err == nil || !strings.Contains(err.Error(), "table and json") {
+		t.Errorf("-o yaml: %v, want an error naming the formats", err)
+	}
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// runSimulateTable runs simulate on simPolicy and simLoad with extra flags.
+func runSimulateTable(t *testing.T, extra ...string) (string, string, error) {
+	t.Helper()
+	args := append([]string{"simulate", "--policy-file", writeFile(t, "p.yaml", simPolicy), "-f", writeFile(t, "load.yaml", simLoad)}, extra...)
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), err
 }

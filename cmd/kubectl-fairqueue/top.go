@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
+	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +20,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
@@ -30,8 +36,9 @@ func topVerb() *verb {
 	var port string
 	var count int
 	var opts topOptions
+	var urls []*url.URL
 	return &verb{
-		name: "top", args: "POLICY",
+		name: "top", args: "POLICY | --metrics-url URL...",
 		short: "live queue tables per replica and per tenant: grants/s, share vs weighted share, waits, refusals",
 		long: "Scrape the metrics of every data-plane replica serving a FairQueuePolicy (found through its report\n" +
 			"Leases) through the API server's pod proxy, twice, --interval apart, and print two tables. Per replica:\n" +
@@ -42,15 +49,40 @@ func topVerb() *verb {
 			"weighted tenants and its most active others (--tenant-metrics-top), the rest as \"other\". With\n" +
 			"--resolve, tenants with a weights entry are also named, by hashing each entry's identity with the\n" +
 			"policy's hash key: this needs get on the policy's hash-key and weightsFrom Secrets. API keys are\n" +
-			"named by the ${VAR} they come from, never shown. Needs get on pods/proxy and list on leases.",
+			"named by the ${VAR} they come from, never shown. Needs get on pods/proxy and list on leases.\n\n" +
+			"With --metrics-url (repeatable) top scrapes those metrics endpoints directly instead, one per replica, without\n" +
+			"a cluster and without POLICY: for standalone data planes and for debugging. top exits non-zero when no\n" +
+			"replica could be scraped.",
 		flags: func(fs *flag.FlagSet) {
 			fs.DurationVar(&interval, "interval", 5*time.Second, "time between the two scrapes rates are computed from")
 			fs.StringVar(&port, "port", "9090", "the data plane's metrics port (number or name)")
 			fs.IntVar(&count, "count", 1, "how many tables to print, one per --interval; 0 means until interrupted")
 			fs.BoolVar(&opts.resolve, "resolve", false, "name the tenants that have a weights entry (needs get on the policy's Secrets)")
 			fs.IntVar(&opts.tenants, "tenants", 20, "most tenant rows to print, busiest first; 0 means all")
+			fs.Func("metrics-url", "scrape this data-plane metrics endpoint directly (http://HOST:9090/metrics; repeat it for each replica) "+
+				"instead of the replicas of POLICY through the API server", func(v string) error {
+				u, err := metricsURL(v)
+				if err == nil {
+					urls = append(urls, u)
+				}
+				return err
+			})
 		},
 		run: func(ctx context.Context, g *globals, args []string, out io.Writer) error {
+			if len(urls) > 0 {
+				switch {
+				case len(args) > 0:
+					return fmt.Errorf("with --metrics-url top scrapes the URLs given and takes no POLICY (got %q); drop one or the other", args)
+				case opts.resolve:
+					return errors.New("--resolve reads the policy's Secrets from the cluster; it works with POLICY, not with --metrics-url")
+				case interval <= 0:
+					return fmt.Errorf("--interval %v must be positive", interval)
+				case opts.tenants < 0:
+					return fmt.Errorf("--tenants %d must not be negative", opts.tenants)
+				}
+				opts.interval, opts.count = interval, count
+				return runTopDirect(ctx, opts, urls, &http.Client{Timeout: requestTimeout}, out)
+			}
 			name, err := onePolicy("top", args)
 			if err != nil {
 				return err
@@ -75,7 +107,91 @@ func (g *globals) podProxy(ctx context.Context, namespace, pod, port string) ([]
 	if g.kube == nil {
 		return nil, fmt.Errorf("no Kubernetes clientset")
 	}
-	return g.kube.CoreV1().Pods(namespace).ProxyGet("http", pod, port, "metrics", nil).DoRaw(ctx)
+	// As Pods().ProxyGet, but through Do, whose Error decodes the API
+	// server's Status (DoRaw's error keeps only the status code).
+	res := g.kube.CoreV1().RESTClient().Get().Namespace(namespace).Resource("pods").SubResource("proxy").
+		Name(utilnet.JoinSchemeNamePort("http", pod, port)).Suffix("metrics").Do(ctx)
+	data, err := res.Raw()
+	if err != nil {
+		return nil, res.Error()
+	}
+	return data, nil
+}
+
+// proxyError says why scraping pod through the API server's pod proxy failed
+// and what to do: a pod that does not exist is not a missing permission.
+func proxyError(namespace, pod, port string, err error) error {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && apierrors.IsNotFound(err) {
+		if d := status.Status().Details; d != nil && d.Kind == "pods" && d.Name == pod {
+			return fmt.Errorf("pod %s/%s does not exist, but a report Lease names it: the replica is gone (deleted or replaced) "+
+				"and its Lease has not been cleaned up; kubectl fairqueue status shows which replicas are live: %w", namespace, pod, err)
+		}
+	}
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("scraping %s/%s:%s through the API server's pod proxy is forbidden: it needs get on pods/proxy in %s "+
+			"(or scrape the replica directly with --metrics-url): %w", namespace, pod, port, namespace, err)
+	}
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("scraping %s/%s:%s through the API server's pod proxy: the pod answered 404; is --port %s its metrics port? %w",
+			namespace, pod, port, port, err)
+	}
+	return fmt.Errorf("scraping %s/%s:%s through the API server's pod proxy: %w", namespace, pod, port, err)
+}
+
+// maxMetricsPage bounds the metrics page read from one replica.
+const maxMetricsPage = 32 << 20
+
+// metricsURL checks a --metrics-url; one without a path scrapes /metrics.
+func metricsURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--metrics-url %q is not an http(s) URL such as http://127.0.0.1:9090/metrics", raw)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/metrics"
+	}
+	return u, nil
+}
+
+// httpScrape reads a metrics page from u.
+func httpScrape(ctx context.Context, c *http.Client, u *url.URL) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	res, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s (is the data plane running, and is this its metrics port?): %w", u.Redacted(), err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scraping %s: HTTP %s; give the data plane's metrics endpoint (its metrics port, path /metrics)", u.Redacted(), res.Status)
+	}
+	data, err := io.ReadAll(io.LimitReader(res.Body, maxMetricsPage+1))
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", u.Redacted(), err)
+	}
+	if len(data) > maxMetricsPage {
+		return nil, fmt.Errorf("scraping %s: the metrics page is larger than %d MiB", u.Redacted(), maxMetricsPage>>20)
+	}
+	return data, nil
+}
+
+// target is one replica to scrape.
+type target struct {
+	name   string
+	scrape func(ctx context.Context) ([]byte, error)
+}
+
+// runTopDirect scrapes the metrics endpoints at urls, without a cluster.
+func runTopDirect(ctx context.Context, o topOptions, urls []*url.URL, c *http.Client, out io.Writer) error {
+	targets := make([]target, len(urls))
+	for i, u := range urls {
+		targets[i] = target{name: u.Redacted(), scrape: func(ctx context.Context) ([]byte, error) { return httpScrape(ctx, c, u) }}
+	}
+	return topLoop(ctx, o, func(context.Context) ([]target, error) { return targets, nil }, nil, out)
 }
 
 // replicaSample is what one scrape of one replica said.
@@ -108,7 +224,6 @@ type topOptions struct {
 }
 
 func runTop(ctx context.Context, g *globals, policy string, o topOptions, scrape scrapeFunc, out io.Writer) error {
-	port, interval, count := o.port, o.interval, o.count
 	var names map[string]string
 	if o.resolve {
 		var err error
@@ -116,7 +231,7 @@ func runTop(ctx context.Context, g *globals, policy string, o topOptions, scrape
 			return err
 		}
 	}
-	for n := 0; count == 0 || n < count; n++ {
+	replicas := func(ctx context.Context) ([]target, error) {
 		var leases coordinationv1.LeaseList
 		lctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		err := g.client.List(lctx, &leases, client.InNamespace(g.namespace), client.MatchingLabels{
@@ -124,7 +239,7 @@ func runTop(ctx context.Context, g *globals, policy string, o topOptions, scrape
 		})
 		cancel()
 		if err != nil {
-			return fmt.Errorf("listing the data-plane report Leases in %s: %w", g.namespace, err)
+			return nil, fmt.Errorf("listing the data-plane report Leases in %s: %w", g.namespace, err)
 		}
 		var pods []string
 		for i := range leases.Items {
@@ -132,34 +247,74 @@ func runTop(ctx context.Context, g *globals, policy string, o topOptions, scrape
 		}
 		sort.Strings(pods)
 		if len(pods) == 0 {
-			return fmt.Errorf("no data-plane replica reports for policy %s/%s: are the data planes running with --configmap and POD_NAME? (kubectl fairqueue status %s)",
+			return nil, fmt.Errorf("no data-plane replica reports for policy %s/%s: are the data planes running with --configmap and POD_NAME? (kubectl fairqueue status %s)",
 				g.namespace, policy, policy)
 		}
-		before := scrapeAll(ctx, g.namespace, port, pods, scrape)
+		targets := make([]target, len(pods))
+		for i, pod := range pods {
+			targets[i] = target{name: pod, scrape: func(ctx context.Context) ([]byte, error) {
+				data, err := scrape(ctx, g.namespace, pod, o.port)
+				if err != nil {
+					return nil, proxyError(g.namespace, pod, o.port, err)
+				}
+				return data, nil
+			}}
+		}
+		return targets, nil
+	}
+	return topLoop(ctx, o, replicas, names, out)
+}
+
+// topLoop prints o.count tables (0: until ctx ends) of the replicas that
+// replicas returns, each from two scrapes o.interval apart. It fails when no
+// replica could be scraped twice for a table.
+func topLoop(ctx context.Context, o topOptions, replicas func(context.Context) ([]target, error), names map[string]string, out io.Writer) error {
+	for n := 0; o.count == 0 || n < o.count; n++ {
+		targets, err := replicas(ctx)
+		if err != nil {
+			return err
+		}
+		before := scrapeAll(ctx, targets)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(interval):
+		case <-time.After(o.interval):
 		}
-		after := scrapeAll(ctx, g.namespace, port, pods, scrape)
-		if err := printTop(out, pods, before, after, interval); err != nil {
+		after := scrapeAll(ctx, targets)
+		pods := make([]string, len(targets))
+		for i, t := range targets {
+			pods[i] = t.name
+		}
+		if err := printTop(out, pods, before, after, o.interval); err != nil {
 			return err
 		}
-		if err := printTenants(out, before, after, interval, o.tenants, names); err != nil {
+		if err := printTenants(out, before, after, o.interval, o.tenants, names); err != nil {
 			return err
+		}
+		var first error
+		scraped := 0
+		for i := range targets {
+			if err := firstErr(before[i].err, after[i].err); err != nil {
+				first = cmp.Or(first, err)
+			} else {
+				scraped++
+			}
+		}
+		if scraped == 0 {
+			return fmt.Errorf("no replica could be scraped (%d tried, errors in the table above); the first: %w", len(targets), first)
 		}
 	}
 	return nil
 }
 
-func scrapeAll(ctx context.Context, namespace, port string, pods []string, scrape scrapeFunc) []replicaSample {
-	out := make([]replicaSample, len(pods))
-	for i, pod := range pods {
+func scrapeAll(ctx context.Context, targets []target) []replicaSample {
+	out := make([]replicaSample, len(targets))
+	for i, t := range targets {
 		sctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		data, err := scrape(sctx, namespace, pod, port)
+		data, err := t.scrape(sctx)
 		cancel()
 		if err != nil {
-			out[i].err = fmt.Errorf("scraping %s/%s:%s through the pod proxy (needs get on pods/proxy): %w", namespace, pod, port, err)
+			out[i].err = err
 			continue
 		}
 		out[i] = parseSample(data)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -120,7 +121,7 @@ func TestTopComputesRatesPerReplica(t *testing.T) {
 	for pod, want := range map[string][]string{
 		"dp-a":    {" 7 ", " 2 ", "3000.0 (apiKey=3000.0)", "75.0%", "tenant_queue_full=1000.0"},
 		"dp-b":    {"1000.0 (user=1000.0)", "25.0%"},
-		"dp-down": {"pods/proxy"},
+		"dp-down": {"through the API server's pod proxy: unexpected EOF"},
 	} {
 		for _, w := range want {
 			if !strings.Contains(rows[pod], w) {
@@ -296,5 +297,167 @@ func TestTopTenantRowsAreBounded(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "(25 more tenants; --tenants 0 shows all)") {
 		t.Errorf("no note of the hidden tenants:\n%s", out.String())
+	}
+}
+
+// metricsServer serves r's metrics page as a data plane's metrics port does;
+// before each page after the first it runs between.
+func metricsServer(t *testing.T, r *replica, between func()) *httptest.Server {
+	var mu sync.Mutex
+	served := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != "/metrics" {
+			http.NotFound(w, req)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if served > 0 && between != nil {
+			between()
+		}
+		served++
+		w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+		_, _ = w.Write(r.page(t))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestTopScrapesMetricsURLsDirectly runs top against real HTTP metrics
+// endpoints, without a cluster: a standalone fleet of two replicas (one
+// given without a path) and one address where nothing listens.
+func TestTopScrapesMetricsURLsDirectly(t *testing.T) {
+	a, b := newReplica(t), newReplica(t)
+	srvA := metricsServer(t, a, func() {
+		for range 30 {
+			a.m.Granted("apiKey", 0)
+		}
+	})
+	srvB := metricsServer(t, b, func() {
+		for range 10 {
+			b.m.Granted("apiKey", 0)
+		}
+		for range 5 {
+			b.m.Refused("apiKey", fairqueue.ReasonTenantQueueFull)
+		}
+	})
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"top", "--metrics-url", srvA.URL + "/metrics", "--metrics-url", srvB.URL,
+		"--metrics-url", down.URL, "--interval", "10ms"}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("top --metrics-url: %v\n%s", err, errOut.String())
+	}
+	t.Logf("\n%s", out.String())
+	rows := map[string]string{}
+	for line := range strings.SplitSeq(out.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			rows[f[0]] = line
+		}
+	}
+	for name, want := range map[string][]string{
+		srvA.URL + "/metrics": {"3000.0 (apiKey=3000.0)", "75.0%"},
+		srvB.URL + "/metrics": {"1000.0 (apiKey=1000.0)", "25.0%", "tenant_queue_full=500.0"},
+		down.URL + "/metrics": {"is the data plane running, and is this its metrics port?", "connection refused"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(rows[name], w) {
+				t.Errorf("row %s lacks %q: %q", name, w, rows[name])
+			}
+		}
+	}
+}
+
+// TestTopFailsWhenNothingWasScraped checks that top exits non-zero, naming
+// why, when no replica could be scraped, in both modes.
+func TestTopFailsWhenNothingWasScraped(t *testing.T) {
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	notMetrics := httptest.NewServer(http.NotFoundHandler())
+	defer notMetrics.Close()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"top", "--metrics-url", down.URL, "--metrics-url", notMetrics.URL + "/other",
+		"--interval", "1ms"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "no replica could be scraped (2 tried") || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("top with every --metrics-url failing: %v, want an error", err)
+	}
+	if !strings.Contains(out.String(), "HTTP 404 Not Found; give the data plane's metrics endpoint") {
+		t.Errorf("the table does not say the other URL is not a metrics endpoint:\n%s", out.String())
+	}
+
+	g := leaseClient(t, "ns", "llm", "dp-a", "dp-b")
+	fail := func(context.Context, string, string, string) ([]byte, error) { return nil, io.ErrUnexpectedEOF }
+	err = runTop(context.Background(), g, "llm", topOptions{port: "9090", interval: time.Millisecond, count: 1}, fail, &out)
+	if err == nil || !strings.Contains(err.Error(), "no replica could be scraped (2 tried") {
+		t.Errorf("top with every pod-proxy scrape failing: %v, want an error", err)
+	}
+
+	for _, args := range [][]string{
+		{"top", "llm", "--metrics-url", "http://127.0.0.1:9090"},
+		{"top", "--resolve", "--metrics-url", "http://127.0.0.1:9090"},
+		{"top", "--metrics-url", "127.0.0.1:9090"},
+	} {
+		if err := run(context.Background(), args, &out, &errOut); err == nil {
+			t.Errorf("%q: no error", args)
+		} else {
+			t.Logf("%q: %v", args, err)
+		}
+	}
+}
+
+// TestTopSaysWhenAPodDoesNotExist answers top's pod-proxy requests as the
+// API server does: a Lease naming a pod that is gone, a user without get on
+// pods/proxy, and a pod that answers 404 itself.
+func TestTopSaysWhenAPodDoesNotExist(t *testing.T) {
+	status := func(w http.ResponseWriter, code int, reason, message, pod string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_, _ = fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":%q,"details":{"name":%q,"kind":"pods"},"code":%d}`,
+			message, reason, pod, code)
+	}
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/v1/namespaces/ns/pods/http:dp-gone:9090/proxy/metrics":
+			status(w, http.StatusNotFound, "NotFound", `pods "dp-gone" not found`, "dp-gone")
+		case "/api/v1/namespaces/ns/pods/http:dp-secret:9090/proxy/metrics":
+			status(w, http.StatusForbidden, "Forbidden", `pods "dp-secret" is forbidden: User "viewer" cannot get resource "pods/proxy" in API group "" in the namespace "ns"`, "dp-secret")
+		case "/api/v1/namespaces/ns/pods/http:dp-other:9090/proxy/metrics":
+			http.NotFound(w, r) // the pod's own 404, relayed
+		default:
+			t.Errorf("unexpected request %s", r.URL.Path)
+			http.Error(w, "unexpected", http.StatusInternalServerError)
+		}
+	}))
+	defer api.Close()
+	kube, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := leaseClient(t, "ns", "llm", "dp-gone", "dp-secret", "dp-other")
+	g.kube = kube
+	var out bytes.Buffer
+	err = runTop(context.Background(), g, "llm", topOptions{port: "9090", interval: time.Millisecond, count: 1}, g.podProxy, &out)
+	if err == nil {
+		t.Fatal("top with no replica scraped: no error")
+	}
+	t.Logf("%v\n%s", err, out.String())
+	rows := map[string]string{}
+	for line := range strings.SplitSeq(out.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			rows[f[0]] = line
+		}
+	}
+	for pod, want := range map[string]string{
+		"dp-gone":   "pod ns/dp-gone does not exist, but a report Lease names it",
+		"dp-secret": "is forbidden: it needs get on pods/proxy in ns",
+		"dp-other":  "scraping ns/dp-other:9090 through the API server's pod proxy: the pod answered 404; is --port 9090 its metrics port?",
+	} {
+		if !strings.Contains(rows[pod], want) {
+			t.Errorf("row %s lacks %q: %q", pod, want, rows[pod])
+		}
+	}
+	if strings.Contains(rows["dp-gone"], "pods/proxy") || strings.Contains(rows["dp-other"], "does not exist") {
+		t.Errorf("a missing pod blamed on RBAC, or a pod's own 404 taken for a missing pod:\n%s", out.String())
 	}
 }
