@@ -25,9 +25,21 @@ type dashboardVariable struct {
 	Type       string `json:"type"`
 	IncludeAll bool   `json:"includeAll"`
 	AllValue   string `json:"allValue"`
-	Query      struct {
+	// Query is an object with the PromQL for a query variable, and a
+	// string (the data source type) for a datasource variable.
+	Query json.RawMessage `json:"query"`
+}
+
+// promQL returns the query of a query variable.
+func (v dashboardVariable) promQL(t *testing.T) string {
+	t.Helper()
+	var q struct {
 		Query string `json:"query"`
-	} `json:"query"`
+	}
+	if err := json.Unmarshal(v.Query, &q); err != nil {
+		t.Fatalf("variable %s: query: %v", v.Name, err)
+	}
+	return q.Query
 }
 
 // dashboardTarget is one query of a panel.
@@ -203,6 +215,7 @@ func TestDashboardServesStandaloneScrapes(t *testing.T) {
 			var rules []promtoolRule
 			var tests []promtoolExprTest
 			var queries []string
+			var names strings.Builder // which panel each recorded query is
 			expect := func(expr string, n float64) {
 				tests = append(tests, promtoolExprTest{Expr: expr, EvalTime: "15m",
 					ExpSamples: []promtoolSample{{Labels: "{}", Value: n}}})
@@ -212,6 +225,7 @@ func TestDashboardServesStandaloneScrapes(t *testing.T) {
 				queries = append(queries, q)
 				rec := fmt.Sprintf("dashboard_query_%d", i)
 				rules = append(rules, promtoolRule{Record: rec, Expr: q})
+				fmt.Fprintf(&names, "%s: panel %q: %s\n", rec, tg.panel, q)
 				// "count(q) > bool 0" is 1 when q returns data and nothing
 				// when it returns none: promtool names the query that failed.
 				expect(fmt.Sprintf("count(%s) > bool 0", rec), 1)
@@ -226,7 +240,10 @@ func TestDashboardServesStandaloneScrapes(t *testing.T) {
 			}
 			labelValues := regexp.MustCompile(`^label_values\((.*),\s*(\w+)\)$`)
 			for i, v := range vars {
-				m := labelValues.FindStringSubmatch(interpolate(v.Query.Query))
+				if v.Type != "query" {
+					continue
+				}
+				m := labelValues.FindStringSubmatch(interpolate(v.promQL(t)))
 				if m == nil {
 					continue
 				}
@@ -234,6 +251,7 @@ func TestDashboardServesStandaloneScrapes(t *testing.T) {
 				if m[2] == "instance" {
 					rec := fmt.Sprintf("dashboard_variable_%d", i)
 					rules = append(rules, promtoolRule{Record: rec, Expr: fmt.Sprintf("count by (instance) (%s)", m[1])})
+					fmt.Fprintf(&names, "%s: variable %s: %s\n", rec, v.Name, m[1])
 					expect(fmt.Sprintf("count(%s)", rec), float64(len(standaloneReplicas)))
 				}
 			}
@@ -260,7 +278,7 @@ func TestDashboardServesStandaloneScrapes(t *testing.T) {
 			cmd := exec.Command(bin, "test", "rules", "dashboard_test.yaml")
 			cmd.Dir = dir
 			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("promtool test rules on the dashboard's queries over a standalone scrape: %v\n%s", err, out)
+				t.Fatalf("promtool test rules on the dashboard's queries over a standalone scrape: %v\n%s\nwhere\n%s", err, out, names.String())
 			}
 		})
 	}
