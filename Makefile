@@ -40,10 +40,11 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen ## Generate the CRD and the RBAC Role from the kubebuilder markers.
+manifests: controller-gen ## Generate the CRD and the RBAC Role from the kubebuilder markers, and the plain Prometheus rule file from the PrometheusRule.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	cp config/crd/bases/fairqueue.dev_fairqueuepolicies.yaml dataplane/reload/fairqueuepolicy_crd.yaml # --policy validates with it
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./controllers/... output:rbac:artifacts:config=config/rbac
+	$(GO) run ./hack/promrules
 
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy methods for the API types and the data-plane config.

@@ -25,8 +25,9 @@ import (
 )
 
 const (
-	ruleFile      = "../../config/prometheus/prometheusrule.yaml"
-	ruleTestFile  = "../../config/prometheus/rules_test.yaml"
+	promDir       = "../../config/prometheus"
+	ruleFile      = promDir + "/prometheusrule.yaml"
+	ruleTestFile  = promDir + "/rules_test.yaml"
 	dashboardsDir = "../../config/grafana"
 	readme        = "../../README.md"
 )
@@ -55,7 +56,7 @@ type prometheusRule struct {
 	} `json:"spec"`
 }
 
-func readRule(t *testing.T) (prometheusRule, []byte) {
+func readRule(t *testing.T) prometheusRule {
 	t.Helper()
 	data, err := os.ReadFile(ruleFile)
 	if err != nil {
@@ -68,18 +69,7 @@ func readRule(t *testing.T) (prometheusRule, []byte) {
 	if pr.Kind != "PrometheusRule" || len(pr.Spec.Groups) == 0 {
 		t.Fatalf("%s is not a PrometheusRule with rule groups", ruleFile)
 	}
-	// spec is a Prometheus rule file: re-encode it alone for promtool.
-	var raw struct {
-		Spec json.RawMessage `json:"spec"`
-	}
-	if err := yaml.Unmarshal(data, &raw); err != nil {
-		t.Fatal(err)
-	}
-	spec, err := yaml.JSONToYAML(raw.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pr, spec
+	return pr
 }
 
 // promtool returns the promtool binary: $PROMTOOL, or bin/promtool as built by
@@ -103,25 +93,21 @@ func promtool(t *testing.T) string {
 	return abs
 }
 
-// TestPrometheusRuleUnitTests runs `promtool check rules` and `promtool test
-// rules` on the PrometheusRule's spec with the tests in rules_test.yaml.
+// TestPrometheusRuleUnitTests runs `promtool check rules` on the plain rule
+// file a Prometheus without the prometheus-operator loads, `promtool test
+// rules` with the tests in rules_test.yaml, and `promtool check config` on
+// the standalone example configuration (which loads rules.yaml), in
+// config/prometheus as a user would. hack/promrules' test keeps rules.yaml
+// equal to the PrometheusRule's spec.
 func TestPrometheusRuleUnitTests(t *testing.T) {
 	bin := promtool(t)
-	_, spec := readRule(t)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), spec, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tests, err := os.ReadFile(ruleTestFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "rules_test.yaml"), tests, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "rules_test.yaml"}} {
+	for _, args := range [][]string{
+		{"check", "rules", "rules.yaml"},
+		{"test", "rules", "rules_test.yaml"},
+		{"check", "config", "scrape-standalone.yaml"},
+	} {
 		cmd := exec.Command(bin, args...)
-		cmd.Dir = dir
+		cmd.Dir = promDir
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -132,7 +118,7 @@ func TestPrometheusRuleUnitTests(t *testing.T) {
 
 // TestEveryAlertHasAUnitTest keeps rules_test.yaml covering every alert.
 func TestEveryAlertHasAUnitTest(t *testing.T) {
-	pr, _ := readRule(t)
+	pr := readRule(t)
 	tests, err := os.ReadFile(ruleTestFile)
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +209,7 @@ func (r *recordingRegisterer) MustRegister(cs ...prometheus.Collector) {
 type expr struct{ where, query string }
 
 func ruleExprs(t *testing.T) (exprs []expr, records map[string]bool) {
-	pr, _ := readRule(t)
+	pr := readRule(t)
 	records = map[string]bool{}
 	for _, g := range pr.Spec.Groups {
 		for _, r := range g.Rules {
