@@ -84,8 +84,8 @@ type Observer interface {
 	ExchangeFailed(key string, err error)
 }
 
-// MembersObserver, when an Observer implements it too, receives the outcome
-// of every membership round.
+// MembersObserver receives the outcome of every membership round, when an
+// Observer implements it too.
 type MembersObserver interface {
 	// Members reports the live replicas the exchange counted, and whether
 	// the replicas have hashed identities with different keys for longer

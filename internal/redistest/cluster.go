@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,8 +68,8 @@ func NeedCluster(t testing.TB) (server, cli string) {
 	return server, cli
 }
 
-// StartCluster starts a cluster of masters masters with replicas replicas
-// each, for a test, and kills every node when the test ends. It skips the
+// StartCluster starts a cluster of the given number of masters, each with
+// the given number of replicas, for a test, and kills every node when the test ends. It skips the
 // test when redis-server or redis-cli is not installed, and fails it under
 // CI.
 func StartCluster(t testing.TB, masters, replicas int) *Cluster {
@@ -212,13 +213,20 @@ func Owner(ctx context.Context, s *Server, key string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		slots, err := rc.ClusterSlots(ctx).Result()
+		shards, err := rc.ClusterShards(ctx).Result()
 		if err != nil {
 			return "", err
 		}
-		for _, r := range slots {
-			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
-				return r.Nodes[0].Addr, nil
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start > slot || slot > r.End {
+					continue
+				}
+				for _, n := range sh.Nodes {
+					if n.Role == "master" {
+						return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)), nil
+					}
+				}
 			}
 		}
 		return "", fmt.Errorf("node %s knows no master for slot %d", s.Addr(), slot)
