@@ -96,18 +96,6 @@ func (t RequestTimeouts) For(model string) time.Duration {
 	return t.defaultTotal()
 }
 
-// Smallest returns the smallest configured total timeout, the default's and
-// every model's. The data plane bounds a request's admission budget by it.
-func (t RequestTimeouts) Smallest() time.Duration {
-	least := t.defaultTotal()
-	for _, m := range t.Models {
-		if d := m.Total.Duration; d > 0 && d < least {
-			least = d
-		}
-	}
-	return least
-}
-
 func (t RequestTimeouts) defaultTotal() time.Duration {
 	if d := t.Default.Total.Duration; d > 0 {
 		return d

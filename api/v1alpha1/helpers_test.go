@@ -141,35 +141,29 @@ func TestModelRateLimitFor(t *testing.T) {
 
 func TestRequestTimeouts(t *testing.T) {
 	tests := []struct {
-		name         string
-		in           RequestTimeouts
-		model        string
-		wantFor      time.Duration
-		wantSmallest time.Duration
+		name    string
+		in      RequestTimeouts
+		model   string
+		wantFor time.Duration
 	}{
-		{name: "unset uses the 60s default", in: RequestTimeouts{}, model: "m", wantFor: time.Minute, wantSmallest: time.Minute},
+		{name: "unset uses the 60s default", in: RequestTimeouts{}, model: "m", wantFor: time.Minute},
 		{
-			name:         "model entry wins for its model",
-			in:           RequestTimeouts{Default: RequestTimeout{Total: dur(30 * time.Second)}, Models: []ModelRequestTimeout{{Model: "fast", Total: dur(5 * time.Second)}}},
-			model:        "fast",
-			wantFor:      5 * time.Second,
-			wantSmallest: 5 * time.Second,
+			name:    "model entry wins for its model",
+			in:      RequestTimeouts{Default: RequestTimeout{Total: dur(30 * time.Second)}, Models: []ModelRequestTimeout{{Model: "fast", Total: dur(5 * time.Second)}}},
+			model:   "fast",
+			wantFor: 5 * time.Second,
 		},
 		{
-			name:         "other models use the default; smallest still sees every entry",
-			in:           RequestTimeouts{Default: RequestTimeout{Total: dur(30 * time.Second)}, Models: []ModelRequestTimeout{{Model: "fast", Total: dur(5 * time.Second)}, {Model: "slow", Total: dur(10 * time.Minute)}}},
-			model:        "slow-ish",
-			wantFor:      30 * time.Second,
-			wantSmallest: 5 * time.Second,
+			name:    "other models use the default",
+			in:      RequestTimeouts{Default: RequestTimeout{Total: dur(30 * time.Second)}, Models: []ModelRequestTimeout{{Model: "fast", Total: dur(5 * time.Second)}, {Model: "slow", Total: dur(10 * time.Minute)}}},
+			model:   "slow-ish",
+			wantFor: 30 * time.Second,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := tt.in.For(tt.model); got != tt.wantFor {
 				t.Errorf("For(%q) = %v, want %v", tt.model, got, tt.wantFor)
-			}
-			if got := tt.in.Smallest(); got != tt.wantSmallest {
-				t.Errorf("Smallest() = %v, want %v", got, tt.wantSmallest)
 			}
 		})
 	}

@@ -321,19 +321,6 @@ type Timeouts struct {
 	ClientDeadlineHeader string `json:"clientDeadlineHeader,omitempty"`
 }
 
-// Smallest returns the smallest configured total timeout, the default's and
-// every model's, or zero when none is set. A request's admission budget is
-// bounded by its own model's timeout, not by this (SPEC section 5).
-func (t *Timeouts) Smallest() time.Duration {
-	least := t.RequestTotal.Duration
-	for _, m := range t.Models {
-		if d := m.Total.Duration; d > 0 && (least <= 0 || d < least) {
-			least = d
-		}
-	}
-	return max(least, 0)
-}
-
 // ModelTimeout is the total timeout of requests for one model.
 type ModelTimeout struct {
 	// Model is the model name as sent by clients.

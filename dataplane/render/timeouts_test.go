@@ -18,7 +18,7 @@ func TestRenderTimeoutsCarriesTheClientDeadlineHeader(t *testing.T) {
 	if got.ClientDeadlineHeader != "X-Request-Deadline" {
 		t.Errorf("ClientDeadlineHeader = %q, want X-Request-Deadline", got.ClientDeadlineHeader)
 	}
-	if got.Smallest() != 10*time.Second {
-		t.Errorf("Smallest() = %v, want the fast model's 10s", got.Smallest())
+	if len(got.Models) != 1 || got.Models[0].Model != "fast" || got.Models[0].Total.Duration != 10*time.Second {
+		t.Errorf("Models = %+v, want the fast model's 10s", got.Models)
 	}
 }
