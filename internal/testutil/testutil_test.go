@@ -1,10 +1,13 @@
 package testutil
 
 import (
+	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestSyncBufferConcurrentWritesAndReads(t *testing.T) {
@@ -35,4 +38,42 @@ func TestFreeAddrCanBeListenedOn(t *testing.T) {
 		t.Fatalf("listening on FreeAddr()'s %s: %v", addr, err)
 	}
 	_ = ln.Close() // nothing was accepted
+}
+
+func TestEventuallyReturnsOnceTheConditionHolds(t *testing.T) {
+	n := 0
+	Eventually(t, "the third poll", func() bool { n++; return n == 3 })
+	if n != 3 {
+		t.Errorf("cond polled %d times, want 3", n)
+	}
+}
+
+func TestEventuallyFailsNamingWhatItAwaited(t *testing.T) {
+	ft := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		EventuallyWithin(ft, 20*time.Millisecond, "the sky falls", func() bool { return false })
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("EventuallyWithin did not give up")
+	}
+	if !strings.Contains(ft.msg, "the sky falls") {
+		t.Errorf("failure message %q does not name what was awaited", ft.msg)
+	}
+}
+
+// fatalRecorder records Fatalf and ends the goroutine as testing.T does.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalRecorder) Helper() {}
+
+func (f *fatalRecorder) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
 }
