@@ -62,3 +62,24 @@ func (d *deadlineIndex) earliest() *waiter {
 	}
 	return d.head
 }
+
+// expire finishes every queued waiter whose deadline is not after now with
+// ReasonDeadlineExceeded.
+func (s *sched) expire(now int64) {
+	for w := s.deadlines.earliest(); w != nil && w.deadline <= now; w = s.deadlines.earliest() {
+		s.deadlines.remove(w)
+		w.retryAfter = s.ownPlace(now, w, max(w.t.head.readyAt-now, 0))
+		s.finish(w, now, false, ReasonDeadlineExceeded)
+		s.onDone(w)
+	}
+}
+
+// drain finishes every queued waiter with reason. Granted waiters keep
+// running; their attempt's outcome decides.
+func (s *sched) drain(now int64, reason Reason) {
+	for w := s.deadlines.earliest(); w != nil; w = s.deadlines.earliest() {
+		s.deadlines.remove(w)
+		s.finish(w, now, false, reason)
+		s.onDone(w)
+	}
+}
