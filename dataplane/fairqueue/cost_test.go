@@ -89,7 +89,7 @@ func runCostBacklogged(t *testing.T, weights []int, sizes []int64, limit limitKi
 		if sized {
 			size = sizes[i]
 		}
-		if _, reason, _, _ := m.s.enqueue(m.now, tenantName(i), "user", m.key, noDeadline, 0, 0, cost, size); reason != "" {
+		if _, reason, _, _ := m.s.enqueue(m.now, arrival{tenant: tenantName(i), dim: "user", keys: m.key, deadline: noDeadline, cost: cost, size: size}); reason != "" {
 			t.Fatalf("tenant %d refused: %s", i, reason)
 		}
 	}
@@ -194,7 +194,7 @@ func backlog(t *testing.T, s *sched, costs map[string]int64, order []string, dep
 	t.Helper()
 	for range depth {
 		for _, tn := range order {
-			if _, reason, _, _ := s.enqueue(0, tn, "user", lk("k"), noDeadline, 0, 0, costs[tn], 0); reason != "" {
+			if _, reason, _, _ := s.enqueue(0, arrival{tenant: tn, dim: "user", keys: lk("k"), deadline: noDeadline, cost: costs[tn]}); reason != "" {
 				t.Fatalf("enqueue %s refused: %s", tn, reason)
 			}
 		}
@@ -222,7 +222,7 @@ func grantSeqAt(t *testing.T, s *sched, now int64, costs map[string]int64, n int
 		seq.WriteString(tn)
 		s.complete(now, w, true, 0, nil)
 		s.release(w)
-		if _, reason, _, _ := s.enqueue(now, tn, "user", lk("k"), noDeadline, 0, 0, costs[tn], 0); reason != "" {
+		if _, reason, _, _ := s.enqueue(now, arrival{tenant: tn, dim: "user", keys: lk("k"), deadline: noDeadline, cost: costs[tn]}); reason != "" {
 			t.Fatalf("re-enqueue %s refused: %s", tn, reason)
 		}
 	}
@@ -308,7 +308,7 @@ func TestAdjustDuringAttempt(t *testing.T) {
 			if tc.admitted {
 				s.complete(now, w, true, 0, nil)
 				s.release(w)
-				s.enqueue(now, "a", "user", lk("k"), noDeadline, 0, 0, 1, 0)
+				s.enqueue(now, arrival{tenant: "a", dim: "user", keys: lk("k"), deadline: noDeadline, cost: 1})
 			} else {
 				// Refused for 1ms, during which b waits out a refusal too.
 				s.complete(now, w, false, ms, nil)
@@ -356,7 +356,7 @@ func TestSettledFairness(t *testing.T) {
 				if tc.settle {
 					s.adjust(tenantName(i), tc.use[i]-tc.reserve[i])
 				}
-				s.enqueue(0, tenantName(i), "user", lk("k"), noDeadline, 0, 0, tc.reserve[i], 0)
+				s.enqueue(0, arrival{tenant: tenantName(i), dim: "user", keys: lk("k"), deadline: noDeadline, cost: tc.reserve[i]})
 			}
 			shares := []float64{used[0] / (used[0] + used[1]), used[1] / (used[0] + used[1])}
 			t.Logf("actual cost used %v, shares %.4f", used, shares)
@@ -424,7 +424,7 @@ func TestLargestCost(t *testing.T) {
 		t.Run(fmt.Sprintf("pending for %d grants", n), func(t *testing.T) {
 			costs := map[string]int64{"a": MaxCost, "b": MaxCost, "c": 1}
 			s := newSched(Bounds{MaxWait: time.Hour}, Weights{Default: 1})
-			if _, reason, _, _ := s.enqueue(0, "c", "user", lk("k"), noDeadline, int64(time.Second), 0, 1, 0); reason != "" {
+			if _, reason, _, _ := s.enqueue(0, arrival{tenant: "c", dim: "user", keys: lk("k"), deadline: noDeadline, retryAfter: time.Second, cost: 1}); reason != "" {
 				t.Fatal(reason)
 			}
 			backlog(t, s, costs, []string{"a", "b"}, 2)
@@ -535,7 +535,7 @@ func TestEstimateAccuracyWithCosts(t *testing.T) {
 			errs := make([][]float64, len(tc.sizes))
 			grants := 0
 			enqueue := func(i int) {
-				if _, reason, _, _ := m.s.enqueue(m.now, tenantName(i), "user", m.key, noDeadline, 0, 0, tc.sizes[i], 0); reason != "" {
+				if _, reason, _, _ := m.s.enqueue(m.now, arrival{tenant: tenantName(i), dim: "user", keys: m.key, deadline: noDeadline, cost: tc.sizes[i]}); reason != "" {
 					t.Fatalf("tenant %d refused: %s", i, reason)
 				}
 			}

@@ -1,6 +1,9 @@
 package fairqueue
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // maxEstimate caps wait estimates so conversions never overflow.
 const maxEstimate = int64(1 << 62)
@@ -46,7 +49,7 @@ func unitPositionOf(k, w, sumW int) (int, float64) {
 // more grant of the tenant's (cost c, at its weighted share) takes. Until
 // grants have been measured every grant is taken to be like this one and to
 // take interval.
-func (s *sched) placeOf(k int, upTo, c uint64, weight, sumW int, interval int64) (pos int, wait, step float64) {
+func (s *sched) placeOf(k int, upTo, c uint64, weight, sumW int, interval time.Duration) (pos int, wait, step float64) {
 	alpha, beta, meanCost, ok := s.grantModel()
 	if !ok {
 		// Nothing measured yet: take every grant to be like this one.
@@ -70,7 +73,7 @@ func (s *sched) placeOf(k int, upTo, c uint64, weight, sumW int, interval int64)
 
 // stepOf returns the time one more grant of cost to queue t takes at its
 // weighted share (see placeOf), at least minRetry.
-func (s *sched) stepOf(t *tenant, cost, interval int64) int64 {
+func (s *sched) stepOf(t *tenant, cost int64, interval time.Duration) int64 {
 	sumW := s.sumWeights
 	if t.depth == 0 {
 		sumW += t.weight

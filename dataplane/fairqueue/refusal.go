@@ -1,5 +1,7 @@
 package fairqueue
 
+import "time"
+
 // room returns the expected time from now until a request refused at enqueue
 // with reason could join. For tenant_queue_full it is when its tenant's head
 // is expected to be admitted: the head's own estimate, made at its enqueue
@@ -9,7 +11,7 @@ package fairqueue
 // hand. For queue_full it is the next grant or expiry anywhere. It is at
 // least minRetry; the caller applies the limiter's next token and the
 // request's budget.
-func (s *sched) room(now int64, tenantKey string, reason Reason, interval int64) int64 {
+func (s *sched) room(now int64, tenantKey string, reason Reason, interval time.Duration) int64 {
 	sp := int64(s.spacingOr(interval))
 	var d int64
 	switch reason {
@@ -36,11 +38,9 @@ func (s *sched) room(now int64, tenantKey string, reason Reason, interval int64)
 	return max(d, minRetry)
 }
 
-// refusalRetry returns the Retry-After of a request refused at arrival at now
-// with reason, est being the estimate enqueue made for the place it would
-// have had, retryAfter the limiter's time to its next token, deadline its
-// absolute budget end (MaxWait applied here) and interval and cost as for
-// enqueue.
+// refusalRetry returns the Retry-After of request a, refused by enqueue at
+// now with reason, est being the estimate enqueue made for the place it
+// would have had.
 //
 // Requests refused close together are told successive times, so clients
 // that obey Retry-After come back one place at a time instead of all at
@@ -57,33 +57,33 @@ func (s *sched) room(now int64, tenantKey string, reason Reason, interval int64)
 //     its budget, never less than its next token; a time cut to the budget
 //     promises no slot (the client comes back before it).
 //   - queue_full: successive grants anywhere, from the next grant or expiry.
-func (s *sched) refusalRetry(now int64, tenantKey string, reason Reason, est, retryAfter, interval, deadline, cost int64) int64 {
-	retryAfter = max(retryAfter, 0)
-	budget := min(deadline, now+int64(s.bounds.MaxWait)) - now
+func (s *sched) refusalRetry(now int64, a arrival, reason Reason, est int64) int64 {
+	retryAfter := max(int64(a.retryAfter), 0)
+	budget := min(a.deadline, now+int64(s.bounds.MaxWait)) - now
 	fit := func(d int64) int64 { return max(min(d, budget), retryAfter, minRetry) }
 	switch reason {
 	case ReasonWaitExceedsBudget:
 		slot := now + est
-		t, _ := s.queueFor(now, tenantKey)
+		t, _ := s.queueFor(now, a.tenant)
 		if t == nil {
 			// A tenant without a queue yet keeps its promise in the
 			// table like an idle tenant (evicted first when a slot is
 			// needed), so its next refusals are told the places after.
-			t = s.newTenant(now, tenantKey, s.weights.weightOf(tenantKey))
+			t = s.newTenant(now, a.tenant, s.weights.weightOf(a.tenant))
 			s.linkIdle(t, now)
 		}
 		if t.promised != 0 {
-			slot = max(slot, t.promised+s.stepOf(t, cost, interval))
+			slot = max(slot, t.promised+s.stepOf(t, a.cost, a.interval))
 		}
 		t.promised = slot
 		return max(slot-now, retryAfter, minRetry)
 	case ReasonTenantQueueFull, ReasonTenantTableFull:
-		t, _ := s.queueFor(now, tenantKey)
-		base := s.room(now, tenantKey, reason, interval)
+		t, _ := s.queueFor(now, a.tenant)
+		base := s.room(now, a.tenant, reason, a.interval)
 		if t == nil {
 			return fit(base)
 		}
-		step := s.stepOf(t, cost, interval)
+		step := s.stepOf(t, a.cost, a.interval)
 		ahead := int64(min(float64(t.depth)*float64(step), float64(maxEstimate)))
 		slot := now + base + ahead
 		if t.promised != 0 {
@@ -95,8 +95,8 @@ func (s *sched) refusalRetry(now int64, tenantKey string, reason Reason, est, re
 		}
 		return fit(d)
 	case ReasonQueueFull:
-		step := int64(s.spacingOr(interval))
-		at := now + s.room(now, tenantKey, reason, interval)
+		step := int64(s.spacingOr(a.interval))
+		at := now + s.room(now, a.tenant, reason, a.interval)
 		if s.promised != 0 {
 			at = max(at, s.promised+step)
 		}

@@ -84,22 +84,40 @@ func newSched(b Bounds, w Weights) *sched {
 	return s
 }
 
-// enqueue adds a request arriving at now, or refuses it with the reason and
-// the position it would have had. deadline is absolute (noDeadline for none);
-// MaxWait from now is applied on top. cost and size are the request's Cost
-// and Size (normalized by costOf; size 0 means cost). interval is the time
-// the contended bucket needs to refill what the request takes (see
-// placeOf). The estimate is the request's Retry-After plus the time the
-// grants expected before it take. A request whose estimate does not fit its
-// budget is refused at once (ReasonWaitExceedsBudget) rather than held until
-// the budget runs out.
-func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadline, retryAfter, interval, cost, size int64) (*waiter, Reason, int, int64) {
+// arrival is a request as the scheduler sees it when it arrives: what
+// Request says, with the deadline on the scheduler's clock. Times are
+// scheduler time, durations time.Duration, costs cost units.
+type arrival struct {
+	tenant string // the tenant key: selects the queue and the weight
+	dim    string // the tenant_dimension label, for the Observer
+	keys   []LimitKey
+	// deadline is the absolute end of the request's budget in scheduler
+	// time, noDeadline for none; enqueue applies MaxWait from now on top.
+	deadline int64
+	// retryAfter is the limiter's time to the request's next token (the
+	// Retry-After of the refusal that sent it here); negative means 0.
+	retryAfter time.Duration
+	// interval is the time the contended bucket needs to refill what the
+	// request takes (see placeOf); 0 or negative means unknown.
+	interval time.Duration
+	// cost and size are Request.Cost and Request.Size in cost units,
+	// normalized by costOf; a size of 0 or less means cost.
+	cost, size int64
+}
+
+// enqueue adds request a arriving at now, or refuses it with the reason and
+// the position it would have had. The estimate is the request's Retry-After
+// plus the time the grants expected before it take. A request whose estimate
+// does not fit its budget is refused at once (ReasonWaitExceedsBudget) rather
+// than held until the budget runs out.
+func (s *sched) enqueue(now int64, a arrival) (*waiter, Reason, int, int64) {
+	deadline := a.deadline
 	if mw := now + int64(s.bounds.MaxWait); mw < deadline {
 		deadline = mw
 	}
-	retryAfter = max(retryAfter, 0)
-	c := costOf(cost)
-	t, overflow := s.queueFor(now, tenantKey)
+	retryAfter := max(int64(a.retryAfter), 0)
+	c := costOf(a.cost)
+	t, overflow := s.queueFor(now, a.tenant)
 	var weight int
 	k, upTo, sumW := 1, c, s.sumWeights
 	if t != nil {
@@ -108,10 +126,10 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 			sumW += weight
 		}
 	} else {
-		weight = s.weights.weightOf(tenantKey)
+		weight = s.weights.weightOf(a.tenant)
 		sumW += weight
 	}
-	pos, wait, _ := s.placeOf(k, upTo, c, weight, sumW, interval)
+	pos, wait, _ := s.placeOf(k, upTo, c, weight, sumW, a.interval)
 	// A request that waits is never estimated at 0: even the first in line
 	// waits for the scheduler to grant it.
 	raw := min(retryAfter+int64(wait), maxEstimate)
@@ -131,19 +149,19 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 	}
 
 	if t == nil {
-		t = s.newTenant(now, tenantKey, weight)
+		t = s.newTenant(now, a.tenant, weight)
 	}
 	if t.depth == 0 {
 		s.activate(t, now)
 	}
 	w := s.newWaiter()
-	w.t, w.tenant, w.keys, w.dim = t, tenantKey, keys, dim
+	w.t, w.tenant, w.keys, w.dim = t, a.tenant, a.keys, a.dim
 	w.enqueuedAt, w.readyAt, w.deadline = now, now+retryAfter, deadline
 	w.retryAfter, w.position, w.estimate, w.cost = retryAfter, pos, est, c
-	w.interval = max(interval, 0)
+	w.interval = max(a.interval, 0)
 	w.size = c
-	if size > 0 {
-		w.size = costOf(size)
+	if a.size > 0 {
+		w.size = costOf(a.size)
 	}
 	w.state = stateQueued
 
@@ -156,7 +174,7 @@ func (s *sched) enqueue(now int64, tenantKey, dim string, keys []LimitKey, deadl
 	t.queuedCost += c
 	s.depth++
 	w.ks = w.ks[:0]
-	for _, key := range keys {
+	for _, key := range a.keys {
 		ks := s.keyRef(key)
 		ks.waiters++
 		w.ks = append(w.ks, ks)

@@ -12,7 +12,7 @@ const ms = int64(time.Millisecond)
 // enq enqueues for tenant on the given keys with no deadline beyond MaxWait.
 func enq(t *testing.T, s *sched, now int64, tenant string, ra int64, keys ...string) *waiter {
 	t.Helper()
-	w, reason, _, _ := s.enqueue(now, tenant, "user", lk(keys...), noDeadline, ra, 0, 1, 0)
+	w, reason, _, _ := s.enqueue(now, arrival{tenant: tenant, dim: "user", keys: lk(keys...), deadline: noDeadline, retryAfter: time.Duration(ra), cost: 1})
 	if w == nil {
 		t.Fatalf("enqueue %s at %d: refused with %s", tenant, now, reason)
 	}
@@ -20,7 +20,7 @@ func enq(t *testing.T, s *sched, now int64, tenant string, ra int64, keys ...str
 }
 
 func TestEnqueueBounds(t *testing.T) {
-	type arrival struct {
+	type earlier struct {
 		tenant string
 		ra     int64
 	}
@@ -28,7 +28,7 @@ func TestEnqueueBounds(t *testing.T) {
 		name     string
 		bounds   Bounds
 		weights  Weights
-		before   []arrival
+		before   []earlier
 		tenant   string
 		ra       int64
 		deadline int64
@@ -38,7 +38,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "fits",
 			bounds:  Bounds{MaxQueueDepthPerTenant: 2},
-			before:  []arrival{{"a", 0}},
+			before:  []earlier{{"a", 0}},
 			tenant:  "a",
 			want:    "",
 			wantPos: 2,
@@ -46,7 +46,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "tenant queue full at the per-tenant bound",
 			bounds:  Bounds{MaxQueueDepthPerTenant: 2},
-			before:  []arrival{{"a", 0}, {"a", 0}, {"b", 0}},
+			before:  []earlier{{"a", 0}, {"a", 0}, {"b", 0}},
 			tenant:  "a",
 			want:    ReasonTenantQueueFull,
 			wantPos: 6, // third of a, two equal tenants: ceil(3*2/1)
@@ -54,7 +54,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "queue full at the total bound",
 			bounds:  Bounds{MaxTotalQueued: 3},
-			before:  []arrival{{"a", 0}, {"b", 0}, {"b", 0}},
+			before:  []earlier{{"a", 0}, {"b", 0}, {"b", 0}},
 			tenant:  "a",
 			want:    ReasonQueueFull,
 			wantPos: 4,
@@ -62,7 +62,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "tenant table full of active tenants: a new tenant shares an overflow queue",
 			bounds:  Bounds{MaxTenants: 2},
-			before:  []arrival{{"a", 0}, {"b", 0}},
+			before:  []earlier{{"a", 0}, {"b", 0}},
 			tenant:  "c",
 			want:    "",
 			wantPos: 3,
@@ -70,7 +70,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "tenant table full and both overflow queues of the hand full",
 			bounds:  Bounds{MaxTenants: 2, MaxQueueDepthPerTenant: 1},
-			before:  []arrival{{"a", 0}, {"b", 0}, {"c", 0}, {"c", 0}},
+			before:  []earlier{{"a", 0}, {"b", 0}, {"c", 0}, {"c", 0}},
 			tenant:  "c",
 			want:    ReasonTenantTableFull,
 			wantPos: 8, // second in an overflow queue, 4 queues active
@@ -78,7 +78,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "tenant table full does not stop a tracked tenant",
 			bounds:  Bounds{MaxTenants: 2},
-			before:  []arrival{{"a", 0}, {"b", 0}},
+			before:  []earlier{{"a", 0}, {"b", 0}},
 			tenant:  "b",
 			want:    "",
 			wantPos: 4,
@@ -86,7 +86,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "heavier tenant gets an earlier position",
 			weights: Weights{Default: 1, ByTenant: map[string]int{"h": 3}},
-			before:  []arrival{{"a", 0}, {"h", 0}},
+			before:  []earlier{{"a", 0}, {"h", 0}},
 			tenant:  "h",
 			want:    "",
 			wantPos: 3, // ceil(2*4/3)
@@ -118,7 +118,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "budget is checked before the bounds",
 			bounds:  Bounds{MaxQueueDepthPerTenant: 1, MaxWait: time.Second},
-			before:  []arrival{{"a", 0}},
+			before:  []earlier{{"a", 0}},
 			tenant:  "a",
 			ra:      2000 * ms,
 			want:    ReasonWaitExceedsBudget,
@@ -136,7 +136,7 @@ func TestEnqueueBounds(t *testing.T) {
 				dl = noDeadline
 			}
 			depth, tenants := s.depth, len(s.tenants)
-			w, reason, pos, _ := s.enqueue(0, tc.tenant, "user", lk("k"), dl, tc.ra, 0, 1, 0)
+			w, reason, pos, _ := s.enqueue(0, arrival{tenant: tc.tenant, dim: "user", keys: lk("k"), deadline: dl, retryAfter: time.Duration(tc.ra), cost: 1})
 			if reason != tc.want {
 				t.Fatalf("reason = %q, want %q", reason, tc.want)
 			}
@@ -172,7 +172,7 @@ func TestRequeueAndBudget(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSched(Bounds{}, Weights{})
-			first, _, _, _ := s.enqueue(0, "a", "user", lk("k"), tc.deadline, 10*ms, 0, 1, 0)
+			first, _, _, _ := s.enqueue(0, arrival{tenant: "a", dim: "user", keys: lk("k"), deadline: tc.deadline, retryAfter: time.Duration(10 * ms), cost: 1})
 			second := enq(t, s, 0, "a", 0, "k")
 			if w := s.next(5 * ms); w != nil {
 				t.Fatalf("granted before the Retry-After passed")
@@ -218,15 +218,15 @@ func TestExpiry(t *testing.T) {
 	// w1 waits behind a head whose attempt is still running when its deadline
 	// (100ms) comes.
 	head := enq(t, s, 0, "a", 0, "k")
-	w1, _, _, _ := s.enqueue(0, "a", "user", lk("k"), 100*ms, 0, 0, 1, 0)
+	w1, _, _, _ := s.enqueue(0, arrival{tenant: "a", dim: "user", keys: lk("k"), deadline: 100 * ms, cost: 1})
 	if s.next(0) != head {
 		t.Fatalf("head not granted")
 	}
-	w2, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 60*ms, 0, 1, 0)
+	w2, _, _, _ := s.enqueue(0, arrival{tenant: "b", dim: "user", keys: lk("k2"), deadline: 50 * ms, retryAfter: time.Duration(60 * ms), cost: 1})
 	if w2 != nil {
 		t.Fatalf("waiter whose Retry-After exceeds its deadline was queued")
 	}
-	w3, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 10*ms, 0, 1, 0)
+	w3, _, _, _ := s.enqueue(0, arrival{tenant: "b", dim: "user", keys: lk("k2"), deadline: 50 * ms, retryAfter: time.Duration(10 * ms), cost: 1})
 	if wake, _ := s.nextWake(); wake != 10*ms {
 		t.Fatalf("next wake = %d, want the earliest ready time 10ms", wake)
 	}
@@ -365,10 +365,10 @@ func TestTightenedBoundsNeverEvict(t *testing.T) {
 	if s.depth != 4 {
 		t.Fatalf("tightened bounds evicted waiters: depth %d", s.depth)
 	}
-	if _, reason, pos, _ := s.enqueue(0, "a", "user", nil, noDeadline, 0, 0, 1, 0); reason != ReasonTenantQueueFull || pos != 5 {
+	if _, reason, pos, _ := s.enqueue(0, arrival{tenant: "a", dim: "user", deadline: noDeadline, cost: 1}); reason != ReasonTenantQueueFull || pos != 5 {
 		t.Errorf("new arrival: reason %q pos %d, want tenant_queue_full at 5", reason, pos)
 	}
-	if _, reason, _, _ := s.enqueue(0, "b", "user", nil, noDeadline, 0, 0, 1, 0); reason != ReasonQueueFull {
+	if _, reason, _, _ := s.enqueue(0, arrival{tenant: "b", dim: "user", deadline: noDeadline, cost: 1}); reason != ReasonQueueFull {
 		t.Errorf("new tenant: reason %q, want queue_full", reason)
 	}
 }

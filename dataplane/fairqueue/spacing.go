@@ -1,5 +1,7 @@
 package fairqueue
 
+import "time"
+
 // spacingWeight is the EWMA weight (1/8) of a new grant-spacing sample.
 const spacingWeight = 0.125
 
@@ -58,7 +60,7 @@ func (s *sched) grantModel() (alpha, beta, meanCost float64, ok bool) {
 
 // spacingOr returns the measured grant spacing, or interval (the contended
 // bucket's refill interval) before any grant has been measured.
-func (s *sched) spacingOr(interval int64) float64 {
+func (s *sched) spacingOr(interval time.Duration) float64 {
 	if s.spacing > 0 {
 		return s.spacing
 	}

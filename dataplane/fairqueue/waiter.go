@@ -1,5 +1,7 @@
 package fairqueue
 
+import "time"
+
 // waiterState is where a waiter is in its life.
 type waiterState uint8
 
@@ -34,7 +36,7 @@ type waiter struct {
 	retryAfter int64
 	position   int
 	estimate   int64
-	interval   int64
+	interval   time.Duration
 	cost       uint64 // within [1, MaxCost]
 	size       uint64 // within [1, MaxCost]; holds its keys when above 1
 
