@@ -50,7 +50,7 @@ func unitPositionOf(k, w, sumW int) (int, float64) {
 // grants have been measured every grant is taken to be like this one and to
 // take interval.
 func (s *sched) placeOf(k int, upTo, c uint64, weight, sumW int, interval time.Duration) (pos int, wait, step float64) {
-	alpha, beta, meanCost, ok := s.grantModel()
+	alpha, beta, meanCost, ok := s.spacing.model()
 	if !ok {
 		// Nothing measured yet: take every grant to be like this one.
 		alpha, beta, meanCost = float64(max(interval, 0)), 0, float64(c)

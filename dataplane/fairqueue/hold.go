@@ -19,12 +19,8 @@ const holdSlack = 2
 func (s *sched) hold(w *waiter, now int64) {
 	c := float64(w.cost)
 	budget := float64(w.interval)
-	if alpha, beta, meanCost, ok := s.grantModel(); ok {
-		meanDt := s.spacing
-		if s.grants.set {
-			meanDt = s.grants.dt
-		}
-		budget = max(budget, alpha+beta*c, meanDt/meanCost*c)
+	if alpha, beta, meanCost, ok := s.spacing.model(); ok {
+		budget = max(budget, alpha+beta*c, s.spacing.meanDt()/meanCost*c)
 	}
 	budget = max(min(holdSlack*budget, float64(maxEstimate)), float64(minRetry))
 	until := min(w.readyAt, now+int64(budget))

@@ -12,7 +12,7 @@ import "time"
 // least minRetry; the caller applies the limiter's next token and the
 // request's budget.
 func (s *sched) room(now int64, tenantKey string, reason Reason, interval time.Duration) int64 {
-	sp := int64(s.spacingOr(interval))
+	sp := int64(s.spacing.or(interval))
 	var d int64
 	switch reason {
 	case ReasonTenantQueueFull, ReasonTenantTableFull:
@@ -27,10 +27,7 @@ func (s *sched) room(now int64, tenantKey string, reason Reason, interval time.D
 		}
 		d = max(at, h.readyAt) - now
 	case ReasonQueueFull:
-		d = sp
-		if s.lastGrantSet {
-			d = s.lastGrant + sp - now
-		}
+		d = s.spacing.untilNext(now, sp)
 		if w := s.deadlines.earliest(); w != nil {
 			d = min(d, w.deadline-now)
 		}
@@ -95,7 +92,7 @@ func (s *sched) refusalRetry(now int64, a arrival, reason Reason, est int64) int
 		}
 		return fit(d)
 	case ReasonQueueFull:
-		step := int64(s.spacingOr(a.interval))
+		step := int64(s.spacing.or(a.interval))
 		at := now + s.room(now, a.tenant, reason, a.interval)
 		if s.promised != 0 {
 			at = max(at, s.promised+step)

@@ -54,12 +54,8 @@ type sched struct {
 	swept      uint64 // vnow at the last sweep
 	seq        uint64
 
-	// Grant spacing: EWMA of the time between admissions while backlogged,
-	// and the statistics of the grant model (see grantModel).
-	spacing      float64
-	grants       grantStats
-	lastGrant    int64
-	lastGrantSet bool
+	// spacing turns grants into time (see grantSpacing).
+	spacing grantSpacing
 	// promised is the latest room time promised to a request refused with
 	// queue_full; 0 for none (see refusalRetry).
 	promised int64
@@ -286,19 +282,8 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 		if s.vnow-s.swept >= sweepEvery {
 			s.sweep()
 		}
-		if s.lastGrantSet {
-			dt := float64(now - s.lastGrant)
-			if s.spacing == 0 {
-				s.spacing = dt
-			} else {
-				s.spacing += spacingWeight * (dt - s.spacing)
-			}
-			if w.cost != 1 || s.grants.set {
-				s.grants.add(float64(w.cost), dt)
-			}
-		}
+		s.spacing.admitted(now, w.cost, s.depth > 1) // w still counts
 		s.finish(w, now, true, "")
-		s.lastGrant, s.lastGrantSet = now, s.depth > 0
 		return outcomeAdmitted
 	}
 	t.flightAdj = 0 // already applied to the finish tag it re-enters from
@@ -368,7 +353,7 @@ func (s *sched) finish(w *waiter, now int64, admitted bool, reason Reason) {
 	}
 	w.state, w.admitted, w.reason, w.doneAt = stateDone, admitted, reason, now
 	if s.depth == 0 {
-		s.lastGrantSet = false
+		s.spacing.emptied()
 	}
 
 	switch {
