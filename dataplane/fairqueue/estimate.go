@@ -105,7 +105,7 @@ const maxPlaceWalk = 64
 // last (its place is then expected no earlier than it is).
 func placeIn(t *tenant, w *waiter) (int, uint64) {
 	k, upTo := 0, uint64(0)
-	for x := t.head; x != nil && k < maxPlaceWalk; x = x.next {
+	for x := t.head(); x != nil && k < maxPlaceWalk; x = x.inQueue.nextElem() {
 		k++
 		upTo += x.cost
 		if x == w {
@@ -114,7 +114,7 @@ func placeIn(t *tenant, w *waiter) (int, uint64) {
 	}
 	after := uint64(0)
 	j := 0
-	for x := t.tail; x != nil && j < maxPlaceWalk; x = x.prev {
+	for x := t.queue.back(); x != nil && j < maxPlaceWalk; x = x.inQueue.prevElem() {
 		if x == w {
 			return t.depth - j, t.queuedCost - after
 		}

@@ -47,18 +47,18 @@ func (s *sched) hold(w *waiter, now int64) {
 func (s *sched) parkHeld(now int64) {
 	for s.ready.len() > 0 {
 		t := s.ready.top()
-		for _, ks := range t.head.ks {
+		for _, ks := range t.head().ks {
 			if ks.inFlight > 0 {
 				return
 			}
 		}
-		until := s.heldFor(t.head, now)
+		until := s.heldFor(t.head(), now)
 		if until <= now {
 			return
 		}
 		s.ready.pop()
 		t.place = placePending
-		s.pending.push(t, uint64(until))
+		s.pending.push(t, uint64(until), t.seq, &t.heapIdx)
 	}
 }
 

@@ -98,7 +98,7 @@ func TestTenantTableStaysBounded(t *testing.T) {
 	}
 	// The table holds the most recent tenants, oldest idle first.
 	var got []string
-	for tn := m.s.idleHead; tn != nil; tn = tn.idleNext {
+	for tn := m.s.idle.front(); tn != nil; tn = tn.inIdle.nextElem() {
 		got = append(got, tn.key)
 	}
 	var want []string

@@ -17,10 +17,10 @@ func (s *sched) room(now int64, tenantKey string, reason Reason, interval time.D
 	switch reason {
 	case ReasonTenantQueueFull, ReasonTenantTableFull:
 		t, _ := s.queueFor(now, tenantKey)
-		if t == nil || t.head == nil {
+		if t == nil || t.head() == nil {
 			return minRetry
 		}
-		h := t.head
+		h := t.head()
 		at := h.enqueuedAt + h.estimate
 		if at <= now {
 			at = now + sp

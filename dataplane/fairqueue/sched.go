@@ -34,17 +34,17 @@ type sched struct {
 	// queue after every grant comes back where it left off instead of at vnow
 	// (which would let it win every token while vnow stands still).
 	tenants map[string]*tenant
-	// idleHead and idleTail are the idle tenants, least recently active
-	// first: the eviction order when a new tenant needs a slot.
-	idleHead, idleTail *tenant
+	// idle holds the idle tenants, least recently active first: the
+	// eviction order when a new tenant needs a slot.
+	idle list[tenant]
 	// overflow holds the shared queues of tenants that found the table full
 	// of active tenants (see overflowFor); allocated on first use.
 	overflow  [overflowQueues]*tenant
 	keys      map[LimitKey]*keyState
-	active    int           // queues (tenant or overflow) holding waiters
-	ready     tenantHeap    // by finish tag, then arrival
-	pending   tenantHeap    // by head ready time, then arrival
-	deadlines deadlineIndex // queued (not granted) waiters by deadline
+	active    int              // queues (tenant or overflow) holding waiters
+	ready     minHeap[*tenant] // by finish tag, then arrival
+	pending   minHeap[*tenant] // by head ready time, then arrival
+	deadlines deadlineIndex    // queued (not granted) waiters by deadline
 
 	depth      int // waiters held, granted ones included
 	inFlight   int // granted waiters whose attempt is running
@@ -60,7 +60,7 @@ type sched struct {
 	// queue_full; 0 for none (see refusalRetry).
 	promised int64
 
-	freeW *waiter
+	freeW []*waiter
 	freeT []*tenant
 	freeK []*keyState
 
@@ -161,11 +161,7 @@ func (s *sched) enqueue(now int64, a arrival) (*waiter, Reason, int, int64) {
 	}
 	w.state = stateQueued
 
-	if t.tail == nil {
-		t.head, t.tail = w, w
-	} else {
-		w.prev, t.tail.next, t.tail = t.tail, w, w
-	}
+	t.queue.pushBack(&w.inQueue, w)
 	t.depth++
 	t.queuedCost += c
 	s.depth++
@@ -190,14 +186,15 @@ func (s *sched) enqueue(now int64, a arrival) (*waiter, Reason, int, int64) {
 // back for long (by its own limit) cannot bank credit for a burst later. A
 // new tenant starts at the virtual time.
 func (s *sched) place(t *tenant, now int64) {
-	if t.head.readyAt <= now {
-		t.start = vmax(t.finish, s.vnow-t.stride*t.head.cost)
+	h := t.head()
+	if h.readyAt <= now {
+		t.start = vmax(t.finish, s.vnow-t.stride*h.cost)
 		t.place = placeReady
-		s.ready.push(t, t.tag())
+		s.ready.push(t, t.tag(), t.seq, &t.heapIdx)
 		return
 	}
 	t.place = placePending
-	s.pending.push(t, uint64(t.head.readyAt))
+	s.pending.push(t, uint64(h.readyAt), t.seq, &t.heapIdx)
 }
 
 // unplace takes a tenant out of whichever heap holds it.
@@ -235,7 +232,7 @@ func (s *sched) next(now int64) *waiter {
 		return nil
 	}
 	t := s.ready.top()
-	w := t.head
+	w := t.head()
 	for _, ks := range w.ks {
 		if ks.inFlight > 0 {
 			return nil
@@ -326,18 +323,9 @@ func (s *sched) cancel(now int64, w *waiter) {
 // w must already be out of the deadline heap and not count as in flight.
 func (s *sched) finish(w *waiter, now int64, admitted bool, reason Reason) {
 	t := w.t
-	wasHead, granted := t.head == w, w.state == stateGranted
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		t.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		t.tail = w.prev
-	}
-	w.prev, w.next, w.t = nil, nil, nil
+	wasHead, granted := t.head() == w, w.state == stateGranted
+	t.queue.remove(&w.inQueue)
+	w.t = nil
 	t.depth--
 	t.queuedCost -= w.cost
 	s.depth--

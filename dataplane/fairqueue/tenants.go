@@ -19,20 +19,20 @@ type tenant struct {
 	key        string
 	weight     int
 	stride     uint64
-	start      uint64 // virtual start tag of its next grant
-	finish     uint64 // virtual finish tag of its last admitted grant
-	head, tail *waiter
+	start      uint64       // virtual start tag of its next grant
+	finish     uint64       // virtual finish tag of its last admitted grant
+	queue      list[waiter] // its waiters in arrival order, through waiter.inQueue
 	depth      int
 	queuedCost uint64 // sum of the costs of its waiters
 	lastCost   uint64 // cost of its last admitted grant; 0 before any
 	place      tenantPlace
 	heapIdx    int
 	seq        uint64
-	// idlePrev and idleNext link the idle list while the queue is empty.
-	idlePrev, idleNext *tenant
-	idle               bool  // on the idle list
-	idleSince          int64 // when the queue last emptied
-	overflow           bool
+	// inIdle links the idle list while the queue is empty.
+	inIdle    link[tenant]
+	idle      bool  // on the idle list
+	idleSince int64 // when the queue last emptied
+	overflow  bool
 	// promised is the latest grant time (slot) promised to a request of
 	// this queue refused at arrival; 0 for none (see refusalRetry).
 	promised int64
@@ -42,6 +42,9 @@ type tenant struct {
 	// the attempt is admitted.
 	flightAdj int64
 }
+
+// head returns the tenant's first waiter, the next to be granted, or nil.
+func (t *tenant) head() *waiter { return t.queue.front() }
 
 // queueFor returns the queue a request of tenantKey arriving at now joins: its
 // own tenant (nil when it has none and the table has room, or an idle tenant
@@ -63,7 +66,8 @@ func (s *sched) queueFor(now int64, tenantKey string) (*tenant, bool) {
 // tenant that pauses between requests (a client waiting for its previous
 // answer) from losing its queue to a flood of fresh keys.
 func (s *sched) evictable(now int64) bool {
-	return s.idleHead != nil && now-s.idleHead.idleSince >= int64(s.bounds.MaxWait)
+	oldest := s.idle.front()
+	return oldest != nil && now-oldest.idleSince >= int64(s.bounds.MaxWait)
 }
 
 // overflowQueues is the number of overflow queues; overflowHand is how many
@@ -143,28 +147,14 @@ func (s *sched) deactivate(t *tenant, now int64) {
 
 // linkIdle appends t, a tenant without waiters, to the idle list at now.
 func (s *sched) linkIdle(t *tenant, now int64) {
-	t.idle, t.idleSince, t.idlePrev, t.idleNext = true, now, s.idleTail, nil
-	if s.idleTail == nil {
-		s.idleHead = t
-	} else {
-		s.idleTail.idleNext = t
-	}
-	s.idleTail = t
+	t.idle, t.idleSince = true, now
+	s.idle.pushBack(&t.inIdle, t)
 }
 
 // unlinkIdle removes t from the idle list; it must be on it.
 func (s *sched) unlinkIdle(t *tenant) {
-	if t.idlePrev != nil {
-		t.idlePrev.idleNext = t.idleNext
-	} else {
-		s.idleHead = t.idleNext
-	}
-	if t.idleNext != nil {
-		t.idleNext.idlePrev = t.idlePrev
-	} else {
-		s.idleTail = t.idlePrev
-	}
-	t.idle, t.idlePrev, t.idleNext = false, nil, nil
+	s.idle.remove(&t.inIdle)
+	t.idle = false
 }
 
 // newTenant adds a tenant to the table at now, first evicting the least
@@ -191,7 +181,7 @@ func (s *sched) newTenant(now int64, key string, weight int) *tenant {
 // forgets that tenant's finish tag, which costs it at most one stride of its
 // share should it come back.
 func (s *sched) evictIdle() {
-	t := s.idleHead
+	t := s.idle.front()
 	s.unlinkIdle(t)
 	delete(s.tenants, t.key)
 	*t = tenant{}
@@ -201,7 +191,7 @@ func (s *sched) evictIdle() {
 // trimIdle evicts idle tenants until the table is within MaxTenants, after
 // the bound was lowered.
 func (s *sched) trimIdle() {
-	for len(s.tenants) > s.bounds.MaxTenants && s.idleHead != nil {
+	for len(s.tenants) > s.bounds.MaxTenants && s.idle.head != nil {
 		s.evictIdle()
 	}
 }

@@ -55,7 +55,7 @@ func costOf(c int64) uint64 {
 
 // tag is the virtual finish tag of the tenant's next grant: its start tag
 // plus its head waiter's cost in strides. Only meaningful with a head.
-func (t *tenant) tag() uint64 { return t.start + t.stride*t.head.cost }
+func (t *tenant) tag() uint64 { return t.start + t.stride*t.head().cost }
 
 // adjust moves tenantKey's virtual tags by delta of its strides: the settle
 // correction (actual - reserved cost) of a grant. delta is clamped to

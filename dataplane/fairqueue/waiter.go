@@ -20,12 +20,11 @@ const (
 // waiter is one queued request. Nodes are recycled through the scheduler's
 // free list so the grant path does not allocate.
 type waiter struct {
-	t          *tenant // nil once done: the tenant may be recycled
-	tenant     string
-	prev, next *waiter
-	dlIdx      int     // index in the deadline heap, or inDeadlineList
-	dlPrev     *waiter // neighbours in the deadline list
-	dlNext     *waiter
+	t           *tenant // nil once done: the tenant may be recycled
+	tenant      string
+	inQueue     link[waiter] // in its tenant's queue
+	dlIdx       int          // index in the deadline heap, or inDeadlineList
+	inDeadlines link[waiter] // in the deadline list
 
 	keys       []LimitKey
 	ks         []*keyState // ks[i] counts keys[i]; the slice is reused with the node
@@ -63,14 +62,14 @@ func (s *sched) release(w *waiter) {
 		}
 	}
 	clear(w.ks)
-	*w = waiter{signal: sig, ks: w.ks[:0], state: stateFree, next: s.freeW}
-	s.freeW = w
+	*w = waiter{signal: sig, ks: w.ks[:0], state: stateFree}
+	s.freeW = append(s.freeW, w)
 }
 
 func (s *sched) newWaiter() *waiter {
-	if w := s.freeW; w != nil {
-		s.freeW = w.next
-		w.next = nil
+	if n := len(s.freeW); n > 0 {
+		w := s.freeW[n-1]
+		s.freeW = s.freeW[:n-1]
 		return w
 	}
 	return &waiter{}
