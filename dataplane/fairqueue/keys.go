@@ -17,14 +17,8 @@ func (s *sched) keyRef(key LimitKey) *keyState {
 	if ks := s.keys[key]; ks != nil {
 		return ks
 	}
-	var ks *keyState
-	if n := len(s.freeK); n > 0 {
-		ks = s.freeK[n-1]
-		s.freeK = s.freeK[:n-1]
-		*ks = keyState{}
-	} else {
-		ks = &keyState{}
-	}
+	ks := s.freeK.get()
+	*ks = keyState{}
 	s.keys[key] = ks
 	return ks
 }

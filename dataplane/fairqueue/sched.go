@@ -60,9 +60,9 @@ type sched struct {
 	// queue_full; 0 for none (see refusalRetry).
 	promised int64
 
-	freeW []*waiter
-	freeT []*tenant
-	freeK []*keyState
+	freeW freeList[waiter]
+	freeT freeList[tenant]
+	freeK freeList[keyState]
 
 	// onDone is called for every waiter the scheduler finishes on its own
 	// (expiry, drain); the Queue uses it to wake the waiter's goroutine.
@@ -336,7 +336,7 @@ func (s *sched) finish(w *waiter, now int64, admitted bool, reason Reason) {
 		ks.waiters--
 		if ks.waiters == 0 {
 			delete(s.keys, w.keys[i])
-			s.freeK = append(s.freeK, ks)
+			s.freeK.put(ks)
 		}
 	}
 	w.state, w.admitted, w.reason, w.doneAt = stateDone, admitted, reason, now

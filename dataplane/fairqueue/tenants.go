@@ -164,13 +164,7 @@ func (s *sched) newTenant(now int64, key string, weight int) *tenant {
 	if len(s.tenants) >= s.bounds.MaxTenants && s.evictable(now) {
 		s.evictIdle()
 	}
-	var t *tenant
-	if n := len(s.freeT); n > 0 {
-		t = s.freeT[n-1]
-		s.freeT = s.freeT[:n-1]
-	} else {
-		t = &tenant{}
-	}
+	t := s.freeT.get()
 	s.seq++
 	*t = tenant{key: key, weight: weight, stride: strideScale / uint64(weight), finish: s.vnow, heapIdx: -1, seq: s.seq}
 	s.tenants[key] = t
@@ -185,7 +179,7 @@ func (s *sched) evictIdle() {
 	s.unlinkIdle(t)
 	delete(s.tenants, t.key)
 	*t = tenant{}
-	s.freeT = append(s.freeT, t)
+	s.freeT.put(t)
 }
 
 // trimIdle evicts idle tenants until the table is within MaxTenants, after

@@ -63,14 +63,8 @@ func (s *sched) release(w *waiter) {
 	}
 	clear(w.ks)
 	*w = waiter{signal: sig, ks: w.ks[:0], state: stateFree}
-	s.freeW = append(s.freeW, w)
+	s.freeW.put(w)
 }
 
-func (s *sched) newWaiter() *waiter {
-	if n := len(s.freeW); n > 0 {
-		w := s.freeW[n-1]
-		s.freeW = s.freeW[:n-1]
-		return w
-	}
-	return &waiter{}
-}
+// newWaiter returns a waiter node, recycled by release when one is free.
+func (s *sched) newWaiter() *waiter { return s.freeW.get() }
