@@ -66,7 +66,7 @@ func (s *sched) refusalRetry(now int64, a arrival, reason Reason, est int64) int
 			// A tenant without a queue yet keeps its promise in the
 			// table like an idle tenant (evicted first when a slot is
 			// needed), so its next refusals are told the places after.
-			t = s.newTenant(now, a.tenant, s.weights.weightOf(a.tenant))
+			t = s.newTenant(now, a.tenant, s.weights.Of(a.tenant))
 			s.linkIdle(t, now)
 		}
 		if t.promised != 0 {

@@ -72,7 +72,7 @@ type sched struct {
 func newSched(b Bounds, w Weights) *sched {
 	s := &sched{
 		bounds:  b.withDefaults(),
-		weights: w.clone(),
+		weights: w.Clone(),
 		tenants: make(map[string]*tenant),
 		keys:    make(map[LimitKey]*keyState),
 		onDone:  func(*waiter) {},
@@ -122,7 +122,7 @@ func (s *sched) enqueue(now int64, a arrival) (*waiter, Reason, int, int64) {
 			sumW += weight
 		}
 	} else {
-		weight = s.weights.weightOf(a.tenant)
+		weight = s.weights.Of(a.tenant)
 		sumW += weight
 	}
 	pos, wait, _ := s.placeOf(k, upTo, c, weight, sumW, a.interval)

@@ -419,8 +419,8 @@ func TestWeightClamp(t *testing.T) {
 	w := Weights{Default: 0, ByTenant: map[string]int{"neg": -3, "huge": 1 << 30, "three": 3}}
 	cases := map[string]int{"other": 1, "neg": 1, "huge": MaxWeight, "three": 3}
 	for tenant, want := range cases {
-		if got := w.weightOf(tenant); got != want {
-			t.Errorf("weightOf(%q) = %d, want %d", tenant, got, want)
+		if got := w.Of(tenant); got != want {
+			t.Errorf("Of(%q) = %d, want %d", tenant, got, want)
 		}
 	}
 }

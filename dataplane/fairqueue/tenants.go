@@ -103,7 +103,7 @@ func (s *sched) overflowQueue(i int) *tenant {
 	if t := s.overflow[i]; t != nil {
 		return t
 	}
-	weight := s.weights.weightOf("")
+	weight := s.weights.Of("")
 	s.seq++
 	t := &tenant{key: "", weight: weight, stride: strideScale / uint64(weight), finish: s.vnow, heapIdx: -1, seq: s.seq, overflow: true}
 	s.overflow[i] = t
@@ -193,7 +193,7 @@ func (s *sched) trimIdle() {
 // setWeights applies new weights to every tracked tenant without moving any
 // waiter; the ready heap is re-ordered by the new finish tags.
 func (s *sched) setWeights(w Weights) {
-	s.weights = w.clone()
+	s.weights = w.Clone()
 	reweight := func(t *tenant, nw int) {
 		if t.depth > 0 {
 			s.sumWeights += nw - t.weight
@@ -201,11 +201,11 @@ func (s *sched) setWeights(w Weights) {
 		t.weight, t.stride = nw, strideScale/uint64(nw)
 	}
 	for _, t := range s.tenants {
-		reweight(t, s.weights.weightOf(t.key))
+		reweight(t, s.weights.Of(t.key))
 	}
 	for _, t := range s.overflow {
 		if t != nil {
-			reweight(t, s.weights.weightOf(""))
+			reweight(t, s.weights.Of(""))
 		}
 	}
 	s.ready.rekey((*tenant).tag)
