@@ -470,15 +470,7 @@ func TestQueueAdjust(t *testing.T) {
 			var mu sync.Mutex
 			var order strings.Builder
 			attempt := func(tenant string) Attempt {
-				return func() (bool, time.Duration, error) {
-					ok, ra := b.take()
-					if ok {
-						mu.Lock()
-						order.WriteString(tenant)
-						mu.Unlock()
-					}
-					return ok, ra, nil
-				}
+				return b.attemptThen(&mu, func() { order.WriteString(tenant) })
 			}
 			var chs []<-chan waitResult
 			for range 3 {
