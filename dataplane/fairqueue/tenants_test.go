@@ -193,3 +193,24 @@ func TestFreshKeyFloodDoesNotLockOutEstablishedTenants(t *testing.T) {
 		t.Errorf("the flood was never refused tenant_table_full: the test did not fill the table")
 	}
 }
+
+func TestReweightKeepsOrder(t *testing.T) {
+	s := newSched(Bounds{MaxWait: time.Hour}, Weights{Default: 1})
+	var order []*waiter
+	for range 3 {
+		order = append(order, enq(t, s, 0, "a", 0, "k"))
+		enq(t, s, 0, "b", 0, "k")
+	}
+	s.setWeights(Weights{Default: 1, ByTenant: map[string]int{"a": 100}})
+	// With a weight of 100, a's three waiters go first and in FIFO order.
+	for i, want := range order {
+		w := s.next(0)
+		if w != want {
+			t.Fatalf("grant %d: got tenant %s, want a's waiter %d in order", i, w.tenant, i)
+		}
+		s.complete(0, w, true, 0, nil)
+	}
+	if s.depth != 3 || s.active != 1 {
+		t.Errorf("b's waiters lost by reweighting: depth %d", s.depth)
+	}
+}
