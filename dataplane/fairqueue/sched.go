@@ -41,17 +41,16 @@ type sched struct {
 	// of active tenants (see overflowFor); allocated on first use.
 	overflow  [overflowQueues]*tenant
 	keys      map[LimitKey]*keyState
-	active    int              // queues (tenant or overflow) holding waiters
-	ready     minHeap[*tenant] // by finish tag, then arrival
-	pending   minHeap[*tenant] // by head ready time, then arrival
-	deadlines deadlineIndex    // queued (not granted) waiters by deadline
+	active    int           // queues (tenant or overflow) holding waiters
+	deadlines deadlineIndex // queued (not granted) waiters by deadline
+
+	// fairOrder holds the virtual time and the tenants competing in it.
+	fairOrder
 
 	depth      int // waiters held, granted ones included
 	inFlight   int // granted waiters whose attempt is running
 	holds      int // keys with a holder
 	sumWeights int // sum of the weights of tracked tenants
-	vnow       uint64
-	swept      uint64 // vnow at the last sweep
 	seq        uint64
 
 	// spacing turns grants into time (see grantSpacing).
@@ -176,36 +175,6 @@ func (s *sched) enqueue(now int64, a arrival) (*waiter, Reason, int, int64) {
 		s.place(t, now)
 	}
 	return w, "", pos, est
-}
-
-// place puts a tenant that has a head waiter and no running attempt into the
-// ready or pending heap. Entering the ready heap, its start tag is its last
-// finish tag, but never more than its head's grant (cost strides) behind the
-// scheduler's virtual time, so its finish tag is at most the virtual time: a
-// tenant that lost a race for a shared token keeps its turn, while one held
-// back for long (by its own limit) cannot bank credit for a burst later. A
-// new tenant starts at the virtual time.
-func (s *sched) place(t *tenant, now int64) {
-	h := t.head()
-	if h.readyAt <= now {
-		t.start = vmax(t.finish, s.vnow-t.stride*h.cost)
-		t.place = placeReady
-		s.ready.push(t, t.tag(), t.seq, &t.heapIdx)
-		return
-	}
-	t.place = placePending
-	s.pending.push(t, uint64(h.readyAt), t.seq, &t.heapIdx)
-}
-
-// unplace takes a tenant out of whichever heap holds it.
-func (s *sched) unplace(t *tenant) {
-	switch t.place {
-	case placeReady:
-		s.ready.remove(t.heapIdx)
-	case placePending:
-		s.pending.remove(t.heapIdx)
-	}
-	t.place = placeNone
 }
 
 // next expires overdue waiters and grants an attempt to the head waiter of the

@@ -91,14 +91,14 @@ func (s *sched) adjust(tenantKey string, delta int64) bool {
 
 // moveTag returns tag v of t moved by delta (within +-MaxCost) of t's
 // strides, bounded as adjust describes.
-func (s *sched) moveTag(t *tenant, v uint64, delta int64) uint64 {
+func (o *fairOrder) moveTag(t *tenant, v uint64, delta int64) uint64 {
 	// uint64(delta)*stride is the two's complement of |delta|*stride for a
 	// negative delta, so the sum moves v back; |delta|*stride <= 2^60.
 	nv := v + uint64(delta)*t.stride
 	if delta < 0 {
-		return vmax(nv, vmin(v, s.vnow-max(t.lastCost, 1)*t.stride))
+		return vmax(nv, vmin(v, o.vnow-max(t.lastCost, 1)*t.stride))
 	}
-	return vmin(nv, vmax(v, s.vnow+maxLead))
+	return vmin(nv, vmax(v, o.vnow+maxLead))
 }
 
 // sweep raises the tags of every tenant outside the ready heap to at least
