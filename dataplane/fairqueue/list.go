@@ -9,21 +9,20 @@ type link[T any] struct {
 	elem       *T // the element; nil while in no list
 }
 
-// nextElem returns the element after n's in its list, or nil.
-func (n *link[T]) nextElem() *T {
-	if n.next == nil {
+// element returns n's element; nil for a nil link, so the neighbours of
+// the ends of a list read as nil.
+func (n *link[T]) element() *T {
+	if n == nil {
 		return nil
 	}
-	return n.next.elem
+	return n.elem
 }
 
+// nextElem returns the element after n's in its list, or nil.
+func (n *link[T]) nextElem() *T { return n.next.element() }
+
 // prevElem returns the element before n's in its list, or nil.
-func (n *link[T]) prevElem() *T {
-	if n.prev == nil {
-		return nil
-	}
-	return n.prev.elem
-}
+func (n *link[T]) prevElem() *T { return n.prev.element() }
 
 // list is an intrusive doubly-linked list of T.
 type list[T any] struct {
@@ -31,20 +30,10 @@ type list[T any] struct {
 }
 
 // front returns the first element, or nil.
-func (l *list[T]) front() *T {
-	if l.head == nil {
-		return nil
-	}
-	return l.head.elem
-}
+func (l *list[T]) front() *T { return l.head.element() }
 
 // back returns the last element, or nil.
-func (l *list[T]) back() *T {
-	if l.tail == nil {
-		return nil
-	}
-	return l.tail.elem
-}
+func (l *list[T]) back() *T { return l.tail.element() }
 
 // pushBack appends e through n, its link for this list, which must be in no
 // list.
