@@ -47,10 +47,8 @@ func (s *sched) hold(w *waiter, now int64) {
 func (s *sched) parkHeld(now int64) {
 	for s.ready.len() > 0 {
 		t := s.ready.top()
-		for _, ks := range t.head().ks {
-			if ks.inFlight > 0 {
-				return
-			}
+		if t.head().keysBusy() {
+			return
 		}
 		until := s.heldFor(t.head(), now)
 		if until <= now {

@@ -27,3 +27,23 @@ func (s *sched) keyRef(key LimitKey) *keyState {
 func (s *sched) hasWaiters(key LimitKey) bool {
 	return s.keys[key] != nil
 }
+
+// keysBusy reports whether an attempt needing one of w's keys runs: attempts
+// on one key run one at a time, in the fair order.
+func (w *waiter) keysBusy() bool {
+	for _, ks := range w.ks {
+		if ks.inFlight > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// countAttempt counts w's attempt in the scheduler and on each of its keys:
+// d is 1 when the attempt starts, -1 when it ends.
+func (s *sched) countAttempt(w *waiter, d int) {
+	s.inFlight += d
+	for _, ks := range w.ks {
+		ks.inFlight += d
+	}
+}

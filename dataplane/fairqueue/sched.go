@@ -6,7 +6,9 @@ import (
 )
 
 // Times inside the scheduler are int64 nanoseconds on the Queue's clock,
-// measured from an arbitrary base, so the core never touches a clock itself.
+// measured from an arbitrary base, so the core never touches a clock itself;
+// durations are int64 nanoseconds too. noDeadline is the deadline of a
+// request without one.
 const noDeadline = math.MaxInt64
 
 // minRetry is the shortest re-queue delay after a refused attempt, so a limiter
@@ -68,6 +70,8 @@ type sched struct {
 	onDone func(w *waiter)
 }
 
+// newSched returns an empty scheduler applying b (zero fields mean defaults)
+// and w.
 func newSched(b Bounds, w Weights) *sched {
 	s := &sched{
 		bounds:  b.withDefaults(),
@@ -202,19 +206,14 @@ func (s *sched) next(now int64) *waiter {
 	}
 	t := s.ready.top()
 	w := t.head()
-	for _, ks := range w.ks {
-		if ks.inFlight > 0 {
-			return nil
-		}
+	if w.keysBusy() {
+		return nil
 	}
 	s.ready.pop()
 	t.place = placeInFlight
 	s.deadlines.remove(w)
 	w.state = stateGranted
-	s.inFlight++
-	for _, ks := range w.ks {
-		ks.inFlight++
-	}
+	s.countAttempt(w, 1)
 	return w
 }
 
@@ -225,10 +224,7 @@ func (s *sched) next(now int64) *waiter {
 // an error removes it.
 func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err error) outcome {
 	t := w.t
-	s.inFlight--
-	for _, ks := range w.ks {
-		ks.inFlight--
-	}
+	s.countAttempt(w, -1)
 	switch {
 	case err != nil:
 		t.flightAdj = 0
@@ -277,10 +273,7 @@ func (s *sched) cancel(now int64, w *waiter) {
 	case stateQueued:
 		s.deadlines.remove(w)
 	case stateGranted:
-		s.inFlight--
-		for _, ks := range w.ks {
-			ks.inFlight--
-		}
+		s.countAttempt(w, -1)
 		w.t.flightAdj = 0
 	default:
 		return
