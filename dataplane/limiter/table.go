@@ -99,34 +99,25 @@ type lockSet struct {
 // so two batches can never wait on each other. A batch's requests are of
 // different dimensions, so it usually locks one shard each.
 func (s *MemoryStore) lock(b *Batch, l *lockSet) {
-	var order, uniq [MaxBatch]int
+	var order [MaxBatch]int // table order of each request's shard
+	var byOrder [MaxBatch]int8
 	for i := 0; i < b.n; i++ {
 		r := &b.reqs[i]
 		order[i] = s.shardOf(r.Dimension, s.keyHash(r.Key))
-		j, dup := l.n, false
-		for k := 0; k < l.n; k++ {
-			dup = dup || uniq[k] == order[i]
+		j := i
+		for ; j > 0 && order[byOrder[j-1]] > order[i]; j-- { // insertion sort: at most four
+			byOrder[j] = byOrder[j-1]
 		}
-		if dup {
-			continue
-		}
-		for j > 0 && uniq[j-1] > order[i] { // insertion sort: at most four shards
-			uniq[j] = uniq[j-1]
-			j--
-		}
-		uniq[j] = order[i]
-		l.n++
+		byOrder[j] = int8(i)
 	}
-	for k := 0; k < l.n; k++ {
-		l.shards[k] = &s.tables[uniq[k]/maxShards][uniq[k]%maxShards]
-		l.shards[k].mu.Lock()
-	}
-	for i := 0; i < b.n; i++ {
-		for k := 0; k < l.n; k++ {
-			if uniq[k] == order[i] {
-				l.of[i] = int8(k)
-			}
+	for k := 0; k < b.n; k++ {
+		i := byOrder[k]
+		if k == 0 || order[i] != order[byOrder[k-1]] {
+			l.shards[l.n] = &s.tables[order[i]/maxShards][order[i]%maxShards]
+			l.shards[l.n].mu.Lock()
+			l.n++
 		}
+		l.of[i] = int8(l.n - 1)
 	}
 }
 
