@@ -86,6 +86,10 @@ verify: manifests generate docs ## Fail when generated code, manifests, docs or 
 test: vet envtest promtool openai-node ## Run all unit and envtest tests against a real API server (and the alerts' promtool tests, and the openai npm client's).
 	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) PROMTOOL=$(PROMTOOL) OPENAI_NODE_MODULES=$(OPENAI_NODE_DIR)/node_modules $(GO) test $(GOTEST_FLAGS) $(PKGS)
 
+.PHONY: test-soak
+test-soak: ## Run the wall-clock soak tests (build tag soak: fleet shares on a real redis-server over seconds of real time). Not part of CI: their rates depend on the machine's load.
+	$(GO) test -tags soak -count=1 -timeout=10m -run 'TestRealRedisFleet' -v ./dataplane/fleet/
+
 .PHONY: test-alerts
 test-alerts: promtool ## Unit-test config/prometheus with promtool and check every PromQL expression of the kit.
 	PROMTOOL=$(PROMTOOL) $(GO) test -count=1 -v ./test/monitoring/
