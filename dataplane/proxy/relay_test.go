@@ -52,21 +52,26 @@ func (b *bodyErrors) get() []string {
 	return append([]string(nil), b.calls...)
 }
 
-// front serves backend 0 of a pool over targets through a real net/http
-// server, whose ErrAbortHandler handling is part of what is tested.
+// front serves a pool of one backend at upstreamURL through a real net/http
+// server, whose ErrAbortHandler handling is part of what is tested, with an
+// error handler answering a JSON 502 and, when rec is set, recording
+// ResponseBodyError calls.
 func front(t *testing.T, upstreamURL string, rec *bodyErrors) *httptest.Server {
 	t.Helper()
 	tr := NewTransport()
 	t.Cleanup(tr.CloseIdleConnections)
-	p, err := NewPool([]Target{{Name: "up", URL: upstreamURL}}, Options{
+	opts := Options{
 		Transport: tr,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadGateway)
 			_, _ = io.WriteString(w, `{"error":"`+err.Error()+`"}`)
 		},
-		ResponseBodyError: rec.record,
-	})
+	}
+	if rec != nil {
+		opts.ResponseBodyError = rec.record
+	}
+	p, err := NewPool([]Target{{Name: "up", URL: upstreamURL}}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,5 +184,32 @@ func TestRelayKeepsWorkingResponses(t *testing.T) {
 	}
 	if got := rec.get(); len(got) != 0 {
 		t.Errorf("ResponseBodyError called %v for responses that completed", got)
+	}
+}
+
+// TestStreamBreakingOff: an event stream the upstream breaks off after its
+// first event reaches the client as that event and then a broken response,
+// never as a stream that ended normally.
+func TestStreamBreakingOff(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		defer func() { _ = conn.Close() }()
+		// One chunk, then the connection closes without the last chunk.
+		_, _ = io.WriteString(buf, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n")
+		_ = buf.Flush()
+	}))
+	defer up.Close()
+	rec := &bodyErrors{}
+	srv := front(t, up.URL, rec)
+	resp, body, err := get(t, srv.URL)
+	if resp.StatusCode != http.StatusOK || body != "data: 1\n\n" || err == nil {
+		t.Errorf("got %d, body %q, read error %v; want 200, the first event and a read error", resp.StatusCode, body, err)
+	}
+	if got := rec.get(); fmt.Sprint(got) != "[up true]" {
+		t.Errorf("ResponseBodyError calls = %v, want [up true]", got)
 	}
 }
