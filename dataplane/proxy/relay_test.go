@@ -17,6 +17,14 @@ import (
 // bytes, sends the first sent bytes of it, and closes the connection.
 func brokenUpstream(t *testing.T, sent, declared int) *httptest.Server {
 	t.Helper()
+	return rawUpstream(t, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Upstream: yes\r\nContent-Length: %d\r\n\r\n%s",
+		declared, strings.Repeat("x", sent)))
+}
+
+// rawUpstream answers every request with the bytes of response, whatever
+// they are, and closes the connection.
+func rawUpstream(t *testing.T, response string) *httptest.Server {
+	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		conn, buf, err := http.NewResponseController(w).Hijack()
 		if err != nil {
@@ -24,7 +32,7 @@ func brokenUpstream(t *testing.T, sent, declared int) *httptest.Server {
 			return
 		}
 		defer func() { _ = conn.Close() }()
-		_, _ = fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Upstream: yes\r\nContent-Length: %d\r\n\r\n%s", declared, strings.Repeat("x", sent))
+		_, _ = io.WriteString(buf, response)
 		_ = buf.Flush()
 	}))
 	t.Cleanup(up.Close)
@@ -191,18 +199,8 @@ func TestRelayKeepsWorkingResponses(t *testing.T) {
 // first event reaches the client as that event and then a broken response,
 // never as a stream that ended normally.
 func TestStreamBreakingOff(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		conn, buf, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Errorf("hijack: %v", err)
-			return
-		}
-		defer func() { _ = conn.Close() }()
-		// One chunk, then the connection closes without the last chunk.
-		_, _ = io.WriteString(buf, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n")
-		_ = buf.Flush()
-	}))
-	defer up.Close()
+	// One chunk, then the connection closes without the last chunk.
+	up := rawUpstream(t, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n")
 	rec := &bodyErrors{}
 	srv := front(t, up.URL, rec)
 	resp, body, err := get(t, srv.URL)
