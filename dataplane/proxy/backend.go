@@ -50,8 +50,9 @@ func newBackend(name string, target *url.URL, transport http.RoundTripper, buffe
 		ModifyResponse: wholeBuffers,
 		// FlushInterval stays 0: ReverseProxy already flushes at once, and
 		// after every write, a text/event-stream or a body of unknown length
-		// (streamed completions), while a whole JSON body is not flushed
-		// write by write.
+		// (streamed completions). A body of known length (a whole JSON
+		// answer) must not be flushed: a flush would send its status before
+		// its first buffer is in (see wholeBuffers).
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			b.answerError(w.(*relayWriter), r, err)
 		},

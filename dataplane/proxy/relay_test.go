@@ -211,3 +211,13 @@ func TestStreamBreakingOff(t *testing.T) {
 		t.Errorf("ResponseBodyError calls = %v, want [up true]", got)
 	}
 }
+
+// TestUnaskedSwitchIsBadGateway: an upstream switching protocols for a
+// request that did not ask to is answered 502, not relayed.
+func TestUnaskedSwitchIsBadGateway(t *testing.T) {
+	up := rawUpstream(t, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	resp, body, err := get(t, front(t, up.URL, nil).URL)
+	if err != nil || resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "switch") {
+		t.Errorf("got %d %q %v, want the error handler's 502 naming the protocol switch", resp.StatusCode, body, err)
+	}
+}
