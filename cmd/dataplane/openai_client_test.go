@@ -28,7 +28,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
 
 // tokenPolicy is a standalone policy with a per-model token budget of 2000

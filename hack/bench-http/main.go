@@ -54,8 +54,8 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
 
 const body = `{"model":"llama","messages":[{"role":"user","content":"Say hello."}]}`

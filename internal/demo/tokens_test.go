@@ -16,7 +16,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 	"github.com/fairqueue/fairqueue/internal/loadgen"
 )
 

@@ -34,7 +34,7 @@ import (
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/controllers"
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 	"github.com/fairqueue/fairqueue/internal/testenv"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
