@@ -25,7 +25,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -35,6 +34,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
+	"github.com/fairqueue/fairqueue/internal/gobuild"
 	"github.com/fairqueue/fairqueue/internal/loadgen"
 )
 
@@ -305,13 +305,8 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 
 	if o.Build {
 		if err := p.step("Building the operator, data plane, fake upstream and local control plane into "+o.BinDir, func() error {
-			cmd := exec.CommandContext(ctx, "go", "build", "-o", o.BinDir+string(filepath.Separator),
+			return gobuild.Build(ctx, o.RepoDir, o.BinDir+string(filepath.Separator), nil,
 				"./cmd/manager", "./cmd/dataplane", "./cmd/fakeupstream", "./hack/localcp")
-			cmd.Dir = o.RepoDir
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("go build: %w\n%s", err, out)
-			}
-			return nil
 		}); err != nil {
 			return res, err
 		}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
+	"github.com/fairqueue/fairqueue/internal/gobuild"
 )
 
 // Env is a running API server with a client that knows the fairqueue types.
@@ -125,25 +126,4 @@ func (e *Env) writeKubeconfig() error {
 
 // RepoRoot returns the directory holding this module's go.mod, found by
 // walking up from the working directory (go test runs in the package folder).
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && isFairqueueModule(data) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("repository root (go.mod of github.com/fairqueue/fairqueue) not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
-func isFairqueueModule(gomod []byte) bool {
-	const want = "module github.com/fairqueue/fairqueue\n"
-	return len(gomod) >= len(want) && string(gomod[:len(want)]) == want
-}
+func RepoRoot() (string, error) { return gobuild.RepoRoot() }
