@@ -37,6 +37,10 @@ type Env struct {
 	dir string
 }
 
+// ErrMissingBinaries is wrapped by New's error when kube-apiserver or etcd
+// is not where New looks.
+var ErrMissingBinaries = errors.New("envtest binaries missing")
+
 // New starts etcd and kube-apiserver and installs every CRD under
 // config/crd/bases. The binaries come from $KUBEBUILDER_ASSETS, or else from
 // bin/k8s in the repository root; New fails with a hint to run `make envtest`
@@ -52,7 +56,7 @@ func New() (*Env, error) {
 	}
 	for _, bin := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			return nil, fmt.Errorf("envtest binary %s not found in %s: run `make envtest` (or set KUBEBUILDER_ASSETS): %w", bin, assets, err)
+			return nil, fmt.Errorf("%w: %s not found in %s: run `make envtest` (or set KUBEBUILDER_ASSETS): %w", ErrMissingBinaries, bin, assets, err)
 		}
 	}
 
