@@ -72,7 +72,7 @@ func (r *Result) WriteReport(out io.Writer) {
 	fmt.Fprintf(w, "    worst deviation from the weighted share: %.1f%% before, %.1f%% after the change\n",
 		100*MaxRelativeError(sb, wb), 100*MaxRelativeError(sa, wa))
 	if r.PatchStart >= 0 {
-		fmt.Fprintf(w, "==> Weight change: kubectl patch at %.1fs", r.PatchStart.Seconds())
+		fmt.Fprintf(w, "==> Weight change at %.1fs", r.PatchStart.Seconds())
 		for i, at := range r.ReplicaLoaded {
 			if at >= 0 {
 				fmt.Fprintf(w, "; dataplane-%d reloaded +%s", i+1, (at - r.PatchStart).Round(time.Millisecond))
@@ -137,7 +137,7 @@ func (r *Result) Chart() *chart.Shares {
 		c.Tenants = append(c.Tenants, ct)
 	}
 	if r.PatchStart >= 0 {
-		c.Markers = append(c.Markers, chart.Marker{At: r.PatchStart.Seconds(), Label: "kubectl patch secret " + TenantsSecret})
+		c.Markers = append(c.Markers, chart.Marker{At: r.PatchStart.Seconds(), Label: "weight change (Secret " + TenantsSecret + ")"})
 	}
 	return c
 }
