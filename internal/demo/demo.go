@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
+	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
 	"github.com/fairqueue/fairqueue/internal/gobuild"
 	"github.com/fairqueue/fairqueue/internal/loadgen"
 )
@@ -53,6 +54,9 @@ type Tenant struct {
 	PromptBytes int
 	MaxTokens   int
 	Stream      bool
+	// Clients is, in the fleet scenario, how many closed-loop clients the
+	// tenant keeps on each replica (instead of an offered Rate).
+	Clients []int
 }
 
 // Tenants are the scenario's clients: acme floods, and all three offer more
@@ -76,7 +80,8 @@ var (
 // the change.
 const priorityBefore, priorityAfter = 2, 0
 
-// Replicas is the number of data-plane replicas.
+// Replicas is the number of data-plane replicas of the shares and tokens
+// scenarios (one when standalone).
 const Replicas = 2
 
 // Options configure one run.
@@ -99,7 +104,8 @@ type Options struct {
 	// ChangeAt is when, after the load started, the weights change; default
 	// half of Duration.
 	ChangeAt time.Duration
-	// PerModel is each replica's model limit in requests per second; default 45.
+	// PerModel is each replica's model limit in requests per second; default
+	// 45. In the fleet scenario it is the limit the fleet shares; default 90.
 	PerModel int
 	// Out receives progress lines and, with Live, the table; default io.Discard.
 	Out io.Writer
@@ -118,9 +124,27 @@ type Options struct {
 	// --secrets), and the weight change rewrites the Secret's file. It needs
 	// no envtest binaries and starts in seconds.
 	Standalone bool
+	// OutageAt is, in the fleet scenario, when Redis is killed after the
+	// load starts, and Outage how long it stays down (0: no outage).
+	OutageAt, Outage time.Duration
+	// FailureMode is, in the fleet scenario, the store's behaviour while
+	// Redis is down.
+	FailureMode redisstore.FailureMode
+	// RedisServer is, in the fleet scenario, the redis-server binary: empty
+	// looks up "redis-server" on PATH, "-" uses the embedded miniredis.
+	RedisServer string
 }
 
 func (o *Options) defaults() error {
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Scenario == ScenarioFleet {
+		if o.PerModel == 0 {
+			o.PerModel = 90
+		}
+		return o.validateFleet()
+	}
 	if o.RepoDir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
@@ -140,9 +164,6 @@ func (o *Options) defaults() error {
 	if o.PerModel == 0 {
 		o.PerModel = 45
 	}
-	if o.Out == nil {
-		o.Out = io.Discard
-	}
 	if o.Scenario == "" {
 		o.Scenario = ScenarioShares
 	}
@@ -154,7 +175,7 @@ func (o *Options) defaults() error {
 	}
 	switch {
 	case o.Scenario != ScenarioShares && o.Scenario != ScenarioTokens:
-		return fmt.Errorf("scenario %q: give %s or %s", o.Scenario, ScenarioShares, ScenarioTokens)
+		return fmt.Errorf("scenario %q: give %s, %s or %s", o.Scenario, ScenarioShares, ScenarioTokens, ScenarioFleet)
 	case o.Cost != CostTokens && o.Cost != CostRequests:
 		return fmt.Errorf("cost %q: give %s or %s", o.Cost, CostTokens, CostRequests)
 	case o.TokensPerPeriod < 2*maxReservation || o.TokensPerPeriod > 100000000:
@@ -203,6 +224,20 @@ type Result struct {
 	OpenPorts []string
 	// WorkDir is where the logs were, if kept.
 	WorkDir string
+
+	// The fleet scenario's measurements, second by second.
+
+	// Redis describes the server the fleet shared.
+	Redis string
+	// ReplicaAdmitted[t][r][s] counts tenant t's admissions on replica r in
+	// second s.
+	ReplicaAdmitted [][FleetReplicas][]int
+	// Unavailable[s] counts 503 answers in second s.
+	Unavailable []int
+	// OutageStart and OutageEnd are the outage's offsets; negative if none.
+	OutageStart, OutageEnd time.Duration
+	// PerModel is the limit the fleet shared, per second.
+	PerModel int
 }
 
 // Shares returns each tenant's share of the answers admitted in [from, to).
@@ -218,12 +253,20 @@ func (r *Result) TokenShares(from, to time.Duration) []float64 {
 // sharesOf returns each tenant's share of series summed over [from, to).
 func sharesOf(series [][]uint64, from, to time.Duration) []float64 {
 	counts := make([]float64, len(series))
-	total := 0.0
 	for i, s := range series {
 		for k := max(int(from/Tick), 0); k < int(to/Tick) && k < len(s); k++ {
 			counts[i] += float64(s[k])
 		}
-		total += counts[i]
+	}
+	return normalize(counts)
+}
+
+// normalize turns counts into shares of their sum, in place; NaN shares when
+// the sum is 0.
+func normalize(counts []float64) []float64 {
+	total := 0.0
+	for _, c := range counts {
+		total += c
 	}
 	for i := range counts {
 		if total == 0 {
@@ -309,6 +352,9 @@ type weightChange struct {
 func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
+	}
+	if o.Scenario == ScenarioFleet {
+		return runFleet(ctx, o)
 	}
 	p := &progress{out: o.Out}
 	work := o.WorkDir

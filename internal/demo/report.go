@@ -57,8 +57,12 @@ func (r *Result) DataPlaneAdmitted() float64 {
 func (r *Result) WriteReport(out io.Writer) {
 	w := &strings.Builder{}
 	defer func() { _, _ = io.WriteString(out, w.String()) }()
-	if r.Scenario == ScenarioTokens {
+	switch r.Scenario {
+	case ScenarioTokens:
 		r.writeTokenReport(w)
+		return
+	case ScenarioFleet:
+		r.writeFleetReport(w)
 		return
 	}
 	before, after := r.SteadyWindows()
@@ -114,8 +118,11 @@ func MaxRelativeError(got, want []float64) float64 {
 // Chart returns the per-second shares of the run, with the weighted shares
 // in force and a marker at the patch.
 func (r *Result) Chart() *chart.Shares {
-	if r.Scenario == ScenarioTokens {
+	switch r.Scenario {
+	case ScenarioTokens:
 		return r.tokenChart()
+	case ScenarioFleet:
+		return r.fleetChart()
 	}
 	seconds := 0
 	for _, s := range r.Admitted {
