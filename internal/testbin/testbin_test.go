@@ -4,9 +4,11 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -69,5 +71,26 @@ func TestMainRemovesTheBinaries(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Dir(filepath.Dir(bin))); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the binaries' directory is still there after Run: %v", err)
+	}
+}
+
+func TestStartFailsWithTheOutputWhenTheProcessExitsBeforeReady(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh on PATH")
+	}
+	ft := &testutil.FatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Start(ft, sh, Options{Args: []string{"-c", "echo boom; exit 3"}, Ready: func(*Process) bool { return false }})
+	}()
+	select {
+	case <-done:
+	case <-time.After(DefaultReadyWithin + 10*time.Second):
+		t.Fatal("Start did not give up on a process that exited")
+	}
+	if !strings.Contains(ft.Msg, "exited before it was ready") || !strings.Contains(ft.Msg, "boom") {
+		t.Errorf("failure %q does not say the process exited and show its output", ft.Msg)
 	}
 }
