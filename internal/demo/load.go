@@ -58,7 +58,7 @@ func runLoad(ctx context.Context, o Options, sc scenario, p *progress, pl *plane
 			}
 			rates = append(rates, fmt.Sprintf("%s %.0f/s of %d-byte prompts, max_tokens %d%s", t.Name, t.Rate, t.PromptBytes, t.MaxTokens, kind))
 		}
-		p.printf("==> Offering load for %s through %d data-plane replicas: %s\n", o.Duration, len(targets), strings.Join(rates, "; "))
+		p.printf("==> Offering load for %s through %s: %s\n", o.Duration, replicasText(len(targets)), strings.Join(rates, "; "))
 		p.printf("    capacity %d tokens per %s per replica (%d tokens/s in all); fairQueuing.cost %s; weights %s\n",
 			o.TokensPerPeriod, TokenPeriod, o.TokensPerPeriod*len(targets)/int(TokenPeriod/time.Second), o.Cost, weightsText(names, sc.weights))
 	} else {
@@ -66,8 +66,8 @@ func runLoad(ctx context.Context, o Options, sc scenario, p *progress, pl *plane
 		for _, t := range sc.tenants {
 			rates = append(rates, fmt.Sprintf("%s %.0f/s", t.Name, t.Rate))
 		}
-		p.printf("==> Offering load for %s through %d data-plane replicas: %s; capacity %d/s (%d/s per replica); weights %s\n",
-			o.Duration, len(targets), strings.Join(rates, ", "), o.PerModel*len(targets), o.PerModel, weightsText(names, sc.weights))
+		p.printf("==> Offering load for %s through %s: %s; capacity %d/s (%d/s per replica); weights %s\n",
+			o.Duration, replicasText(len(targets)), strings.Join(rates, ", "), o.PerModel*len(targets), o.PerModel, weightsText(names, sc.weights))
 		p.printf("    at %s, %s so that %s names %s instead of %s: weights %s\n",
 			o.ChangeAt, pl.change.what, PriorityVar, Tenants[priorityAfter].Name, Tenants[priorityBefore].Name, weightsText(names, sc.weightsAfter))
 	}
@@ -206,6 +206,14 @@ func waitStatus(ctx context.Context, kc kubectl, replicas int) (string, error) {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// replicasText renders "1 data-plane replica" or "n data-plane replicas".
+func replicasText(n int) string {
+	if n == 1 {
+		return "1 data-plane replica"
+	}
+	return fmt.Sprintf("%d data-plane replicas", n)
 }
 
 // weightsText renders weights as "acme 1 : globex 1 : initech 3".
