@@ -136,7 +136,7 @@ DEMO_RUN = tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(GO) -C hack/demo build -o "$$tmp/demo" . && "$$tmp/demo"
 
 .PHONY: demo
-demo: envtest ## Run the three-tenant fair-share demo with a local control plane and the operator (about 90s; the first run builds kube-apiserver and etcd: ~10-20 min on 2 cores, cached in bin/ afterwards; DEMO_FLAGS="--duration 30s").
+demo: envtest ## Run the three-tenant fair-share demo with a local control plane and the operator (the demo runs a little over a minute; the first run builds kube-apiserver and etcd: ~10-20 min on 2 cores, cached in bin/ afterwards; DEMO_FLAGS="--duration 30s").
 	@$(DEMO_RUN) $(DEMO_FLAGS)
 
 .PHONY: demo-standalone
