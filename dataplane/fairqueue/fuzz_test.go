@@ -61,7 +61,7 @@ func FuzzScheduler(f *testing.F) {
 				b, tenantsBefore := s.bounds, len(s.tenants)
 				retryAfter := int64(a/64) * 20 * ms
 				cost, size := fuzzCosts[int(a/16)%len(fuzzCosts)], fuzzCosts[int(a/4)%len(fuzzCosts)]
-				w, reason, pos, est := s.enqueue(now, arrival{tenant: tenantName(int(a % 5)), dim: "user", keys: keys, deadline: deadline, retryAfter: time.Duration(retryAfter), interval: time.Duration(a%4) * time.Millisecond, cost: cost, size: size})
+				w, reason, pos, est := s.enqueue(now, &arrival{tenant: tenantName(int(a % 5)), dim: "user", keys: keys, deadline: deadline, retryAfter: time.Duration(retryAfter), interval: time.Duration(a%4) * time.Millisecond, cost: cost, size: size})
 				if pos < 1 {
 					t.Fatalf("position %d < 1", pos)
 				}
