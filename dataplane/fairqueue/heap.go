@@ -59,8 +59,7 @@ func (h *minHeap[P]) remove(i int) P {
 	n := len(h.items) - 1
 	e := h.items[i]
 	if i != n {
-		h.items[i] = h.items[n]
-		h.items[i].slot.idx = i
+		h.set(i, h.items[n])
 	}
 	h.items[n] = heapItem[P]{}
 	h.items = h.items[:n]
@@ -101,12 +100,10 @@ func (h *minHeap[P]) up(i int) {
 		if !e.less(&h.items[p]) {
 			break
 		}
-		h.items[i] = h.items[p]
-		h.items[i].slot.idx = i
+		h.set(i, h.items[p])
 		i = p
 	}
-	h.items[i] = e
-	e.slot.idx = i
+	h.set(i, e)
 }
 
 // down sifts element i0 towards the leaves and reports whether it moved.
@@ -127,11 +124,15 @@ func (h *minHeap[P]) down(i0 int) bool {
 		if !h.items[c].less(&e) {
 			break
 		}
-		h.items[i] = h.items[c]
-		h.items[i].slot.idx = i
+		h.set(i, h.items[c])
 		i = c
 	}
+	h.set(i, e)
+	return i > i0
+}
+
+// set puts e at index i and records the index in e's slot.
+func (h *minHeap[P]) set(i int, e heapItem[P]) {
 	h.items[i] = e
 	e.slot.idx = i
-	return i > i0
 }
