@@ -3,6 +3,7 @@ package fairqueue
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -128,10 +129,12 @@ func benchIndex(tenants []string) map[string]int {
 
 // TestGrantCostRatio1024vs8 checks that the cost per grant grows sub-linearly
 // with the number of backlogged tenants: 1024 tenants may cost at most 3x
-// what 8 tenants cost. Only the ratio is asserted, never absolute time.
+// what 8 tenants cost. Only the ratio is measured, never absolute time, and
+// it is asserted only when FAIRQUEUE_TIMING_CHECKS=1 asks for it (on a quiet
+// machine): on a shared CI machine the ratio is noise, so CI never fails on it.
 func TestGrantCostRatio1024vs8(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs benchmarks")
+	if testing.Short() || os.Getenv("FAIRQUEUE_TIMING_CHECKS") != "1" {
+		t.Skip("a timing ratio: set FAIRQUEUE_TIMING_CHECKS=1 on a quiet machine to check it")
 	}
 	cost := func(n int) float64 {
 		r := testing.Benchmark(func(b *testing.B) { benchmarkGrant(b, n) })
