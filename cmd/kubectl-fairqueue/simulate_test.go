@@ -312,8 +312,8 @@ tenants:
 	if math.Abs(acme.AdmittedPerSecond+refused-30) > 1 || acme.Total.Offered != 120 || acme.Total.Admitted+sum(acme.Total.Refused) != 120 {
 		t.Errorf("acme's refusals %v/s and totals %+v do not add up to its 30/s and 120 requests", acme.RefusedPerSecond, acme.Total)
 	}
-	if _, _, err := runSimulateTable(t, "-o", "yaml"); err == nil || !strings.Contains(err.Error(), "table and json") {
-		t.Errorf("-o yaml: %v, want an error naming the formats", err)
+	if _, _, err := runSimulateTable(t, "-o", "xml"); err == nil || !strings.Contains(err.Error(), "table, json, yaml") {
+		t.Errorf("-o xml: %v, want an error naming the formats", err)
 	}
 }
 
