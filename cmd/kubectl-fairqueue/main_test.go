@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -265,6 +266,24 @@ func TestAgainstTheControlPlane(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), identity.Short(acme)) {
 			t.Errorf("top without --resolve does not show the tenant by hash prefix:\n%s", out.String())
+		}
+	})
+	t.Run("the standard flags reach the API server: --as, -A, -o json", func(t *testing.T) {
+		// viewer (bound above) may read policies and Leases, not Secrets.
+		out, err := plugin("status", "full", "-n", ns, "--as", "viewer", "-o", "json")
+		if err != nil {
+			t.Fatalf("status --as viewer: %v", err)
+		}
+		var s PolicyStatus
+		if err := json.Unmarshal([]byte(out), &s); err != nil || s.Name != "full" || s.ConfigHash == "" || len(s.Replicas) == 0 {
+			t.Errorf("status -o json: %v, %+v", err, s)
+		}
+		if _, err := plugin("render", "full", "-n", ns, "--as", "viewer"); err == nil || !strings.Contains(err.Error(), `User "viewer" cannot get resource "secrets"`) {
+			t.Errorf("render --as viewer: %v, want the API server's refusal to read Secrets", err)
+		}
+		out, err = plugin("status", "-A")
+		if err != nil || !strings.Contains(out, "NAMESPACE") || !strings.Contains(out, ns) || !strings.Contains(out, "full") {
+			t.Errorf("status -A: %v\n%s", err, out)
 		}
 	})
 	t.Run("top says a replica's pod is gone, and names pods/proxy only when it is forbidden", func(t *testing.T) {
