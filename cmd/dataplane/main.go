@@ -36,6 +36,8 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/dataplane/server"
+	"github.com/fairqueue/fairqueue/internal/cli"
+	"github.com/fairqueue/fairqueue/internal/version"
 )
 
 // envPrefix prefixes the environment variable of every flag.
@@ -62,6 +64,9 @@ const (
 const stopWait = 2 * time.Second
 
 func main() {
+	if version.PrintIfRequested(os.Stdout, "dataplane", os.Args[1:]) {
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		<-ctx.Done()
@@ -69,10 +74,7 @@ func main() {
 	}()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	stop() // before os.Exit, which skips deferred calls
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "dataplane:", err)
-		os.Exit(1)
-	}
+	cli.Exit("dataplane", err)
 }
 
 // options are the parsed flags.
@@ -150,7 +152,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.DurationVar(&o.headerTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "how long a client may take to send its request line and headers")
 	addPolicyFlags(fs, &o.policy, false)
 	fs.Usage = func() {
-		_, _ = fmt.Fprintf(out, "Usage: dataplane [flags]\n       dataplane render --policy FILE (see dataplane render --help)\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
+		_, _ = fmt.Fprintf(out, "Usage: dataplane [flags]\n       dataplane render --policy FILE (see dataplane render --help)\n       dataplane --version\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
 			"Every flag may also be set as %s<FLAG> (upper case, '-' as '_'), e.g. %sHASH_KEY_FILE.\n\nFlags:\n", envPrefix, envPrefix)
 		fs.PrintDefaults()
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log"
 	"net/http"
 	"os"
@@ -18,9 +17,14 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/internal/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/cli"
+	"github.com/fairqueue/fairqueue/internal/version"
 )
 
 func main() {
+	if version.PrintIfRequested(os.Stdout, "fakeupstream", os.Args[1:]) {
+		return
+	}
 	listen := flag.String("listen", ":8000", "address to serve on")
 	latency := flag.Duration("latency", 0, "delay before each response's headers")
 	chunks := flag.Int("chunks", 3, "tokens (one per streamed chunk) of an answer to a request without max_tokens")
@@ -28,6 +32,7 @@ func main() {
 	completionFraction := flag.Float64("completion-fraction", 1, "share of a request's max_completion_tokens (else max_tokens) its answer uses, in (0, 1]")
 	chunkInterval := flag.Duration("chunk-interval", 50*time.Millisecond, "pause between streamed chunks")
 	models := flag.String("models", "fake-model", "comma-separated model ids for /v1/models")
+	version.AddFlag(flag.CommandLine)
 	flag.Parse()
 
 	srv := &http.Server{
@@ -49,7 +54,6 @@ func main() {
 	err := srv.ListenAndServe()
 	stop() // before os.Exit, which skips deferred calls
 	if !errors.Is(err, http.ErrServerClosed) {
-		fmt.Fprintln(os.Stderr, "fakeupstream:", err)
-		os.Exit(1)
+		cli.Exit("fakeupstream", err)
 	}
 }

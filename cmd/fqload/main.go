@@ -18,47 +18,45 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/fairqueue/fairqueue/internal/cli"
 	"github.com/fairqueue/fairqueue/internal/loadgen"
+	"github.com/fairqueue/fairqueue/internal/version"
 )
 
 func main() {
+	if version.PrintIfRequested(os.Stdout, "fqload", os.Args[1:]) {
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv, os.ReadFile)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv, os.ReadFile)
 	stop() // before os.Exit, which skips deferred calls
-	os.Exit(code)
+	cli.Exit("fqload", err)
 }
 
-// run is main with its inputs and outputs injected; it returns the exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string, readFile func(string) ([]byte, error)) int {
+// run is main with its inputs and outputs injected. It returns flag.ErrHelp
+// after printing the usage for --help.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string, readFile func(string) ([]byte, error)) error {
 	cfg, err := parse(args, stderr, getenv, readFile)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		_, _ = fmt.Fprintf(stderr, "fqload: %v\n", err)
-		return 2
+		return err
 	}
 	summary, err := loadgen.Run(ctx, cfg)
 	if err != nil {
-		_, _ = fmt.Fprintf(stderr, "fqload: %v\n", err)
-		return 2
+		return err
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(summary); err != nil {
-		_, _ = fmt.Fprintf(stderr, "fqload: writing the summary: %v\n", err)
-		return 1
+		return fmt.Errorf("writing the summary: %w", err)
 	}
 	if summary.Interrupted {
 		_, _ = fmt.Fprintln(stderr, "fqload: interrupted; the summary covers the run so far")
 	}
-	return 0
+	return nil
 }

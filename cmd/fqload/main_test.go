@@ -164,11 +164,11 @@ func TestRunPrintsSummary(t *testing.T) {
 	}))
 	defer srv.Close()
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"--target", srv.URL, "--duration", "3ms",
+	err := run(context.Background(), []string{"--target", srv.URL, "--duration", "3ms",
 		"--tenant", "name=alice,rate=1000,user=alice", "--tenant", "name=bob,rate=1000,user=bob"},
 		&stdout, &stderr, env(nil), files(nil))
-	if code != 0 {
-		t.Fatalf("exit code %d, stderr %s", code, stderr.String())
+	if err != nil {
+		t.Fatalf("run: %v, stderr %s", err, stderr.String())
 	}
 	var got struct {
 		Tenants []struct {
@@ -198,10 +198,10 @@ func TestRunPrintsSummary(t *testing.T) {
 
 func TestRunRejectsBadConfig(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"--target", "127.0.0.1:8080", "--tenant", "name=a,rate=1"},
+	err := run(context.Background(), []string{"--target", "127.0.0.1:8080", "--tenant", "name=a,rate=1"},
 		&stdout, &stderr, env(nil), files(nil))
-	if code != 2 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "not an absolute http(s) URL") {
-		t.Errorf("exit %d, stdout %q, stderr %q; want 2, nothing, and the reason", code, stdout.String(), stderr.String())
+	if err == nil || stdout.Len() != 0 || !strings.Contains(err.Error(), "not an absolute http(s) URL") {
+		t.Errorf("run: %v, stdout %q; want the reason and nothing printed", err, stdout.String())
 	}
 }
 

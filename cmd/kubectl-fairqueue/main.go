@@ -1,165 +1,156 @@
 // Command kubectl-fairqueue is the `kubectl fairqueue` plugin: it shows a
-// FairQueuePolicy's rollout across its data-plane replicas and renders a
-// policy as the operator would.
+// FairQueuePolicy's rollout across its data-plane replicas, its live queues,
+// renders a policy as the operator would and simulates it under a load.
 //
 // Install it on PATH with
 //
 //	go install github.com/fairqueue/fairqueue/cmd/kubectl-fairqueue@latest
 //
-// and run `kubectl fairqueue --help`.
+// and run `kubectl fairqueue --help`. It is built like kubectl's own
+// commands: cobra for the command line, k8s.io/cli-runtime for the standard
+// kubectl flags (--kubeconfig, --context, -n, --as, --token, --server,
+// --request-timeout, ...) and for the -o json|yaml printers.
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
+	"github.com/fairqueue/fairqueue/internal/cli"
+	"github.com/fairqueue/fairqueue/internal/version"
 )
 
-// requestTimeout bounds every verb's API calls.
-const requestTimeout = 30 * time.Second
+// binary names the plugin in errors and in --version.
+const binary = "kubectl-fairqueue"
+
+// defaultRequestTimeout is --request-timeout's default: every API call and
+// every scrape is bounded unless the user says otherwise (0: no bound).
+const defaultRequestTimeout = "30s"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
+	stop() // before os.Exit, which skips deferred calls
+	cli.Exit(binary, err)
+}
+
+// run runs the plugin with args, as main does with the process's.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return execute(ctx, newGlobals(genericiooptions.IOStreams{In: os.Stdin, Out: stdout, ErrOut: stderr}), args)
+}
+
+// execute runs the plugin's commands with g's flags and clients.
+func execute(ctx context.Context, g *globals, args []string) error {
+	cmd := newRootCommand(g)
+	cmd.SetArgs(args)
+	return cmd.ExecuteContext(ctx)
+}
+
+func newGlobals(streams genericiooptions.IOStreams) *globals {
+	g := &globals{configFlags: genericclioptions.NewConfigFlags(true), streams: streams}
+	g.configFlags.Timeout = ptr.To(defaultRequestTimeout)
+	return g
+}
+
+const rootHelp = `kubectl fairqueue inspects fairqueue's FairQueuePolicies and their data planes: a policy's rollout
+across its replicas (status), their live queues (top), the config the operator renders (render), and
+what a policy would do under an offered load (simulate).`
+
+func newRootCommand(g *globals) *cobra.Command {
+	streams := g.streams
+	var showVersion bool
+	root := &cobra.Command{
+		Use:         "fairqueue",
+		Short:       "Inspect fairqueue's FairQueuePolicies and their data planes",
+		Long:        rootHelp,
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl fairqueue"},
+		// Usage is for mistakes on the command line (see SetFlagErrorFunc),
+		// not for an API server that cannot be reached; main prints errors.
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		// Only --version or --help get here; cobra prints help for the rest.
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if showVersion {
+				_, err := fmt.Fprintln(streams.Out, version.Line(binary))
+				return err
+			}
+			return cmd.Help()
+		},
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			d, err := clientcmd.ParseTimeout(*g.configFlags.Timeout)
+			if err != nil {
+				return fmt.Errorf("--request-timeout %q is not a duration such as 30s or 2m (0 means no timeout): %w", *g.configFlags.Timeout, err)
+			}
+			g.timeout = d
+			return nil
+		},
 	}
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%w\nSee '%s --help' for usage", err, c.CommandPath())
+	})
+	root.CompletionOptions.DisableDefaultCmd = true
+	// Not cobra's Version: its template would link text/template, which
+	// keeps every exported method in the binary and doubles its size.
+	root.Flags().BoolVar(&showVersion, "version", false, "print the version (module version, VCS revision) and exit")
+	g.configFlags.AddFlags(root.PersistentFlags())
+	root.AddCommand(newStatusCommand(g), newTopCommand(g), newRenderCommand(g), newSimulateCommand(g), newVersionCommand(g))
+	return root
 }
 
-// verb is one subcommand.
-type verb struct {
-	name, args, short, long string
-	run                     func(ctx context.Context, g *globals, args []string, stdout io.Writer) error
-	flags                   func(fs *flag.FlagSet)
-}
-
-func verbs() []*verb {
-	return []*verb{statusVerb(), topVerb(), renderVerb(), simulateVerb()}
-}
-
-const usage = `kubectl fairqueue: inspect fairqueue's FairQueuePolicies and their data planes.
-
-Usage:
-  kubectl fairqueue VERB [POLICY] [flags]
-
-Verbs:
-%s
-Global flags (every verb):
-  -n, --namespace NS   the policy's namespace (default: the kubeconfig context's)
-  --kubeconfig FILE    kubeconfig file (default: $KUBECONFIG or ~/.kube/config)
-  --context NAME       kubeconfig context to use
-
-Run "kubectl fairqueue VERB --help" for a verb's flags.
-`
-
-// globals are the flags every verb accepts, and the client they select.
+// globals are the standard kubectl flags every command accepts, and the
+// clients they select.
 type globals struct {
-	namespace, kubeconfig, context string
-	stderr                         io.Writer
+	configFlags *genericclioptions.ConfigFlags
+	streams     genericiooptions.IOStreams
 
-	// client and kube are built by connect from the kubeconfig, like kubectl's.
+	// namespace holds the policies named: -n, else the kubeconfig
+	// context's. timeout bounds each API call and scrape (--request-timeout;
+	// 0: unbounded).
+	namespace string
+	timeout   time.Duration
+
+	// client and kube are built by connect, like kubectl's.
 	client client.Client
 	kube   kubernetes.Interface
 }
 
-func addGlobals(fs *flag.FlagSet, g *globals) {
-	fs.StringVar(&g.namespace, "namespace", "", "the policy's namespace (default: the kubeconfig context's)")
-	fs.StringVar(&g.namespace, "n", "", "shorthand for --namespace")
-	fs.StringVar(&g.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	fs.StringVar(&g.context, "context", "", "kubeconfig context to use")
-}
-
-// run dispatches args to a verb.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	all := verbs()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		var b strings.Builder
-		for _, v := range all {
-			fmt.Fprintf(&b, "  %-9s %s\n", v.name, v.short)
-		}
-		_, _ = fmt.Fprintf(stdout, usage, b.String())
-		if len(args) == 0 {
-			return errors.New("no verb given: run kubectl fairqueue --help")
-		}
-		return nil
-	}
-	for _, v := range all {
-		if v.name != args[0] {
-			continue
-		}
-		g := &globals{stderr: stderr}
-		fs := flag.NewFlagSet("kubectl fairqueue "+v.name, flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		addGlobals(fs, g)
-		if v.flags != nil {
-			v.flags(fs)
-		}
-		fs.Usage = func() {
-			_, _ = fmt.Fprintf(stderr, "%s\n\nUsage:\n  kubectl fairqueue %s %s [flags]\n\nFlags:\n", v.long, v.name, v.args)
-			fs.PrintDefaults()
-		}
-		pos, err := parseInterspersed(fs, args[1:])
-		if err != nil {
-			return err
-		}
-		return v.run(ctx, g, pos, stdout)
-	}
-	return fmt.Errorf("unknown verb %q: run kubectl fairqueue --help for the verbs", args[0])
-}
-
-// parseInterspersed parses flags that may come before, between or after the
-// positional arguments, as kubectl allows, and returns the positionals.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
-
-// connect builds the API client and resolves the namespace from the
-// kubeconfig, like kubectl.
+// connect builds the API clients and resolves the namespace from the
+// standard flags and the kubeconfig, like kubectl.
 func (g *globals) connect() error {
+	if g.namespace == "" {
+		ns, _, err := g.configFlags.ToRawKubeConfigLoader().Namespace()
+		if err != nil {
+			return fmt.Errorf("finding the namespace in the kubeconfig (set --kubeconfig or $KUBECONFIG, or pass -n NAMESPACE): %w", err)
+		}
+		g.namespace = ns
+	}
 	if g.client != nil {
 		return nil
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = g.kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.context})
-	rc, err := cc.ClientConfig()
+	rc, err := g.configFlags.ToRESTConfig()
 	if err != nil {
-		return fmt.Errorf("loading the kubeconfig (set --kubeconfig or $KUBECONFIG): %w", err)
+		return fmt.Errorf("loading the kubeconfig (set --kubeconfig or $KUBECONFIG, or --server with --token): %w", err)
 	}
-	rc.UserAgent = "kubectl-fairqueue"
-	rc.Timeout = requestTimeout
-	if g.namespace == "" {
-		if g.namespace, _, err = cc.Namespace(); err != nil {
-			return fmt.Errorf("finding the namespace (pass -n NAMESPACE): %w", err)
-		}
-	}
+	rc.UserAgent = binary
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -176,6 +167,20 @@ func (g *globals) connect() error {
 	}
 	g.client = c
 	return nil
+}
+
+// bounded derives a context that ends after --request-timeout, if one is set.
+func (g *globals) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return withTimeout(ctx, g.timeout)
+}
+
+// withTimeout is context.WithTimeout where 0 means no timeout, as in
+// --request-timeout.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // onePolicy checks that exactly one POLICY argument was given.
@@ -197,4 +202,29 @@ func (g *globals) getPolicy(ctx context.Context, name string) (*fqv1alpha1.FairQ
 		return nil, fmt.Errorf("reading FairQueuePolicy %s/%s: %w", g.namespace, name, err)
 	}
 	return p, nil
+}
+
+func newVersionCommand(g *globals) *cobra.Command {
+	out := &outputFlag{}
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "The plugin's version and the VCS revision it was built from",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if out.table() {
+				_, err := fmt.Fprintln(g.streams.Out, version.Line(binary))
+				return err
+			}
+			return out.print(g.streams.Out, versionOutput{APIVersion: outputAPIVersion, Kind: "Version", Info: version.Get()})
+		},
+	}
+	out.add(cmd, "")
+	return cmd
+}
+
+// versionOutput is `kubectl fairqueue version -o json|yaml`.
+type versionOutput struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	version.Info
 }

@@ -3,8 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
-	"flag"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,30 +30,8 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/internal/testenv"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
-
-func TestHelpForEveryVerb(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if err := run(context.Background(), []string{"--help"}, &out, &errOut); err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range verbs() {
-		if !strings.Contains(out.String(), "  "+v.name+" ") {
-			t.Errorf("kubectl fairqueue --help does not list %s:\n%s", v.name, out.String())
-		}
-		errOut.Reset()
-		err := run(context.Background(), []string{v.name, "--help"}, &out, &errOut)
-		if !errors.Is(err, flag.ErrHelp) {
-			t.Errorf("%s --help: %v, want flag.ErrHelp", v.name, err)
-		}
-		if !strings.Contains(errOut.String(), "kubectl fairqueue "+v.name+" "+v.args) || !strings.Contains(errOut.String(), "-namespace") {
-			t.Errorf("%s --help does not show its usage and flags:\n%s", v.name, errOut.String())
-		}
-	}
-	if err := run(context.Background(), []string{"frobnicate"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "run kubectl fairqueue --help") {
-		t.Errorf("an unknown verb: %v, want an error pointing at --help", err)
-	}
-}
 
 // startOperator runs the real operator against env until the test ends.
 func startOperator(t *testing.T, env *testenv.Env) {
@@ -84,18 +61,6 @@ func startOperator(t *testing.T, env *testenv.Env) {
 			t.Error("the operator did not stop within 30s")
 		}
 	})
-}
-
-// eventually polls cond for up to 20s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestAgainstTheControlPlane runs render and status against a real API server
@@ -137,7 +102,7 @@ func TestAgainstTheControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	cm := &corev1.ConfigMap{}
-	eventually(t, "the operator to render the policy", func() bool {
+	testutil.Eventually(t, "the operator to render the policy", func() bool {
 		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: controllers.ConfigMapName("full")}, cm) == nil
 	})
 
@@ -182,7 +147,7 @@ func TestAgainstTheControlPlane(t *testing.T) {
 
 	t.Run("status shows conditions and every replica", func(t *testing.T) {
 		hash := cm.Annotations[config.ConfigHashAnnotation]
-		eventually(t, "the policy to be Ready again after the Secret came back", func() bool {
+		testutil.Eventually(t, "the policy to be Ready again after the Secret came back", func() bool {
 			got := &fqv1alpha1.FairQueuePolicy{}
 			if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "full"}, got) != nil {
 				return false
@@ -301,6 +266,24 @@ func TestAgainstTheControlPlane(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), identity.Short(acme)) {
 			t.Errorf("top without --resolve does not show the tenant by hash prefix:\n%s", out.String())
+		}
+	})
+	t.Run("the standard flags reach the API server: --as, -A, -o json", func(t *testing.T) {
+		// viewer (bound above) may read policies and Leases, not Secrets.
+		out, err := plugin("status", "full", "-n", ns, "--as", "viewer", "-o", "json")
+		if err != nil {
+			t.Fatalf("status --as viewer: %v", err)
+		}
+		var s PolicyStatus
+		if err := json.Unmarshal([]byte(out), &s); err != nil || s.Name != "full" || s.ConfigHash == "" || len(s.Replicas) == 0 {
+			t.Errorf("status -o json: %v, %+v", err, s)
+		}
+		if _, err := plugin("render", "full", "-n", ns, "--as", "viewer"); err == nil || !strings.Contains(err.Error(), `User "viewer" cannot get resource "secrets"`) {
+			t.Errorf("render --as viewer: %v, want the API server's refusal to read Secrets", err)
+		}
+		out, err = plugin("status", "-A")
+		if err != nil || !strings.Contains(out, "NAMESPACE") || !strings.Contains(out, ns) || !strings.Contains(out, "full") {
+			t.Errorf("status -A: %v\n%s", err, out)
 		}
 	})
 	t.Run("top says a replica's pod is gone, and names pods/proxy only when it is forbidden", func(t *testing.T) {

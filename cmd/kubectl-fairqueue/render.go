@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -16,22 +16,21 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/render"
 )
 
-func renderVerb() *verb {
+func newRenderCommand(g *globals) *cobra.Command {
 	var diff bool
-	return &verb{
-		name: "render", args: "POLICY",
-		short: "the rendered data-plane config, as the operator writes it",
-		long: "Render a FairQueuePolicy with the operator's renderer, from the policy, the Secrets it references and\n" +
+	cmd := &cobra.Command{
+		Use:   "render POLICY",
+		Short: "The rendered data-plane config, as the operator writes it",
+		Long: "Render a FairQueuePolicy with the operator's renderer, from the policy, the Secrets it references and\n" +
 			"its hash-key Secret, and print the config.json the operator writes into <policy>-dataplane.\n" +
 			"Needs get on the policy and on those Secrets. With --diff, exits 1 when the ConfigMap in the\n" +
 			"cluster holds something else.",
-		run: func(ctx context.Context, g *globals, args []string, out io.Writer) error {
-			return runRender(ctx, g, args, diff, out)
-		},
-		flags: func(fs *flag.FlagSet) {
-			fs.BoolVar(&diff, "diff", false, "compare with the ConfigMap in the cluster: print 'up to date' or the two hashes, exit 1 when they differ")
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRender(cmd.Context(), g, args, diff, g.streams.Out)
 		},
 	}
+	cmd.Flags().BoolVar(&diff, "diff", false, "compare with the ConfigMap in the cluster: print 'up to date' or the two hashes, exit 1 when they differ")
+	return cmd
 }
 
 // errDiffers is returned by render --diff when the ConfigMap is stale.
@@ -45,7 +44,7 @@ func runRender(ctx context.Context, g *globals, args []string, diff bool, out io
 	if err := g.connect(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	ctx, cancel := g.bounded(ctx)
 	defer cancel()
 	p, r, _, err := g.renderPolicy(ctx, name)
 	if err != nil {

@@ -3,27 +3,29 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/internal/loadgen"
 )
 
-func simulateVerb() *verb {
-	var loadFile, policyFile, secrets, output string
+func newSimulateCommand(g *globals) *cobra.Command {
+	var loadFile, policyFile, secrets, warmup string
 	opts := SimOptions{Seed: 1, Warmup: -1}
-	return &verb{
-		name: "simulate", args: "POLICY -f LOAD.yaml",
-		short: "what-if: expected shares, waits and refusals of a policy under an offered load",
-		long: "Run the real data-plane server (limiter, fair queue, admission) in process on a fake clock, loaded with\n" +
+	out := &outputFlag{}
+	cmd := &cobra.Command{
+		Use:   "simulate POLICY -f LOAD.yaml",
+		Short: "What-if: expected shares, waits and refusals of a policy under an offered load",
+		Long: "Run the real data-plane server (limiter, fair queue, admission) in process on a fake clock, loaded with\n" +
 			"the policy's rendered config, against the offered load of LOAD.yaml, and print each tenant's expected\n" +
 			"admitted rate, share against its weighted share, queue waits and refusals by reason. Nothing is sent to\n" +
 			"the cluster's data planes. POLICY is read from the cluster; --policy-file simulates a manifest instead.\n\n" +
@@ -32,7 +34,7 @@ func simulateVerb() *verb {
 			"nor the queue draining after the arrivals stop count. Each tenant's requests come at its rate, each at a\n" +
 			"random point of its 1/rate slot (--seed), so tenants reach a first-come-first-served limit in no fixed\n" +
 			"order. global, perClient and perBackend limits are never queued: weights do nothing for them.\n\n" +
-			"-o json prints the figures as a JSON object (apiVersion kubectl-fairqueue/v1, kind Simulation; see the\n" +
+			"-o json|yaml prints the figures as an object (apiVersion kubectl-fairqueue/v1, kind Simulation; see the\n" +
 			"README's kubectl plugin section for its fields).\n\n" +
 			"LOAD.yaml:\n" +
 			"  duration: 30s            # how long arrivals are offered\n" +
@@ -40,86 +42,84 @@ func simulateVerb() *verb {
 			"  model: my-model          # the request body's model\n" +
 			"  tenants:\n" +
 			"  - {name: acme, rate: 30, apiKey: sk-acme}   # or user:/team: (sent as x-user-id / x-team-id), headers:, start:, stop:",
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&loadFile, "f", "", "the offered load (YAML, see above)")
-			fs.StringVar(&policyFile, "policy-file", "", "simulate this FairQueuePolicy manifest instead of POLICY from the cluster")
-			fs.StringVar(&secrets, "secrets", "", "with --policy-file, a file or directory of the Secret manifests it references")
-			fs.StringVar(&output, "o", "table", "output format: table or json")
-			fs.StringVar(&output, "output", "table", "output format: table or json")
-			fs.Uint64Var(&opts.Seed, "seed", 1, "seed of the arrival jitter; the same seed gives the same figures")
-			fs.Func("warmup", "how much of the start of the arrivals to leave out of the steady-state figures "+
-				"(default: a tenth of the duration, at least 1s, at most half)", func(v string) error {
-				d, err := time.ParseDuration(v)
-				if err != nil || d < 0 {
-					return fmt.Errorf("--warmup %q is not a non-negative duration such as 2s", v)
-				}
-				opts.Warmup = d
-				return nil
-			})
-		},
-		run: func(ctx context.Context, g *globals, args []string, out io.Writer) error {
+		Example: "  kubectl fairqueue simulate llm -n team-a -f load.yaml\n" +
+			"  kubectl fairqueue simulate --policy-file policy.yaml --secrets secrets/ -f load.yaml -o json",
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if loadFile == "" {
 				return errNoLoad
 			}
-			if output != "table" && output != "json" {
-				return fmt.Errorf("-o %q: the output formats are table and json", output)
+			if warmup != "" {
+				d, err := time.ParseDuration(warmup)
+				if err != nil || d < 0 {
+					return fmt.Errorf("--warmup %q is not a non-negative duration such as 2s", warmup)
+				}
+				opts.Warmup = d
 			}
 			load, err := ReadLoad(loadFile)
 			if err != nil {
 				return err
 			}
-			var cfg *config.Config
-			var key []byte
-			switch {
-			case policyFile != "":
-				if len(args) > 0 {
-					return fmt.Errorf("give POLICY or --policy-file, not both (got %q)", args)
-				}
-				key = make([]byte, 32)
-				if _, err := rand.Read(key); err != nil {
-					return err
-				}
-				r, err := reload.NewPolicySource(policyFile, reload.PolicyOptions{SecretsPath: secrets, HashKey: key}).Render()
-				if err != nil {
-					return fmt.Errorf("--policy-file: %w", err)
-				}
-				if cfg, err = config.Parse(r.Data); err != nil {
-					return err
-				}
-			default:
-				name, err := onePolicy("simulate", args)
-				if err != nil {
-					return err
-				}
-				if err := g.connect(); err != nil {
-					return err
-				}
-				rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-				_, r, k, err := g.renderPolicy(rctx, name)
-				cancel()
-				if err != nil {
-					return err
-				}
-				key = k
-				if cfg, err = config.Parse(r.Data); err != nil {
-					return err
-				}
-			}
-			res, err := Simulate(ctx, cfg, key, load, opts)
+			cfg, key, err := simulatedConfig(cmd.Context(), g, args, policyFile, secrets)
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(simulationOutput(cfg, load, res))
+			res, err := Simulate(cmd.Context(), cfg, key, load, opts)
+			if err != nil {
+				return err
 			}
-			return printSimulation(out, cfg, load, res)
+			if !out.table() {
+				return out.print(g.streams.Out, simulationOutput(cfg, load, res))
+			}
+			return printSimulation(g.streams.Out, cfg, load, res)
 		},
 	}
+	f := cmd.Flags()
+	f.StringVarP(&loadFile, "filename", "f", "", "the offered load (YAML, see above)")
+	f.StringVar(&policyFile, "policy-file", "", "simulate this FairQueuePolicy manifest instead of POLICY from the cluster")
+	f.StringVar(&secrets, "secrets", "", "with --policy-file, a file or directory of the Secret manifests it references")
+	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the arrival jitter; the same seed gives the same figures")
+	f.StringVar(&warmup, "warmup", "", "how much of the start of the arrivals to leave out of the steady-state figures "+
+		"(default: a tenth of the duration, at least 1s, at most half)")
+	out.add(cmd, "table")
+	return cmd
 }
 
-// SimulationOutput is `kubectl fairqueue simulate -o json`: its field names
+// simulatedConfig is the config and hash key to simulate: --policy-file
+// rendered with a random key, or POLICY rendered from the cluster.
+func simulatedConfig(ctx context.Context, g *globals, args []string, policyFile, secrets string) (*config.Config, []byte, error) {
+	if policyFile != "" {
+		if len(args) > 0 {
+			return nil, nil, fmt.Errorf("give POLICY or --policy-file, not both (got %q)", args)
+		}
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, nil, err
+		}
+		r, err := reload.NewPolicySource(policyFile, reload.PolicyOptions{SecretsPath: secrets, HashKey: key}).Render()
+		if err != nil {
+			return nil, nil, fmt.Errorf("--policy-file: %w", err)
+		}
+		cfg, err := config.Parse(r.Data)
+		return cfg, key, err
+	}
+	name, err := onePolicy("simulate", args)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := g.connect(); err != nil {
+		return nil, nil, err
+	}
+	rctx, cancel := g.bounded(ctx)
+	_, r, key, err := g.renderPolicy(rctx, name)
+	cancel()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := config.Parse(r.Data)
+	return cfg, key, err
+}
+
+// SimulationOutput is `kubectl fairqueue simulate -o json|yaml`: its field names
 // and meanings are stable (fields may be added, never renamed or removed
 // within apiVersion kubectl-fairqueue/v1). Rates are per second over the
 // steady-state window; shares are fractions of 1.
@@ -133,7 +133,7 @@ type SimulationOutput struct {
 	ServiceTimeSeconds float64 `json:"serviceTimeSeconds"`
 	Seed               uint64  `json:"seed"`
 	// FairQueuing is whether the policy queues, and by which identity.
-	FairQueuing SimFairQueuing `json:"fairQueuing"`
+	FairQueuing FairQueuingOutput `json:"fairQueuing"`
 	// Window is the steady-state window every rate and share is measured over.
 	Window SimWindow `json:"window"`
 	// Notes are the caveats the table prints under it.
@@ -141,8 +141,8 @@ type SimulationOutput struct {
 	Tenants []SimTenant `json:"tenants"`
 }
 
-// SimFairQueuing is the policy's fair queuing as the simulation ran it.
-type SimFairQueuing struct {
+// FairQueuingOutput is a policy's fair queuing, in -o json|yaml.
+type FairQueuingOutput struct {
 	Enabled         bool   `json:"enabled"`
 	TenantDimension string `json:"tenantDimension"`
 }
@@ -216,9 +216,9 @@ func competes(c Counts) bool {
 func simulationOutput(cfg *config.Config, load *Load, res *SimResult) SimulationOutput {
 	secs := res.Seconds()
 	o := SimulationOutput{
-		APIVersion: "kubectl-fairqueue/v1", Kind: "Simulation",
+		APIVersion: outputAPIVersion, Kind: "Simulation",
 		DurationSeconds: load.Duration.Seconds(), ServiceTimeSeconds: load.serviceTime().Seconds(), Seed: res.Seed,
-		FairQueuing: SimFairQueuing{Enabled: cfg.FairQueuing.Enabled, TenantDimension: string(cfg.FairQueuing.TenantDimension)},
+		FairQueuing: FairQueuingOutput{Enabled: cfg.FairQueuing.Enabled, TenantDimension: string(cfg.FairQueuing.TenantDimension)},
 		Window:      SimWindow{FromSeconds: res.From.Seconds(), ToSeconds: res.To.Seconds()},
 		Tenants:     make([]SimTenant, len(res.Tenants)),
 	}
@@ -326,11 +326,7 @@ func rates(m map[string]float64) string {
 	if len(m) == 0 {
 		return "-"
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(m))
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = fmt.Sprintf("%s=%.1f", k, m[k])

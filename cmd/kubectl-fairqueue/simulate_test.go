@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/yaml"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
@@ -312,8 +313,8 @@ tenants:
 	if math.Abs(acme.AdmittedPerSecond+refused-30) > 1 || acme.Total.Offered != 120 || acme.Total.Admitted+sum(acme.Total.Refused) != 120 {
 		t.Errorf("acme's refusals %v/s and totals %+v do not add up to its 30/s and 120 requests", acme.RefusedPerSecond, acme.Total)
 	}
-	if _, _, err := runSimulateTable(t, "-o", "yaml"); err == nil || !strings.Contains(err.Error(), "table and json") {
-		t.Errorf("-o yaml: %v, want an error naming the formats", err)
+	if _, _, err := runSimulateTable(t, "-o", "xml"); err == nil || !strings.Contains(err.Error(), "table, json, yaml") {
+		t.Errorf("-o xml: %v, want an error naming the formats", err)
 	}
 }
 
@@ -332,4 +333,22 @@ func runSimulateTable(t *testing.T, extra ...string) (string, string, error) {
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), args, &out, &errOut)
 	return out.String(), errOut.String(), err
+}
+
+// TestSimulateYAML checks that -o yaml prints the same object as -o json.
+func TestSimulateYAML(t *testing.T) {
+	load := writeFile(t, "load.yaml", "duration: 2s\nmodel: m\ntenants:\n- {name: acme, rate: 30, apiKey: sk-acme}\n- {name: solo, rate: 2, apiKey: sk-solo}\n")
+	policy := writeFile(t, "p.yaml", simPolicyWith("    perModel: {requests: 10, period: 1s}"))
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"simulate", "--policy-file", policy, "-f", load, "-o", "yaml", "--seed", "3"}, &out, &errOut); err != nil {
+		t.Fatalf("simulate -o yaml: %v\n%s", err, errOut.String())
+	}
+	var o SimulationOutput
+	if err := yaml.UnmarshalStrict(out.Bytes(), &o); err != nil {
+		t.Fatalf("simulate -o yaml printed what does not decode strictly: %v\n%s", err, out.String())
+	}
+	if o.APIVersion != "kubectl-fairqueue/v1" || o.Kind != "Simulation" || o.Seed != 3 || o.DurationSeconds != 2 ||
+		len(o.Tenants) != 2 || o.Tenants[0].Name != "acme" || o.Tenants[0].Total.Offered == 0 || len(o.Notes) == 0 {
+		t.Errorf("simulate -o yaml = %+v", o)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -19,10 +18,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	coordinationv1 "k8s.io/api/coordination/v1"
+	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
@@ -31,16 +29,13 @@ import (
 // scrapeFunc reads one pod's metrics page through the API server's pod proxy.
 type scrapeFunc func(ctx context.Context, namespace, pod, port string) ([]byte, error)
 
-func topVerb() *verb {
-	var interval time.Duration
-	var port string
-	var count int
-	var opts topOptions
-	var urls []*url.URL
-	return &verb{
-		name: "top", args: "POLICY | --metrics-url URL...",
-		short: "live queue tables per replica and per tenant: grants/s, share vs weighted share, waits, refusals",
-		long: "Scrape the metrics of every data-plane replica serving a FairQueuePolicy (found through its report\n" +
+func newTopCommand(g *globals) *cobra.Command {
+	var rawURLs []string
+	opts := topOptions{}
+	cmd := &cobra.Command{
+		Use:   "top (POLICY | --metrics-url URL...)",
+		Short: "Live queue tables per replica and per tenant: grants/s, share vs weighted share, waits, refusals",
+		Long: "Scrape the metrics of every data-plane replica serving a FairQueuePolicy (found through its report\n" +
 			"Leases) through the API server's pod proxy, twice, --interval apart, and print two tables. Per replica:\n" +
 			"grants/s by tenant dimension, each replica's share, the queue wait p50/p99, refusals/s by reason, depth\n" +
 			"and tenants. Per tenant, across all replicas: grants/s, share of all grants vs weighted share (its\n" +
@@ -53,53 +48,52 @@ func topVerb() *verb {
 			"With --metrics-url (repeatable) top scrapes those metrics endpoints directly instead, one per replica, without\n" +
 			"a cluster and without POLICY: for standalone data planes and for debugging. top exits non-zero when no\n" +
 			"replica could be scraped.",
-		flags: func(fs *flag.FlagSet) {
-			fs.DurationVar(&interval, "interval", 5*time.Second, "time between the two scrapes rates are computed from")
-			fs.StringVar(&port, "port", "9090", "the data plane's metrics port (number or name)")
-			fs.IntVar(&count, "count", 1, "how many tables to print, one per --interval; 0 means until interrupted")
-			fs.BoolVar(&opts.resolve, "resolve", false, "name the tenants that have a weights entry (needs get on the policy's Secrets)")
-			fs.IntVar(&opts.tenants, "tenants", 20, "most tenant rows to print, busiest first; 0 means all")
-			fs.Func("metrics-url", "scrape this data-plane metrics endpoint directly (http://HOST:9090/metrics; repeat it for each replica) "+
-				"instead of the replicas of POLICY through the API server", func(v string) error {
-				u, err := metricsURL(v)
-				if err == nil {
-					urls = append(urls, u)
+		Example: "  kubectl fairqueue top llm -n team-a --interval 10s --count 0\n" +
+			"  kubectl fairqueue top --metrics-url http://127.0.0.1:9090/metrics",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.timeout = g.timeout
+			switch {
+			case opts.interval <= 0:
+				return fmt.Errorf("--interval %v must be positive", opts.interval)
+			case opts.tenants < 0:
+				return fmt.Errorf("--tenants %d must not be negative", opts.tenants)
+			}
+			if len(rawURLs) > 0 {
+				urls := make([]*url.URL, len(rawURLs))
+				for i, raw := range rawURLs {
+					u, err := metricsURL(raw)
+					if err != nil {
+						return err
+					}
+					urls[i] = u
 				}
-				return err
-			})
-		},
-		run: func(ctx context.Context, g *globals, args []string, out io.Writer) error {
-			if len(urls) > 0 {
 				switch {
 				case len(args) > 0:
 					return fmt.Errorf("with --metrics-url top scrapes the URLs given and takes no POLICY (got %q); drop one or the other", args)
 				case opts.resolve:
 					return errors.New("--resolve reads the policy's Secrets from the cluster; it works with POLICY, not with --metrics-url")
-				case interval <= 0:
-					return fmt.Errorf("--interval %v must be positive", interval)
-				case opts.tenants < 0:
-					return fmt.Errorf("--tenants %d must not be negative", opts.tenants)
 				}
-				opts.interval, opts.count = interval, count
-				return runTopDirect(ctx, opts, urls, &http.Client{Timeout: requestTimeout}, out)
+				return runTopDirect(cmd.Context(), opts, urls, &http.Client{Timeout: g.timeout}, g.streams.Out)
 			}
 			name, err := onePolicy("top", args)
 			if err != nil {
 				return err
 			}
-			if interval <= 0 {
-				return fmt.Errorf("--interval %v must be positive", interval)
-			}
-			if opts.tenants < 0 {
-				return fmt.Errorf("--tenants %d must not be negative", opts.tenants)
-			}
 			if err := g.connect(); err != nil {
 				return err
 			}
-			opts.port, opts.interval, opts.count = port, interval, count
-			return runTop(ctx, g, name, opts, g.podProxy, out)
+			return runTop(cmd.Context(), g, name, opts, g.podProxy, g.streams.Out)
 		},
 	}
+	f := cmd.Flags()
+	f.DurationVar(&opts.interval, "interval", 5*time.Second, "time between the two scrapes rates are computed from")
+	f.StringVar(&opts.port, "port", "9090", "the data plane's metrics port (number or name)")
+	f.IntVar(&opts.count, "count", 1, "how many tables to print, one per --interval; 0 means until interrupted")
+	f.BoolVar(&opts.resolve, "resolve", false, "name the tenants that have a weights entry (needs get on the policy's Secrets)")
+	f.IntVar(&opts.tenants, "tenants", 20, "most tenant rows to print, busiest first; 0 means all")
+	f.StringArrayVar(&rawURLs, "metrics-url", nil, "scrape this data-plane metrics endpoint directly (http://HOST:9090/metrics; repeat it for each replica) "+
+		"instead of the replicas of POLICY through the API server")
+	return cmd
 }
 
 // podProxy reads a pod's /metrics through the API server.
@@ -218,6 +212,8 @@ type topOptions struct {
 	port     string
 	interval time.Duration
 	count    int
+	// timeout bounds each scrape and API call (--request-timeout; 0: none).
+	timeout time.Duration
 	// resolve names the weighted tenants; tenants is the most tenant rows.
 	resolve bool
 	tenants int
@@ -232,18 +228,15 @@ func runTop(ctx context.Context, g *globals, policy string, o topOptions, scrape
 		}
 	}
 	replicas := func(ctx context.Context) ([]target, error) {
-		var leases coordinationv1.LeaseList
-		lctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		err := g.client.List(lctx, &leases, client.InNamespace(g.namespace), client.MatchingLabels{
-			reload.LeasePolicyLabel: policy, reload.LeaseComponentLabel: reload.LeaseComponentValue,
-		})
+		lctx, cancel := withTimeout(ctx, o.timeout)
+		leases, err := replicaLeases(lctx, g, g.namespace, policy)
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("listing the data-plane report Leases in %s: %w", g.namespace, err)
+			return nil, err
 		}
 		var pods []string
-		for i := range leases.Items {
-			pods = append(pods, holder(&leases.Items[i]))
+		for i := range leases {
+			pods = append(pods, holder(&leases[i]))
 		}
 		sort.Strings(pods)
 		if len(pods) == 0 {
@@ -274,13 +267,13 @@ func topLoop(ctx context.Context, o topOptions, replicas func(context.Context) (
 		if err != nil {
 			return err
 		}
-		before := scrapeAll(ctx, targets)
+		before := scrapeAll(ctx, targets, o.timeout)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(o.interval):
 		}
-		after := scrapeAll(ctx, targets)
+		after := scrapeAll(ctx, targets, o.timeout)
 		pods := make([]string, len(targets))
 		for i, t := range targets {
 			pods[i] = t.name
@@ -307,10 +300,10 @@ func topLoop(ctx context.Context, o topOptions, replicas func(context.Context) (
 	return nil
 }
 
-func scrapeAll(ctx context.Context, targets []target) []replicaSample {
+func scrapeAll(ctx context.Context, targets []target, timeout time.Duration) []replicaSample {
 	out := make([]replicaSample, len(targets))
 	for i, t := range targets {
-		sctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		sctx, cancel := withTimeout(ctx, timeout)
 		data, err := t.scrape(sctx)
 		cancel()
 		if err != nil {

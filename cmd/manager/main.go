@@ -73,6 +73,8 @@ import (
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/controllers"
+	"github.com/fairqueue/fairqueue/internal/cli"
+	"github.com/fairqueue/fairqueue/internal/version"
 )
 
 // options are the command-line settings of the manager.
@@ -111,6 +113,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 2, "Policies reconciled in parallel.")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "Requests per second the manager may send to the API server.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "Requests the manager may send at once above --kube-api-qps.")
+	version.AddFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -154,12 +157,10 @@ func parseNamespaces(s string) ([]string, error) {
 }
 
 func main() {
-	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-		os.Exit(1)
+	if version.PrintIfRequested(os.Stdout, "manager", os.Args[1:]) {
+		return
 	}
+	cli.Exit("manager", run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stderr))
 }
 
 // maxVerbosity is the highest log level ever enabled. client-go logs request
