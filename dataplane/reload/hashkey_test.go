@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func TestHashKeysAreBounded(t *testing.T) {
@@ -214,16 +215,16 @@ func TestHashKeyWatcherRetriesOnTheCappedBackoffAndReportsHealth(t *testing.T) {
 		waitRun(t, done)
 	}()
 
-	waitFor(t, "20 failed lists", func() bool { return failures.Load() >= 20 })
+	testutil.Eventually(t, "20 failed lists", func() bool { return failures.Load() >= 20 })
 	if got := health.errors.Load(); got < 20 {
 		t.Errorf("%d failed lists reported %d errors to the HealthSink, want each", failures.Load(), got)
 	}
 	down.Store(false)
-	waitFor(t, "the key after the outage", func() bool {
+	testutil.Eventually(t, "the key after the outage", func() bool {
 		_, ok := keys.Lookup(config.KeyFingerprint(testKey))
 		return ok
 	})
-	waitFor(t, "the recovery report", func() bool { return health.oks.Load() > 0 })
+	testutil.Eventually(t, "the recovery report", func() bool { return health.oks.Load() > 0 })
 	health.mu.Lock()
 	defer health.mu.Unlock()
 	if !health.sources["Secret team-a/llm-hash-key"] || len(health.sources) != 1 {

@@ -1,6 +1,7 @@
 package reload
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -84,6 +85,28 @@ func waitNotified(t *testing.T, sink *recordingSink, what string) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("timed out waiting for %s", what)
 	}
+}
+
+// runSource runs src with a new recordingSink until the test ends, then
+// cancels it and checks that Run returned nil.
+func runSource(t *testing.T, src Source) *recordingSink {
+	t.Helper()
+	sink := newRecordingSink()
+	runSourceInto(t, src, sink)
+	return sink
+}
+
+// runSourceInto runs src delivering to sink until the test ends, then
+// cancels it and checks that Run returned nil.
+func runSourceInto(t *testing.T, src Source, sink Sink) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, sink) }()
+	t.Cleanup(func() {
+		cancel()
+		waitRun(t, done)
+	})
 }
 
 // waitRun waits for a source's Run to return after its context was
