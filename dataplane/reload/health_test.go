@@ -3,17 +3,14 @@ package reload
 import (
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
@@ -73,16 +70,7 @@ func TestWatchBackoffIsCapped(t *testing.T) {
 func TestConfigMapSourceRecoversFromAnOutage(t *testing.T) {
 	v1 := render(t, 1, 1)
 	client := fake.NewClientset(configMap("llm-dataplane", map[string]string{config.ConfigMapKey: string(v1)}))
-	var down atomic.Bool
-	var failures atomic.Int32
-	down.Store(true)
-	client.PrependReactor("list", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if down.Load() {
-			failures.Add(1)
-			return true, nil, errors.New("connection refused")
-		}
-		return false, nil, nil
-	})
+	down, failures := failLists(client, "configmaps")
 	target := &fakeTarget{}
 	logs := &logSink{}
 	rl, err := New(target.apply, Options{Logger: funcr.New(logs.write, funcr.Options{})})
