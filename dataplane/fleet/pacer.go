@@ -20,7 +20,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -560,11 +561,7 @@ func (p *Pacer) applyMembers(own string, members []Report, err error) {
 
 // keyMismatchError says which fingerprints the fleet holds and what to do.
 func keyMismatchError(own string, fps map[string]int, minority bool, since time.Duration) error {
-	names := make([]string, 0, len(fps))
-	for fp := range fps {
-		names = append(names, fp)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(fps))
 	parts := make([]string, len(names))
 	for i, fp := range names {
 		parts[i] = fmt.Sprintf("%s on %d", fp, fps[fp])

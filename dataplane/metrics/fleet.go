@@ -23,6 +23,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/fleet"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/metrics/collector"
 )
 
 // Fleet metric names.
@@ -75,34 +76,14 @@ var (
 func NewFleet(reg prometheus.Registerer) (*Fleet, error) {
 	byTenant := []string{"model", "tenant"}
 	f := &Fleet{
-		share: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: FleetShareName,
-			Help: "Tenant's share of the model's admissions across the fleet over the last exchange period (tenant is a hash prefix).",
-		}, byTenant),
-		local: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: FleetLocalShareName,
-			Help: "Tenant's share of the model's admissions on this replica over the last exchange period.",
-		}, byTenant),
-		gate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: FleetGateRateName,
-			Help: "This replica's pacing rate for the tenant on the model, requests per second; 0 when not paced.",
-		}, byTenant),
-		replicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: FleetReplicasName,
-			Help: "Live data-plane replicas reporting on the model, as this replica sees them.",
-		}, []string{"model"}),
-		contended: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: FleetContendedName,
-			Help: "1 while the fleet's demand on the model exceeds its limit and grants are paced.",
-		}, []string{"model"}),
-		exchangeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: FleetExchangeErrorsName,
-			Help: "Fleet exchange rounds that could not reach the shared store.",
-		}, []string{"model"}),
-		keyMismatch: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: FleetHashKeyMismatchName,
-			Help: "1 while the replicas sharing the rate-limit store hash identities with different keys (beyond a rotation's grace), splitting every tenant; give them one hash key.",
-		}),
+		share: collector.GaugeVec(FleetShareName, "Tenant's share of the model's admissions across the fleet over the last exchange period (tenant is a hash prefix).",
+			byTenant...),
+		local:          collector.GaugeVec(FleetLocalShareName, "Tenant's share of the model's admissions on this replica over the last exchange period.", byTenant...),
+		gate:           collector.GaugeVec(FleetGateRateName, "This replica's pacing rate for the tenant on the model, requests per second; 0 when not paced.", byTenant...),
+		replicas:       collector.GaugeVec(FleetReplicasName, "Live data-plane replicas reporting on the model, as this replica sees them.", "model"),
+		contended:      collector.GaugeVec(FleetContendedName, "1 while the fleet's demand on the model exceeds its limit and grants are paced.", "model"),
+		exchangeErrors: collector.CounterVec(FleetExchangeErrorsName, "Fleet exchange rounds that could not reach the shared store.", "model"),
+		keyMismatch:    collector.Gauge(FleetHashKeyMismatchName, "1 while the replicas sharing the rate-limit store hash identities with different keys (beyond a rotation's grace), splitting every tenant; give them one hash key."),
 	}
 	if err := registerAll(reg, "fleet metrics", "NewFleet", f.share, f.local, f.gate, f.replicas, f.contended, f.exchangeErrors, f.keyMismatch); err != nil {
 		return nil, err

@@ -28,14 +28,7 @@ import (
 )
 
 func TestFleetGaugesAreBoundedAndUseHashPrefixes(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	f, err := NewFleet(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewFleet(reg); err == nil {
-		t.Fatal("NewFleet twice on one registry succeeded, want an error")
-	}
+	f, _ := register(t, NewFleet)
 	shares := make([]fleet.Share, 25)
 	for i := range shares {
 		shares[i] = fleet.Share{Tenant: fmt.Sprintf("%02d%s", i, strings.Repeat("f", 62)), Fleet: float64(i) / 300, Gate: 1}

@@ -18,6 +18,8 @@ package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairqueue/fairqueue/dataplane/metrics/collector"
 )
 
 // Names of the metrics that show the data plane protecting itself from
@@ -82,15 +84,10 @@ type Guards struct {
 // registered there.
 func NewGuards(reg prometheus.Registerer, buffered func() int64) (*Guards, error) {
 	g := &Guards{
-		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: UpstreamResponseErrorsName,
-			Help: "Upstream responses that broke off while relayed, by backend and outcome (bad_gateway: answered 502; aborted: cut short at the client).",
-		}, []string{"backend", "outcome"}),
+		upstream: collector.CounterVec(UpstreamResponseErrorsName, "Upstream responses that broke off while relayed, by backend and outcome (bad_gateway: answered 502; aborted: cut short at the client).",
+			"backend", "outcome"),
 	}
-	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: BodyRefusedName,
-		Help: "Requests refused while their body was read, by reason (too_large, buffer_full, timeout).",
-	}, []string{"reason"})
+	refused := collector.CounterVec(BodyRefusedName, "Requests refused while their body was read, by reason (too_large, buffer_full, timeout).", "reason")
 	for r := range numBodyRefusals {
 		g.bodyRefused[r] = refused.WithLabelValues(r.String())
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/dataplane/metrics/collector"
 )
 
 // Metric names, exactly as in the product specification.
@@ -93,33 +94,15 @@ var (
 // already registered there, e.g. when New is called twice on one registry.
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		depth: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: QueueDepthName,
-			Help: "Requests held in the fair queues now.",
-		}),
-		tenants: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: QueueTenantsName,
-			Help: "Tenant queues tracked now.",
-		}),
-		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    QueueWaitName,
-			Help:    "Time a request spent queued before its admission attempt was granted.",
-			Buckets: WaitBuckets,
-		}, []string{"tenant_dimension"}),
-		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: QueueGrantsName,
-			Help: "Queued requests admitted.",
-		}, []string{"tenant_dimension"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: QueueRefusedName,
-			Help: "Requests refused at enqueue or after waiting, by reason.",
-		}, []string{"tenant_dimension", "reason"}),
+		depth:   collector.Gauge(QueueDepthName, "Requests held in the fair queues now."),
+		tenants: collector.Gauge(QueueTenantsName, "Tenant queues tracked now."),
+		wait: collector.HistogramVec(QueueWaitName, "Time a request spent queued before its admission attempt was granted.",
+			WaitBuckets, "tenant_dimension"),
+		grants:  collector.CounterVec(QueueGrantsName, "Queued requests admitted.", "tenant_dimension"),
+		refused: collector.CounterVec(QueueRefusedName, "Requests refused at enqueue or after waiting, by reason.", "tenant_dimension", "reason"),
+		decisionsVec: collector.CounterVec(DecisionsName, "Rate-limit bucket checks by dimension (limit_type) and outcome.",
+			"dimension", "outcome"),
 	}
-	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: DecisionsName,
-		Help: "Rate-limit bucket checks by dimension (limit_type) and outcome.",
-	}, []string{"dimension", "outcome"})
-
 	for i, d := range tenantDimensions {
 		m.waitBy[i] = m.wait.WithLabelValues(string(d))
 		m.grantsBy[i] = m.grants.WithLabelValues(string(d))
@@ -127,14 +110,13 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			m.refusedBy[i][j] = m.refused.WithLabelValues(string(d), string(r))
 		}
 	}
-	m.decisionsVec = decisions
 	for d := range limiter.NumDimensions {
 		for o := range limiter.NumOutcomes {
-			m.decisions[d][o] = decisions.WithLabelValues(limiter.Dimension(d).String(), limiter.Outcome(o).String())
+			m.decisions[d][o] = m.decisionsVec.WithLabelValues(limiter.Dimension(d).String(), limiter.Outcome(o).String())
 		}
 	}
 
-	if err := registerAll(reg, "data-plane metrics", "New", m.depth, m.tenants, m.wait, m.grants, m.refused, decisions); err != nil {
+	if err := registerAll(reg, "data-plane metrics", "New", m.depth, m.tenants, m.wait, m.grants, m.refused, m.decisionsVec); err != nil {
 		return nil, err
 	}
 	return m, nil

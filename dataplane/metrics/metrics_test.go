@@ -103,18 +103,9 @@ rate_limit_fair_queue_grants_total{tenant_dimension="user"} 2
 // histogram returns the wait histogram series with the given tenant_dimension.
 func histogram(t *testing.T, reg *prometheus.Registry, name, dim string) *dto.Histogram {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == dim {
-				return m.GetHistogram()
-			}
+	for _, m := range series(t, reg, name) {
+		if m.GetLabel()[0].GetValue() == dim {
+			return m.GetHistogram()
 		}
 	}
 	t.Fatalf("no %s{tenant_dimension=%q}", name, dim)
@@ -169,16 +160,12 @@ func TestLintAndLabelNames(t *testing.T) {
 		QueueRefusedName: {"tenant_dimension", "reason"},
 		DecisionsName:    {"dimension", "outcome"},
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	seen := map[string]bool{}
-	for _, mf := range mfs {
+	eachFamily(t, reg, func(mf *dto.MetricFamily) {
 		want, ok := wantLabels[mf.GetName()]
 		if !ok {
 			t.Errorf("unexpected metric %s", mf.GetName())
-			continue
+			return
 		}
 		seen[mf.GetName()] = true
 		for _, m := range mf.GetMetric() {
@@ -190,7 +177,7 @@ func TestLintAndLabelNames(t *testing.T) {
 				t.Errorf("%s labels %v, want %v", mf.GetName(), got, want)
 			}
 		}
-	}
+	})
 	for name := range wantLabels {
 		if !seen[name] {
 			t.Errorf("metric %s not registered", name)
@@ -230,19 +217,11 @@ func TestUnknownLabelValuesNeverCarryIdentities(t *testing.T) {
 	m.Granted(hash, time.Second)
 	m.Refused(hash, fairqueue.ReasonQueueFull)
 	m.Refused("user", fairqueue.Reason(hash))
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		for _, metric := range mf.GetMetric() {
-			for _, l := range metric.GetLabel() {
-				if strings.Contains(l.GetValue(), hash[:12]) {
-					t.Errorf("%s{%s=%q}: an identity reached a label", mf.GetName(), l.GetName(), l.GetValue())
-				}
-			}
+	eachLabel(t, reg, func(family string, l *dto.LabelPair) {
+		if strings.Contains(l.GetValue(), hash[:12]) {
+			t.Errorf("%s{%s=%q}: an identity reached a label", family, l.GetName(), l.GetValue())
 		}
-	}
+	})
 	cases := []struct {
 		c      prometheus.Collector
 		labels []string

@@ -17,10 +17,13 @@ limitations under the License.
 package metrics
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairqueue/fairqueue/dataplane/metrics/collector"
 )
 
 // Names of the shared limiter store's metrics.
@@ -72,25 +75,14 @@ type StoreMetrics struct {
 // NewStore creates the store collectors and registers them on reg.
 func NewStore(reg prometheus.Registerer) (*StoreMetrics, error) {
 	m := &StoreMetrics{
-		latencyVec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: StoreLatencyName, Help: "Round-trip time of shared rate-limit store calls, by op.", Buckets: StoreLatencyBuckets,
-		}, []string{"op"}),
-		errorsVec: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: StoreErrorsName, Help: "Failed shared rate-limit store calls, by kind: timeout, connection, reply (an error answered by Redis) or down (answered without contacting the store known to be unreachable).",
-		}, []string{"kind"}),
-		up: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: StoreUpName, Help: "1 while the shared rate-limit store answers, 0 while it does not.",
-		}),
-		fallback: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: StoreFallbackName, Help: "1 while requests are decided by per-replica in-memory buckets because the shared store is unreachable (failureMode Open).",
-		}),
-		replicas: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: LiveReplicasName, Help: "Live data-plane replicas of the policy as this replica counts them; each limit is divided by it in the fail-open fallback.",
-		}),
+		latencyVec: collector.HistogramVec(StoreLatencyName, "Round-trip time of shared rate-limit store calls, by op.", StoreLatencyBuckets, "op"),
+		errorsVec: collector.CounterVec(StoreErrorsName, "Failed shared rate-limit store calls, by kind: timeout, connection, reply (an error answered by Redis) or down (answered without contacting the store known to be unreachable).",
+			"kind"),
+		up:       collector.Gauge(StoreUpName, "1 while the shared rate-limit store answers, 0 while it does not."),
+		fallback: collector.Gauge(StoreFallbackName, "1 while requests are decided by per-replica in-memory buckets because the shared store is unreachable (failureMode Open)."),
+		replicas: collector.Gauge(LiveReplicasName, "Live data-plane replicas of the policy as this replica counts them; each limit is divided by it in the fail-open fallback."),
 	}
-	transitions := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: StoreTransitionsName, Help: "Changes of the shared rate-limit store's state, by the state entered: up or down.",
-	}, []string{"to"})
+	transitions := collector.CounterVec(StoreTransitionsName, "Changes of the shared rate-limit store's state, by the state entered: up or down.", "to")
 	m.toUp, m.toDn = transitions.WithLabelValues("up"), transitions.WithLabelValues("down")
 	for i, op := range storeOps {
 		m.latency[i] = m.latencyVec.WithLabelValues(op)
@@ -106,22 +98,18 @@ func NewStore(reg prometheus.Registerer) (*StoreMetrics, error) {
 
 // StoreLatency records one round trip of op.
 func (m *StoreMetrics) StoreLatency(op string, d time.Duration) {
-	for i, o := range storeOps {
-		if o == op {
-			m.latency[i].Observe(d.Seconds())
-			return
-		}
+	if i := slices.Index(storeOps[:], op); i >= 0 {
+		m.latency[i].Observe(d.Seconds())
+		return
 	}
 	m.latencyVec.WithLabelValues(unknownLabel).Observe(d.Seconds())
 }
 
 // StoreError counts one failed call of kind.
 func (m *StoreMetrics) StoreError(kind string) {
-	for i, k := range storeErrorKinds {
-		if k == kind {
-			m.errors[i].Inc()
-			return
-		}
+	if i := slices.Index(storeErrorKinds[:], kind); i >= 0 {
+		m.errors[i].Inc()
+		return
 	}
 	m.errorsVec.WithLabelValues(unknownLabel).Inc()
 }

@@ -21,19 +21,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestStoreMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m, err := NewStore(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewStore(reg); err == nil {
-		t.Fatal("registering the store metrics twice on one registry succeeded")
-	}
+	m, reg := register(t, NewStore)
 	m.StoreState(true, false) // the initial state is no transition
 	m.StoreLatency("take", 3*time.Millisecond)
 	m.StoreLatency("sk-secret-looking-op", time.Millisecond)

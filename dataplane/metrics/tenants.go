@@ -27,6 +27,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/metrics/collector"
 )
 
 // Per-tenant metric names. Their tenant label is an identity.Short hash
@@ -127,18 +128,10 @@ func NewTenants(reg prometheus.Registerer, top int) (*Tenants, error) {
 	}
 	byTenant := []string{"tenant_dimension", "tenant"}
 	t := &Tenants{
-		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: TenantGrantsName,
-			Help: "Tenant's requests admitted, at once or after queuing (tenant is a hash prefix, or \"other\").",
-		}, byTenant),
-		wait: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: TenantWaitName,
-			Help: "Total seconds the tenant's admitted requests spent queued; over the grants, the mean wait.",
-		}, byTenant),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: TenantRefusedName,
-			Help: "Tenant's requests refused, by reason: the fair queue's, rate_limited (429 without queuing) or unavailable (503).",
-		}, []string{"tenant_dimension", "tenant", "reason"}),
+		grants: collector.CounterVec(TenantGrantsName, "Tenant's requests admitted, at once or after queuing (tenant is a hash prefix, or \"other\").", byTenant...),
+		wait:   collector.CounterVec(TenantWaitName, "Total seconds the tenant's admitted requests spent queued; over the grants, the mean wait.", byTenant...),
+		refused: collector.CounterVec(TenantRefusedName, "Tenant's requests refused, by reason: the fair queue's, rate_limited (429 without queuing) or unavailable (503).",
+			"tenant_dimension", "tenant", "reason"),
 		queuedDesc: prometheus.NewDesc(TenantQueuedName,
 			"Tenant's requests queued now.", byTenant, nil),
 		weightDesc: prometheus.NewDesc(TenantWeightName,

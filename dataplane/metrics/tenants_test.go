@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
@@ -36,20 +37,11 @@ func tenantHash(name string) string { return identity.Hash(hashKey, name) }
 // tenantLabels returns the tenant label values of name's series in reg.
 func tenantLabels(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "tenant" {
-					out[l.GetValue()] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-				}
+	for _, m := range series(t, reg, name) {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "tenant" {
+				out[l.GetValue()] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}
@@ -58,15 +50,7 @@ func tenantLabels(t *testing.T, reg *prometheus.Registry, name string) map[strin
 
 func newTenants(t *testing.T, top int) (*Tenants, *prometheus.Registry) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	m, err := NewTenants(reg, top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewTenants(reg, top); err == nil {
-		t.Fatal("NewTenants twice on one registry succeeded, want an error")
-	}
-	return m, reg
+	return register(t, func(reg prometheus.Registerer) (*Tenants, error) { return NewTenants(reg, top) })
 }
 
 func TestTenantSeriesAreBoundedUnderChurn(t *testing.T) {
@@ -185,19 +169,11 @@ func TestTenantLabelsNeverHoldARawIdentityOrFullHash(t *testing.T) {
 	h := tenantHash("bob")
 	m.TenantRefused(now, h, "bogus-dimension", "queue_full")
 	m.TenantRefused(now, h, identity.DimensionUser, "some reason with bob in it")
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		for _, mm := range f.GetMetric() {
-			for _, l := range mm.GetLabel() {
-				if strings.Contains(l.GetValue(), "bob") || l.GetValue() == h || l.GetValue() == "alice-raw" || len(l.GetValue()) > 17 {
-					t.Errorf("%s has label %s=%q: an identity or a full hash", f.GetName(), l.GetName(), l.GetValue())
-				}
-			}
+	eachLabel(t, reg, func(family string, l *dto.LabelPair) {
+		if strings.Contains(l.GetValue(), "bob") || l.GetValue() == h || l.GetValue() == "alice-raw" || len(l.GetValue()) > 17 {
+			t.Errorf("%s has label %s=%q: an identity or a full hash", family, l.GetName(), l.GetValue())
 		}
-	}
+	})
 	if got := testutil.ToFloat64(m.refused.WithLabelValues("user", identity.Short(h), unknownLabel)); got != 1 {
 		t.Errorf("refusal with an unknown reason counted %v times under reason=unknown, want 1", got)
 	}

@@ -17,6 +17,7 @@ limitations under the License.
 package metrics
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/dataplane/metrics/collector"
 )
 
 // Token-budget metric names (SPEC section 6).
@@ -87,36 +89,15 @@ var _ fairqueue.Observer = (*Tokens)(nil)
 // It fails when they are already registered there.
 func NewTokens(reg prometheus.Registerer) (*Tokens, error) {
 	t := &Tokens{
-		held: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: DeferredHeldName,
-			Help: "Requests held now for their token reservation (deferred admission).",
-		}),
-		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    DeferredWaitName,
-			Help:    "Time a request was held before its token reservation was granted.",
-			Buckets: WaitBuckets,
-		}),
-		grants: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: DeferredGrantsName,
-			Help: "Held requests whose token reservation was granted.",
-		}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: DeferredRefusedName,
-			Help: "Token-budget refusals by reason: wait_exceeds_budget and table_full are answered without holding; the others after or instead of a hold.",
-		}, []string{"reason"}),
-		reserved: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: TokensReservedName,
-			Help: "Tokens reserved at admission, by the token bucket's limit_type.",
-		}, []string{"limit_type"}),
-		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: TokensSettledName,
-			Help: "Tokens requests actually used (settled from the response's usage, or counted), by limit_type.",
-		}, []string{"limit_type"}),
-		ratio: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    TokensEstimateRatioName,
-			Help:    "Tokens used divided by tokens reserved, per settled request.",
-			Buckets: RatioBuckets,
-		}),
+		held:   collector.Gauge(DeferredHeldName, "Requests held now for their token reservation (deferred admission)."),
+		wait:   collector.Histogram(DeferredWaitName, "Time a request was held before its token reservation was granted.", WaitBuckets),
+		grants: collector.Counter(DeferredGrantsName, "Held requests whose token reservation was granted."),
+		refused: collector.CounterVec(DeferredRefusedName, "Token-budget refusals by reason: wait_exceeds_budget and table_full are answered without holding; the others after or instead of a hold.",
+			"reason"),
+		reserved: collector.CounterVec(TokensReservedName, "Tokens reserved at admission, by the token bucket's limit_type.", "limit_type"),
+		settled: collector.CounterVec(TokensSettledName, "Tokens requests actually used (settled from the response's usage, or counted), by limit_type.",
+			"limit_type"),
+		ratio: collector.Histogram(TokensEstimateRatioName, "Tokens used divided by tokens reserved, per settled request.", RatioBuckets),
 	}
 	for i, r := range deferredReasons {
 		t.refusedBy[i] = t.refused.WithLabelValues(r)
@@ -160,11 +141,9 @@ func (t *Tokens) Refused(_ string, reason fairqueue.Reason) {
 // DeferralRefused counts a token-budget refusal; an unknown reason is
 // recorded as "unknown".
 func (t *Tokens) DeferralRefused(reason string) {
-	for i, r := range deferredReasons {
-		if r == reason {
-			t.refusedBy[i].Inc()
-			return
-		}
+	if i := slices.Index(deferredReasons[:], reason); i >= 0 {
+		t.refusedBy[i].Inc()
+		return
 	}
 	t.refused.WithLabelValues(unknownLabel).Inc()
 }
@@ -191,11 +170,4 @@ func (t *Tokens) Estimated(reserved, used int64) {
 }
 
 // tokenIndex returns the index of d in tokenDimensions, or -1.
-func tokenIndex(d limiter.Dimension) int {
-	for i, td := range tokenDimensions {
-		if td == d {
-			return i
-		}
-	}
-	return -1
-}
+func tokenIndex(d limiter.Dimension) int { return slices.Index(tokenDimensions[:], d) }

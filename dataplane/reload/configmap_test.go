@@ -2,7 +2,6 @@ package reload
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"testing"
 
@@ -25,14 +24,8 @@ func TestConfigMapSourceFollowsItsConfigMap(t *testing.T) {
 	if got, want := src.String(), "ConfigMap team-a/llm-dataplane"; got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
-	sink := newRecordingSink()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, sink) }()
-	defer func() {
-		cancel()
-		waitRun(t, done)
-	}()
+	sink := runSource(t, src)
+	ctx := t.Context()
 
 	waitNotified(t, sink, "the initial list")
 	assertLast(t, sink, "the initial list", v1)

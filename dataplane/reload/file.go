@@ -92,41 +92,18 @@ func (f *FileSource) Run(ctx context.Context, sink Sink) error {
 	if err := w.Add(dir); err != nil {
 		return fmt.Errorf("watching directory %s of --config: %w; the directory must exist", dir, err)
 	}
-	f.read(sink)
-
-	// One timer serves both purposes: armed with the resync period while
-	// idle, re-armed with the debounce delay by the first event of a burst.
-	timer := f.clk.NewTimer(f.resync)
-	defer timer.Stop()
-	pending := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return errors.New("the file watcher stopped unexpectedly")
-			}
-			if name := filepath.Base(ev.Name); pending || (name != base && name != kubeletDataLink) {
-				continue
+	return debouncedWatch{
+		clk: f.clk, debounce: f.debounce, resync: f.resync,
+		changed: func(ev fsnotify.Event) bool {
+			if name := filepath.Base(ev.Name); name != base && name != kubeletDataLink {
+				return false
 			}
 			f.log.V(2).Info("Config file changed", "path", f.path, "event", ev.Op.String())
-			pending = true
-			resetTimer(timer, f.debounce)
-		case err, ok := <-w.Errors:
-			if !ok {
-				return errors.New("the file watcher stopped unexpectedly")
-			}
-			// An overflowed event queue loses events: read now to catch up.
-			f.log.Error(err, "Watching the config file", "path", f.path)
-			pending = true
-			resetTimer(timer, f.debounce)
-		case <-timer.C():
-			pending = false
-			f.read(sink)
-			timer.Reset(f.resync)
-		}
-	}
+			return true
+		},
+		failed: func(err error) { f.log.Error(err, "Watching the config file", "path", f.path) },
+		read:   func() { f.read(sink) },
+	}.run(ctx, w)
 }
 
 // read delivers the file's content to sink if it changed since the last
@@ -154,15 +131,4 @@ func (f *FileSource) read(sink Sink) {
 	}
 	f.lastHash = hash
 	_ = sink.Update(f.String(), data) // the sink logs and counts refusals
-}
-
-// resetTimer re-arms t for d, discarding a tick that fired but was not read.
-func resetTimer(t clock.Timer, d time.Duration) {
-	if !t.Stop() {
-		select {
-		case <-t.C():
-		default:
-		}
-	}
-	t.Reset(d)
 }

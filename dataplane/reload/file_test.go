@@ -10,6 +10,8 @@ import (
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 const testDebounce = 100 * time.Millisecond
@@ -19,38 +21,17 @@ const testDebounce = 100 * time.Millisecond
 func runFileSource(t *testing.T, path string) (*recordingSink, *clocktesting.FakeClock) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Now())
-	src := NewFileSource(path, FileOptions{Clock: clk, Debounce: testDebounce, Resync: 24 * time.Hour})
-	sink := newRecordingSink()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, sink) }()
-	t.Cleanup(func() {
-		cancel()
-		waitRun(t, done)
-	})
+	sink := runSource(t, NewFileSource(path, FileOptions{Clock: clk, Debounce: testDebounce, Resync: 24 * time.Hour}))
 	// Run has read the file once and armed its timer when the clock has a waiter.
-	waitFor(t, "the source to start", func() bool { return clk.HasWaiters() })
+	testutil.Eventually(t, "the source to start", func() bool { return clk.HasWaiters() })
 	return sink, clk
-}
-
-// waitFor polls cond for up to 10 s of real time; file events arrive from the
-// kernel asynchronously, so they cannot be driven by the fake clock alone.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // waitUpdate steps the fake clock past the debounce until the sink's last
 // update equals want.
 func waitUpdate(t *testing.T, sink *recordingSink, clk *clocktesting.FakeClock, want []byte) {
 	t.Helper()
-	waitFor(t, "the update to "+firstLine(want), func() bool {
+	testutil.Eventually(t, "the update to "+firstLine(want), func() bool {
 		clk.Step(testDebounce)
 		u, _ := sink.snapshot()
 		return len(u) > 0 && bytes.Equal(u[len(u)-1], want)
@@ -215,16 +196,8 @@ func TestFileSourceResyncsWithoutEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakeClock(time.Now())
-	src := NewFileSource(path, FileOptions{Clock: clk, Debounce: testDebounce, Resync: time.Minute})
-	sink := newRecordingSink()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, sink) }()
-	defer func() {
-		cancel()
-		waitRun(t, done)
-	}()
-	waitFor(t, "the source to start", clk.HasWaiters)
+	sink := runSource(t, NewFileSource(path, FileOptions{Clock: clk, Debounce: testDebounce, Resync: time.Minute}))
+	testutil.Eventually(t, "the source to start", clk.HasWaiters)
 	waitNotified(t, sink, "the initial read")
 	writeFile(t, target, v2)
 	// Just short of the resync period no timer of the source fires (a fake

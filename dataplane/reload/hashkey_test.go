@@ -2,7 +2,6 @@ package reload
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -11,12 +10,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func TestHashKeysAreBounded(t *testing.T) {
@@ -116,13 +114,8 @@ func TestHashKeyWatcherFollowsTheSecret(t *testing.T) {
 	w := NewHashKeyWatcher(client, "team-a", "llm-hash-key", keys, HashKeyWatcherOptions{
 		MinLen: 16, Logger: testLogger(t), OnNewKey: func() { newKeys <- struct{}{} },
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		waitRun(t, done)
-	}()
+	runUntilEnd(t, w.Run)
+	ctx := t.Context()
 	wait := func(what string) {
 		t.Helper()
 		select {
@@ -190,40 +183,25 @@ func TestHashKeyWatcherRetriesOnTheCappedBackoffAndReportsHealth(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "llm-hash-key"},
 		Data:       map[string][]byte{"key": testKey},
 	})
-	var down atomic.Bool
-	var failures atomic.Int32
-	down.Store(true)
-	client.PrependReactor("list", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if down.Load() {
-			failures.Add(1)
-			return true, nil, errors.New("connection refused")
-		}
-		return false, nil, nil
-	})
+	down, failures := failLists(client, "secrets")
 	health := &healthRecorder{}
 	keys := NewHashKeys()
 	w := NewHashKeyWatcher(client, "team-a", "llm-hash-key", keys, HashKeyWatcherOptions{Health: health, Logger: testLogger(t)})
 	// 20 failures within waitFor's limit show the watcher's own schedule
 	// drives the retries: client-go's default starts at 800 ms and doubles.
 	w.backoff = wait.Backoff{Duration: time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 5 * time.Millisecond}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		waitRun(t, done)
-	}()
+	runUntilEnd(t, w.Run)
 
-	waitFor(t, "20 failed lists", func() bool { return failures.Load() >= 20 })
+	testutil.Eventually(t, "20 failed lists", func() bool { return failures.Load() >= 20 })
 	if got := health.errors.Load(); got < 20 {
 		t.Errorf("%d failed lists reported %d errors to the HealthSink, want each", failures.Load(), got)
 	}
 	down.Store(false)
-	waitFor(t, "the key after the outage", func() bool {
+	testutil.Eventually(t, "the key after the outage", func() bool {
 		_, ok := keys.Lookup(config.KeyFingerprint(testKey))
 		return ok
 	})
-	waitFor(t, "the recovery report", func() bool { return health.oks.Load() > 0 })
+	testutil.Eventually(t, "the recovery report", func() bool { return health.oks.Load() > 0 })
 	health.mu.Lock()
 	defer health.mu.Unlock()
 	if !health.sources["Secret team-a/llm-hash-key"] || len(health.sources) != 1 {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairqueue/fairqueue/dataplane/metrics/collector"
 )
 
 // Metric names of the config source's health.
@@ -48,14 +50,10 @@ type sourceHealth struct {
 
 func newSourceHealth() *sourceHealth {
 	h := &sourceHealth{
-		up: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: SourceUpName,
-			Help: "Whether the config source (the ConfigMap watch) currently reads successfully (1) or fails (0); the last good config stays in force either way.",
-		}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: SourceErrorsName,
-			Help: "Failed reads or watches of the config source; each is retried with a backoff capped at one second.",
-		}),
+		up: collector.Gauge(SourceUpName,
+			"Whether the config source (the ConfigMap watch) currently reads successfully (1) or fails (0); the last good config stays in force either way."),
+		errors: collector.Counter(SourceErrorsName,
+			"Failed reads or watches of the config source; each is retried with a backoff capped at one second."),
 	}
 	h.up.Set(1) // no failure seen yet
 	return h

@@ -1,23 +1,20 @@
 package reload
 
 import (
-	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/apimachinery/pkg/runtime"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func TestSourceHealthIsLoggedRateLimitedAndExported(t *testing.T) {
@@ -28,7 +25,7 @@ func TestSourceHealthIsLoggedRateLimitedAndExported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := func() float64 { return testutil.ToFloat64(r.health.up) }
+	up := func() float64 { return promtestutil.ToFloat64(r.health.up) }
 	if up() != 1 || r.SourceHealth() != nil {
 		t.Fatalf("before any failure: up %v, health %v; want 1 and nil", up(), r.SourceHealth())
 	}
@@ -45,8 +42,8 @@ func TestSourceHealthIsLoggedRateLimitedAndExported(t *testing.T) {
 	if !strings.Contains(logs.all(), "connection refused") || !strings.Contains(logs.all(), `"for"="1m30s"`) {
 		t.Errorf("the failure log lacks the error or the outage length:\n%s", logs.all())
 	}
-	if up() != 0 || testutil.ToFloat64(r.health.errors) != 100 {
-		t.Errorf("during the outage up = %v, errors = %v; want 0 and 100", up(), testutil.ToFloat64(r.health.errors))
+	if up() != 0 || promtestutil.ToFloat64(r.health.errors) != 100 {
+		t.Errorf("during the outage up = %v, errors = %v; want 0 and 100", up(), promtestutil.ToFloat64(r.health.errors))
 	}
 	if err := r.SourceHealth(); err == nil || !errors.Is(err, refused) || !strings.Contains(err.Error(), "failing for 1m40s") {
 		t.Errorf("SourceHealth() = %v, want the last error and the outage length", err)
@@ -73,16 +70,7 @@ func TestWatchBackoffIsCapped(t *testing.T) {
 func TestConfigMapSourceRecoversFromAnOutage(t *testing.T) {
 	v1 := render(t, 1, 1)
 	client := fake.NewClientset(configMap("llm-dataplane", map[string]string{config.ConfigMapKey: string(v1)}))
-	var down atomic.Bool
-	var failures atomic.Int32
-	down.Store(true)
-	client.PrependReactor("list", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if down.Load() {
-			failures.Add(1)
-			return true, nil, errors.New("connection refused")
-		}
-		return false, nil, nil
-	})
+	down, failures := failLists(client, "configmaps")
 	target := &fakeTarget{}
 	logs := &logSink{}
 	rl, err := New(target.apply, Options{Logger: funcr.New(logs.write, funcr.Options{})})
@@ -92,20 +80,14 @@ func TestConfigMapSourceRecoversFromAnOutage(t *testing.T) {
 	src := NewConfigMapSource(client, "team-a", "llm-dataplane", testLogger(t))
 	// Real time drives client-go's retries; a fast schedule keeps the test short.
 	src.backoff = wait.Backoff{Duration: time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 5 * time.Millisecond}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, rl) }()
-	defer func() {
-		cancel()
-		waitRun(t, done)
-	}()
+	runSourceInto(t, src, rl)
 
-	waitFor(t, "20 failed lists", func() bool { return failures.Load() >= 20 })
+	testutil.Eventually(t, "20 failed lists", func() bool { return failures.Load() >= 20 })
 	if err := rl.SourceHealth(); err == nil || rl.Ready() {
 		t.Fatalf("during the outage: health %v, ready %v; want an error and not ready", err, rl.Ready())
 	}
 	down.Store(false)
-	waitFor(t, "the config after the outage", rl.Ready)
+	testutil.Eventually(t, "the config after the outage", rl.Ready)
 	if err := rl.SourceHealth(); err != nil {
 		t.Errorf("after the outage SourceHealth() = %v, want nil", err)
 	}

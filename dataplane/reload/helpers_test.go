@@ -1,13 +1,19 @@
 package reload
 
 import (
+	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
@@ -84,6 +90,50 @@ func waitNotified(t *testing.T, sink *recordingSink, what string) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("timed out waiting for %s", what)
 	}
+}
+
+// runSource runs src with a new recordingSink until the test ends, then
+// cancels it and checks that Run returned nil.
+func runSource(t *testing.T, src Source) *recordingSink {
+	t.Helper()
+	sink := newRecordingSink()
+	runSourceInto(t, src, sink)
+	return sink
+}
+
+// runSourceInto runs src delivering to sink until the test ends.
+func runSourceInto(t *testing.T, src Source, sink Sink) {
+	t.Helper()
+	runUntilEnd(t, func(ctx context.Context) error { return src.Run(ctx, sink) })
+}
+
+// runUntilEnd runs run in a goroutine until the test ends, then cancels its
+// context and checks that it returned nil.
+func runUntilEnd(t *testing.T, run func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		waitRun(t, done)
+	})
+}
+
+// failLists makes client's lists of resource fail while the returned down is
+// set (it starts set), counting the failed lists in failures: an API server
+// outage as a source or watcher sees it.
+func failLists(client *fake.Clientset, resource string) (down *atomic.Bool, failures *atomic.Int32) {
+	down, failures = new(atomic.Bool), new(atomic.Int32)
+	down.Store(true)
+	client.PrependReactor("list", resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			failures.Add(1)
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	return down, failures
 }
 
 // waitRun waits for a source's Run to return after its context was

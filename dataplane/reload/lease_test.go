@@ -13,6 +13,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func TestLeaseName(t *testing.T) {
@@ -80,7 +81,7 @@ func TestLeaseReporterReportsRenewsAndDeletes(t *testing.T) {
 
 	l1 := loaded(1)
 	rep.OnLoaded(l1)
-	waitFor(t, "the Lease to be created", func() bool { return get() != nil })
+	testutil.Eventually(t, "the Lease to be created", func() bool { return get() != nil })
 	got := get()
 	if h := got.Annotations[LeaseConfigHashAnnotation]; h != l1.Hash {
 		t.Errorf("config hash annotation = %q, want %q", h, l1.Hash)
@@ -99,17 +100,17 @@ func TestLeaseReporterReportsRenewsAndDeletes(t *testing.T) {
 	// A new config is reported at once, without waiting for a renewal.
 	l2 := loaded(2)
 	rep.OnLoaded(l2)
-	waitFor(t, "the new hash", func() bool { return get().Annotations[LeaseConfigHashAnnotation] == l2.Hash })
+	testutil.Eventually(t, "the new hash", func() bool { return get().Annotations[LeaseConfigHashAnnotation] == l2.Hash })
 
 	// The renewal period moves renewTime forward.
 	clk.Step(DefaultLeaseRenew)
-	waitFor(t, "a renewal", func() bool { return get().Spec.RenewTime.After(firstRenew) })
+	testutil.Eventually(t, "a renewal", func() bool { return get().Spec.RenewTime.After(firstRenew) })
 
 	// A Lease deleted behind the reporter's back is recreated at the next renewal.
 	if err := leases.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the recreation", func() bool {
+	testutil.Eventually(t, "the recreation", func() bool {
 		clk.Step(DefaultLeaseRenew)
 		return get() != nil
 	})

@@ -1,7 +1,6 @@
 package reload
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 const testPolicy = `# a standalone policy
@@ -62,22 +62,15 @@ func weightOf(t *testing.T, data []byte, id string) int32 {
 
 func runPolicySource(t *testing.T, src *PolicySource, clk *clocktesting.FakeClock) *recordingSink {
 	t.Helper()
-	sink := newRecordingSink()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, sink) }()
-	t.Cleanup(func() {
-		cancel()
-		waitRun(t, done)
-	})
-	waitFor(t, "the source to start", func() bool { return clk.HasWaiters() })
+	sink := runSource(t, src)
+	testutil.Eventually(t, "the source to start", func() bool { return clk.HasWaiters() })
 	return sink
 }
 
 // stepUntil steps the fake clock past the debounce until cond holds.
 func stepUntil(t *testing.T, clk *clocktesting.FakeClock, what string, cond func() bool) {
 	t.Helper()
-	waitFor(t, what, func() bool {
+	testutil.Eventually(t, what, func() bool {
 		clk.Step(testDebounce)
 		return cond()
 	})

@@ -37,6 +37,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/metrics/collector"
 )
 
 // Metric names, following Prometheus' own prometheus_config_* reload metrics.
@@ -117,22 +118,11 @@ func New(apply ApplyFunc, opts Options) (*Reloader, error) {
 		clk:      opts.Clock,
 		onLoaded: opts.OnLoaded,
 		health:   newSourceHealth(),
-		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: LastReloadSuccessfulName,
-			Help: "Whether the last configuration reload attempt was successful (1) or refused (0).",
-		}),
-		lastTime: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: LastReloadSuccessTimeName,
-			Help: "Timestamp of the last successful configuration reload, in seconds since the epoch.",
-		}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: ReloadsTotalName,
-			Help: "Configuration reload attempts by result (success or failure).",
-		}, []string{"result"}),
-		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: ConfigInfoName,
-			Help: "Always 1, labelled with the hash of the configuration in force; absent before the first valid config.",
-		}, []string{"hash"}),
+		lastOK:   collector.Gauge(LastReloadSuccessfulName, "Whether the last configuration reload attempt was successful (1) or refused (0)."),
+		lastTime: collector.Gauge(LastReloadSuccessTimeName, "Timestamp of the last successful configuration reload, in seconds since the epoch."),
+		reloads:  collector.CounterVec(ReloadsTotalName, "Configuration reload attempts by result (success or failure).", "result"),
+		info: collector.GaugeVec(ConfigInfoName,
+			"Always 1, labelled with the hash of the configuration in force; absent before the first valid config.", "hash"),
 	}
 	if r.clk == nil {
 		r.clk = clock.RealClock{}

@@ -57,15 +57,7 @@ type Cluster struct {
 // test when either is absent outside CI and failing it under CI.
 func NeedCluster(t testing.TB) (server, cli string) {
 	t.Helper()
-	server = Need(t)
-	cli, err := exec.LookPath(DefaultCLI)
-	if err != nil {
-		if InCI() {
-			t.Fatalf("redis-cli is not on PATH but CI is set: install it (Debian: apt-get install -y redis-tools)")
-		}
-		t.Skip("redis-cli is not on PATH; install it (Debian: apt-get install -y redis-tools) to run the Redis Cluster tests")
-	}
-	return server, cli
+	return Need(t), need(t, DefaultCLI, "redis-tools", "Redis Cluster")
 }
 
 // StartCluster starts a cluster of the given number of masters, each with
@@ -141,7 +133,7 @@ func LaunchCluster(ctx context.Context, bin, cli, dir string, masters, replicas 
 // waitReplicasSynced waits until every replica has synchronised with its
 // master (master_link_status:up): one that never has cannot take over.
 func (c *Cluster) waitReplicasSynced(ctx context.Context) error {
-	for {
+	return poll(ctx, 50*time.Millisecond, "redis cluster replicas not synchronised", func() error {
 		var last error
 		for _, s := range c.running() {
 			info, err := nodeCall(ctx, s, func(ctx context.Context, rc *redis.Client) (string, error) {
@@ -154,15 +146,8 @@ func (c *Cluster) waitReplicasSynced(ctx context.Context) error {
 				last = fmt.Errorf("replica %s has not synchronised with its master yet", s.Addr())
 			}
 		}
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redis cluster replicas not synchronised: %w", errors.Join(ctx.Err(), last))
-		case <-time.After(50 * time.Millisecond): // polling external processes
-		}
-	}
+		return last
+	})
 }
 
 // Addrs returns every node's host:port.
@@ -247,43 +232,32 @@ func (c *Cluster) Node(addr string) *Server {
 // they all name the same, running master for every slot range; it polls
 // every 50 ms until ctx ends.
 func (c *Cluster) WaitHealthy(ctx context.Context) error {
-	var last error
-	for {
-		if last = c.healthy(ctx); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redis cluster not healthy: %w", errors.Join(ctx.Err(), last))
-		case <-time.After(50 * time.Millisecond): // polling external processes
-		}
-	}
+	return poll(ctx, 50*time.Millisecond, "redis cluster not healthy", func() error { return c.healthy(ctx) })
 }
 
 // WaitOwner waits until every running node reports cluster_state:ok and
 // names a running master other than not as the owner of key's slot, and
 // returns that master's address.
 func (c *Cluster) WaitOwner(ctx context.Context, key, not string) (string, error) {
-	var last error
-	for {
-		owner, err := c.agreedOwner(ctx, key)
+	var owner string
+	err := poll(ctx, 20*time.Millisecond, fmt.Sprintf("redis cluster did not fail %q over", key), func() error {
+		o, err := c.agreedOwner(ctx, key)
 		switch {
 		case err != nil:
-			last = err
-		case owner == not:
-			last = fmt.Errorf("the nodes still name %s as the owner of %q", not, key)
-		default:
-			if err = c.healthy(ctx); err == nil {
-				return owner, nil
-			}
-			last = err
+			return err
+		case o == not:
+			return fmt.Errorf("the nodes still name %s as the owner of %q", not, key)
 		}
-		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("redis cluster did not fail %q over: %w", key, errors.Join(ctx.Err(), last))
-		case <-time.After(20 * time.Millisecond): // polling external processes
+		if err := c.healthy(ctx); err != nil {
+			return err
 		}
+		owner = o
+		return nil
+	})
+	if err != nil {
+		return "", err
 	}
+	return owner, nil
 }
 
 // agreedOwner returns the owner of key's slot that every running node names.

@@ -61,14 +61,22 @@ func InCI() bool { return os.Getenv("CI") != "" }
 // outside CI and failing it under CI, which must install it.
 func Need(t testing.TB) string {
 	t.Helper()
-	path, err := Look()
+	return need(t, DefaultBinary, "redis-server", "real-Redis")
+}
+
+// need returns the path of bin on PATH. When bin is absent it skips the
+// test, or fails it under CI, naming the Debian package to install and the
+// tests that need it.
+func need(t testing.TB, bin, pkg, tests string) string {
+	t.Helper()
+	path, err := exec.LookPath(bin)
 	if err == nil {
 		return path
 	}
 	if InCI() {
-		t.Fatalf("redis-server is not on PATH but CI is set: install it (Debian: apt-get install -y redis-server)")
+		t.Fatalf("%s is not on PATH but CI is set: install it (Debian: apt-get install -y %s)", bin, pkg)
 	}
-	t.Skip("redis-server is not on PATH; install it (Debian: apt-get install -y redis-server) to run the real-Redis tests")
+	t.Skipf("%s is not on PATH; install it (Debian: apt-get install -y %s) to run the %s tests", bin, pkg, tests)
 	return ""
 }
 
@@ -172,17 +180,26 @@ func (s *Server) waitPing(ctx context.Context) error {
 	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
-	for {
+	return poll(ctx, 10*time.Millisecond, fmt.Sprintf("redis-server on %s did not answer PING within %s", s.addr, StartTimeout), func() error {
 		pctx, pcancel := context.WithTimeout(ctx, pingTimeout)
-		err := c.Ping(pctx).Err()
-		pcancel()
+		defer pcancel()
+		return c.Ping(pctx).Err()
+	})
+}
+
+// poll calls check every interval until it returns nil. When ctx ends
+// first, it fails with what, ctx's error and check's last error. It polls
+// external processes, which no fake clock can drive.
+func poll(ctx context.Context, every time.Duration, what string, check func() error) error {
+	for {
+		err := check()
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("redis-server on %s did not answer PING within %s: %w", s.addr, StartTimeout, errors.Join(ctx.Err(), err))
-		case <-time.After(10 * time.Millisecond): // polling an external process
+			return fmt.Errorf("%s: %w", what, errors.Join(ctx.Err(), err))
+		case <-time.After(every):
 		}
 	}
 }
