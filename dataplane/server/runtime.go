@@ -63,13 +63,12 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 	if err != nil {
 		return nil, err
 	}
-	limits := limiterConfig(cfg.RateLimits)
-	tokenLimits(&limits, cfg.DeferredAdmission)
+	limits := limiterConfig(cfg)
 	if err := limits.Validate(); err != nil {
 		return nil, fmt.Errorf("rateLimits: %w", err)
 	}
 	fq := cfg.FairQueuing
-	dim, err := identity.ParseDimension(fq.TenantDimension)
+	dim, err := identity.ParseDimension(string(fq.TenantDimension))
 	if err != nil {
 		return nil, fmt.Errorf("fairQueuing.tenantDimension: %w", err)
 	}
@@ -198,25 +197,38 @@ func (s *Server) takeBackend(rt *runtime) proxy.TakeFunc {
 	}
 }
 
-// limiterConfig converts the rendered limits into the limiter's form.
-func limiterConfig(rl config.RateLimits) limiter.Config {
+// limiterConfig converts the rendered request and token limits into the
+// limiter's form: the one place a config.Limit becomes a limiter.Limit.
+func limiterConfig(cfg *config.Config) limiter.Config {
 	conv := func(l *config.Limit) *limiter.Limit {
 		if l == nil {
 			return nil
 		}
-		return &limiter.Limit{Requests: l.Requests, Period: l.Period.Duration, Burst: l.Burst}
+		return &limiter.Limit{Requests: l.Rate(), Period: l.Period.Duration, Burst: l.Burst}
 	}
+	overrides := func(m *config.ModelLimits) map[string]limiter.Limit {
+		if len(m.Overrides) == 0 {
+			return nil
+		}
+		o := make(map[string]limiter.Limit, len(m.Overrides))
+		for _, ov := range m.Overrides {
+			o[ov.Model] = *conv(&ov.Limit)
+		}
+		return o
+	}
+	rl := cfg.RateLimits
 	c := limiter.Config{
 		Global: conv(rl.Global), Client: conv(rl.PerClient), APIKey: conv(rl.PerAPIKey),
 		User: conv(rl.PerUser), Team: conv(rl.PerTeam), Backend: conv(rl.PerBackend),
 	}
 	if m := rl.PerModel; m != nil {
-		c.Model = conv(m.Default)
-		if len(m.Overrides) > 0 {
-			c.ModelOverrides = make(map[string]limiter.Limit, len(m.Overrides))
-			for _, o := range m.Overrides {
-				c.ModelOverrides[o.Model] = *conv(&o.Limit)
-			}
+		c.Model, c.ModelOverrides = conv(m.Default), overrides(m)
+	}
+	if da := cfg.DeferredAdmission; da != nil {
+		tl := da.TokenLimits
+		c.APIKeyTokens, c.UserTokens, c.TeamTokens = conv(tl.PerAPIKey), conv(tl.PerUser), conv(tl.PerTeam)
+		if m := tl.PerModel; m != nil {
+			c.ModelTokens, c.ModelTokenOverrides = conv(m.Default), overrides(m)
 		}
 	}
 	return c
