@@ -252,16 +252,16 @@ func TestMemoryStoreNeverEvictsABucketInUse(t *testing.T) {
 	}
 }
 
-// concurrentTakes takes b from s in each of goroutines goroutines, each
-// times times at t0, and returns how many takes were allowed.
-func concurrentTakes(s Store, b Batch, goroutines, times int) int {
+// concurrentTakes takes b from s at t0, n times in each of the goroutines,
+// and returns how many takes were allowed.
+func concurrentTakes(s Store, b Batch, goroutines, n int) int {
 	var (
 		wg      sync.WaitGroup
 		allowed atomic.Int64
 	)
 	for range goroutines {
 		wg.Go(func() {
-			for range times {
+			for range n {
 				if d, _ := s.Take(t0, b); d.Allowed {
 					allowed.Add(1)
 				}
