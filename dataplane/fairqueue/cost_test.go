@@ -88,7 +88,7 @@ func runCostBacklogged(t *testing.T, weights []int, sizes []int64, limit limitKi
 		if sized {
 			size = sizes[i]
 		}
-		if _, reason, _, _ := m.s.enqueue(m.now, arrival{tenant: tenantName(i), dim: "user", keys: m.key, deadline: noDeadline, cost: cost, size: size}); reason != "" {
+		if _, reason, _, _ := m.s.enqueue(m.now, &arrival{tenant: tenantName(i), dim: "user", keys: m.key, deadline: noDeadline, cost: cost, size: size}); reason != "" {
 			t.Fatalf("tenant %d refused: %s", i, reason)
 		}
 	}
@@ -217,7 +217,7 @@ func TestEstimateAccuracyWithCosts(t *testing.T) {
 			errs := make([][]float64, len(tc.sizes))
 			grants := 0
 			enqueue := func(i int) {
-				if _, reason, _, _ := m.s.enqueue(m.now, arrival{tenant: tenantName(i), dim: "user", keys: m.key, deadline: noDeadline, cost: tc.sizes[i]}); reason != "" {
+				if _, reason, _, _ := m.s.enqueue(m.now, &arrival{tenant: tenantName(i), dim: "user", keys: m.key, deadline: noDeadline, cost: tc.sizes[i]}); reason != "" {
 					t.Fatalf("tenant %d refused: %s", i, reason)
 				}
 			}

@@ -22,21 +22,21 @@ func (d *deadlineIndex) len() int { return d.listLen + d.heap.len() }
 
 func (d *deadlineIndex) push(w *waiter) {
 	if t := d.list.back(); t != nil && w.deadline < t.deadline {
-		d.heap.push(w, uint64(w.deadline), 0, &w.dlIdx)
+		d.heap.push(w, uint64(w.deadline), 0, &w.inDeadlineHeap)
 		return
 	}
-	w.dlIdx = inDeadlineList
+	w.inDeadlineHeap.idx = inDeadlineList
 	d.list.pushBack(&w.inDeadlines, w)
 	d.listLen++
 }
 
 func (d *deadlineIndex) remove(w *waiter) {
-	if w.dlIdx != inDeadlineList {
-		d.heap.remove(w.dlIdx)
+	if w.inDeadlineHeap.idx != inDeadlineList {
+		d.heap.remove(w.inDeadlineHeap.idx)
 		return
 	}
 	d.list.remove(&w.inDeadlines)
-	w.dlIdx = -1
+	w.inDeadlineHeap.idx = -1
 	d.listLen--
 }
 

@@ -12,15 +12,15 @@ func TestExpiry(t *testing.T) {
 	// w1 waits behind a head whose attempt is still running when its deadline
 	// (100ms) comes.
 	head := enq(t, s, 0, "a", 0, "k")
-	w1, _, _, _ := s.enqueue(0, arrival{tenant: "a", dim: "user", keys: lk("k"), deadline: 100 * ms, cost: 1})
+	w1, _, _, _ := s.enqueue(0, &arrival{tenant: "a", dim: "user", keys: lk("k"), deadline: 100 * ms, cost: 1})
 	if s.next(0) != head {
 		t.Fatalf("head not granted")
 	}
-	w2, _, _, _ := s.enqueue(0, arrival{tenant: "b", dim: "user", keys: lk("k2"), deadline: 50 * ms, retryAfter: time.Duration(60 * ms), cost: 1})
+	w2, _, _, _ := s.enqueue(0, &arrival{tenant: "b", dim: "user", keys: lk("k2"), deadline: 50 * ms, retryAfter: time.Duration(60 * ms), cost: 1})
 	if w2 != nil {
 		t.Fatalf("waiter whose Retry-After exceeds its deadline was queued")
 	}
-	w3, _, _, _ := s.enqueue(0, arrival{tenant: "b", dim: "user", keys: lk("k2"), deadline: 50 * ms, retryAfter: time.Duration(10 * ms), cost: 1})
+	w3, _, _, _ := s.enqueue(0, &arrival{tenant: "b", dim: "user", keys: lk("k2"), deadline: 50 * ms, retryAfter: time.Duration(10 * ms), cost: 1})
 	if wake, _ := s.nextWake(); wake != 10*ms {
 		t.Fatalf("next wake = %d, want the earliest ready time 10ms", wake)
 	}

@@ -53,7 +53,7 @@ func TestPlaceIn(t *testing.T) {
 	s := newSched(Bounds{MaxQueueDepthPerTenant: 1000}, Weights{})
 	var ws []*waiter
 	for i := range 300 {
-		w, reason, _, _ := s.enqueue(0, arrival{tenant: "a", dim: "user", deadline: noDeadline, cost: int64(1 + i%3)})
+		w, reason, _, _ := s.enqueue(0, &arrival{tenant: "a", dim: "user", deadline: noDeadline, cost: int64(1 + i%3)})
 		if w == nil {
 			t.Fatalf("waiter %d refused: %s", i, reason)
 		}

@@ -61,7 +61,7 @@ func FuzzScheduler(f *testing.F) {
 				b, tenantsBefore := s.bounds, len(s.tenants)
 				retryAfter := int64(a/64) * 20 * ms
 				cost, size := fuzzCosts[int(a/16)%len(fuzzCosts)], fuzzCosts[int(a/4)%len(fuzzCosts)]
-				w, reason, pos, est := s.enqueue(now, arrival{tenant: tenantName(int(a % 5)), dim: "user", keys: keys, deadline: deadline, retryAfter: time.Duration(retryAfter), interval: time.Duration(a%4) * time.Millisecond, cost: cost, size: size})
+				w, reason, pos, est := s.enqueue(now, &arrival{tenant: tenantName(int(a % 5)), dim: "user", keys: keys, deadline: deadline, retryAfter: time.Duration(retryAfter), interval: time.Duration(a%4) * time.Millisecond, cost: cost, size: size})
 				if pos < 1 {
 					t.Fatalf("position %d < 1", pos)
 				}
@@ -242,11 +242,11 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 				inFlight++
 			case stateQueued:
 				queued++
-				if w.dlIdx == inDeadlineList {
+				if w.inDeadlineHeap.idx == inDeadlineList {
 					if prev := w.inDeadlines.prevElem(); (prev == nil) != (s.deadlines.list.front() == w) || (prev != nil && prev.deadline > w.deadline) {
 						t.Fatalf("deadline list out of order")
 					}
-				} else if s.deadlines.heap.items[w.dlIdx].p != w {
+				} else if s.deadlines.heap.items[w.inDeadlineHeap.idx].slot.elem != w {
 					t.Fatalf("queued waiter missing from the deadline index")
 				}
 			default:
@@ -265,13 +265,13 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 		}
 		switch tn.place {
 		case placeReady:
-			if e := s.ready.items[tn.heapIdx]; e.p != tn || e.key != tn.tag() {
+			if e := s.ready.items[tn.inHeap.idx]; e.slot.elem != tn || e.key != tn.tag() {
 				t.Fatalf("tenant %q not at its ready-heap index or stale finish tag", key)
 			}
 		case placePending:
 			// Parked behind a hold, a tenant waits past its head's ready
 			// time.
-			if e := s.pending.items[tn.heapIdx]; e.p != tn || int64(e.key) < tn.head().readyAt {
+			if e := s.pending.items[tn.inHeap.idx]; e.slot.elem != tn || int64(e.key) < tn.head().readyAt {
 				t.Fatalf("tenant %q not at its pending-heap index or before its ready time", key)
 			}
 		case placeNone:
@@ -301,8 +301,8 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 	}
 	checkHeap(t, "deadline", &s.deadlines.heap)
 	for i, e := range s.deadlines.heap.items {
-		if int64(e.key) != e.p.deadline || e.p.dlIdx != i {
-			t.Fatalf("deadline heap entry %d: key %d for deadline %d, index %d", i, e.key, e.p.deadline, e.p.dlIdx)
+		if w := e.slot.elem; int64(e.key) != w.deadline || w.inDeadlineHeap.idx != i {
+			t.Fatalf("deadline heap entry %d: key %d for deadline %d, index %d", i, e.key, w.deadline, w.inDeadlineHeap.idx)
 		}
 	}
 	checkTags(t, s, queues)

@@ -3,8 +3,15 @@ package fairqueue
 // The scheduler's heaps keep each element's sort key inline, so a sift
 // compares integers without dereferencing the element or calling through an
 // interface or a type parameter's method. Each element's index lives in the
-// element itself, kept up to date through idx, so an element can be removed
-// or re-keyed in O(log n).
+// element itself, in its heapSlot, kept up to date by the heap, so an element
+// can be removed or re-keyed in O(log n).
+
+// heapSlot is an element's place in a minHeap: its index there (-1 outside)
+// and the element itself, so that an item of the heap stays three words.
+type heapSlot[P any] struct {
+	idx  int
+	elem P
+}
 
 // heapItem is one element of a minHeap.
 type heapItem[P any] struct {
@@ -13,10 +20,8 @@ type heapItem[P any] struct {
 	// a ready time or a deadline.
 	key uint64
 	// seq breaks ties in key: the order of arrival.
-	seq uint64
-	// idx is the element's own index field, -1 once it leaves the heap.
-	idx *int
-	p   P
+	seq  uint64
+	slot *heapSlot[P]
 }
 
 func (a *heapItem[P]) less(b *heapItem[P]) bool {
@@ -34,15 +39,16 @@ type minHeap[P any] struct {
 
 func (h *minHeap[P]) len() int { return len(h.items) }
 
-func (h *minHeap[P]) top() P { return h.items[0].p }
+func (h *minHeap[P]) top() P { return h.items[0].slot.elem }
 
 func (h *minHeap[P]) topKey() uint64 { return h.items[0].key }
 
-// push adds p with key and seq; idx is p's index field.
-func (h *minHeap[P]) push(p P, key, seq uint64, idx *int) {
-	h.items = append(h.items, heapItem[P]{key: key, seq: seq, idx: idx, p: p})
+// push adds p with key and seq; slot is p's place in this heap.
+func (h *minHeap[P]) push(p P, key, seq uint64, slot *heapSlot[P]) {
+	slot.elem = p
+	h.items = append(h.items, heapItem[P]{key: key, seq: seq, slot: slot})
 	i := len(h.items) - 1
-	*idx = i
+	slot.idx = i
 	h.up(i)
 }
 
@@ -53,8 +59,7 @@ func (h *minHeap[P]) remove(i int) P {
 	n := len(h.items) - 1
 	e := h.items[i]
 	if i != n {
-		h.items[i] = h.items[n]
-		*h.items[i].idx = i
+		h.set(i, h.items[n])
 	}
 	h.items[n] = heapItem[P]{}
 	h.items = h.items[:n]
@@ -63,8 +68,8 @@ func (h *minHeap[P]) remove(i int) P {
 			h.up(i)
 		}
 	}
-	*e.idx = -1
-	return e.p
+	e.slot.idx = -1
+	return e.slot.elem
 }
 
 // fix replaces the key of the element at index i and restores the heap order.
@@ -78,7 +83,7 @@ func (h *minHeap[P]) fix(i int, key uint64) {
 // rekey replaces every key through keyOf and restores the heap order.
 func (h *minHeap[P]) rekey(keyOf func(P) uint64) {
 	for i := range h.items {
-		h.items[i].key = keyOf(h.items[i].p)
+		h.items[i].key = keyOf(h.items[i].slot.elem)
 	}
 	if len(h.items) < 2 {
 		return
@@ -95,12 +100,10 @@ func (h *minHeap[P]) up(i int) {
 		if !e.less(&h.items[p]) {
 			break
 		}
-		h.items[i] = h.items[p]
-		*h.items[i].idx = i
+		h.set(i, h.items[p])
 		i = p
 	}
-	h.items[i] = e
-	*e.idx = i
+	h.set(i, e)
 }
 
 // down sifts element i0 towards the leaves and reports whether it moved.
@@ -121,11 +124,15 @@ func (h *minHeap[P]) down(i0 int) bool {
 		if !h.items[c].less(&e) {
 			break
 		}
-		h.items[i] = h.items[c]
-		*h.items[i].idx = i
+		h.set(i, h.items[c])
 		i = c
 	}
-	h.items[i] = e
-	*e.idx = i
+	h.set(i, e)
 	return i > i0
+}
+
+// set puts e at index i and records the index in e's slot.
+func (h *minHeap[P]) set(i int, e heapItem[P]) {
+	h.items[i] = e
+	e.slot.idx = i
 }

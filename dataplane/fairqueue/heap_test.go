@@ -9,7 +9,7 @@ import (
 // heapNode is an element of a test heap.
 type heapNode struct {
 	name string
-	idx  int
+	slot heapSlot[*heapNode]
 }
 
 func TestMinHeap(t *testing.T) {
@@ -70,8 +70,8 @@ func TestMinHeap(t *testing.T) {
 			check := func() {
 				t.Helper()
 				for i, it := range h.items {
-					if *it.idx != i || it.p.idx != i {
-						t.Fatalf("%s at %d records index %d", it.p.name, i, it.p.idx)
+					if n := it.slot.elem; n.slot.idx != i {
+						t.Fatalf("%s at %d records index %d", n.name, i, n.slot.idx)
 					}
 					if i > 0 && it.less(&h.items[(i-1)/4]) {
 						t.Fatalf("heap out of order at %d", i)
@@ -83,14 +83,14 @@ func TestMinHeap(t *testing.T) {
 				case o.push != "":
 					n := &heapNode{name: o.push}
 					nodes[o.push] = n
-					h.push(n, o.key, o.seq, &n.idx)
+					h.push(n, o.key, o.seq, &n.slot)
 				case o.remove != "":
 					n := nodes[o.remove]
-					if got := h.remove(n.idx); got != n || n.idx != -1 {
-						t.Fatalf("remove(%s) = %s, index left at %d", o.remove, got.name, n.idx)
+					if got := h.remove(n.slot.idx); got != n || n.slot.idx != -1 {
+						t.Fatalf("remove(%s) = %s, index left at %d", o.remove, got.name, n.slot.idx)
 					}
 				case o.fix != "":
-					h.fix(nodes[o.fix].idx, o.key)
+					h.fix(nodes[o.fix].slot.idx, o.key)
 				case o.pop:
 					h.pop()
 				}
@@ -119,7 +119,7 @@ func TestMinHeapRekey(t *testing.T) {
 	for i := range 20 {
 		n := &heapNode{name: string(rune('a' + i))}
 		ns = append(ns, n)
-		h.push(n, uint64(i), 0, &n.idx)
+		h.push(n, uint64(i), 0, &n.slot)
 	}
 	// Below 0 for the last ones: keys wrap around.
 	h.rekey(func(n *heapNode) uint64 { return 100 - uint64(n.name[0]) })

@@ -56,7 +56,7 @@ func (s *sched) parkHeld(now int64) {
 		}
 		s.ready.pop()
 		t.place = placePending
-		s.pending.push(t, uint64(until), t.seq, &t.heapIdx)
+		s.pending.push(t, uint64(until), t.seq, &t.inHeap)
 	}
 }
 

@@ -25,20 +25,20 @@ func (o *fairOrder) place(t *tenant, now int64) {
 	if h.readyAt <= now {
 		t.start = vmax(t.finish, o.vnow-t.stride*h.cost)
 		t.place = placeReady
-		o.ready.push(t, t.tag(), t.seq, &t.heapIdx)
+		o.ready.push(t, t.tag(), t.seq, &t.inHeap)
 		return
 	}
 	t.place = placePending
-	o.pending.push(t, uint64(h.readyAt), t.seq, &t.heapIdx)
+	o.pending.push(t, uint64(h.readyAt), t.seq, &t.inHeap)
 }
 
 // unplace takes a tenant out of whichever heap holds it.
 func (o *fairOrder) unplace(t *tenant) {
 	switch t.place {
 	case placeReady:
-		o.ready.remove(t.heapIdx)
+		o.ready.remove(t.inHeap.idx)
 	case placePending:
-		o.pending.remove(t.heapIdx)
+		o.pending.remove(t.inHeap.idx)
 	}
 	t.place = placeNone
 }

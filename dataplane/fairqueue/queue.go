@@ -121,9 +121,9 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 		tenant: r.Tenant, dim: r.Dimension, keys: r.LimitKeys, deadline: deadline,
 		retryAfter: r.RetryAfter, interval: r.Interval, cost: r.Cost, size: r.Size,
 	}
-	w, reason, pos, est := q.s.enqueue(now, a)
+	w, reason, pos, est := q.s.enqueue(now, &a)
 	if w == nil {
-		retryAfter := time.Duration(q.s.refusalRetry(now, a, reason, est))
+		retryAfter := time.Duration(q.s.refusalRetry(now, &a, reason, est))
 		q.obs.Refused(r.Dimension, reason)
 		q.mu.Unlock()
 		return Result{Reason: reason, Position: pos, Estimate: time.Duration(est), RetryAfter: retryAfter}, nil

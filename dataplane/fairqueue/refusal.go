@@ -54,7 +54,7 @@ func (s *sched) room(now int64, tenantKey string, reason Reason, interval time.D
 //     its budget, never less than its next token; a time cut to the budget
 //     promises no slot (the client comes back before it).
 //   - queue_full: successive grants anywhere, from the next grant or expiry.
-func (s *sched) refusalRetry(now int64, a arrival, reason Reason, est int64) int64 {
+func (s *sched) refusalRetry(now int64, a *arrival, reason Reason, est int64) int64 {
 	retryAfter := max(int64(a.retryAfter), 0)
 	budget := min(a.deadline, now+int64(s.bounds.MaxWait)) - now
 	fit := func(d int64) int64 { return max(min(d, budget), retryAfter, minRetry) }

@@ -109,7 +109,7 @@ type arrival struct {
 // plus the time the grants expected before it take. A request whose estimate
 // does not fit its budget is refused at once (ReasonWaitExceedsBudget) rather
 // than held until the budget runs out.
-func (s *sched) enqueue(now int64, a arrival) (*waiter, Reason, int, int64) {
+func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 	deadline := a.deadline
 	if mw := now + int64(s.bounds.MaxWait); mw < deadline {
 		deadline = mw

@@ -11,7 +11,7 @@ const ms = int64(time.Millisecond)
 // enq enqueues for tenant on the given keys with no deadline beyond MaxWait.
 func enq(t *testing.T, s *sched, now int64, tenant string, ra int64, keys ...string) *waiter {
 	t.Helper()
-	w, reason, _, _ := s.enqueue(now, arrival{tenant: tenant, dim: "user", keys: lk(keys...), deadline: noDeadline, retryAfter: time.Duration(ra), cost: 1})
+	w, reason, _, _ := s.enqueue(now, &arrival{tenant: tenant, dim: "user", keys: lk(keys...), deadline: noDeadline, retryAfter: time.Duration(ra), cost: 1})
 	if w == nil {
 		t.Fatalf("enqueue %s at %d: refused with %s", tenant, now, reason)
 	}
@@ -135,7 +135,7 @@ func TestEnqueueBounds(t *testing.T) {
 				dl = noDeadline
 			}
 			depth, tenants := s.depth, len(s.tenants)
-			w, reason, pos, _ := s.enqueue(0, arrival{tenant: tc.tenant, dim: "user", keys: lk("k"), deadline: dl, retryAfter: time.Duration(tc.ra), cost: 1})
+			w, reason, pos, _ := s.enqueue(0, &arrival{tenant: tc.tenant, dim: "user", keys: lk("k"), deadline: dl, retryAfter: time.Duration(tc.ra), cost: 1})
 			if reason != tc.want {
 				t.Fatalf("reason = %q, want %q", reason, tc.want)
 			}
@@ -171,7 +171,7 @@ func TestRequeueAndBudget(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSched(Bounds{}, Weights{})
-			first, _, _, _ := s.enqueue(0, arrival{tenant: "a", dim: "user", keys: lk("k"), deadline: tc.deadline, retryAfter: time.Duration(10 * ms), cost: 1})
+			first, _, _, _ := s.enqueue(0, &arrival{tenant: "a", dim: "user", keys: lk("k"), deadline: tc.deadline, retryAfter: time.Duration(10 * ms), cost: 1})
 			second := enq(t, s, 0, "a", 0, "k")
 			if w := s.next(5 * ms); w != nil {
 				t.Fatalf("granted before the Retry-After passed")
@@ -298,10 +298,10 @@ func TestTightenedBoundsNeverEvict(t *testing.T) {
 	if s.depth != 4 {
 		t.Fatalf("tightened bounds evicted waiters: depth %d", s.depth)
 	}
-	if _, reason, pos, _ := s.enqueue(0, arrival{tenant: "a", dim: "user", deadline: noDeadline, cost: 1}); reason != ReasonTenantQueueFull || pos != 5 {
+	if _, reason, pos, _ := s.enqueue(0, &arrival{tenant: "a", dim: "user", deadline: noDeadline, cost: 1}); reason != ReasonTenantQueueFull || pos != 5 {
 		t.Errorf("new arrival: reason %q pos %d, want tenant_queue_full at 5", reason, pos)
 	}
-	if _, reason, _, _ := s.enqueue(0, arrival{tenant: "b", dim: "user", deadline: noDeadline, cost: 1}); reason != ReasonQueueFull {
+	if _, reason, _, _ := s.enqueue(0, &arrival{tenant: "b", dim: "user", deadline: noDeadline, cost: 1}); reason != ReasonQueueFull {
 		t.Errorf("new tenant: reason %q, want queue_full", reason)
 	}
 }

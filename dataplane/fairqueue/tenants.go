@@ -26,7 +26,7 @@ type tenant struct {
 	queuedCost uint64 // sum of the costs of its waiters
 	lastCost   uint64 // cost of its last admitted grant; 0 before any
 	place      tenantPlace
-	heapIdx    int
+	inHeap     heapSlot[*tenant] // in the ready or pending heap
 	seq        uint64
 	// inIdle links the idle list while the queue is empty.
 	inIdle    link[tenant]
@@ -105,7 +105,7 @@ func (s *sched) overflowQueue(i int) *tenant {
 	}
 	weight := s.weights.Of("")
 	s.seq++
-	t := &tenant{key: "", weight: weight, stride: strideScale / uint64(weight), finish: s.vnow, heapIdx: -1, seq: s.seq, overflow: true}
+	t := &tenant{key: "", weight: weight, stride: strideScale / uint64(weight), finish: s.vnow, inHeap: heapSlot[*tenant]{idx: -1}, seq: s.seq, overflow: true}
 	s.overflow[i] = t
 	return t
 }
@@ -166,7 +166,7 @@ func (s *sched) newTenant(now int64, key string, weight int) *tenant {
 	}
 	t := s.freeT.get()
 	s.seq++
-	*t = tenant{key: key, weight: weight, stride: strideScale / uint64(weight), finish: s.vnow, heapIdx: -1, seq: s.seq}
+	*t = tenant{key: key, weight: weight, stride: strideScale / uint64(weight), finish: s.vnow, inHeap: heapSlot[*tenant]{idx: -1}, seq: s.seq}
 	s.tenants[key] = t
 	return t
 }

@@ -85,7 +85,7 @@ func TestTenantTableStaysBounded(t *testing.T) {
 	for i := range 1000 {
 		// Each tenant is granted once and goes idle.
 		m.now += int64(time.Millisecond)
-		if _, reason, _, _ := m.s.enqueue(m.now, arrival{tenant: tenantName(i), dim: "user", keys: m.key, deadline: noDeadline, cost: 1}); reason != "" {
+		if _, reason, _, _ := m.s.enqueue(m.now, &arrival{tenant: tenantName(i), dim: "user", keys: m.key, deadline: noDeadline, cost: 1}); reason != "" {
 			t.Fatalf("tenant %d refused: %s", i, reason)
 		}
 		m.runUntil(func() bool { return m.s.depth == 0 })

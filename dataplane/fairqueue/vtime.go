@@ -81,7 +81,7 @@ func (s *sched) adjust(tenantKey string, delta int64) bool {
 	switch t.place {
 	case placeReady:
 		t.start = s.moveTag(t, t.start, delta)
-		s.ready.fix(t.heapIdx, t.tag())
+		s.ready.fix(t.inHeap.idx, t.tag())
 		return true
 	case placeInFlight:
 		t.flightAdj = min(max(t.flightAdj+delta, -MaxCost), MaxCost)

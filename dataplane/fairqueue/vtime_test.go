@@ -16,7 +16,7 @@ func backlog(t *testing.T, s *sched, costs map[string]int64, order []string, dep
 	t.Helper()
 	for range depth {
 		for _, tn := range order {
-			if _, reason, _, _ := s.enqueue(0, arrival{tenant: tn, dim: "user", keys: lk("k"), deadline: noDeadline, cost: costs[tn]}); reason != "" {
+			if _, reason, _, _ := s.enqueue(0, &arrival{tenant: tn, dim: "user", keys: lk("k"), deadline: noDeadline, cost: costs[tn]}); reason != "" {
 				t.Fatalf("enqueue %s refused: %s", tn, reason)
 			}
 		}
@@ -44,7 +44,7 @@ func grantSeqAt(t *testing.T, s *sched, now int64, costs map[string]int64, n int
 		seq.WriteString(tn)
 		s.complete(now, w, true, 0, nil)
 		s.release(w)
-		if _, reason, _, _ := s.enqueue(now, arrival{tenant: tn, dim: "user", keys: lk("k"), deadline: noDeadline, cost: costs[tn]}); reason != "" {
+		if _, reason, _, _ := s.enqueue(now, &arrival{tenant: tn, dim: "user", keys: lk("k"), deadline: noDeadline, cost: costs[tn]}); reason != "" {
 			t.Fatalf("re-enqueue %s refused: %s", tn, reason)
 		}
 	}
@@ -130,7 +130,7 @@ func TestAdjustDuringAttempt(t *testing.T) {
 			if tc.admitted {
 				s.complete(now, w, true, 0, nil)
 				s.release(w)
-				s.enqueue(now, arrival{tenant: "a", dim: "user", keys: lk("k"), deadline: noDeadline, cost: 1})
+				s.enqueue(now, &arrival{tenant: "a", dim: "user", keys: lk("k"), deadline: noDeadline, cost: 1})
 			} else {
 				// Refused for 1ms, during which b waits out a refusal too.
 				s.complete(now, w, false, ms, nil)
@@ -178,7 +178,7 @@ func TestSettledFairness(t *testing.T) {
 				if tc.settle {
 					s.adjust(tenantName(i), tc.use[i]-tc.reserve[i])
 				}
-				s.enqueue(0, arrival{tenant: tenantName(i), dim: "user", keys: lk("k"), deadline: noDeadline, cost: tc.reserve[i]})
+				s.enqueue(0, &arrival{tenant: tenantName(i), dim: "user", keys: lk("k"), deadline: noDeadline, cost: tc.reserve[i]})
 			}
 			shares := []float64{used[0] / (used[0] + used[1]), used[1] / (used[0] + used[1])}
 			t.Logf("actual cost used %v, shares %.4f", used, shares)
@@ -246,7 +246,7 @@ func TestLargestCost(t *testing.T) {
 		t.Run(fmt.Sprintf("pending for %d grants", n), func(t *testing.T) {
 			costs := map[string]int64{"a": MaxCost, "b": MaxCost, "c": 1}
 			s := newSched(Bounds{MaxWait: time.Hour}, Weights{Default: 1})
-			if _, reason, _, _ := s.enqueue(0, arrival{tenant: "c", dim: "user", keys: lk("k"), deadline: noDeadline, retryAfter: time.Second, cost: 1}); reason != "" {
+			if _, reason, _, _ := s.enqueue(0, &arrival{tenant: "c", dim: "user", keys: lk("k"), deadline: noDeadline, retryAfter: time.Second, cost: 1}); reason != "" {
 				t.Fatal(reason)
 			}
 			backlog(t, s, costs, []string{"a", "b"}, 2)

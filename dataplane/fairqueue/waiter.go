@@ -20,11 +20,13 @@ const (
 // waiter is one queued request. Nodes are recycled through the scheduler's
 // free list so the grant path does not allocate.
 type waiter struct {
-	t           *tenant // nil once done: the tenant may be recycled
-	tenant      string
-	inQueue     link[waiter] // in its tenant's queue
-	dlIdx       int          // index in the deadline heap, or inDeadlineList
-	inDeadlines link[waiter] // in the deadline list
+	t       *tenant // nil once done: the tenant may be recycled
+	tenant  string
+	inQueue link[waiter] // in its tenant's queue
+	// inDeadlineHeap is its place in the deadline heap; its index is
+	// inDeadlineList while it is in the deadline list instead.
+	inDeadlineHeap heapSlot[*waiter]
+	inDeadlines    link[waiter] // in the deadline list
 
 	keys       []LimitKey
 	ks         []*keyState // ks[i] counts keys[i]; the slice is reused with the node

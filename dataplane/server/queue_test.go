@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
 
 // result is a response read in the background.

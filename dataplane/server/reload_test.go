@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
 
 func TestReloadKeepsQueuedRequests(t *testing.T) {

@@ -31,9 +31,9 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
 	"github.com/fairqueue/fairqueue/dataplane/usage"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
 
 // benchWords make up the benchmark's prompts.

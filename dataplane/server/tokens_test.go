@@ -26,8 +26,8 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
 
 // tokenBudget turns deferred admission on with a per-model token limit of
