@@ -38,9 +38,18 @@ import (
 // queuing on: pre-auth (global, client) and all four identity buckets checked
 // and charged, the no-barging check, and limiter metrics recorded.
 func BenchmarkAdmitFastPath(b *testing.B) {
+	c, r, _ := newFastPath(b)
+	benchAdmit(b, c, r)
+}
+
+// newFastPath returns a controller whose six request buckets never refuse,
+// with fair queuing on and the limiter's metrics on the returned registry,
+// and a request with every identity.
+func newFastPath(b *testing.B) (*Controller, Request, *prometheus.Registry) {
 	huge := &limiter.Limit{Requests: 1 << 40, Period: time.Second}
 	cfg := limiter.Config{Global: huge, Client: huge, APIKey: huge, User: huge, Team: huge, Model: huge}
-	m, err := metrics.New(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,18 +59,22 @@ func BenchmarkAdmitFastPath(b *testing.B) {
 	}
 	clk := clock.RealClock{}
 	q := fairqueue.New(clk, fairqueue.Bounds{}, fairqueue.Weights{}, m)
-	defer q.Close()
+	b.Cleanup(q.Close)
 	c, err := New(clk, lim, q, Settings{Enabled: true, TenantDimension: identity.DimensionUser}, logr.Discard())
 	if err != nil {
 		b.Fatal(err)
 	}
 	key := []byte("0123456789abcdef0123456789abcdef")
-	r := Request{
+	return c, Request{
 		ClientAddr:   "10.1.2.3",
 		Identity:     identity.Set{APIKey: identity.Hash(key, "sk-1"), User: identity.Hash(key, "alice"), Team: identity.Hash(key, "red")},
 		Model:        "llama-3-70b",
 		TotalTimeout: time.Minute,
-	}
+	}, reg
+}
+
+// benchAdmit admits r through c once per iteration; every one must pass.
+func benchAdmit(b *testing.B, c *Controller, r Request) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

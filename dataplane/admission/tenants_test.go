@@ -24,9 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/utils/clock"
 
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
@@ -105,43 +103,13 @@ func TestTenantObserverSeesEveryOutcome(t *testing.T) {
 // BenchmarkAdmitFastPathTenantMetrics is BenchmarkAdmitFastPath with the
 // per-tenant metrics installed; compare the two in one run for the ratio.
 func BenchmarkAdmitFastPathTenantMetrics(b *testing.B) {
-	huge := &limiter.Limit{Requests: 1 << 40, Period: time.Second}
-	cfg := limiter.Config{Global: huge, Client: huge, APIKey: huge, User: huge, Team: huge, Model: huge}
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	c, r, reg := newFastPath(b)
 	tm, err := metrics.NewTenants(reg, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
-	lim, err := limiter.New(cfg, limiter.Options{Observer: m})
-	if err != nil {
-		b.Fatal(err)
-	}
-	clk := clock.RealClock{}
-	q := fairqueue.New(clk, fairqueue.Bounds{}, fairqueue.Weights{}, m)
-	defer q.Close()
-	c, err := New(clk, lim, q, Settings{Enabled: true, TenantDimension: identity.DimensionUser}, logr.Discard())
-	if err != nil {
-		b.Fatal(err)
-	}
 	c.SetTenantObserver(tm)
-	key := []byte("0123456789abcdef0123456789abcdef")
-	r := Request{
-		ClientAddr:   "10.1.2.3",
-		Identity:     identity.Set{APIKey: identity.Hash(key, "sk-1"), User: identity.Hash(key, "alice"), Team: identity.Hash(key, "red")},
-		Model:        "llama-3-70b",
-		TotalTimeout: time.Minute,
-	}
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if d := c.Admit(ctx, r); !d.Allowed {
-			b.Fatalf("refused: %+v", d)
-		}
-	}
+	benchAdmit(b, c, r)
 }
 
 // TestTenantReasonsReachTheMetrics keeps the per-tenant metrics' reason set

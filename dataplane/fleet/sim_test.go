@@ -117,7 +117,9 @@ func simulate(t *testing.T, sc simScenario, windows ...[2]time.Duration) simResu
 	if sc.redis {
 		m := miniredis.RunT(t)
 		client := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		rs := redisstore.NewWithClient(client, redisstore.Options{Namespace: "ns", Policy: "p"})
+		// A call's timeout is real time: generous, so a loaded machine
+		// cannot fail a simulated call.
+		rs := redisstore.NewWithClient(client, redisstore.Options{Namespace: "ns", Policy: "p", Timeout: 10 * time.Second})
 		t.Cleanup(func() { _ = rs.Close(); _ = client.Close() })
 		ex, store, setRedisAt = NewRedisExchange(client, redisstore.KeyPrefix("ns", "p")+"fleet:"), rs, m.SetTime
 	}

@@ -185,14 +185,14 @@ func (l *Limiter) TakePreAuth(now time.Time, client string) (Decision, error) {
 func (l *Limiter) TakeIdentity(now time.Time, k Keys) (Decision, error) {
 	var b Batch
 	l.identityBatch(&b, k)
-	return l.take(now, &b)
+	return l.decide(now, &b, true)
 }
 
 // PeekIdentity reports what TakeIdentity would decide, without charging.
 func (l *Limiter) PeekIdentity(now time.Time, k Keys) (Decision, error) {
 	var b Batch
 	l.identityBatch(&b, k)
-	return l.store.Peek(now, b)
+	return l.decide(now, &b, false)
 }
 
 // RefundIdentity gives back the identity tokens a TakeIdentity for k charged,
@@ -257,14 +257,14 @@ func (r *resolved) keysBatch(b *Batch, k Keys, offset Dimension, overrides map[s
 func (l *Limiter) TakeTokens(now time.Time, k Keys, n int64) (Decision, error) {
 	var b Batch
 	l.tokenBatch(&b, k, n)
-	return l.take(now, &b)
+	return l.decide(now, &b, true)
 }
 
 // PeekTokens reports what TakeTokens would decide, without charging.
 func (l *Limiter) PeekTokens(now time.Time, k Keys, n int64) (Decision, error) {
 	var b Batch
 	l.tokenBatch(&b, k, n)
-	return l.store.Peek(now, b)
+	return l.decide(now, &b, false)
 }
 
 // SettleTokens corrects the token buckets of k once a request's actual usage
@@ -305,25 +305,33 @@ func (l *Limiter) HasTokenLimits(k Keys) bool {
 // TakeBackend charges the named backend's bucket at dispatch. A refused
 // backend should be dropped from the candidates; it is never queued.
 func (l *Limiter) TakeBackend(now time.Time, name string) (Decision, error) {
-	var b Batch
-	l.backendBatch(&b, name)
-	return l.take(now, &b)
+	return l.backend(now, name, true)
 }
 
 // HasBackendToken reports whether the named backend's bucket has a token now,
 // without charging it, so exhausted backends can be skipped at selection.
 func (l *Limiter) HasBackendToken(now time.Time, name string) (bool, error) {
-	var b Batch
-	l.backendBatch(&b, name)
-	d, err := l.store.Peek(now, b)
+	d, err := l.backend(now, name, false)
 	return d.Allowed, err
 }
 
-// backendBatch fills b with the named backend's bucket, when limited.
-func (l *Limiter) backendBatch(b *Batch, name string) {
+// backend decides the named backend's bucket, charging it when charge is set.
+func (l *Limiter) backend(now time.Time, name string, charge bool) (Decision, error) {
+	var b Batch
 	if r := l.cfg.Load(); r.on[DimensionBackend] {
 		b.add(DimensionBackend, name, &r.limits[DimensionBackend], 0)
 	}
+	return l.decide(now, &b, charge)
+}
+
+// decide asks the store about b: a Peek, or when charge is set a Take whose
+// outcome for each bucket the observer is told. The batches are built in
+// place and passed by pointer up to the Store call, which copies one.
+func (l *Limiter) decide(now time.Time, b *Batch, charge bool) (Decision, error) {
+	if !charge {
+		return l.store.Peek(now, *b)
+	}
+	return l.take(now, b)
 }
 
 // take charges b and tells the observer the outcome of each bucket.

@@ -252,33 +252,32 @@ func TestMemoryStoreNeverEvictsABucketInUse(t *testing.T) {
 	}
 }
 
+// concurrentTakes takes b from s at t0, n times in each of the goroutines,
+// and returns how many takes were allowed.
+func concurrentTakes(s Store, b Batch, goroutines, n int) int {
+	var (
+		wg      sync.WaitGroup
+		allowed atomic.Int64
+	)
+	for range goroutines {
+		wg.Go(func() {
+			for range n {
+				if d, _ := s.Take(t0, b); d.Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return int(allowed.Load())
+}
+
 func TestMemoryStoreConcurrentTakesNeverOverAdmit(t *testing.T) {
 	s := NewMemoryStore(0)
 	var b Batch
 	b.Add(DimensionUser, "u", *lim(100, time.Hour, 0))
 	b.Add(DimensionModel, "m", *lim(1000, time.Hour, 0))
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		allowed int
-	)
-	for g := 0; g < 4; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n := 0
-			for i := 0; i < 200; i++ {
-				if d, _ := s.Take(t0, b); d.Allowed {
-					n++
-				}
-			}
-			mu.Lock()
-			allowed += n
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if allowed != 100 {
+	if allowed := concurrentTakes(s, b, 4, 200); allowed != 100 {
 		t.Fatalf("admitted %d, want exactly the user limit 100", allowed)
 	}
 	var m Batch

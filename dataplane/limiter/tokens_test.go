@@ -22,7 +22,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -477,28 +476,7 @@ func TestConcurrentCostedTakesNeverOverAdmit(t *testing.T) {
 	if d, _ := s.Take(t0, warm); !d.Allowed {
 		t.Fatal("warm-up refused")
 	}
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		allowed int
-	)
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n := 0
-			for range 100 {
-				if d, _ := s.Take(t0, b); d.Allowed {
-					n++
-				}
-			}
-			mu.Lock()
-			allowed += n
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if allowed != 999/7 {
+	if allowed := concurrentTakes(s, b, 4, 100); allowed != 999/7 {
 		t.Fatalf("admitted %d requests of 7 tokens, want exactly %d from the 999 left", allowed, 999/7)
 	}
 }
