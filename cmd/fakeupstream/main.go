@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 	"github.com/fairqueue/fairqueue/internal/cli"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 	"github.com/fairqueue/fairqueue/internal/version"
 )
 
