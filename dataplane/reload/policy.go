@@ -296,6 +296,14 @@ func DecodePolicy(data []byte) (*fqv1alpha1.FairQueuePolicy, map[string]*corev1.
 			}
 			policy = &fqv1alpha1.FairQueuePolicy{}
 			if err := strictDecode(doc, policy); err != nil {
+				// A value the Go types cannot hold (a malformed duration)
+				// is one the API server refuses in its own words: say
+				// those, with the field (SPEC 10).
+				if j, jerr := yaml.YAMLToJSON(doc); jerr == nil {
+					if serr := validateAsAPIServer(j); serr != nil {
+						err = serr
+					}
+				}
 				return fmt.Errorf("document %d (FairQueuePolicy): %w", i, err)
 			}
 			if gv := fqv1alpha1.GroupVersion.String(); policy.APIVersion != gv {
