@@ -16,9 +16,8 @@ const (
 	CostTokens Cost = "Tokens"
 )
 
-// Defaults and limits of deferred admission, shared by the operator (which
-// fills defaults before rendering) and the data plane (which enforces the
-// limits on load).
+// Defaults of deferred admission, shared by the operator (which fills them
+// before rendering) and the data plane.
 const (
 	// DefaultMaxTokensReserved is the default output cap reserved for a
 	// request that sets neither max_completion_tokens nor max_tokens.

@@ -53,8 +53,8 @@ const (
 	MaxSize = 1 << 20
 )
 
-// Defaults and limits shared by the operator (which fills defaults before
-// rendering) and the data plane (which enforces the limits on load).
+// Defaults shared by the operator (which fills them before rendering), the
+// data plane and the fair queue: their one home.
 const (
 	// DefaultWeight is the weight of a tenant without an explicit entry when
 	// the policy does not set one.
