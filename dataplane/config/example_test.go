@@ -18,10 +18,10 @@ func ExampleParse() {
 	  "rateLimits": {},
 	  "fairQueuing": {
 	    "enabled": true, "tenantDimension": "user", "defaultWeight": 1,
-	    "bounds": {"maxQueueDepthPerTenant": 32, "maxTotalQueued": 8, "maxTenants": 1024, "maxInFlight": 8, "maxWait": "5s"}
+	    "bounds": {"maxQueueDepthPerTenant": 32, "maxTotalQueued": 4096, "maxTenants": 1024, "maxInFlight": 0, "maxWait": "5s"}
 	  },
 	  "timeouts": {"requestTotal": "60s"}
 	}`))
 	fmt.Println(err)
-	// Output: fairQueuing.bounds.maxTotalQueued: must be >= maxQueueDepthPerTenant (32), got 8
+	// Output: fairQueuing.bounds.maxInFlight: must be >= 1, got 0
 }

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -65,14 +64,6 @@ func (c *Config) eachModelLimits(fn func(path, unit string, m *ModelLimits)) {
 	}
 }
 
-// maxRate is the largest rate and burst a limit of unit may have.
-func maxRate(unit string) int64 {
-	if unit == unitTokens {
-		return LimitTokens
-	}
-	return math.MaxInt64
-}
-
 func (l *Limit) validate(path, unit string, errs *fieldErrors) {
 	rate, other, otherUnit := l.Requests, l.Tokens, unitTokens
 	if unit == unitTokens {
@@ -81,19 +72,9 @@ func (l *Limit) validate(path, unit string, errs *fieldErrors) {
 	if other != 0 {
 		errs.add(path+"."+otherUnit, "is set in a limit of %s; set %s instead", unit, unit)
 	}
-	inRange := func(field string, v int64) {
-		switch limit := maxRate(unit); {
-		case limit == math.MaxInt64 && v < 1:
-			errs.add(path+"."+field, "must be >= 1, got %d", v)
-		case limit != math.MaxInt64 && (v < 1 || v > limit):
-			errs.add(path+"."+field, "must be in [1, %d], got %d", limit, v)
-		}
-	}
-	inRange(unit, rate)
-	if l.Period.Duration <= 0 {
-		errs.add(path+".period", "must be > 0, got %s", l.Period)
-	}
-	inRange("burst", l.Burst)
+	atLeastOne(path+"."+unit, rate, errs)
+	positive(path+".period", l.Period, errs)
+	atLeastOne(path+".burst", l.Burst, errs)
 }
 
 func (m *ModelLimits) validate(path, unit string, errs *fieldErrors) {

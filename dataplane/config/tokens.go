@@ -16,9 +16,8 @@ const (
 	CostTokens Cost = "Tokens"
 )
 
-// Defaults and limits of deferred admission, shared by the operator (which
-// fills defaults before rendering) and the data plane (which enforces the
-// limits on load).
+// Defaults of deferred admission, shared by the operator (which fills them
+// before rendering) and the data plane.
 const (
 	// DefaultMaxTokensReserved is the default output cap reserved for a
 	// request that sets neither max_completion_tokens nor max_tokens.
@@ -30,15 +29,6 @@ const (
 	DefaultMaxHeldPerTenant = 32
 	// DefaultMaxHoldWait is the default longest time a request may be held.
 	DefaultMaxHoldWait = 10 * time.Second
-
-	// LimitMaxTokensReserved is the largest accepted defaultMaxTokens.
-	LimitMaxTokensReserved = 1 << 24
-	// LimitMaxHeld is the largest accepted maxHeld.
-	LimitMaxHeld = 1 << 20
-	// LimitMaxHeldPerTenant is the largest accepted maxHeldPerTenant.
-	LimitMaxHeldPerTenant = 1 << 16
-	// LimitTokens is the largest accepted tokens or burst of a token limit.
-	LimitTokens = 1_000_000_000_000
 )
 
 // DeferredAdmission is the rendered token-budget mode (SPEC section 6): after
@@ -111,22 +101,10 @@ func (d *DeferredAdmission) validate(errs *fieldErrors) {
 	if d == nil {
 		return
 	}
-	if v := d.Estimation.DefaultMaxTokens; v < 1 || v > LimitMaxTokensReserved {
-		errs.add("deferredAdmission.estimation.defaultMaxTokens", "must be in [1, %d], got %d", LimitMaxTokensReserved, v)
-	}
-	b := &d.Bounds
-	if b.MaxHeld < 1 || b.MaxHeld > LimitMaxHeld {
-		errs.add("deferredAdmission.bounds.maxHeld", "must be in [1, %d], got %d", LimitMaxHeld, b.MaxHeld)
-	}
-	if b.MaxHeldPerTenant < 1 || b.MaxHeldPerTenant > LimitMaxHeldPerTenant {
-		errs.add("deferredAdmission.bounds.maxHeldPerTenant", "must be in [1, %d], got %d", LimitMaxHeldPerTenant, b.MaxHeldPerTenant)
-	}
-	if b.MaxHeld >= 1 && b.MaxHeldPerTenant >= 1 && b.MaxHeldPerTenant > b.MaxHeld {
-		errs.add("deferredAdmission.bounds.maxHeldPerTenant", "must be <= maxHeld (%d), got %d", b.MaxHeld, b.MaxHeldPerTenant)
-	}
-	if b.MaxWait.Duration <= 0 || b.MaxWait.Duration > LimitMaxWait {
-		errs.add("deferredAdmission.bounds.maxWait", "must be in (0s, %s], got %s", LimitMaxWait, b.MaxWait)
-	}
+	atLeastOne("deferredAdmission.estimation.defaultMaxTokens", d.Estimation.DefaultMaxTokens, errs)
+	atLeastOne("deferredAdmission.bounds.maxHeld", int64(d.Bounds.MaxHeld), errs)
+	atLeastOne("deferredAdmission.bounds.maxHeldPerTenant", int64(d.Bounds.MaxHeldPerTenant), errs)
+	positive("deferredAdmission.bounds.maxWait", d.Bounds.MaxWait, errs)
 }
 
 // validateCost checks fairQueuing.cost against the rest of c: token cost needs

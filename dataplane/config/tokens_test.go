@@ -118,14 +118,10 @@ func TestTokenValidateNamesEveryBadField(t *testing.T) {
 		{"token limits", func(c *Config) {
 			l := tl(0, 0, -1)
 			c.DeferredAdmission.TokenLimits.PerAPIKey = &l
-			big := tl(LimitTokens+1, time.Second, LimitTokens+1)
-			c.DeferredAdmission.TokenLimits.PerTeam = &big
 		}, []string{
-			"deferredAdmission.tokenLimits.perAPIKey.tokens: must be in [1, 1000000000000], got 0",
+			"deferredAdmission.tokenLimits.perAPIKey.tokens: must be >= 1, got 0",
 			"deferredAdmission.tokenLimits.perAPIKey.period: must be > 0, got 0s",
-			"deferredAdmission.tokenLimits.perAPIKey.burst: must be in [1, 1000000000000], got -1",
-			"deferredAdmission.tokenLimits.perTeam.tokens: must be in [1, 1000000000000], got 1000000000001",
-			"deferredAdmission.tokenLimits.perTeam.burst: must be in [1, 1000000000000], got 1000000000001",
+			"deferredAdmission.tokenLimits.perAPIKey.burst: must be >= 1, got -1",
 		}},
 		{"empty perModel", func(c *Config) { c.DeferredAdmission.TokenLimits.PerModel = &ModelLimits{} }, []string{
 			"deferredAdmission.tokenLimits.perModel: must set a default or at least one override, or be omitted",
@@ -137,26 +133,19 @@ func TestTokenValidateNamesEveryBadField(t *testing.T) {
 				{Model: "m", Limit: tl(1, time.Second, 0)},
 			}
 		}, []string{
-			"deferredAdmission.tokenLimits.perModel.overrides[0].model: must be 1 to 256 characters, got 0",
+			`deferredAdmission.tokenLimits.perModel.overrides[0].model: must name a model, got ""`,
 			`deferredAdmission.tokenLimits.perModel.overrides[2].model: duplicates deferredAdmission.tokenLimits.perModel.overrides[1] ("m")`,
-			"deferredAdmission.tokenLimits.perModel.overrides[2].limit.burst: must be in [1, 1000000000000], got 0",
+			"deferredAdmission.tokenLimits.perModel.overrides[2].limit.burst: must be >= 1, got 0",
 		}},
 		{"estimation", func(c *Config) { c.DeferredAdmission.Estimation.DefaultMaxTokens = 0 }, []string{
-			"deferredAdmission.estimation.defaultMaxTokens: must be in [1, 16777216], got 0",
+			"deferredAdmission.estimation.defaultMaxTokens: must be >= 1, got 0",
 		}},
 		{"bounds out of range", func(c *Config) {
-			c.DeferredAdmission.Bounds = DeferredBounds{MaxHeld: LimitMaxHeld + 1, MaxHeldPerTenant: 0, MaxWait: dur(11 * time.Minute)}
+			c.DeferredAdmission.Bounds = DeferredBounds{MaxHeld: 0, MaxHeldPerTenant: -1, MaxWait: dur(0)}
 		}, []string{
-			"deferredAdmission.bounds.maxHeld: must be in [1, 1048576], got 1048577",
-			"deferredAdmission.bounds.maxHeldPerTenant: must be in [1, 65536], got 0",
-			"deferredAdmission.bounds.maxWait: must be in (0s, 10m0s], got 11m0s",
-		}},
-		{"per-tenant holds above the total", func(c *Config) {
-			c.DeferredAdmission.Bounds.MaxHeld = 8
-			c.DeferredAdmission.Bounds.MaxHeldPerTenant = 9
-		}, []string{"deferredAdmission.bounds.maxHeldPerTenant: must be <= maxHeld (8), got 9"}},
-		{"zero max wait", func(c *Config) { c.DeferredAdmission.Bounds.MaxWait = dur(0) }, []string{
-			"deferredAdmission.bounds.maxWait: must be in (0s, 10m0s], got 0s",
+			"deferredAdmission.bounds.maxHeld: must be >= 1, got 0",
+			"deferredAdmission.bounds.maxHeldPerTenant: must be >= 1, got -1",
+			"deferredAdmission.bounds.maxWait: must be > 0, got 0s",
 		}},
 		{"unknown cost", func(c *Config) { c.FairQueuing.Cost = "Bytes" }, []string{
 			`fairQueuing.cost: must be "Requests" or "Tokens", got "Bytes"`,
@@ -195,7 +184,6 @@ func TestTokenValidateAcceptsNearMisses(t *testing.T) {
 		"per-tenant holds equal to the total": func(c *Config) {
 			c.DeferredAdmission.Bounds.MaxHeld, c.DeferredAdmission.Bounds.MaxHeldPerTenant = 1, 1
 		},
-		"max wait at its limit":  func(c *Config) { c.DeferredAdmission.Bounds.MaxWait = dur(LimitMaxWait) },
 		"overrides only":         func(c *Config) { c.DeferredAdmission.TokenLimits.PerModel.Default = nil },
 		"no token limits at all": func(c *Config) { c.DeferredAdmission.TokenLimits = TokenLimits{} },
 		"burst below tokens":     func(c *Config) { c.DeferredAdmission.TokenLimits.PerUser.Burst = 1 },

@@ -53,8 +53,8 @@ const (
 	MaxSize = 1 << 20
 )
 
-// Defaults and limits shared by the operator (which fills defaults before
-// rendering) and the data plane (which enforces the limits on load).
+// Defaults shared by the operator (which fills them before rendering), the
+// data plane and the fair queue: their one home.
 const (
 	// DefaultWeight is the weight of a tenant without an explicit entry when
 	// the policy does not set one.
@@ -80,17 +80,6 @@ const (
 	// clientDeadlineHeader) a request that cannot be admitted in time is
 	// answered, so the client reads the 429 rather than timing out itself.
 	DefaultClientDeadlineMargin = 250 * time.Millisecond
-
-	// LimitMaxQueueDepthPerTenant is the largest accepted maxQueueDepthPerTenant.
-	LimitMaxQueueDepthPerTenant = 1 << 16
-	// LimitMaxTotalQueued is the largest accepted maxTotalQueued.
-	LimitMaxTotalQueued = 1 << 20
-	// LimitMaxTenants is the largest accepted maxTenants.
-	LimitMaxTenants = 1 << 16
-	// LimitMaxInFlight is the largest accepted maxInFlight.
-	LimitMaxInFlight = 4096
-	// LimitMaxWait is the largest accepted maxWait.
-	LimitMaxWait = 10 * time.Minute
 )
 
 // Config is the rendered data-plane configuration, version APIVersion.

@@ -295,7 +295,21 @@ func DecodePolicy(data []byte) (*fqv1alpha1.FairQueuePolicy, map[string]*corev1.
 				return fmt.Errorf("document %d is a second FairQueuePolicy; give one policy per file", i)
 			}
 			policy = &fqv1alpha1.FairQueuePolicy{}
-			if err := strictDecode(doc, policy); err != nil {
+			j, err := yaml.YAMLToJSON(doc)
+			if err != nil {
+				return fmt.Errorf("document %d (FairQueuePolicy): %w", i, err)
+			}
+			strict, err := kjson.UnmarshalStrict(j, policy)
+			if err != nil {
+				// A value the Go types cannot hold (a malformed duration)
+				// is one the API server refuses in its own words: say
+				// those, with the field (SPEC 10).
+				if serr := validateAsAPIServer(j); serr != nil {
+					err = serr
+				}
+				return fmt.Errorf("document %d (FairQueuePolicy): %w", i, err)
+			}
+			if err := errors.Join(strict...); err != nil {
 				return fmt.Errorf("document %d (FairQueuePolicy): %w", i, err)
 			}
 			if gv := fqv1alpha1.GroupVersion.String(); policy.APIVersion != gv {

@@ -82,6 +82,10 @@ func validateAsAPIServer(doc []byte) error {
 	if err := utiljson.Unmarshal(doc, &obj); err != nil {
 		return err
 	}
+	// As the API server decodes a custom resource: nulls of fields that are
+	// not nullable are dropped (so "backends: null" is a missing required
+	// field), then the defaults are filled.
+	structuraldefaulting.PruneNonNullableNullsWithoutDefaults(obj, ps.structural)
 	structuraldefaulting.Default(obj, ps.structural)
 	errs := apiservervalidation.ValidateCustomResource(nil, obj, ps.openAPI)
 	errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, ps.structural, obj)...)

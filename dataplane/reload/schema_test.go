@@ -50,6 +50,9 @@ func TestDecodePolicyRefusesWhatTheAPIServerRefuses(t *testing.T) {
 			[]string{"spec.rateLimits.perModel.unknownModel", "set chargeAs exactly when action is Charge"}},
 		{"CEL rule with a field path", "  fairQueuing: {bounds: {maxQueueDepthPerTenant: 100, maxTotalQueued: 99}}",
 			[]string{"spec.fairQueuing.bounds.maxTotalQueued", "maxTotalQueued must be at least maxQueueDepthPerTenant"}},
+		{"null for a required list", "  backends: null", []string{"spec.backends: Required value"}},
+		{"duration the Go types cannot hold", "  fairQueuing: {bounds: {maxWait: 1d}}",
+			[]string{"spec.fairQueuing.bounds.maxWait", "maxWait must be a duration such as 5s"}},
 		{"URL with credentials", "  backends: [{name: a, url: 'https://user:secret@a.example.com/v1'}]",
 			[]string{"spec.backends[0].url", "url must not hold credentials"}},
 	} {

@@ -115,7 +115,8 @@ func expectRejected(t *testing.T, ns, prefix string, cases []specCase) {
 	for i, tt := range cases {
 		t.Run("rejects "+tt.name, func(t *testing.T) {
 			spec := tt.spec + "\n" + backendYAML
-			err := env.Client.Create(testContext(t), policyFromSpec(t, ns, fmt.Sprintf("%s-invalid-%d", prefix, i), spec))
+			obj := policyFromSpec(t, ns, fmt.Sprintf("%s-invalid-%d", prefix, i), spec)
+			err := env.Client.Create(testContext(t), obj)
 			if err == nil {
 				t.Fatalf("the API server accepted an invalid policy:\n%s", spec)
 			}
@@ -127,6 +128,7 @@ func expectRejected(t *testing.T, ns, prefix string, cases []specCase) {
 					t.Errorf("error does not contain %q:\n%v", w, err)
 				}
 			}
+			expectSameRefusal(t, obj, err, "")
 		})
 	}
 }
@@ -138,7 +140,9 @@ func expectAccepted(t *testing.T, ns, prefix string, cases []specCase) {
 	for i, tt := range cases {
 		t.Run("accepts "+tt.name, func(t *testing.T) {
 			spec := tt.spec + "\n" + backendYAML
-			if err := env.Client.Create(testContext(t), policyFromSpec(t, ns, fmt.Sprintf("%s-valid-%d", prefix, i), spec)); err != nil {
+			obj := policyFromSpec(t, ns, fmt.Sprintf("%s-valid-%d", prefix, i), spec)
+			expectSameAcceptance(t, obj)
+			if err := env.Client.Create(testContext(t), obj); err != nil {
 				t.Fatalf("the API server rejected a valid policy:\n%s\n%v", indent(spec, "  "), err)
 			}
 		})

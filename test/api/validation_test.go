@@ -435,6 +435,7 @@ func TestValidationRejects(t *testing.T) {
 			if tt.secret != "" && strings.Contains(err.Error(), tt.secret) {
 				t.Errorf("error echoes the secret %q:\n%v", tt.secret, err)
 			}
+			expectSameRefusal(t, obj, err, tt.secret)
 		})
 	}
 }
@@ -464,6 +465,14 @@ func TestValidationAccepts(t *testing.T) {
 		{name: "https backend with a path", spec: "backends: [{name: a, url: 'https://api.example.com/v1'}, {name: b-2, url: 'http://10.0.0.1:8000'}]"},
 		{name: "backend path with an @", spec: "backends: [{name: a, url: 'http://a:8000/v1/@team'}]"},
 		{name: "trusted team header only", spec: "identity: {trustHeaders: true, teamHeader: x-team}"},
+		{name: "URL with a path and port", spec: "backends: [{name: v, url: 'http://a:1/v1/chat'}]"},
+		{name: "user and team headers", spec: "identity: {userHeader: X-User, teamHeader: X-Team, trustHeaders: true}"},
+		{name: "user header that only starts like Authorization", spec: "identity: {apiKeyHeaders: [X-Api-Key], userHeader: Authorization-User, trustHeaders: true}"},
+		{name: "noTeamValue", spec: "identity: {noTeamValue: none}"},
+		{name: "identity with an inner space", spec: "fairQueuing: {weights: [{identity: 'team a', weight: 2}]}"},
+		{name: "identity with an escaped dollar", spec: "fairQueuing: {weights: [{identity: 'sk-$$x', weight: 2}]}"},
+		{name: "override with burst 1", spec: "rateLimits: {perModel: {overrides: [{model: m, requests: 1, burst: 1}]}}"},
+		{name: "token override with burst 1", spec: "deferredAdmission: {enabled: true, tokenLimits: {perModel: {overrides: [{model: m, tokens: 1, burst: 1}]}}}"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -472,6 +481,7 @@ func TestValidationAccepts(t *testing.T) {
 				spec += "\n" + backendYAML
 			}
 			obj := policyFromSpec(t, ns, fmt.Sprintf("valid-%d", i), spec)
+			expectSameAcceptance(t, obj)
 			if err := env.Client.Create(testContext(t), obj); err != nil {
 				t.Fatalf("the API server rejected a valid policy:\n%s\n%v", indent(spec, "  "), err)
 			}
