@@ -29,6 +29,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // tokenEnv is a Controller with deferred admission on, wired to the real
@@ -179,7 +180,7 @@ func TestTokenRefusalHoldsWhenItFits(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, "the request to be held", func() bool { return e.held() == 1 })
+			testutil.Eventually(t, "the request to be held", func() bool { return e.held() == 1 })
 			e.clk.Step(499 * time.Millisecond)
 			select {
 			case d := <-ch:
@@ -210,13 +211,13 @@ func TestHeldRequestCancelledGivesBackItsRequestToken(t *testing.T) {
 	before := e.countLeft(t, r)
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := e.admitAsync(ctx, r)
-	waitFor(t, "the request to be held", func() bool { return e.held() == 1 })
+	testutil.Eventually(t, "the request to be held", func() bool { return e.held() == 1 })
 	cancel()
 	d := receive(t, ch)
 	if d.Status != StatusClientClosedRequest || !d.Tokens.Deferred {
 		t.Fatalf("got %+v, want 499 after a hold", d)
 	}
-	waitFor(t, "the hold to be released", func() bool { return e.held() == 0 })
+	testutil.Eventually(t, "the hold to be released", func() bool { return e.held() == 0 })
 	if got := e.countLeft(t, r); got != before {
 		t.Errorf("request-count tokens left %d, want %d", got, before)
 	}
@@ -233,10 +234,10 @@ func TestHoldersAreFIFOPerKey(t *testing.T) {
 		t.Fatalf("first: %+v", d)
 	}
 	big := e.admitAsync(context.Background(), Request{Identity: alice, Model: "m", Tokens: 900})
-	waitFor(t, "the big request to be held", func() bool { return e.held() == 1 })
+	testutil.Eventually(t, "the big request to be held", func() bool { return e.held() == 1 })
 	// 100 tokens are free, but the held request came first: no barging.
 	small := e.admitAsync(context.Background(), Request{Identity: bob, Model: "m", Tokens: 100})
-	waitFor(t, "the small request to be held", func() bool { return e.held() == 2 })
+	testutil.Eventually(t, "the small request to be held", func() bool { return e.held() == 2 })
 	// Another model's bucket is independent.
 	if d := e.c.Admit(context.Background(), Request{Identity: bob, Model: "other", Tokens: 100}); !d.Allowed || d.Tokens.Deferred {
 		t.Fatalf("other model: %+v, want admitted at once", d)
@@ -274,7 +275,7 @@ func TestFairQueueAndHoldShareOneBudget(t *testing.T) {
 				t.Fatalf("first: %+v", d)
 			}
 			ch := e.admitAsync(context.Background(), Request{Identity: alice, Model: "m", Tokens: 1000})
-			waitFor(t, "the request to queue for its request token", func() bool { return e.depth() == 1 })
+			testutil.Eventually(t, "the request to queue for its request token", func() bool { return e.depth() == 1 })
 			e.clk.Step(300 * time.Millisecond)
 			if !tc.admitted {
 				d := receive(t, ch)
@@ -283,7 +284,7 @@ func TestFairQueueAndHoldShareOneBudget(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, "the request to be held", func() bool { return e.held() == 1 })
+			testutil.Eventually(t, "the request to be held", func() bool { return e.held() == 1 })
 			e.clk.Step(700 * time.Millisecond)
 			d := receive(t, ch)
 			if !d.Allowed || !d.Queue.Queued || !d.Tokens.Deferred {
@@ -309,7 +310,7 @@ func TestDeferredAdmissionOffIgnoresTokenLimits(t *testing.T) {
 		t.Fatalf("%+v", d)
 	}
 	ch := e.admitAsync(context.Background(), Request{Identity: alice, Model: "m", Tokens: 100})
-	waitFor(t, "the request to be held", func() bool { return e.held() == 1 })
+	testutil.Eventually(t, "the request to be held", func() bool { return e.held() == 1 })
 	if err := e.c.SetTokens(e.deferq, TokenSettings{}); err != nil {
 		t.Fatal(err)
 	}
@@ -679,7 +680,7 @@ func TestHoldThatCannotFitIsRefusedAtArrival(t *testing.T) {
 			}
 			continue
 		}
-		waitFor(t, "the request to be held or answered", func() bool { return len(ch) > 0 || e.held() > before })
+		testutil.Eventually(t, "the request to be held or answered", func() bool { return len(ch) > 0 || e.held() > before })
 		if len(ch) > 0 {
 			refused = append(refused, <-ch)
 		} else {
@@ -718,7 +719,7 @@ func TestHoldRefusedAtArrivalBehindHolders(t *testing.T) {
 		t.Fatalf("first: %+v", d)
 	}
 	holder := e.admitAsync(context.Background(), Request{Identity: alice, Model: "m", Tokens: 900})
-	waitFor(t, "the holder", func() bool { return e.held() == 1 })
+	testutil.Eventually(t, "the holder", func() bool { return e.held() == 1 })
 	d := receive(t, e.admitAsync(context.Background(), Request{Identity: bob, Model: "m", Tokens: 100, Deadline: e.clk.Now().Add(50 * time.Millisecond)}))
 	if d.Allowed || d.Status != StatusTooManyRequests || d.LimitType != "model_tokens" || d.RetryAfter <= 0 {
 		t.Fatalf("got %+v, want a 429 model_tokens with a Retry-After", d)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // TestFairnessThroughHTTP saturates a per-model limit with three tenants at
@@ -66,7 +67,7 @@ func TestFairnessThroughHTTP(t *testing.T) {
 		depth, _ := rt.queue.Stats()
 		return depth == len(tenants)*clientsPerTenant && rt.queue.Settled()
 	}
-	eventually(t, "every client is queued", backlogged)
+	testutil.Eventually(t, "every client is queued", backlogged)
 	base := make([]int64, len(tenants))
 	var total int64
 	for i := range admitted {
@@ -74,7 +75,7 @@ func TestFairnessThroughHTTP(t *testing.T) {
 		total -= base[i]
 	}
 	for total < grants {
-		eventually(t, "every client is queued again", backlogged)
+		testutil.Eventually(t, "every client is queued again", backlogged)
 		hs.clk.Step(tokenEvery)
 		total = -base[0] - base[1] - base[2]
 		for i := range admitted {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func TestRequestIDOnEveryResponse(t *testing.T) {
@@ -259,7 +260,7 @@ func TestEstimatesOverHTTP(t *testing.T) {
 			for depth < backlog && sent < arrivals {
 				c := hs.start(context.Background(), `{"model":"m"}`, map[string]string{"X-User": users[sent%2]})
 				sent++
-				eventually(t, "the request to be queued or answered", func() bool {
+				testutil.Eventually(t, "the request to be queued or answered", func() bool {
 					d, _ := hs.srv.rt.Load().queue.Stats()
 					return d > depth || len(c) > 0
 				})
@@ -331,7 +332,7 @@ func TestQueueRefusalRetryAfterIsWhenARetryFits(t *testing.T) {
 		hs.settled()
 		depth, _ := hs.srv.rt.Load().queue.Stats()
 		c := hs.start(context.Background(), `{"model":"m"}`, user(7))
-		eventually(t, "the retry to be queued or answered", func() bool {
+		testutil.Eventually(t, "the retry to be queued or answered", func() bool {
 			d, _ := hs.srv.rt.Load().queue.Stats()
 			return d > depth || len(c) > 0
 		})
@@ -400,7 +401,7 @@ func TestAccessLogCarriesTheRequestID(t *testing.T) {
 	resp := hs.do(`{"model":"m"}`, nil)
 	readAll(t, resp)
 	id := resp.Header.Get("X-Request-Id")
-	eventually(t, "the access log line", func() bool {
+	testutil.Eventually(t, "the access log line", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, l := range lines {

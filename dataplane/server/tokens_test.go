@@ -28,6 +28,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // tokenBudget turns deferred admission on with a per-model token limit of
@@ -145,12 +146,12 @@ func TestTokenBudgetHoldsThenAdmits(t *testing.T) {
 	rt := hs.srv.rt.Load()
 	// Held: in the deferral queue, or admitted ahead of its tokens and
 	// waiting for them.
-	waitUntil(t, "the request to be held", func() bool { d, _ := rt.deferq.Stats(); w, _ := rt.admit.HeldAhead(); return d+w == 1 })
+	testutil.Eventually(t, "the request to be held", func() bool { d, _ := rt.deferq.Stats(); w, _ := rt.admit.HeldAhead(); return d+w == 1 })
 	if got := metricValue(t, hs.reg, "rate_limit_deferred_held", nil); got != 1 {
 		t.Errorf("rate_limit_deferred_held = %v, want 1", got)
 	}
 	hs.clk.Step(2 * time.Second)
-	waitUntil(t, "the hold to end", func() bool { d, _ := rt.deferq.Stats(); w, _ := rt.admit.HeldAhead(); return d == 0 && w == 0 })
+	testutil.Eventually(t, "the hold to end", func() bool { d, _ := rt.deferq.Stats(); w, _ := rt.admit.HeldAhead(); return d == 0 && w == 0 })
 	var resp *http.Response
 	select {
 	case resp = <-done:
