@@ -14,6 +14,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/identity/resolver"
 	"github.com/fairqueue/fairqueue/dataplane/usage"
 )
 
@@ -43,21 +44,15 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := s.clock.Now()
-	client := s.trusted.clientAddr(r)
 
 	// Identity resolution (SPEC section 3). Requests answered before the
 	// admission core still pay the pre-auth limits first.
-	var id requestIdentity
-	rt.identity.resolve(r, &id)
-	if rt.identity.enforce && !id.knownKey {
-		if s.preAuthRefused(w, r, rt, client) {
-			return
+	id, err := rt.resolver.Resolve(r)
+	client := id.ClientAddr
+	if err != nil {
+		if !s.preAuthRefused(w, r, rt, client) {
+			(&apiError{status: http.StatusUnauthorized, errType: errorTypeAuthentication, code: "invalid_api_key", message: err.Error()}).write(w)
 		}
-		msg := "the API key is not registered; use a key issued for this API"
-		if id.apiKeyHash == "" {
-			msg = "no API key; send it as \"Authorization: Bearer <key>\""
-		}
-		(&apiError{status: http.StatusUnauthorized, errType: errorTypeAuthentication, code: "invalid_api_key", message: msg}).write(w)
 		return
 	}
 	// The body is read (bounded) before admission even when the model comes
@@ -71,10 +66,10 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer body.release()
-	var ok bool
-	if id.model, ok = rt.model(r.Header, body); !ok {
+	model, err := rt.resolver.Model(r.Header, body.bytes())
+	if err != nil {
 		if !s.preAuthRefused(w, r, rt, client) {
-			writeModelNotDetermined(w)
+			(&apiError{status: http.StatusBadRequest, errType: errorTypeInvalidRequest, code: "model_not_determined", message: err.Error()}).write(w)
 		}
 		return
 	}
@@ -83,11 +78,11 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	// (applied by the queue), the total timeout of this request's model and
 	// the client's own deadline, less a margin so that a refusal reaches the
 	// client before it gives up.
-	total := rt.timeout(id.model)
+	total := rt.timeout(model)
 	ar := admission.Request{
 		ClientAddr:   client,
-		Identity:     identity.Set{APIKey: id.apiKeyHash, User: id.userHash, Team: id.teamHash},
-		Model:        id.model,
+		Identity:     id.Set,
+		Model:        model,
 		TotalTimeout: total,
 	}
 	if d, ok := clientTimeout(r.Header, rt.deadlineHeader); ok {
@@ -100,7 +95,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	// the gateway's CPU on it.
 	var lazy *lazyEstimate
 	if rt.tokens != nil && rt.admit.NeedsTokens(ar) {
-		lazy = &lazyEstimate{estimator: rt.tokens.estimator, model: id.model, body: body.bytes()}
+		lazy = &lazyEstimate{estimator: rt.tokens.estimator, model: model, body: body.bytes()}
 		ar.EstimateTokens = lazy.tokens
 	}
 	tokensRT := rt.tokens
@@ -110,7 +105,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		est = lazy.est
 	}
 	if !dec.Allowed {
-		s.refuse(w, r, &dec, &id)
+		s.refuse(w, r, &dec, &id.Set)
 		return
 	}
 	// Whatever happens from here, the token reservation is settled exactly
@@ -141,7 +136,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		// Backend capacity is never queued, so the refusal carries no queue
 		// details even when the request waited for its identity limits.
 		dec = rt.admit.BackendRefusal(retry)
-		s.refuse(w, r, &dec, &id)
+		s.refuse(w, r, &dec, &id.Set)
 		return
 	}
 
@@ -183,7 +178,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			strip = true
 		}
 	}
-	meter = usage.NewMeter(tokensRT.estimator, id.model, est, strip)
+	meter = usage.NewMeter(tokensRT.estimator, model, est, strip)
 	uw := usage.NewResponseWriter(w, meter)
 	b.Forward(ctx, uw, r)
 	// A last event the upstream did not end with a blank line was held back
@@ -206,7 +201,7 @@ func (s *Server) preAuthRefused(w http.ResponseWriter, r *http.Request, rt *runt
 
 // refuse answers a refused admission decision and logs it with hashed
 // identities only.
-func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.Decision, id *requestIdentity) {
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.Decision, id *identity.Set) {
 	if dec.Status == admission.StatusClientClosedRequest {
 		return // the client left while queued; its slot is already free
 	}
@@ -257,7 +252,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 		kv := []any{"status", dec.Status, "code", e.code, "limitType", dec.LimitType, "retryAfter", dec.RetryAfter.String(), "path", r.URL.Path,
 			"requestID", w.Header().Get(headerRequestID)}
 		if id != nil {
-			kv = append(kv, "apiKey", shortHash(id.apiKeyHash), "user", shortHash(id.userHash), "team", shortHash(id.teamHash))
+			kv = append(kv, "apiKey", shortHash(id.APIKey), "user", shortHash(id.User), "team", shortHash(id.Team))
 		}
 		if q.Queued {
 			kv = append(kv, "reason", q.Reason, "position", q.Position, "waited", q.Waited.String())
@@ -300,13 +295,13 @@ func clientTimeout(h http.Header, custom string) (time.Duration, bool) {
 			least, found = min(d, maxClientTimeout), true
 		}
 	}
-	take(parseSeconds(headerValue(h, headerStainlessTimeout)))
-	if v := headerValue(h, headerEnvoyTimeout); v != "" {
+	take(parseSeconds(resolver.HeaderValue(h, headerStainlessTimeout)))
+	if v := resolver.HeaderValue(h, headerEnvoyTimeout); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		take(time.Duration(min(ms, int64(maxClientTimeout/time.Millisecond)))*time.Millisecond, err == nil)
 	}
 	if custom != "" {
-		if v := headerValue(h, custom); v != "" {
+		if v := resolver.HeaderValue(h, custom); v != "" {
 			if d, ok := parseSeconds(v); ok {
 				take(d, true)
 			} else {

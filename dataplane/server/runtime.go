@@ -9,6 +9,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/identity/resolver"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
@@ -20,9 +21,10 @@ var _ admission.TenantObserver = (*metrics.Tenants)(nil)
 // limiter, the fair queue and admission controller, and the backends. The
 // server holds it behind an atomic pointer so a reload can swap it.
 type runtime struct {
-	cfg      *config.Config
-	hash     string
-	identity *identityRules
+	cfg  *config.Config
+	hash string
+	// resolver tells each request's client, identities and model.
+	resolver *resolver.Resolver
 	lim      *limiter.Limiter
 	queue    *fairqueue.Queue
 	// deferq holds requests deferred for their token budget; created with
@@ -38,10 +40,6 @@ type runtime struct {
 	// means none.
 	defaultTimeout time.Duration
 	modelTimeouts  map[string]time.Duration
-	// models interns the model names the config mentions.
-	models map[string]string
-	// modelPolicy finds a request's model.
-	modelPolicy modelPolicy
 	// deadlineHeader is the canonical name of the policy's client deadline
 	// header; empty means none.
 	deadlineHeader string
@@ -53,7 +51,7 @@ type runtime struct {
 // scheduling decision and tightened bounds refuse new arrivals without
 // stranding a waiter. Everything that can fail is checked before anything is
 // applied, so a refused config leaves prev fully in force.
-func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error) {
+func (s *Server) newRuntime(cfg *config.Config, prev *runtime, hasher *identity.Hasher) (*runtime, error) {
 	targets := make([]proxy.Target, len(cfg.Backends))
 	for i, b := range cfg.Backends {
 		targets[i] = proxy.Target{Name: b.Name, URL: b.URL, Weight: int(b.Weight)}
@@ -88,7 +86,7 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 
 	rt := &runtime{
 		cfg:            cfg,
-		identity:       newIdentityRules(cfg.Identity, s.hasher),
+		resolver:       resolver.New(cfg, hasher, s.trusted),
 		pool:           pool,
 		defaultTimeout: cfg.Timeouts.RequestTotal.Duration,
 	}
@@ -142,28 +140,6 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 		rt.modelTimeouts = make(map[string]time.Duration, len(cfg.Timeouts.Models))
 		for _, m := range cfg.Timeouts.Models {
 			rt.modelTimeouts[m.Model] = m.Total.Duration
-		}
-	}
-	rt.modelPolicy = modelPolicy{
-		header:   http.CanonicalHeaderKey(cfg.Identity.ModelHeader),
-		readBody: cfg.RateLimits.PerModel != nil || len(cfg.Timeouts.Models) > 0 || da != nil,
-		limited:  cfg.RateLimits.PerModel != nil || (da != nil && da.TokenLimits.PerModel != nil),
-	}
-	if m := cfg.RateLimits.PerModel; m != nil && m.UnknownModel.Action == config.UnknownModelCharge {
-		rt.modelPolicy.chargeAs = m.UnknownModel.ChargeAs
-	}
-	rt.models = make(map[string]string)
-	if m := cfg.RateLimits.PerModel; m != nil {
-		for _, o := range m.Overrides {
-			rt.models[o.Model] = o.Model
-		}
-	}
-	for _, m := range cfg.Timeouts.Models {
-		rt.models[m.Model] = m.Model
-	}
-	if da != nil && da.TokenLimits.PerModel != nil {
-		for _, o := range da.TokenLimits.PerModel.Overrides {
-			rt.models[o.Model] = o.Model
 		}
 	}
 	if cfg.RateLimits.PerBackend != nil {

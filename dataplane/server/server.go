@@ -8,7 +8,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -114,12 +113,13 @@ type Options struct {
 // Load, serve traffic through ServeHTTP (or Run), and operational endpoints
 // through OpsHandler.
 type Server struct {
-	log      logr.Logger
-	clock    clock.WithTickerAndDelayedExecution
-	hasher   *hasher
+	log   logr.Logger
+	clock clock.WithTickerAndDelayedExecution
+	// hasher hashes with the key of the config in force; loadMu guards it.
+	hasher   *identity.Hasher
 	hashKey  []byte
 	hashKeys func(fingerprint string) ([]byte, bool)
-	trusted  trustedProxies
+	trusted  []netip.Prefix
 	maxBody  int64
 	reg      prometheus.Registerer
 	gatherer prometheus.Gatherer
@@ -158,10 +158,10 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		log:      opts.Logger,
 		clock:    opts.Clock,
-		hasher:   newHasher(opts.HashKey),
+		hasher:   identity.NewHasher(opts.HashKey),
 		hashKey:  append([]byte(nil), opts.HashKey...),
 		hashKeys: opts.HashKeys,
-		trusted:  trustedProxies(opts.TrustedProxies),
+		trusted:  opts.TrustedProxies,
 		maxBody:  opts.MaxBodyBytes,
 		reg:      opts.Registerer,
 		gatherer: opts.Gatherer,
@@ -246,17 +246,17 @@ func (s *Server) Load(cfg *config.Config, configHash string) error {
 	if s.draining.Load() {
 		return errors.New("server: shutting down, not loading a new config")
 	}
-	restore, err := s.useHashKey(cfg.HashKeySecret)
+	hasher, err := s.hasherFor(cfg.HashKeySecret)
 	if err != nil {
 		return err
 	}
 	prev := s.rt.Load()
-	rt, err := s.newRuntime(cfg, prev)
+	rt, err := s.newRuntime(cfg, prev, hasher)
 	if err != nil {
-		restore()
 		return err
 	}
 	rt.hash = configHash
+	s.hasher = hasher
 	s.rt.Store(rt)
 	s.log.Info("Loaded config", "policy", cfg.Policy.Namespace+"/"+cfg.Policy.Name,
 		"generation", cfg.Policy.Generation, "configHash", configHash, "backends", rt.pool.Len(),
@@ -434,9 +434,9 @@ func (s *Server) upstreamBrokeOff(r *http.Request, backend string, err error, co
 	s.log.Info(msg, "backend", backend, "path", r.URL.Path, "error", err.Error())
 }
 
-// useHashKey makes s.hasher hash with the key the config's fingerprint names
-// and returns how to undo it should the config not load. loadMu is held.
-func (s *Server) useHashKey(ref config.HashKeySecret) (restore func(), err error) {
+// hasherFor returns the hasher of the key the config's fingerprint names:
+// the one in force when the key is unchanged. loadMu is held.
+func (s *Server) hasherFor(ref config.HashKeySecret) (*identity.Hasher, error) {
 	key := s.hashKey
 	if s.hashKeys != nil {
 		k, ok := s.hashKeys(ref.Fingerprint)
@@ -450,9 +450,8 @@ func (s *Server) useHashKey(ref config.HashKeySecret) (restore func(), err error
 		return nil, fmt.Errorf("hashKeySecret.fingerprint: the config was rendered with key fingerprint %q but --hash-key-file has fingerprint %q; mount the key from Secret %s/%s",
 			ref.Fingerprint, got, ref.Namespace, ref.Name)
 	}
-	prevHasher, prevKey := s.hasher, s.hashKey
-	if !bytes.Equal(key, s.hashKey) {
-		s.hasher, s.hashKey = newHasher(key), append([]byte(nil), key...)
+	if s.hasher.Uses(key) {
+		return s.hasher, nil
 	}
-	return func() { s.hasher, s.hashKey = prevHasher, prevKey }, nil
+	return identity.NewHasher(key), nil
 }
