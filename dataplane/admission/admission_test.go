@@ -29,6 +29,7 @@ import (
 	"go.uber.org/goleak"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
@@ -298,7 +299,7 @@ func TestQueuedRequests(t *testing.T) {
 		cfg:      limiter.Config{User: lim(1, time.Second)},
 		settings: on,
 		id:       alice,
-		then:     func(e *env) error { return e.c.SetSettings(Settings{}) },
+		then:     func(e *env) error { reload(e.c, func(p *policy) { p.settings = Settings{} }); return nil },
 		want: Decision{Status: StatusTooManyRequests, LimitType: "user", RetryAfter: time.Second, HasQuota: true,
 			Quota: limiter.Quota{Dimension: limiter.DimensionUser, Limit: 1, Reset: time.Second}},
 	}}
@@ -397,10 +398,12 @@ func TestNoBarging(t *testing.T) {
 }
 
 func TestSettingsValidation(t *testing.T) {
-	e := newEnv(t, envOpts{settings: on})
-	err := e.c.SetSettings(Settings{Enabled: true, TenantDimension: "org"})
-	if err == nil || !strings.Contains(err.Error(), `"org"`) {
-		t.Fatalf("SetSettings(org) = %v, want an error naming the value", err)
+	_, err := NewController(testingclock.NewFakeClock(t0), &config.Config{FairQueuing: config.FairQueuing{Enabled: true, TenantDimension: "org"}}, Options{})
+	if err == nil || !strings.Contains(err.Error(), `"org"`) || !strings.Contains(err.Error(), "fairQueuing.tenantDimension") {
+		t.Fatalf("NewController(tenantDimension org) = %v, want an error naming the field and the value", err)
+	}
+	if _, err := New(t0Clock(), newLimiter(t), newQueue(t), Settings{Enabled: true, TenantDimension: "org"}, logr.Discard()); err == nil || !strings.Contains(err.Error(), `"org"`) {
+		t.Fatalf("New(tenantDimension org) = %v, want an error naming the value", err)
 	}
 	if _, err := New(nil, nil, nil, Settings{}, logr.Discard()); err == nil {
 		t.Fatal("New without dependencies succeeded")

@@ -61,9 +61,8 @@ func newTokenEnv(t testing.TB, o tokenOpts) *tokenEnv {
 	e.queue.SetWeights(o.weights)
 	e.deferq = fairqueue.New(e.clk, o.bounds, o.weights, e.tokens)
 	t.Cleanup(e.deferq.Close)
-	if err := e.c.SetTokens(e.deferq, o.tokens); err != nil {
-		t.Fatal(err)
-	}
+	e.c.deferq = e.deferq
+	reload(e.c, func(p *policy) { p.tokens = o.tokens })
 	e.c.SetTokenObserver(e.tokens)
 	return e
 }
@@ -303,17 +302,13 @@ func TestDeferredAdmissionOffIgnoresTokenLimits(t *testing.T) {
 		}
 	}
 	// Switching it off with a request held admits that request as without it.
-	if err := e.c.SetTokens(e.deferq, deferOn); err != nil {
-		t.Fatal(err)
-	}
+	reload(e.c, func(p *policy) { p.tokens = deferOn })
 	if d := e.c.Admit(context.Background(), Request{Identity: alice, Model: "m", Tokens: 100}); !d.Allowed {
 		t.Fatalf("%+v", d)
 	}
 	ch := e.admitAsync(context.Background(), Request{Identity: alice, Model: "m", Tokens: 100})
 	testutil.Eventually(t, "the request to be held", func() bool { return e.held() == 1 })
-	if err := e.c.SetTokens(e.deferq, TokenSettings{}); err != nil {
-		t.Fatal(err)
-	}
+	reload(e.c, func(p *policy) { p.tokens = TokenSettings{} })
 	if d := receive(t, ch); !d.Allowed || d.Tokens.Reserved != 0 {
 		t.Fatalf("got %+v, want admitted without a reservation once deferred admission is off", d)
 	}

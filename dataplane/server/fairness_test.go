@@ -64,8 +64,8 @@ func TestFairnessThroughHTTP(t *testing.T) {
 
 	rt := hs.srv.rt.Load()
 	backlogged := func() bool {
-		depth, _ := rt.queue.Stats()
-		return depth == len(tenants)*clientsPerTenant && rt.queue.Settled()
+		depth, _ := rt.fairQueue().Stats()
+		return depth == len(tenants)*clientsPerTenant && rt.fairQueue().Settled()
 	}
 	testutil.Eventually(t, "every client is queued", backlogged)
 	base := make([]int64, len(tenants))

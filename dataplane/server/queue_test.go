@@ -52,8 +52,8 @@ func (hs *harness) queued(n int) {
 	hs.t.Helper()
 	rt := hs.srv.rt.Load()
 	testutil.Eventually(hs.t, "requests are queued", func() bool {
-		depth, _ := rt.queue.Stats()
-		return depth == n && rt.queue.Settled()
+		depth, _ := rt.fairQueue().Stats()
+		return depth == n && rt.fairQueue().Settled()
 	})
 }
 
@@ -62,7 +62,7 @@ func (hs *harness) queued(n int) {
 func (hs *harness) settled() {
 	hs.t.Helper()
 	rt := hs.srv.rt.Load()
-	testutil.Eventually(hs.t, "the fair queue settles", rt.queue.Settled)
+	testutil.Eventually(hs.t, "the fair queue settles", rt.fairQueue().Settled)
 }
 
 // recvResult receives one result, whatever its error, failing the test after

@@ -59,7 +59,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		}
 		cfg = next
 	}
-	depth := func() int { d, _ := hs.srv.rt.Load().queue.Stats(); return d }
+	depth := func() int { d, _ := hs.srv.rt.Load().fairQueue().Stats(); return d }
 
 	var results []<-chan result
 	send := func(user int) {

@@ -23,9 +23,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/utils/clock"
 
+	"github.com/fairqueue/fairqueue/dataplane/admission"
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
-	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
 )
@@ -78,10 +78,10 @@ type Options struct {
 	Transport http.RoundTripper
 	// Store holds rate-limit bucket state; nil means a per-replica
 	// in-memory store.
-	Store limiter.Store
+	Store admission.Store
 	// Fleet, if set, paces tenants to their fleet-wide fair share on model
-	// limits kept in a shared Store (see FleetGate).
-	Fleet FleetGate
+	// limits kept in a shared Store (see admission.FleetGate).
+	Fleet admission.FleetGate
 	// ShutdownGrace bounds how long admitted requests may finish after
 	// shutdown starts. Zero means DefaultShutdownGrace.
 	ShutdownGrace time.Duration
@@ -124,8 +124,8 @@ type Server struct {
 	reg      prometheus.Registerer
 	gatherer prometheus.Gatherer
 	tr       http.RoundTripper
-	store    limiter.Store
-	fleet    FleetGate
+	store    admission.Store
+	fleet    admission.FleetGate
 	grace    time.Duration
 	delay    time.Duration
 
@@ -140,6 +140,8 @@ type Server struct {
 	tenants      *metrics.Tenants
 	tokenMetrics *metrics.Tokens
 
+	// admit is built by the first Load and kept; loadMu guards it.
+	admit    *admission.Controller
 	rt       atomic.Pointer[runtime]
 	draining atomic.Bool
 	loadMu   sync.Mutex
@@ -234,12 +236,13 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Load puts cfg in force. The first Load builds the limiter, queue and
-// backends; a later Load (a reload) updates the limiter, queue and admission
-// settings in place, so bucket state and queued requests survive, and swaps
-// in new identity rules, backends and timeouts for the next request. A config
-// is refused, keeping the previous one in force, when its hash key
-// fingerprint does not match the server's key or a value cannot be applied.
+// Load puts cfg in force. Everything is built and checked before anything is
+// applied: the runtime (identity rules, backends, timeouts), then the
+// admission controller's policy, which the first Load builds the controller
+// with and a reload swaps whole, so that bucket state and queued requests
+// survive. A config is refused, leaving the previous one fully in force, when
+// its hash key fingerprint does not match the server's key or a value cannot
+// be applied.
 func (s *Server) Load(cfg *config.Config, configHash string) error {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
@@ -254,6 +257,13 @@ func (s *Server) Load(cfg *config.Config, configHash string) error {
 	rt, err := s.newRuntime(cfg, prev, hasher)
 	if err != nil {
 		return err
+	}
+	if rt.admit, err = s.loadAdmission(cfg); err != nil {
+		return err
+	}
+	// Nothing fails from here on.
+	if cfg.RateLimits.PerBackend != nil {
+		rt.take = rt.admit.TakeBackend
 	}
 	rt.hash = configHash
 	s.hasher = hasher

@@ -256,15 +256,15 @@ func TestEstimatesOverHTTP(t *testing.T) {
 			if step > 10*arrivals {
 				t.Fatalf("only %d requests sent after %d steps", sent, step)
 			}
-			depth, _ := hs.srv.rt.Load().queue.Stats()
+			depth, _ := hs.srv.rt.Load().fairQueue().Stats()
 			for depth < backlog && sent < arrivals {
 				c := hs.start(context.Background(), `{"model":"m"}`, map[string]string{"X-User": users[sent%2]})
 				sent++
 				testutil.Eventually(t, "the request to be queued or answered", func() bool {
-					d, _ := hs.srv.rt.Load().queue.Stats()
+					d, _ := hs.srv.rt.Load().fairQueue().Stats()
 					return d > depth || len(c) > 0
 				})
-				if d, _ := hs.srv.rt.Load().queue.Stats(); d > depth {
+				if d, _ := hs.srv.rt.Load().fairQueue().Stats(); d > depth {
 					chs = append(chs, c)
 					depth = d
 					hs.settled()
@@ -278,7 +278,7 @@ func TestEstimatesOverHTTP(t *testing.T) {
 			hs.settled()
 		}
 		for {
-			if d, _ := hs.srv.rt.Load().queue.Stats(); d == 0 {
+			if d, _ := hs.srv.rt.Load().fairQueue().Stats(); d == 0 {
 				break
 			}
 			hs.clk.Step(100 * time.Millisecond)
@@ -330,13 +330,13 @@ func TestQueueRefusalRetryAfterIsWhenARetryFits(t *testing.T) {
 		}
 		hs.clk.Step(step)
 		hs.settled()
-		depth, _ := hs.srv.rt.Load().queue.Stats()
+		depth, _ := hs.srv.rt.Load().fairQueue().Stats()
 		c := hs.start(context.Background(), `{"model":"m"}`, user(7))
 		testutil.Eventually(t, "the retry to be queued or answered", func() bool {
-			d, _ := hs.srv.rt.Load().queue.Stats()
+			d, _ := hs.srv.rt.Load().fairQueue().Stats()
 			return d > depth || len(c) > 0
 		})
-		if d, _ := hs.srv.rt.Load().queue.Stats(); d > depth {
+		if d, _ := hs.srv.rt.Load().fairQueue().Stats(); d > depth {
 			fit = elapsed
 			chs = append(chs, c)
 			continue

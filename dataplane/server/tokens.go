@@ -22,7 +22,6 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/admission"
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/usage"
 )
@@ -71,43 +70,6 @@ func newTokenRuntime(da *config.DeferredAdmission, prev *tokenRuntime, prevCap i
 		}
 	}
 	return tr
-}
-
-// tokenLimits adds the rendered token limits to c.
-func tokenLimits(c *limiter.Config, da *config.DeferredAdmission) {
-	if da == nil {
-		return
-	}
-	conv := func(l *config.TokenLimit) *limiter.Limit {
-		if l == nil {
-			return nil
-		}
-		return &limiter.Limit{Requests: l.Tokens, Period: l.Period.Duration, Burst: l.Burst}
-	}
-	tl := da.TokenLimits
-	c.APIKeyTokens, c.UserTokens, c.TeamTokens = conv(tl.PerAPIKey), conv(tl.PerUser), conv(tl.PerTeam)
-	if m := tl.PerModel; m != nil {
-		c.ModelTokens = conv(m.Default)
-		if len(m.Overrides) > 0 {
-			c.ModelTokenOverrides = make(map[string]limiter.Limit, len(m.Overrides))
-			for _, o := range m.Overrides {
-				c.ModelTokenOverrides[o.Model] = *conv(&o.Limit)
-			}
-		}
-	}
-}
-
-// deferralBounds are the deferral queue's bounds for da: maxHeld and
-// maxHeldPerTenant bound the holds, maxWait each hold; the tenant table and
-// the attempts in flight take the fair queue's.
-func deferralBounds(da *config.DeferredAdmission, fq config.Bounds) fairqueue.Bounds {
-	b := fairqueue.Bounds{MaxTenants: int(fq.MaxTenants), MaxInFlight: int(fq.MaxInFlight)}
-	if da != nil {
-		b.MaxTotalQueued = int(da.Bounds.MaxHeld)
-		b.MaxQueueDepthPerTenant = int(da.Bounds.MaxHeldPerTenant)
-		b.MaxWait = da.Bounds.MaxWait.Duration
-	}
-	return b
 }
 
 // writeTokenHeaders sets x-ratelimit-*-tokens from the tightest token bucket.
