@@ -98,12 +98,12 @@ type Request struct {
 	// plus its output cap), reserved after the request-count limits admit
 	// it when deferred admission is on; 0 means token accounting is off.
 	Tokens int64
-	// EstimateTokens, when Tokens is 0, computes the reservation. Admit calls
+	// Reserver, when Tokens is 0, estimates the reservation. Admit calls
 	// it at most once: after the request-count limits admitted the request,
 	// so a request they refuse never pays for a pass of the tokenizer over
 	// its body; or first, when the fair queue charges the tenant by tokens
 	// and so needs the reservation before the limits decide.
-	EstimateTokens func() int64
+	Reserver Reserver
 }
 
 // QueueInfo describes the fair queue's part in a decision, for the
@@ -213,16 +213,16 @@ func (c *Controller) settings() *Settings { return &c.pol.Load().settings }
 // once, giving back what it was charged.
 func (c *Controller) Admit(ctx context.Context, r Request) Decision {
 	arrival := c.clk.Now()
-	estimate := r.Tokens <= 0 && r.EstimateTokens != nil
+	estimate := r.Tokens <= 0 && r.Reserver != nil
 	if estimate && c.chargesTokens(r) {
-		r.Tokens, estimate = r.EstimateTokens(), false
+		r.Tokens, estimate = r.Reserver.Reservation(), false
 	}
 	dec := c.admitRequests(ctx, arrival, r)
 	if !dec.Allowed {
 		return dec
 	}
 	if estimate {
-		r.Tokens = r.EstimateTokens()
+		r.Tokens = r.Reserver.Reservation()
 	}
 	if r.Tokens <= 0 {
 		return dec
@@ -300,18 +300,18 @@ func (c *Controller) PreAuth(now time.Time, client string) (dec Decision, ok boo
 	return Decision{Allowed: true, Status: StatusOK}, true
 }
 
-// BackendRefusal is the immediate 429 for an admitted request that no
+// backendRefusal is the immediate 429 for an admitted request that no
 // backend can take, retryable after retry. Backend capacity is never queued,
 // so the decision carries no queue details; its quota describes the
 // per-backend limit when one is configured.
-func (c *Controller) BackendRefusal(retry time.Duration) Decision {
+func (c *Controller) backendRefusal(retry time.Duration) Decision {
 	return c.refusal(limiter.Decision{LimitType: limiter.DimensionBackend, RetryAfter: retry}, limiter.Keys{}, "")
 }
 
-// Refund gives back the identity tokens Admit took for an admitted r, for a
+// refund gives back the identity tokens Admit took for an admitted r, for a
 // request a later stage refused (every backend exhausted), so none is lost
 // to it (SPEC section 2).
-func (c *Controller) Refund(r Request) error {
+func (c *Controller) refund(r Request) error {
 	return c.limiter().RefundIdentity(c.clk.Now(), identityKeys(r))
 }
 

@@ -85,3 +85,8 @@ func newQueue(t testing.TB) *fairqueue.Queue {
 	t.Cleanup(q.Close)
 	return q
 }
+
+// reserverFunc is a Reserver made of a function.
+type reserverFunc func() int64
+
+func (f reserverFunc) Reservation() int64 { return f() }

@@ -432,18 +432,12 @@ func (c *Controller) undoCount(r Request, dec *Decision) {
 	}
 }
 
-// Settles reports whether Settle has anything to correct for d: a token
-// reservation, or a tenant charged by tokens. Without either, a caller may
-// skip measuring the response.
-func (d *Decision) Settles() bool { return d.settle.reserved > 0 || d.settle.accounted > 0 }
-
-// Settle corrects an admitted request's token reservation by what it used:
+// settle corrects an admitted request's token reservation by what it used:
 // the token buckets are charged or refunded the difference, and a queue that
 // charged its tenant the reservation (fairQueuing.cost Tokens) is corrected
-// the same way. Call it once per admitted request, when its response has
-// ended (used = 0 for a request that never reached a backend).
-func (c *Controller) Settle(r Request, dec *Decision, used int64) error {
-	st := &dec.settle
+// the same way. Ticket.Done calls it once per admitted request, when its
+// response has ended (used = 0 for a request that never reached a backend).
+func (c *Controller) settle(r Request, st *settlement, used int64) error {
 	used = max(used, 0)
 	if st.accounted > 0 {
 		delta := used - st.accounted
@@ -560,4 +554,15 @@ func (c *Controller) HeldAhead() (waiting, due int) {
 		}
 	}
 	return waiting, due
+}
+
+// TokenRefusal reports whether d is a refusal by a token bucket (SPEC
+// section 6), whose answer describes the reservation.
+func (d *Decision) TokenRefusal() bool {
+	switch d.LimitType {
+	case limiter.DimensionAPIKeyTokens.String(), limiter.DimensionUserTokens.String(),
+		limiter.DimensionTeamTokens.String(), limiter.DimensionModelTokens.String():
+		return true
+	}
+	return false
 }

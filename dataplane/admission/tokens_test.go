@@ -103,35 +103,30 @@ func TestTokenReservationAndSettle(t *testing.T) {
 	e := newTokenEnv(t, tokenOpts{cfg: limiter.Config{ModelTokens: tokensPerSecond(1000)}, tokens: deferOn})
 	r := Request{Identity: alice, Model: "m", Tokens: 600}
 
-	d := e.c.Admit(context.Background(), r)
-	if !d.Allowed || d.Tokens.Reserved != 600 || !d.Tokens.HasQuota {
+	var tk Ticket
+	d := e.c.Begin(context.Background(), r, &tk)
+	if !d.Allowed || d.Tokens.Reserved != 600 || !d.Tokens.HasQuota || !tk.Settles() {
 		t.Fatalf("first request: %+v, want admitted with 600 tokens reserved and a token quota", d)
 	}
 	if got := d.Tokens.Quota; got.Limit != 1000 || got.Remaining != 400 || got.Dimension != limiter.DimensionModelTokens {
 		t.Errorf("token quota = %+v, want limit 1000, remaining 400, dimension model_tokens", got)
 	}
 	// It used 200 of the 600: 400 come back, so 800 are free.
-	if err := e.c.Settle(r, &d, 200); err != nil {
-		t.Fatal(err)
-	}
+	tk.Done(200)
 	if !e.tokensLeft(t, r, 800) || e.tokensLeft(t, r, 801) {
 		t.Error("after settling 200 of 600 the bucket should hold exactly 800 tokens")
 	}
-	// Settling twice must not refund twice.
-	if err := e.c.Settle(r, &d, 0); err != nil {
-		t.Fatal(err)
-	}
+	// Ending the ticket twice must not refund twice.
+	tk.Done(0)
 	if e.tokensLeft(t, r, 801) {
-		t.Error("a second Settle of the same decision refunded again")
+		t.Error("a second Done of the same ticket refunded again")
 	}
 	// Used more than reserved: the difference is charged.
-	d = e.c.Admit(context.Background(), Request{Identity: alice, Model: "m", Tokens: 100})
-	if !d.Allowed {
+	var more Ticket
+	if d = e.c.Begin(context.Background(), Request{Identity: alice, Model: "m", Tokens: 100}, &more); !d.Allowed {
 		t.Fatalf("100 of 800: %+v", d)
 	}
-	if err := e.c.Settle(Request{Identity: alice, Model: "m", Tokens: 100}, &d, 500); err != nil {
-		t.Fatal(err)
-	}
+	more.Done(500)
 	if !e.tokensLeft(t, r, 300) || e.tokensLeft(t, r, 301) {
 		t.Error("using 500 after reserving 100 should leave exactly 300 of 800")
 	}
@@ -373,16 +368,14 @@ func simulate(t *testing.T, e *tokenEnv, clients []simClient, warmup, run, windo
 						cancel()
 					}()
 				}
-				d := e.c.Admit(ctx, r)
+				var tk Ticket
+				d := e.c.Begin(ctx, r, &tk)
 				cancel()
 				switch {
 				case d.Allowed:
 					used := size * int64(30+next(71)) / 100
 					at := e.clk.Since(start)
-					if err := e.c.Settle(r, &d, used); err != nil {
-						t.Error(err)
-						return
-					}
+					tk.Done(used)
 					if at >= warmup && at < run {
 						mu.Lock()
 						settled[at/window] += used
@@ -593,7 +586,7 @@ func TestTokenEstimateOnlyAfterTheRequestLimitsAdmit(t *testing.T) {
 	oneRequest := &limiter.Limit{Requests: 1, Period: time.Minute, Burst: 1}
 	e := newTokenEnv(t, tokenOpts{cfg: limiter.Config{Model: oneRequest, ModelTokens: tokensPerSecond(1000)}, tokens: deferOn})
 	calls := 0
-	r := Request{Identity: alice, Model: "m", EstimateTokens: func() int64 { calls++; return 300 }}
+	r := Request{Identity: alice, Model: "m", Reserver: reserverFunc(func() int64 { calls++; return 300 })}
 
 	d := e.c.Admit(context.Background(), r)
 	if !d.Allowed || d.Tokens.Reserved != 300 {
@@ -630,7 +623,7 @@ func TestTokenEstimateFirstWhenTheQueueChargesTokens(t *testing.T) {
 		e := newTokenEnv(t, tokenOpts{cfg: limiter.Config{Model: oneRequest, ModelTokens: tokensPerSecond(1000)}, settings: on,
 			tokens: TokenSettings{Enabled: true, MaxWait: 2 * time.Second, CostTokens: costTokens}})
 		calls := 0
-		r := Request{Identity: alice, Model: "m", EstimateTokens: func() int64 { calls++; return 300 }}
+		r := Request{Identity: alice, Model: "m", Reserver: reserverFunc(func() int64 { calls++; return 300 })}
 		if d := e.c.Admit(context.Background(), r); !d.Allowed || calls != 1 {
 			t.Fatalf("cost Tokens %v: first request %+v after %d estimates, want admitted after one", costTokens, d, calls)
 		}

@@ -93,49 +93,38 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	// the request-count limits admitted the request, unless the fair queue
 	// charges by tokens), so a client over its request limit cannot spend
 	// the gateway's CPU on it.
-	var lazy *lazyEstimate
-	if rt.tokens != nil && rt.admit.NeedsTokens(ar) {
-		lazy = &lazyEstimate{estimator: rt.tokens.estimator, model: model, body: body.bytes()}
-		ar.EstimateTokens = lazy.tokens
-	}
+	var acct *usage.Account
 	tokensRT := rt.tokens
-	dec := rt.admit.Admit(r.Context(), ar)
-	var est usage.Estimate
-	if lazy != nil {
-		est = lazy.est
+	if tokensRT != nil && rt.admit.NeedsTokens(ar) {
+		acct = usage.NewAccount(tokensRT.estimator, model, body.bytes())
+		ar.Reserver = acct
 	}
+	var tk admission.Ticket
+	dec := rt.admit.Begin(r.Context(), ar, &tk)
 	if !dec.Allowed {
 		s.refuse(w, r, &dec, &id.Set)
 		return
 	}
-	// Whatever happens from here, the token reservation is settled exactly
-	// once (SPEC section 6), however the response ends: a complete one by
-	// its reported usage; one the upstream broke, the client left or
-	// cancelled, the total timeout cut, or a panic ended by the prompt
-	// estimate plus the output relayed so far; to nothing when no backend
-	// was called. A broken relay ends in a panic (http.ErrAbortHandler), so
-	// the meter is read in this deferred call, not after Forward returns.
-	var (
-		meter    *usage.Meter
-		complete bool
-	)
+	// From here the ticket is settled exactly once (SPEC section 6), however
+	// the response ends: a complete one by its reported usage; one the
+	// upstream broke, the client left or cancelled, the total timeout cut,
+	// or a panic ended by the prompt estimate plus the output relayed so
+	// far; to nothing when no backend was called. A broken relay ends in a
+	// panic (http.ErrAbortHandler), so the usage is read in this deferred
+	// call, not after Forward returns.
 	ctx := r.Context()
-	if dec.Settles() {
-		defer func() {
-			cancelled := r.Context().Err() != nil || errors.Is(context.Cause(ctx), errTotalTimeout)
-			s.settle(rt, &ar, &dec, usedTokens(meter, complete, cancelled, w.status))
-		}()
-	}
+	complete := false
+	defer func() {
+		cancelled := r.Context().Err() != nil || errors.Is(context.Cause(ctx), errTotalTimeout)
+		tk.Done(acct.Used(complete, cancelled, w.status))
+	}()
 
 	// A request that waited through a reload goes to the backends in force
 	// now, not to those of the config it arrived under.
 	rt = s.rt.Load()
 	b, retry := rt.pool.Pick(rt.take)
 	if b == nil {
-		s.refundIdentity(rt, &ar)
-		// Backend capacity is never queued, so the refusal carries no queue
-		// details even when the request waited for its identity limits.
-		dec = rt.admit.BackendRefusal(retry)
+		dec = tk.NoBackend(retry)
 		s.refuse(w, r, &dec, &id.Set)
 		return
 	}
@@ -165,10 +154,11 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		defer t.Stop()
 		defer cancel(nil)
 	}
-	if tokensRT == nil || !dec.Settles() {
+	if acct == nil || !tk.Settles() {
 		b.Forward(ctx, w, r)
 		return
 	}
+	est := acct.Estimate()
 	strip := false
 	// Only the chat and text completion APIs take stream_options.
 	if tokensRT.includeUsage && est.Stream && !est.ClientAskedUsage && strings.HasSuffix(r.URL.Path, "/completions") {
@@ -178,8 +168,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			strip = true
 		}
 	}
-	meter = usage.NewMeter(tokensRT.estimator, model, est, strip)
-	uw := usage.NewResponseWriter(w, meter)
+	uw := acct.Meter(w, strip)
 	b.Forward(ctx, uw, r)
 	// A last event the upstream did not end with a blank line was held back
 	// in case it was the usage chunk; it goes out now, as sent. An error
@@ -228,7 +217,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 		e.errType, e.code = errorTypeRateLimit, dec.LimitType+"_table_full"
 		e.message = "this gateway replica tracks as many " + dec.LimitType + " keys as it may and none has refilled, " +
 			"so a new one cannot be limited yet; retry after the indicated time"
-	case isTokenDimension(dec.LimitType):
+	case dec.TokenRefusal():
 		e.errType = errorTypeRateLimit
 		tokenError(&e, dec)
 	case q.Queued && q.Reason != "":
