@@ -53,7 +53,7 @@ generate: controller-gen ## Generate DeepCopy methods for the API types and the 
 	gofmt -s -w dataplane/config/zz_generated.deepcopy.go # controller-gen writes an empty import () there
 
 .PHONY: docs
-docs: manifests ## Regenerate the API reference table in README.md from the CRD.
+docs: manifests ## Regenerate the FairQueuePolicy field table of docs/reference.md from the CRD.
 	$(GO) run ./hack/apiref
 
 .PHONY: fmt
@@ -75,10 +75,10 @@ GENERATED_ELSEWHERE = dataplane/config/zz_generated.deepcopy.go dataplane/reload
 .PHONY: verify
 verify: manifests generate docs ## Fail when generated code, manifests, docs or formatting are stale.
 	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
-	@if ! git diff --quiet -- api config README.md $(GENERATED_ELSEWHERE); then \
+	@if ! git diff --quiet -- api config docs $(GENERATED_ELSEWHERE); then \
 		echo "Generated files are stale: run 'make generate manifests docs' and commit the result:"; \
-		git --no-pager diff --stat -- api config README.md $(GENERATED_ELSEWHERE); exit 1; fi
-	@untracked=$$(git ls-files --others --exclude-standard -- api config $(GENERATED_ELSEWHERE)); if [ -n "$$untracked" ]; then \
+		git --no-pager diff --stat -- api config docs $(GENERATED_ELSEWHERE); exit 1; fi
+	@untracked=$$(git ls-files --others --exclude-standard -- api config docs $(GENERATED_ELSEWHERE)); if [ -n "$$untracked" ]; then \
 		echo "Generated files are not committed:"; echo "$$untracked"; exit 1; fi
 	@echo "verify: generated code, manifests and formatting are up to date"
 
@@ -86,12 +86,16 @@ verify: manifests generate docs ## Fail when generated code, manifests, docs or 
 test: vet envtest promtool openai-node ## Run all unit and envtest tests against a real API server (and the alerts' promtool tests, and the openai npm client's).
 	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) PROMTOOL=$(PROMTOOL) OPENAI_NODE_MODULES=$(OPENAI_NODE_DIR)/node_modules $(GO) test $(GOTEST_FLAGS) $(PKGS)
 
+.PHONY: test-soak
+test-soak: ## Run the wall-clock soak tests (build tag soak: fleet shares on a real redis-server over seconds of real time). Not part of CI: their rates depend on the machine's load.
+	$(GO) test -tags soak -count=1 -timeout=10m -run 'TestRealRedisFleet' -v ./dataplane/fleet/
+
 .PHONY: test-alerts
 test-alerts: promtool ## Unit-test config/prometheus with promtool and check every PromQL expression of the kit.
 	PROMTOOL=$(PROMTOOL) $(GO) test -count=1 -v ./test/monitoring/
 
 .PHONY: bench
-bench: ## Run the benchmarks quoted in the README.
+bench: ## Run every data-plane benchmark (docs/benchmarks.md quotes them).
 	$(GO) test -run '^$$' -bench . -benchmem ./dataplane/...
 
 .PHONY: bench-http
@@ -101,7 +105,7 @@ bench-http: vegeta ## Drive a bare httputil.ReverseProxy and the data plane with
 		"$$tmp/bench-http" --dataplane "$$tmp/dataplane" --vegeta $(VEGETA) $(BENCH_HTTP_FLAGS)
 
 .PHONY: bench-check
-bench-check: vegeta ## Run the benchmarks whose ratios the README claims and fail when a median misses its target (about 2 minutes; CI passes BENCH_CHECK_FLAGS="--report" to print without failing).
+bench-check: vegeta ## Run the benchmarks whose ratios docs/benchmarks.md reports and fail when a median misses its target (about 2 minutes; CI passes BENCH_CHECK_FLAGS="--report" to print without failing).
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 		$(GO) build -o "$$tmp/dataplane" ./cmd/dataplane && $(GO) build -o "$$tmp/bench-http" ./hack/bench-http && \
 		$(GO) run ./hack/bench-check --bench-http "$$tmp/bench-http" --dataplane "$$tmp/dataplane" --vegeta $(VEGETA) $(BENCH_CHECK_FLAGS)

@@ -102,7 +102,6 @@ type options struct {
 	policy         policyOptions
 	storeReplicas  int
 	storeSecretDir string
-	gcHeapFloor    uint64
 }
 
 // Config sources for --config-source.
@@ -150,8 +149,6 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.IntVar(&o.topTenants, "tenant-metrics-top", metrics.DefaultTopTenants, "how many tenants without a weights entry get per-tenant metric series of their own (the most active); "+
 		"tenants with a weights entry always do, all others are summed under tenant=\"other\"; 0 means only the weighted tenants")
 	fs.DurationVar(&o.headerTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "how long a client may take to send its request line and headers")
-	fs.Uint64Var(&o.gcHeapFloor, "gc-heap-floor", defaultGCHeapFloor, "bytes the garbage collector's heap goal stays at least, so a small live heap is not collected every few hundred requests; "+
-		"above half of it GOGC=100 applies as usual; 0, or a GOGC environment variable, leaves GOGC to Go")
 	addPolicyFlags(fs, &o.policy, false)
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(out, "Usage: dataplane [flags]\n       dataplane render --policy FILE (see dataplane render --help)\n\nfairqueue data plane: rate limits and weighted fair queuing in front of HTTP backends.\n"+
@@ -251,7 +248,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	defer startGCFloor(o.gcHeapFloor, getenv)()
 	var kube kubernetes.Interface
 	var cmNamespace, cmName string
 	if o.configSource == sourceKubernetes {

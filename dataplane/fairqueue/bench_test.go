@@ -37,7 +37,7 @@ func benchSchedCosts(tb testing.TB, n int, mixed bool) (*sched, []string, []Limi
 	keys := lk("model:m")
 	for range 2 {
 		for _, tn := range tenants {
-			if w, reason, _, _ := s.enqueue(0, tn, "user", keys, noDeadline, 0, 0, benchCost(tenantIndex(tb, tn), mixed), 0); w == nil {
+			if w, reason, _, _ := s.enqueue(0, arrival{tenant: tn, dim: "user", keys: keys, deadline: noDeadline, cost: benchCost(tenantIndex(tb, tn), mixed)}); w == nil {
 				tb.Fatalf("benchmark setup refused: %s", reason)
 			}
 		}
@@ -56,7 +56,7 @@ func grantLoop(tb testing.TB, s *sched, keys []LimitKey, n int) {
 		tenant := w.tenant
 		s.complete(0, w, true, 0, nil)
 		s.release(w)
-		if nw, reason, _, _ := s.enqueue(0, tenant, "user", keys, noDeadline, 0, 0, 1, 0); nw == nil {
+		if nw, reason, _, _ := s.enqueue(0, arrival{tenant: tenant, dim: "user", keys: keys, deadline: noDeadline, cost: 1}); nw == nil {
 			tb.Fatalf("replacement refused: %s", reason)
 		}
 	}
@@ -79,7 +79,7 @@ func grantLoopCosts(tb testing.TB, s *sched, keys []LimitKey, n int, idx map[str
 		if settle {
 			s.adjust(tenant, -cost/3)
 		}
-		if nw, reason, _, _ := s.enqueue(0, tenant, "user", keys, noDeadline, 0, 0, cost, 0); nw == nil {
+		if nw, reason, _, _ := s.enqueue(0, arrival{tenant: tenant, dim: "user", keys: keys, deadline: noDeadline, cost: cost}); nw == nil {
 			tb.Fatalf("replacement refused: %s", reason)
 		}
 	}

@@ -10,26 +10,23 @@ const inDeadlineList = -2
 // list's tail (a shorter client deadline, or a re-queued waiter) goes to a
 // min-heap instead. The earliest deadline is the smaller of the two heads.
 type deadlineIndex struct {
-	head, tail *waiter
-	listLen    int
-	heap       waiterHeap
+	list    list[waiter] // linked through waiter.inDeadlines
+	listLen int
+	// heap is keyed by deadline. Deadlines in it are after their arrival
+	// and at most MaxWait from it, far within the 2^63 of each other the
+	// heap's wrap-around comparison needs.
+	heap minHeap[*waiter]
 }
 
 func (d *deadlineIndex) len() int { return d.listLen + d.heap.len() }
 
 func (d *deadlineIndex) push(w *waiter) {
-	if d.tail != nil && w.deadline < d.tail.deadline {
-		d.heap.push(w)
+	if t := d.list.back(); t != nil && w.deadline < t.deadline {
+		d.heap.push(w, uint64(w.deadline), 0, &w.dlIdx)
 		return
 	}
 	w.dlIdx = inDeadlineList
-	w.dlPrev, w.dlNext = d.tail, nil
-	if d.tail == nil {
-		d.head = w
-	} else {
-		d.tail.dlNext = w
-	}
-	d.tail = w
+	d.list.pushBack(&w.inDeadlines, w)
 	d.listLen++
 }
 
@@ -38,17 +35,8 @@ func (d *deadlineIndex) remove(w *waiter) {
 		d.heap.remove(w.dlIdx)
 		return
 	}
-	if w.dlPrev != nil {
-		w.dlPrev.dlNext = w.dlNext
-	} else {
-		d.head = w.dlNext
-	}
-	if w.dlNext != nil {
-		w.dlNext.dlPrev = w.dlPrev
-	} else {
-		d.tail = w.dlPrev
-	}
-	w.dlPrev, w.dlNext, w.dlIdx = nil, nil, -1
+	d.list.remove(&w.inDeadlines)
+	w.dlIdx = -1
 	d.listLen--
 }
 
@@ -56,9 +44,30 @@ func (d *deadlineIndex) remove(w *waiter) {
 func (d *deadlineIndex) earliest() *waiter {
 	switch {
 	case d.heap.len() == 0:
-		return d.head
-	case d.head == nil || d.heap.items[0].deadline < d.head.deadline:
+		return d.list.front()
+	case d.list.head == nil || int64(d.heap.topKey()) < d.list.front().deadline:
 		return d.heap.top()
 	}
-	return d.head
+	return d.list.front()
+}
+
+// expire finishes every queued waiter whose deadline is not after now with
+// ReasonDeadlineExceeded.
+func (s *sched) expire(now int64) {
+	for w := s.deadlines.earliest(); w != nil && w.deadline <= now; w = s.deadlines.earliest() {
+		s.deadlines.remove(w)
+		w.retryAfter = s.ownPlace(now, w, max(w.t.head().readyAt-now, 0))
+		s.finish(w, now, false, ReasonDeadlineExceeded)
+		s.onDone(w)
+	}
+}
+
+// drain finishes every queued waiter with reason. Granted waiters keep
+// running; their attempt's outcome decides.
+func (s *sched) drain(now int64, reason Reason) {
+	for w := s.deadlines.earliest(); w != nil; w = s.deadlines.earliest() {
+		s.deadlines.remove(w)
+		s.finish(w, now, false, reason)
+		s.onDone(w)
+	}
 }

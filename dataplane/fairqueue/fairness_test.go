@@ -254,11 +254,11 @@ func TestOwnLimitNotStarved(t *testing.T) {
 	count := map[string]int{}
 	m.admitted = func(w *waiter) {
 		count[w.tenant]++
-		m.s.enqueue(m.now, w.tenant, "user", m.key, noDeadline, 0, 0, 1, 0)
+		m.s.enqueue(m.now, arrival{tenant: w.tenant, dim: "user", keys: m.key, deadline: noDeadline, cost: 1})
 	}
 	for range 4 {
 		for _, tn := range []string{"limited", "greedy"} {
-			m.s.enqueue(0, tn, "user", m.key, noDeadline, 0, 0, 1, 0)
+			m.s.enqueue(0, arrival{tenant: tn, dim: "user", keys: m.key, deadline: noDeadline, cost: 1})
 		}
 	}
 	end := int64(10 * time.Second)

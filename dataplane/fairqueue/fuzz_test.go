@@ -61,7 +61,7 @@ func FuzzScheduler(f *testing.F) {
 				b, tenantsBefore := s.bounds, len(s.tenants)
 				retryAfter := int64(a/64) * 20 * ms
 				cost, size := fuzzCosts[int(a/16)%len(fuzzCosts)], fuzzCosts[int(a/4)%len(fuzzCosts)]
-				w, reason, pos, est := s.enqueue(now, tenantName(int(a%5)), "user", keys, deadline, retryAfter, int64(a%4)*ms, cost, size)
+				w, reason, pos, est := s.enqueue(now, arrival{tenant: tenantName(int(a % 5)), dim: "user", keys: keys, deadline: deadline, retryAfter: time.Duration(retryAfter), interval: time.Duration(a%4) * time.Millisecond, cost: cost, size: size})
 				if pos < 1 {
 					t.Fatalf("position %d < 1", pos)
 				}
@@ -74,7 +74,7 @@ func FuzzScheduler(f *testing.F) {
 						t.Fatalf("refusal without a reason")
 					}
 					if reason != ReasonWaitExceedsBudget {
-						if room := s.room(now, tenantName(int(a%5)), reason, int64(a%4)*ms); room < minRetry {
+						if room := s.room(now, tenantName(int(a%5)), reason, time.Duration(a%4)*time.Millisecond); room < minRetry {
 							t.Fatalf("%s refusal: room in %d, want at least %d", reason, room, minRetry)
 						}
 					}
@@ -207,15 +207,15 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 			queues[fmt.Sprintf("overflow %d", i)] = tn
 		}
 	}
-	for n, tn := s.idleHead, 0; n != nil; n, tn = n.idleNext, tn+1 {
-		if !n.idle || n.depth != 0 || s.tenants[n.key] != n || (n.idleNext != nil && n.idleNext.idlePrev != n) {
+	for n, tn := s.idle.front(), 0; n != nil; n, tn = n.inIdle.nextElem(), tn+1 {
+		if next := n.inIdle.nextElem(); !n.idle || n.depth != 0 || s.tenants[n.key] != n || (next != nil && next.inIdle.prevElem() != n) {
 			t.Fatalf("idle list entry %d (%q) is not an idle tenant of the table", tn, n.key)
 		}
 		idle++
 	}
 	for key, tn := range queues {
 		if tn.depth == 0 {
-			if tn.place != placeNone || tn.head != nil || (!tn.overflow && !tn.idle) {
+			if tn.place != placeNone || tn.head() != nil || (!tn.overflow && !tn.idle) {
 				t.Fatalf("empty tenant %q: place %d, idle %v", key, tn.place, tn.idle)
 			}
 			continue
@@ -228,25 +228,25 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 		n := 0
 		var prev *waiter
 		var cost uint64
-		for w := tn.head; w != nil; w = w.next {
+		for w := tn.head(); w != nil; w = w.inQueue.nextElem() {
 			cost += w.cost
-			if seen[w] || !live.has(w) || w.t != tn || w.prev != prev {
+			if seen[w] || !live.has(w) || w.t != tn || w.inQueue.prevElem() != prev {
 				t.Fatalf("tenant %q: waiter duplicated, foreign or mislinked", key)
 			}
 			seen[w] = true
 			switch w.state {
 			case stateGranted:
-				if w != tn.head || tn.place != placeInFlight {
+				if w != tn.head() || tn.place != placeInFlight {
 					t.Fatalf("granted waiter is not its tenant's head")
 				}
 				inFlight++
 			case stateQueued:
 				queued++
 				if w.dlIdx == inDeadlineList {
-					if (w.dlPrev == nil) != (s.deadlines.head == w) || (w.dlPrev != nil && w.dlPrev.deadline > w.deadline) {
+					if prev := w.inDeadlines.prevElem(); (prev == nil) != (s.deadlines.list.front() == w) || (prev != nil && prev.deadline > w.deadline) {
 						t.Fatalf("deadline list out of order")
 					}
-				} else if s.deadlines.heap.items[w.dlIdx].w != w {
+				} else if s.deadlines.heap.items[w.dlIdx].p != w {
 					t.Fatalf("queued waiter missing from the deadline index")
 				}
 			default:
@@ -257,7 +257,7 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 			}
 			prev, n = w, n+1
 		}
-		if n != tn.depth || tn.tail != prev {
+		if n != tn.depth || tn.queue.back() != prev {
 			t.Fatalf("tenant %q: depth %d, counted %d", key, tn.depth, n)
 		}
 		if cost != tn.queuedCost {
@@ -265,13 +265,13 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 		}
 		switch tn.place {
 		case placeReady:
-			if e := s.ready.items[tn.heapIdx]; e.t != tn || e.key != tn.tag() {
+			if e := s.ready.items[tn.heapIdx]; e.p != tn || e.key != tn.tag() {
 				t.Fatalf("tenant %q not at its ready-heap index or stale finish tag", key)
 			}
 		case placePending:
 			// Parked behind a hold, a tenant waits past its head's ready
 			// time.
-			if e := s.pending.items[tn.heapIdx]; e.t != tn || int64(e.key) < tn.head.readyAt {
+			if e := s.pending.items[tn.heapIdx]; e.p != tn || int64(e.key) < tn.head().readyAt {
 				t.Fatalf("tenant %q not at its pending-heap index or before its ready time", key)
 			}
 		case placeNone:
@@ -296,16 +296,13 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 	if s.ready.len()+s.pending.len()+inFlight != active {
 		t.Fatalf("heaps hold %d+%d tenants plus %d in flight, %d active", s.ready.len(), s.pending.len(), inFlight, active)
 	}
-	for _, h := range []*tenantHeap{&s.ready, &s.pending} {
-		for i := 1; i < h.len(); i++ {
-			if h.items[i].less(&h.items[(i-1)/4]) {
-				t.Fatalf("tenant heap out of order at %d", i)
-			}
-		}
+	for _, h := range []*minHeap[*tenant]{&s.ready, &s.pending} {
+		checkHeap(t, "tenant", h)
 	}
-	for i := 1; i < s.deadlines.heap.len(); i++ {
-		if s.deadlines.heap.items[i].deadline < s.deadlines.heap.items[(i-1)/2].deadline {
-			t.Fatalf("deadline heap out of order at %d", i)
+	checkHeap(t, "deadline", &s.deadlines.heap)
+	for i, e := range s.deadlines.heap.items {
+		if int64(e.key) != e.p.deadline || e.p.dlIdx != i {
+			t.Fatalf("deadline heap entry %d: key %d for deadline %d, index %d", i, e.key, e.p.deadline, e.p.dlIdx)
 		}
 	}
 	checkTags(t, s, queues)
@@ -327,6 +324,15 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 	for k, n := range keys {
 		if ks := s.keys[k]; ks == nil || ks.waiters != n {
 			t.Fatalf("key %q: %d waiters counted, table says %v", k, n, ks)
+		}
+	}
+}
+
+// checkHeap checks the heap order of h.
+func checkHeap[P any](t *testing.T, what string, h *minHeap[P]) {
+	for i := 1; i < h.len(); i++ {
+		if h.items[i].less(&h.items[(i-1)/4]) {
+			t.Fatalf("%s heap out of order at %d", what, i)
 		}
 	}
 }

@@ -1,68 +1,74 @@
 package fairqueue
 
-// The scheduler's heaps are concrete (not container/heap or generic) and keep
-// each element's sort key inline, so a sift compares integers without
-// dereferencing the element or calling through an interface. Each element
-// records its index so it can be removed in O(log n).
+// The scheduler's heaps keep each element's sort key inline, so a sift
+// compares integers without dereferencing the element or calling through an
+// interface or a type parameter's method. Each element's index lives in the
+// element itself, kept up to date through idx, so an element can be removed
+// or re-keyed in O(log n).
 
-// tenantEntry is one tenant in a tenantHeap. key is the virtual finish tag
-// (ready heap) or the head's ready time (pending heap); both are compared with
-// wrap-around arithmetic, exact while keys are within 2^63 of each other.
-type tenantEntry struct {
+// heapItem is one element of a minHeap.
+type heapItem[P any] struct {
+	// key orders the heap, compared with wrap-around arithmetic (exact
+	// while the keys are within 2^63 of each other): a virtual finish tag,
+	// a ready time or a deadline.
 	key uint64
+	// seq breaks ties in key: the order of arrival.
 	seq uint64
-	t   *tenant
+	// idx is the element's own index field, -1 once it leaves the heap.
+	idx *int
+	p   P
 }
 
-func (a *tenantEntry) less(b *tenantEntry) bool {
+func (a *heapItem[P]) less(b *heapItem[P]) bool {
 	if d := int64(a.key - b.key); d != 0 {
 		return d < 0
 	}
 	return a.seq < b.seq
 }
 
-// tenantHeap is a 4-ary min-heap of tenants by (key, arrival): half the depth
-// of a binary heap, which matters for the pop on every grant.
-type tenantHeap struct {
-	items []tenantEntry
+// minHeap is a 4-ary min-heap by (key, seq): half the depth of a binary
+// heap, which matters for the pop on every grant.
+type minHeap[P any] struct {
+	items []heapItem[P]
 }
 
-func (h *tenantHeap) len() int { return len(h.items) }
+func (h *minHeap[P]) len() int { return len(h.items) }
 
-func (h *tenantHeap) top() *tenant { return h.items[0].t }
+func (h *minHeap[P]) top() P { return h.items[0].p }
 
-func (h *tenantHeap) topKey() uint64 { return h.items[0].key }
+func (h *minHeap[P]) topKey() uint64 { return h.items[0].key }
 
-func (h *tenantHeap) push(t *tenant, key uint64) {
-	h.items = append(h.items, tenantEntry{key: key, seq: t.seq, t: t})
+// push adds p with key and seq; idx is p's index field.
+func (h *minHeap[P]) push(p P, key, seq uint64, idx *int) {
+	h.items = append(h.items, heapItem[P]{key: key, seq: seq, idx: idx, p: p})
 	i := len(h.items) - 1
-	t.heapIdx = i
+	*idx = i
 	h.up(i)
 }
 
-func (h *tenantHeap) pop() *tenant { return h.remove(0) }
+func (h *minHeap[P]) pop() P { return h.remove(0) }
 
-// remove deletes and returns the tenant at index i.
-func (h *tenantHeap) remove(i int) *tenant {
+// remove deletes and returns the element at index i.
+func (h *minHeap[P]) remove(i int) P {
 	n := len(h.items) - 1
-	t := h.items[i].t
+	e := h.items[i]
 	if i != n {
 		h.items[i] = h.items[n]
-		h.items[i].t.heapIdx = i
+		*h.items[i].idx = i
 	}
-	h.items[n] = tenantEntry{}
+	h.items[n] = heapItem[P]{}
 	h.items = h.items[:n]
 	if i != n {
 		if !h.down(i) {
 			h.up(i)
 		}
 	}
-	t.heapIdx = -1
-	return t
+	*e.idx = -1
+	return e.p
 }
 
 // fix replaces the key of the element at index i and restores the heap order.
-func (h *tenantHeap) fix(i int, key uint64) {
+func (h *minHeap[P]) fix(i int, key uint64) {
 	h.items[i].key = key
 	if !h.down(i) {
 		h.up(i)
@@ -70,9 +76,9 @@ func (h *tenantHeap) fix(i int, key uint64) {
 }
 
 // rekey replaces every key through keyOf and restores the heap order.
-func (h *tenantHeap) rekey(keyOf func(*tenant) uint64) {
+func (h *minHeap[P]) rekey(keyOf func(P) uint64) {
 	for i := range h.items {
-		h.items[i].key = keyOf(h.items[i].t)
+		h.items[i].key = keyOf(h.items[i].p)
 	}
 	if len(h.items) < 2 {
 		return
@@ -82,7 +88,7 @@ func (h *tenantHeap) rekey(keyOf func(*tenant) uint64) {
 	}
 }
 
-func (h *tenantHeap) up(i int) {
+func (h *minHeap[P]) up(i int) {
 	e := h.items[i]
 	for i > 0 {
 		p := (i - 1) / 4
@@ -90,15 +96,15 @@ func (h *tenantHeap) up(i int) {
 			break
 		}
 		h.items[i] = h.items[p]
-		h.items[i].t.heapIdx = i
+		*h.items[i].idx = i
 		i = p
 	}
 	h.items[i] = e
-	e.t.heapIdx = i
+	*e.idx = i
 }
 
 // down sifts element i0 towards the leaves and reports whether it moved.
-func (h *tenantHeap) down(i0 int) bool {
+func (h *minHeap[P]) down(i0 int) bool {
 	i, n := i0, len(h.items)
 	e := h.items[i]
 	for {
@@ -116,89 +122,10 @@ func (h *tenantHeap) down(i0 int) bool {
 			break
 		}
 		h.items[i] = h.items[c]
-		h.items[i].t.heapIdx = i
+		*h.items[i].idx = i
 		i = c
 	}
 	h.items[i] = e
-	e.t.heapIdx = i
-	return i > i0
-}
-
-// waiterEntry is one waiter in a waiterHeap, keyed by its deadline.
-type waiterEntry struct {
-	deadline int64
-	w        *waiter
-}
-
-// waiterHeap is a min-heap of queued waiters by deadline.
-type waiterHeap struct {
-	items []waiterEntry
-}
-
-func (h *waiterHeap) len() int { return len(h.items) }
-
-func (h *waiterHeap) top() *waiter { return h.items[0].w }
-
-func (h *waiterHeap) push(w *waiter) {
-	h.items = append(h.items, waiterEntry{deadline: w.deadline, w: w})
-	h.up(len(h.items) - 1)
-}
-
-// remove deletes and returns the waiter at index i.
-func (h *waiterHeap) remove(i int) *waiter {
-	n := len(h.items) - 1
-	w := h.items[i].w
-	if i != n {
-		h.items[i] = h.items[n]
-		h.items[i].w.dlIdx = i
-	}
-	h.items[n] = waiterEntry{}
-	h.items = h.items[:n]
-	if i != n {
-		if !h.down(i) {
-			h.up(i)
-		}
-	}
-	w.dlIdx = -1
-	return w
-}
-
-func (h *waiterHeap) up(i int) {
-	e := h.items[i]
-	for i > 0 {
-		p := (i - 1) / 2
-		if e.deadline >= h.items[p].deadline {
-			break
-		}
-		h.items[i] = h.items[p]
-		h.items[i].w.dlIdx = i
-		i = p
-	}
-	h.items[i] = e
-	e.w.dlIdx = i
-}
-
-// down sifts element i0 towards the leaves and reports whether it moved.
-func (h *waiterHeap) down(i0 int) bool {
-	i, n := i0, len(h.items)
-	e := h.items[i]
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		c := l
-		if r := l + 1; r < n && h.items[r].deadline < h.items[l].deadline {
-			c = r
-		}
-		if h.items[c].deadline >= e.deadline {
-			break
-		}
-		h.items[i] = h.items[c]
-		h.items[i].w.dlIdx = i
-		i = c
-	}
-	h.items[i] = e
-	e.w.dlIdx = i
+	*e.idx = i
 	return i > i0
 }

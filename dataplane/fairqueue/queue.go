@@ -117,9 +117,13 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 	if d, ok := ctx.Deadline(); ok {
 		deadline = min(deadline, q.toSched(d))
 	}
-	w, reason, pos, est := q.s.enqueue(now, r.Tenant, r.Dimension, r.LimitKeys, deadline, int64(r.RetryAfter), int64(r.Interval), r.Cost, r.Size)
+	a := arrival{
+		tenant: r.Tenant, dim: r.Dimension, keys: r.LimitKeys, deadline: deadline,
+		retryAfter: r.RetryAfter, interval: r.Interval, cost: r.Cost, size: r.Size,
+	}
+	w, reason, pos, est := q.s.enqueue(now, a)
 	if w == nil {
-		retryAfter := time.Duration(q.s.refusalRetry(now, r.Tenant, reason, est, int64(r.RetryAfter), int64(r.Interval), deadline, r.Cost))
+		retryAfter := time.Duration(q.s.refusalRetry(now, a, reason, est))
 		q.obs.Refused(r.Dimension, reason)
 		q.mu.Unlock()
 		return Result{Reason: reason, Position: pos, Estimate: time.Duration(est), RetryAfter: retryAfter}, nil

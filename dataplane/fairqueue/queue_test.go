@@ -83,6 +83,20 @@ func (b *fakeBucket) attempt() (bool, time.Duration, error) {
 	return ok, ra, nil
 }
 
+// attemptThen returns an Attempt on b that, when it passes, calls granted
+// with mu held.
+func (b *fakeBucket) attemptThen(mu *sync.Mutex, granted func()) Attempt {
+	return func() (bool, time.Duration, error) {
+		ok, ra := b.take()
+		if ok {
+			mu.Lock()
+			granted()
+			mu.Unlock()
+		}
+		return ok, ra, nil
+	}
+}
+
 func TestQueueAdmitsAfterRetryAfter(t *testing.T) {
 	clk := clocktesting.NewFakeClock(epoch)
 	q := New(clk, Bounds{}, Weights{}, nil)
@@ -353,15 +367,7 @@ func TestQueueWeightedFairness(t *testing.T) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i := range ws {
-		attempt := func() (bool, time.Duration, error) {
-			ok, ra := b.take()
-			if ok {
-				mu.Lock()
-				rb.grant(i)
-				mu.Unlock()
-			}
-			return ok, ra, nil
-		}
+		attempt := b.attemptThen(&mu, func() { rb.grant(i) })
 		for range perTenant {
 			wg.Add(1)
 			go func() {

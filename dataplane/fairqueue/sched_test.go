@@ -2,7 +2,6 @@ package fairqueue
 
 import (
 	"errors"
-	"math"
 	"testing"
 	"time"
 )
@@ -12,7 +11,7 @@ const ms = int64(time.Millisecond)
 // enq enqueues for tenant on the given keys with no deadline beyond MaxWait.
 func enq(t *testing.T, s *sched, now int64, tenant string, ra int64, keys ...string) *waiter {
 	t.Helper()
-	w, reason, _, _ := s.enqueue(now, tenant, "user", lk(keys...), noDeadline, ra, 0, 1, 0)
+	w, reason, _, _ := s.enqueue(now, arrival{tenant: tenant, dim: "user", keys: lk(keys...), deadline: noDeadline, retryAfter: time.Duration(ra), cost: 1})
 	if w == nil {
 		t.Fatalf("enqueue %s at %d: refused with %s", tenant, now, reason)
 	}
@@ -20,7 +19,7 @@ func enq(t *testing.T, s *sched, now int64, tenant string, ra int64, keys ...str
 }
 
 func TestEnqueueBounds(t *testing.T) {
-	type arrival struct {
+	type earlier struct {
 		tenant string
 		ra     int64
 	}
@@ -28,7 +27,7 @@ func TestEnqueueBounds(t *testing.T) {
 		name     string
 		bounds   Bounds
 		weights  Weights
-		before   []arrival
+		before   []earlier
 		tenant   string
 		ra       int64
 		deadline int64
@@ -38,7 +37,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "fits",
 			bounds:  Bounds{MaxQueueDepthPerTenant: 2},
-			before:  []arrival{{"a", 0}},
+			before:  []earlier{{"a", 0}},
 			tenant:  "a",
 			want:    "",
 			wantPos: 2,
@@ -46,7 +45,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "tenant queue full at the per-tenant bound",
 			bounds:  Bounds{MaxQueueDepthPerTenant: 2},
-			before:  []arrival{{"a", 0}, {"a", 0}, {"b", 0}},
+			before:  []earlier{{"a", 0}, {"a", 0}, {"b", 0}},
 			tenant:  "a",
 			want:    ReasonTenantQueueFull,
 			wantPos: 6, // third of a, two equal tenants: ceil(3*2/1)
@@ -54,7 +53,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "queue full at the total bound",
 			bounds:  Bounds{MaxTotalQueued: 3},
-			before:  []arrival{{"a", 0}, {"b", 0}, {"b", 0}},
+			before:  []earlier{{"a", 0}, {"b", 0}, {"b", 0}},
 			tenant:  "a",
 			want:    ReasonQueueFull,
 			wantPos: 4,
@@ -62,7 +61,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "tenant table full of active tenants: a new tenant shares an overflow queue",
 			bounds:  Bounds{MaxTenants: 2},
-			before:  []arrival{{"a", 0}, {"b", 0}},
+			before:  []earlier{{"a", 0}, {"b", 0}},
 			tenant:  "c",
 			want:    "",
 			wantPos: 3,
@@ -70,7 +69,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "tenant table full and both overflow queues of the hand full",
 			bounds:  Bounds{MaxTenants: 2, MaxQueueDepthPerTenant: 1},
-			before:  []arrival{{"a", 0}, {"b", 0}, {"c", 0}, {"c", 0}},
+			before:  []earlier{{"a", 0}, {"b", 0}, {"c", 0}, {"c", 0}},
 			tenant:  "c",
 			want:    ReasonTenantTableFull,
 			wantPos: 8, // second in an overflow queue, 4 queues active
@@ -78,7 +77,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "tenant table full does not stop a tracked tenant",
 			bounds:  Bounds{MaxTenants: 2},
-			before:  []arrival{{"a", 0}, {"b", 0}},
+			before:  []earlier{{"a", 0}, {"b", 0}},
 			tenant:  "b",
 			want:    "",
 			wantPos: 4,
@@ -86,7 +85,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "heavier tenant gets an earlier position",
 			weights: Weights{Default: 1, ByTenant: map[string]int{"h": 3}},
-			before:  []arrival{{"a", 0}, {"h", 0}},
+			before:  []earlier{{"a", 0}, {"h", 0}},
 			tenant:  "h",
 			want:    "",
 			wantPos: 3, // ceil(2*4/3)
@@ -118,7 +117,7 @@ func TestEnqueueBounds(t *testing.T) {
 		{
 			name:    "budget is checked before the bounds",
 			bounds:  Bounds{MaxQueueDepthPerTenant: 1, MaxWait: time.Second},
-			before:  []arrival{{"a", 0}},
+			before:  []earlier{{"a", 0}},
 			tenant:  "a",
 			ra:      2000 * ms,
 			want:    ReasonWaitExceedsBudget,
@@ -136,7 +135,7 @@ func TestEnqueueBounds(t *testing.T) {
 				dl = noDeadline
 			}
 			depth, tenants := s.depth, len(s.tenants)
-			w, reason, pos, _ := s.enqueue(0, tc.tenant, "user", lk("k"), dl, tc.ra, 0, 1, 0)
+			w, reason, pos, _ := s.enqueue(0, arrival{tenant: tc.tenant, dim: "user", keys: lk("k"), deadline: dl, retryAfter: time.Duration(tc.ra), cost: 1})
 			if reason != tc.want {
 				t.Fatalf("reason = %q, want %q", reason, tc.want)
 			}
@@ -172,7 +171,7 @@ func TestRequeueAndBudget(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSched(Bounds{}, Weights{})
-			first, _, _, _ := s.enqueue(0, "a", "user", lk("k"), tc.deadline, 10*ms, 0, 1, 0)
+			first, _, _, _ := s.enqueue(0, arrival{tenant: "a", dim: "user", keys: lk("k"), deadline: tc.deadline, retryAfter: time.Duration(10 * ms), cost: 1})
 			second := enq(t, s, 0, "a", 0, "k")
 			if w := s.next(5 * ms); w != nil {
 				t.Fatalf("granted before the Retry-After passed")
@@ -208,51 +207,6 @@ func TestRequeueAndBudget(t *testing.T) {
 				t.Fatalf("second waiter not granted after the head was admitted")
 			}
 		})
-	}
-}
-
-func TestExpiry(t *testing.T) {
-	s := newSched(Bounds{MaxWait: time.Hour}, Weights{})
-	var expired []*waiter
-	s.onDone = func(w *waiter) { expired = append(expired, w) }
-	// w1 waits behind a head whose attempt is still running when its deadline
-	// (100ms) comes.
-	head := enq(t, s, 0, "a", 0, "k")
-	w1, _, _, _ := s.enqueue(0, "a", "user", lk("k"), 100*ms, 0, 0, 1, 0)
-	if s.next(0) != head {
-		t.Fatalf("head not granted")
-	}
-	w2, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 60*ms, 0, 1, 0)
-	if w2 != nil {
-		t.Fatalf("waiter whose Retry-After exceeds its deadline was queued")
-	}
-	w3, _, _, _ := s.enqueue(0, "b", "user", lk("k2"), 50*ms, 10*ms, 0, 1, 0)
-	if wake, _ := s.nextWake(); wake != 10*ms {
-		t.Fatalf("next wake = %d, want the earliest ready time 10ms", wake)
-	}
-	if w := s.next(10 * ms); w != w3 {
-		t.Fatalf("w3 not granted at its ready time")
-	}
-	s.complete(10*ms, w3, false, 30*ms, nil) // ready again at 40ms, deadline 50ms
-	if w := s.next(49 * ms); w != w3 {
-		t.Fatalf("w3 not granted before its deadline")
-	}
-	s.complete(49*ms, w3, false, 1*ms, nil) // ready at 50ms == deadline: refused
-	if w3.state != stateDone || w3.reason != ReasonWaitExceedsBudget {
-		t.Fatalf("w3: state %d reason %q, want done with wait_exceeds_budget", w3.state, w3.reason)
-	}
-	if w := s.next(99 * ms); w != nil || len(expired) != 0 {
-		t.Fatalf("w1 granted or expired before its ready time / deadline")
-	}
-	if w := s.next(100 * ms); w != nil {
-		t.Fatalf("w1 granted exactly at its deadline")
-	}
-	if len(expired) != 1 || expired[0] != w1 || w1.reason != ReasonDeadlineExceeded {
-		t.Fatalf("w1 not expired with deadline_exceeded at its deadline: %v", expired)
-	}
-	s.complete(100*ms, head, true, 0, nil)
-	if s.depth != 0 || s.active != 0 || s.hasWaiters(LimitKey{Key: "k"}) {
-		t.Errorf("queue not empty after expiry: depth %d active queues %d", s.depth, s.active)
 	}
 }
 
@@ -335,27 +289,6 @@ func TestAttemptError(t *testing.T) {
 	}
 }
 
-func TestReweightKeepsOrder(t *testing.T) {
-	s := newSched(Bounds{MaxWait: time.Hour}, Weights{Default: 1})
-	var order []*waiter
-	for range 3 {
-		order = append(order, enq(t, s, 0, "a", 0, "k"))
-		enq(t, s, 0, "b", 0, "k")
-	}
-	s.setWeights(Weights{Default: 1, ByTenant: map[string]int{"a": 100}})
-	// With a weight of 100, a's three waiters go first and in FIFO order.
-	for i, want := range order {
-		w := s.next(0)
-		if w != want {
-			t.Fatalf("grant %d: got tenant %s, want a's waiter %d in order", i, w.tenant, i)
-		}
-		s.complete(0, w, true, 0, nil)
-	}
-	if s.depth != 3 || s.active != 1 {
-		t.Errorf("b's waiters lost by reweighting: depth %d", s.depth)
-	}
-}
-
 func TestTightenedBoundsNeverEvict(t *testing.T) {
 	s := newSched(Bounds{}, Weights{})
 	for range 4 {
@@ -365,62 +298,10 @@ func TestTightenedBoundsNeverEvict(t *testing.T) {
 	if s.depth != 4 {
 		t.Fatalf("tightened bounds evicted waiters: depth %d", s.depth)
 	}
-	if _, reason, pos, _ := s.enqueue(0, "a", "user", nil, noDeadline, 0, 0, 1, 0); reason != ReasonTenantQueueFull || pos != 5 {
+	if _, reason, pos, _ := s.enqueue(0, arrival{tenant: "a", dim: "user", deadline: noDeadline, cost: 1}); reason != ReasonTenantQueueFull || pos != 5 {
 		t.Errorf("new arrival: reason %q pos %d, want tenant_queue_full at 5", reason, pos)
 	}
-	if _, reason, _, _ := s.enqueue(0, "b", "user", nil, noDeadline, 0, 0, 1, 0); reason != ReasonQueueFull {
+	if _, reason, _, _ := s.enqueue(0, arrival{tenant: "b", dim: "user", deadline: noDeadline, cost: 1}); reason != ReasonQueueFull {
 		t.Errorf("new tenant: reason %q, want queue_full", reason)
-	}
-}
-
-func TestPositionOf(t *testing.T) {
-	mixed := 20.0 / 11 // mean grant cost of sizes 10 and 1 at equal weights
-	cases := []struct {
-		name                   string
-		k                      int
-		upTo, c                uint64
-		w, sumW                int
-		meanCost               float64
-		want                   int
-		wantGrants, wantCostAh float64
-	}{
-		{name: "alone", k: 1, upTo: 1, c: 1, w: 1, sumW: 1, meanCost: 1, want: 1},
-		{name: "first of three equal", k: 1, upTo: 1, c: 1, w: 1, sumW: 3, meanCost: 1, want: 3, wantGrants: 2, wantCostAh: 2},
-		{name: "second at weight 2 of 3", k: 2, upTo: 2, c: 1, w: 2, sumW: 3, meanCost: 1, want: 3, wantGrants: 2, wantCostAh: 2},
-		{name: "first at weight 5 of 8", k: 1, upTo: 1, c: 1, w: 5, sumW: 8, meanCost: 1, want: 2, wantGrants: 0.6, wantCostAh: 0.6},
-		{name: "fourth at weight 5 of 8", k: 4, upTo: 4, c: 1, w: 5, sumW: 8, meanCost: 1, want: 7, wantGrants: 5.4, wantCostAh: 5.4},
-		// Sizes 10 and 1 at equal weights: ten grants of 1 go before a
-		// request of 10, and a tenth of one grant of 10 before each of 1.
-		{name: "size 10 vs size 1", k: 1, upTo: 10, c: 10, w: 1, sumW: 2, meanCost: mixed, want: 11, wantGrants: 10, wantCostAh: 10},
-		{name: "size 1 vs size 10", k: 1, upTo: 1, c: 1, w: 1, sumW: 2, meanCost: mixed, want: 2, wantGrants: 0.1, wantCostAh: 1},
-		{name: "fifth of size 1 vs size 10", k: 5, upTo: 5, c: 1, w: 1, sumW: 2, meanCost: mixed, want: 6, wantGrants: 4.5, wantCostAh: 9},
-		// A mean inconsistent with the tenant's own sizes falls back to
-		// the overall mean.
-		{name: "inconsistent mean", k: 1, upTo: 1, c: 1, w: 1, sumW: 2, meanCost: 5, want: 2, wantGrants: 0.2, wantCostAh: 1},
-		{name: "huge cost saturates", k: 32, upTo: 32 * MaxCost, c: MaxCost, w: 1, sumW: 1 << 30, meanCost: 1, want: math.MaxInt32, wantGrants: 31 + 32*MaxCost*float64(1<<30-1), wantCostAh: 31*MaxCost + 32*MaxCost*float64(1<<30-1)},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, grants, cost := positionOf(tc.k, tc.upTo, tc.c, tc.w, tc.sumW, tc.meanCost)
-			near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, b) }
-			if got != tc.want || !near(grants, tc.wantGrants) || !near(cost, tc.wantCostAh) {
-				t.Errorf("positionOf = %d, %v grants, %v cost ahead; want %d, %v, %v", got, grants, cost, tc.want, tc.wantGrants, tc.wantCostAh)
-			}
-			if tc.upTo == uint64(tc.k) && tc.meanCost == 1 {
-				if got, grants := unitPositionOf(tc.k, tc.w, tc.sumW); got != tc.want || !near(grants, tc.wantGrants) {
-					t.Errorf("unitPositionOf = %d, %v grants; want %d, %v", got, grants, tc.want, tc.wantGrants)
-				}
-			}
-		})
-	}
-}
-
-func TestWeightClamp(t *testing.T) {
-	w := Weights{Default: 0, ByTenant: map[string]int{"neg": -3, "huge": 1 << 30, "three": 3}}
-	cases := map[string]int{"other": 1, "neg": 1, "huge": MaxWeight, "three": 3}
-	for tenant, want := range cases {
-		if got := w.weightOf(tenant); got != want {
-			t.Errorf("weightOf(%q) = %d, want %d", tenant, got, want)
-		}
 	}
 }

@@ -62,7 +62,7 @@ func (m *sim) arrive(tenant string) (admittedNow bool, w *waiter, reason Reason)
 		}
 		ra = r
 	}
-	w, reason, _, _ = m.s.enqueue(m.now, tenant, "user", m.key, noDeadline, ra, 0, 1, 0)
+	w, reason, _, _ = m.s.enqueue(m.now, arrival{tenant: tenant, dim: "user", keys: m.key, deadline: noDeadline, retryAfter: time.Duration(ra), cost: 1})
 	return false, w, reason
 }
 

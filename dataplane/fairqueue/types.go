@@ -76,22 +76,20 @@ func DefaultBounds() Bounds {
 
 // withDefaults fills zero or negative fields with the defaults.
 func (b Bounds) withDefaults() Bounds {
-	if b.MaxQueueDepthPerTenant <= 0 {
-		b.MaxQueueDepthPerTenant = DefaultMaxQueueDepthPerTenant
-	}
-	if b.MaxTotalQueued <= 0 {
-		b.MaxTotalQueued = DefaultMaxTotalQueued
-	}
-	if b.MaxTenants <= 0 {
-		b.MaxTenants = DefaultMaxTenants
-	}
-	if b.MaxInFlight <= 0 {
-		b.MaxInFlight = DefaultMaxInFlight
-	}
-	if b.MaxWait <= 0 {
-		b.MaxWait = DefaultMaxWait
-	}
+	b.MaxQueueDepthPerTenant = orDefault(b.MaxQueueDepthPerTenant, DefaultMaxQueueDepthPerTenant)
+	b.MaxTotalQueued = orDefault(b.MaxTotalQueued, DefaultMaxTotalQueued)
+	b.MaxTenants = orDefault(b.MaxTenants, DefaultMaxTenants)
+	b.MaxInFlight = orDefault(b.MaxInFlight, DefaultMaxInFlight)
+	b.MaxWait = orDefault(b.MaxWait, DefaultMaxWait)
 	return b
+}
+
+// orDefault returns v, or def when v is zero or negative.
+func orDefault[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // Weights gives each tenant its relative share of admissions while backlogged.
@@ -108,8 +106,9 @@ type Weights struct {
 // count as MaxWeight.
 const MaxWeight = 1 << 20
 
-// weightOf returns the effective weight of tenant, within [1, MaxWeight].
-func (w *Weights) weightOf(tenant string) int {
+// Of returns the effective weight of tenant: its entry in ByTenant, or
+// Default, clamped to [1, MaxWeight].
+func (w Weights) Of(tenant string) int {
 	v, ok := w.ByTenant[tenant]
 	if !ok {
 		v = w.Default
@@ -117,8 +116,8 @@ func (w *Weights) weightOf(tenant string) int {
 	return min(max(v, 1), MaxWeight)
 }
 
-// clone returns a copy that does not alias the caller's map.
-func (w Weights) clone() Weights {
+// Clone returns a copy that does not alias w's map.
+func (w Weights) Clone() Weights {
 	c := Weights{Default: w.Default, ByTenant: make(map[string]int, len(w.ByTenant))}
 	for k, v := range w.ByTenant {
 		c.ByTenant[k] = v

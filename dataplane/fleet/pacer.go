@@ -192,10 +192,7 @@ func New(clk clock.WithTicker, opts Options, log logr.Logger) (*Pacer, error) {
 
 // SetWeights sets the tenant weights, the same ones given to the fair queue.
 func (p *Pacer) SetWeights(w fairqueue.Weights) {
-	c := fairqueue.Weights{Default: w.Default, ByTenant: make(map[string]int, len(w.ByTenant))}
-	for k, v := range w.ByTenant {
-		c.ByTenant[k] = v
-	}
+	c := w.Clone()
 	p.mu.Lock()
 	p.weights = c
 	p.mu.Unlock()
@@ -230,11 +227,7 @@ func (p *Pacer) capacityLocked(key string) float64 {
 }
 
 func (p *Pacer) weightLocked(tenant string) int {
-	w, ok := p.weights.ByTenant[tenant]
-	if !ok {
-		w = p.weights.Default
-	}
-	return min(max(w, 1), fairqueue.MaxWeight)
+	return p.weights.Of(tenant)
 }
 
 // stateLocked returns tenant's state on key, creating it within the bounds;

@@ -24,11 +24,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/go-logr/logr"
+	"github.com/redis/go-redis/v9"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
 )
 
 // The simulation runs replicas on one fake clock in 1 ms ticks. Each replica
@@ -69,6 +72,10 @@ type simScenario struct {
 	replicas int
 	shared   bool // one bucket for the fleet (Redis) instead of one per replica
 	paced    bool // fleet pacer on
+	// redis keeps the shared bucket and the pacers' exchange in Redis (the
+	// Redis store's script and RedisExchange's, on miniredis, whose TIME
+	// follows the fake clock) instead of in process.
+	redis    bool
 	loads    []simLoad
 	duration time.Duration
 	// scaleAt, when set, kills the last replica at that time without a
@@ -102,14 +109,28 @@ func simulate(t *testing.T, sc simScenario, windows ...[2]time.Duration) simResu
 	for _, l := range sc.loads {
 		weights.ByTenant[l.tenant] = l.weight
 	}
-	ex := NewMemoryExchange(clk)
+	var (
+		ex         Exchange = NewMemoryExchange(clk)
+		store      limiter.Store
+		setRedisAt = func(time.Time) {}
+	)
+	if sc.redis {
+		m := miniredis.RunT(t)
+		client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		rs := redisstore.NewWithClient(client, redisstore.Options{Namespace: "ns", Policy: "p"})
+		t.Cleanup(func() { _ = rs.Close(); _ = client.Close() })
+		ex, store, setRedisAt = NewRedisExchange(client, redisstore.KeyPrefix("ns", "p")+"fleet:"), rs, m.SetTime
+	}
 	var shared *limiter.Limiter
 	newLimiter := func() *limiter.Limiter {
-		l, err := limiter.New(limits, limiter.Options{})
+		l, err := limiter.New(limits, limiter.Options{Store: store})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return l
+	}
+	if sc.redis && !sc.shared {
+		t.Fatal("a Redis store is shared by every replica: set shared too")
 	}
 	if sc.shared {
 		shared = newLimiter()
@@ -172,6 +193,7 @@ func simulate(t *testing.T, sc simScenario, windows ...[2]time.Duration) simResu
 	ctx := context.Background()
 	for el := time.Duration(0); el < sc.duration; el += simTick {
 		now := simT0.Add(el)
+		setRedisAt(now)
 		if sc.scaleAt > 0 && el == sc.scaleAt {
 			dead := reps[sc.replicas-1]
 			dead.alive = false
@@ -351,6 +373,32 @@ func TestFleetScaleThreeToTwo(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFleetSharesOnRedis is the scenario with the shared bucket and
+// the pacers' exchange in Redis, on the fake clock: the Redis store's script
+// and RedisExchange's run on miniredis, whose TIME is the simulation's. Three
+// replicas must give 0.2/0.2/0.6 of 90/s, and two after one goes away. (The
+// same scenario in real time on a real redis-server, through the admission
+// controller and its fair queue, is TestRealRedisFleet, behind the soak
+// build tag.)
+func TestFleetSharesOnRedis(t *testing.T) {
+	warm, scale, end := 3*time.Second, 12*time.Second, 21*time.Second
+	res := simulate(t, simScenario{replicas: 3, shared: true, paced: true, redis: true, loads: skewed(), duration: end, scaleAt: scale, seed: 1},
+		[2]time.Duration{warm, scale}, [2]time.Duration{scale + time.Second, end})
+	for _, w := range [][2]time.Duration{{warm, scale}, {scale + time.Second, end}} {
+		rates, total := res.rates(w[0], w[1])
+		t.Logf("%s-%s: shares A=%.3f B=%.3f C=%.3f, total %.1f/s", w[0], w[1],
+			shareOf(rates, total, "A"), shareOf(rates, total, "B"), shareOf(rates, total, "C"), total)
+		if !within(total, 90, 0.03) {
+			t.Errorf("%s-%s: total %.1f/s, want within 3%% of 90/s", w[0], w[1], total)
+		}
+		for tenant, want := range map[string]float64{"A": 0.2, "B": 0.2, "C": 0.6} {
+			if s := shareOf(rates, total, tenant); !within(s, want, 0.05) {
+				t.Errorf("%s-%s: tenant %s has share %.3f, want within 5%% of %.1f", w[0], w[1], tenant, s, want)
+			}
+		}
 	}
 }
 

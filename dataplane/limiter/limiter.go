@@ -116,9 +116,9 @@ type Limiter struct {
 type resolved struct {
 	on        [NumDimensions]bool
 	limits    [NumDimensions]shaped
-	overrides map[string]shaped
+	overrides map[string]*shaped
 	// tokenOverrides replaces limits[DimensionModelTokens] per model.
-	tokenOverrides map[string]shaped
+	tokenOverrides map[string]*shaped
 }
 
 // New returns a Limiter for cfg, or an error naming the invalid limit.
@@ -145,8 +145,8 @@ func (l *Limiter) SetConfig(cfg Config) error {
 		return fmt.Errorf("invalid rate limits, keeping the previous ones: %w", err)
 	}
 	r := &resolved{
-		overrides:      make(map[string]shaped, len(cfg.ModelOverrides)),
-		tokenOverrides: make(map[string]shaped, len(cfg.ModelTokenOverrides)),
+		overrides:      make(map[string]*shaped, len(cfg.ModelOverrides)),
+		tokenOverrides: make(map[string]*shaped, len(cfg.ModelTokenOverrides)),
 	}
 	for d, lim := range cfg.limits() {
 		if lim != nil {
@@ -154,10 +154,12 @@ func (l *Limiter) SetConfig(cfg Config) error {
 		}
 	}
 	for m, lim := range cfg.ModelOverrides {
-		r.overrides[m] = shapeOf(lim)
+		s := shapeOf(lim)
+		r.overrides[m] = &s
 	}
 	for m, lim := range cfg.ModelTokenOverrides {
-		r.tokenOverrides[m] = shapeOf(lim)
+		s := shapeOf(lim)
+		r.tokenOverrides[m] = &s
 	}
 	l.cfg.Store(r)
 	return nil
@@ -170,23 +172,27 @@ func (l *Limiter) TakePreAuth(now time.Time, client string) (Decision, error) {
 	r := l.cfg.Load()
 	var b Batch
 	if r.on[DimensionGlobal] {
-		b.add(DimensionGlobal, "", r.limits[DimensionGlobal], 0)
+		b.add(DimensionGlobal, "", &r.limits[DimensionGlobal], 0)
 	}
 	if r.on[DimensionClient] && client != "" {
-		b.add(DimensionClient, client, r.limits[DimensionClient], 0)
+		b.add(DimensionClient, client, &r.limits[DimensionClient], 0)
 	}
-	return l.take(now, b)
+	return l.take(now, &b)
 }
 
 // TakeIdentity checks the api key, user, team and model buckets that apply to
 // k and charges all of them or none.
 func (l *Limiter) TakeIdentity(now time.Time, k Keys) (Decision, error) {
-	return l.take(now, l.identityBatch(k))
+	var b Batch
+	l.identityBatch(&b, k)
+	return l.take(now, &b)
 }
 
 // PeekIdentity reports what TakeIdentity would decide, without charging.
 func (l *Limiter) PeekIdentity(now time.Time, k Keys) (Decision, error) {
-	return l.store.Peek(now, l.identityBatch(k))
+	var b Batch
+	l.identityBatch(&b, k)
+	return l.store.Peek(now, b)
 }
 
 // RefundIdentity gives back the identity tokens a TakeIdentity for k charged,
@@ -194,7 +200,8 @@ func (l *Limiter) PeekIdentity(now time.Time, k Keys) (Decision, error) {
 // token is lost to it (SPEC section 2). Buckets whose limit was switched off
 // since are left alone.
 func (l *Limiter) RefundIdentity(now time.Time, k Keys) error {
-	b := l.identityBatch(k)
+	var b Batch
+	l.identityBatch(&b, k)
 	if b.n == 0 {
 		return nil
 	}
@@ -204,40 +211,40 @@ func (l *Limiter) RefundIdentity(now time.Time, k Keys) error {
 	return nil
 }
 
-func (l *Limiter) identityBatch(k Keys) Batch {
+// identityBatch fills b with the request-count buckets that apply to k.
+func (l *Limiter) identityBatch(b *Batch, k Keys) {
 	r := l.cfg.Load()
-	return r.keysBatch(k, 0, r.overrides, 0)
+	r.keysBatch(b, k, 0, r.overrides, 0)
 }
 
-// tokenBatch is the token buckets that apply to k, each asking for cost.
-func (l *Limiter) tokenBatch(k Keys, cost int64) Batch {
+// tokenBatch fills b with the token buckets that apply to k, each asking
+// for cost.
+func (l *Limiter) tokenBatch(b *Batch, k Keys, cost int64) {
 	r := l.cfg.Load()
-	return r.keysBatch(k, tokenOffset, r.tokenOverrides, cost)
+	r.keysBatch(b, k, tokenOffset, r.tokenOverrides, cost)
 }
 
-// keysBatch returns the buckets of k's api key, user, team and model in the
-// dimensions shifted by offset from DimensionAPIKey..DimensionModel (0 for
-// the request-count buckets, tokenOffset for the token buckets), each asking
-// for cost; overrides replaces the model dimension's limit per model.
-func (r *resolved) keysBatch(k Keys, offset Dimension, overrides map[string]shaped, cost int64) Batch {
-	var b Batch
+// keysBatch adds to b the buckets of k's api key, user, team and model in
+// the dimensions shifted by offset from DimensionAPIKey..DimensionModel (0
+// for the request-count buckets, tokenOffset for the token buckets), each
+// asking for cost; overrides replaces the model dimension's limit per model.
+func (r *resolved) keysBatch(b *Batch, k Keys, offset Dimension, overrides map[string]*shaped, cost int64) {
 	if d := DimensionAPIKey + offset; r.on[d] && k.APIKey != "" {
-		b.add(d, k.APIKey, r.limits[d], cost)
+		b.add(d, k.APIKey, &r.limits[d], cost)
 	}
 	if d := DimensionUser + offset; r.on[d] && k.User != "" {
-		b.add(d, k.User, r.limits[d], cost)
+		b.add(d, k.User, &r.limits[d], cost)
 	}
 	if d := DimensionTeam + offset; r.on[d] && k.Team != "" {
-		b.add(d, k.Team, r.limits[d], cost)
+		b.add(d, k.Team, &r.limits[d], cost)
 	}
 	if d := DimensionModel + offset; k.Model != "" {
 		if lim, ok := overrides[k.Model]; ok {
 			b.add(d, k.Model, lim, cost)
 		} else if r.on[d] {
-			b.add(d, k.Model, r.limits[d], cost)
+			b.add(d, k.Model, &r.limits[d], cost)
 		}
 	}
-	return b
 }
 
 // TakeTokens checks the token buckets (api key, user, team, model) that apply
@@ -248,12 +255,16 @@ func (r *resolved) keysBatch(k Keys, offset Dimension, overrides map[string]shap
 // RetryAfter is the time until every refusing bucket holds n tokens, and its
 // LimitType a token dimension.
 func (l *Limiter) TakeTokens(now time.Time, k Keys, n int64) (Decision, error) {
-	return l.take(now, l.tokenBatch(k, n))
+	var b Batch
+	l.tokenBatch(&b, k, n)
+	return l.take(now, &b)
 }
 
 // PeekTokens reports what TakeTokens would decide, without charging.
 func (l *Limiter) PeekTokens(now time.Time, k Keys, n int64) (Decision, error) {
-	return l.store.Peek(now, l.tokenBatch(k, n))
+	var b Batch
+	l.tokenBatch(&b, k, n)
+	return l.store.Peek(now, b)
 }
 
 // SettleTokens corrects the token buckets of k once a request's actual usage
@@ -266,7 +277,8 @@ func (l *Limiter) SettleTokens(now time.Time, k Keys, delta int64) error {
 	if delta == 0 {
 		return nil
 	}
-	b := l.tokenBatch(k, delta)
+	var b Batch
+	l.tokenBatch(&b, k, delta)
 	if b.n == 0 {
 		return nil
 	}
@@ -293,30 +305,33 @@ func (l *Limiter) HasTokenLimits(k Keys) bool {
 // TakeBackend charges the named backend's bucket at dispatch. A refused
 // backend should be dropped from the candidates; it is never queued.
 func (l *Limiter) TakeBackend(now time.Time, name string) (Decision, error) {
-	return l.take(now, l.backendBatch(name))
+	var b Batch
+	l.backendBatch(&b, name)
+	return l.take(now, &b)
 }
 
 // HasBackendToken reports whether the named backend's bucket has a token now,
 // without charging it, so exhausted backends can be skipped at selection.
 func (l *Limiter) HasBackendToken(now time.Time, name string) (bool, error) {
-	d, err := l.store.Peek(now, l.backendBatch(name))
+	var b Batch
+	l.backendBatch(&b, name)
+	d, err := l.store.Peek(now, b)
 	return d.Allowed, err
 }
 
-func (l *Limiter) backendBatch(name string) Batch {
-	r := l.cfg.Load()
-	var b Batch
-	if r.on[DimensionBackend] {
-		b.add(DimensionBackend, name, r.limits[DimensionBackend], 0)
+// backendBatch fills b with the named backend's bucket, when limited.
+func (l *Limiter) backendBatch(b *Batch, name string) {
+	if r := l.cfg.Load(); r.on[DimensionBackend] {
+		b.add(DimensionBackend, name, &r.limits[DimensionBackend], 0)
 	}
-	return b
 }
 
-func (l *Limiter) take(now time.Time, b Batch) (Decision, error) {
+// take charges b and tells the observer the outcome of each bucket.
+func (l *Limiter) take(now time.Time, b *Batch) (Decision, error) {
 	if b.n == 0 {
 		return Decision{Allowed: true}, nil
 	}
-	d, err := l.store.Take(now, b)
+	d, err := l.store.Take(now, *b)
 	if err != nil {
 		d = Decision{}
 	}

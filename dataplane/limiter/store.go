@@ -64,16 +64,18 @@ type Batch struct {
 // Add appends a request for one token. It panics when the batch is full, a
 // programming error.
 func (b *Batch) Add(d Dimension, key string, l Limit) {
-	b.add(d, key, shapeOf(l), 0)
+	s := shapeOf(l)
+	b.add(d, key, &s, 0)
 }
 
 // AddCost appends a request for cost tokens (see Request.Cost). It panics
 // when the batch is full, a programming error.
 func (b *Batch) AddCost(d Dimension, key string, l Limit, cost int64) {
-	b.add(d, key, shapeOf(l), cost)
+	s := shapeOf(l)
+	b.add(d, key, &s, cost)
 }
 
-func (b *Batch) add(d Dimension, key string, s shaped, cost int64) {
+func (b *Batch) add(d Dimension, key string, s *shaped, cost int64) {
 	b.reqs[b.n] = Request{Dimension: d, Key: key, Limit: s.Limit, Cost: cost, interval: s.interval, window: s.window}
 	b.n++
 }

@@ -1,30 +1,19 @@
 // Package proxy holds the data plane's upstream side: the configured backends,
-// round-robin selection among the ones that still have per-backend capacity,
-// and per backend a forwarding path that streams responses (server-sent
-// events included) as they arrive. It sends what httputil.ReverseProxy with
-// SetURL and SetXForwarded sends, and relays what it relays, at less cost per
-// request; protocol upgrades go through such a ReverseProxy.
+// weighted round-robin selection among the ones that still have per-backend
+// capacity, and per backend an httputil.ReverseProxy that streams responses
+// (server-sent events included) as they arrive, answers 502 when the upstream
+// fails before any byte of its response reached the client, and sends a
+// request again when the upstream closed a reused connection unanswered.
 package proxy
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log"
-	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
-	"sync"
 	"sync/atomic"
 	"time"
 )
-
-// bufferSize is the copy buffer size used for response bodies; it matches the
-// io.Copy default so pooled buffers behave like the stdlib ones.
-const bufferSize = 32 << 10
 
 // Target names one upstream the proxy may send requests to.
 type Target struct {
@@ -34,94 +23,6 @@ type Target struct {
 	URL string
 	// Weight is the backend's relative share of requests; 0 means 1.
 	Weight int
-}
-
-// Backend is one parsed upstream with its own reverse proxy.
-type Backend struct {
-	name   string
-	target *url.URL
-	// transport and buffers serve forward, the path of every request but
-	// protocol upgrades, which take proxy.
-	transport    http.RoundTripper
-	buffers      *bufferPool
-	proxy        *httputil.ReverseProxy
-	errorHandler func(http.ResponseWriter, *http.Request, error)
-	bodyError    func(r *http.Request, backend string, err error, committed bool)
-}
-
-// Name returns the backend's configured name.
-func (b *Backend) Name() string { return b.name }
-
-// ErrResponseBrokeOff is what Options.ErrorHandler and
-// Options.ResponseBodyError receive when a backend's response ended before
-// its body was complete (the backend closed or reset the connection).
-var ErrResponseBrokeOff = errors.New("the backend's response ended before its body was complete")
-
-// ServeHTTP proxies r to the backend and streams the response into w.
-// Errors reaching the backend are reported through Options.ErrorHandler.
-//
-// The response status and headers are held back until the first body byte
-// (or a flush), so that a response breaking off before any byte reached
-// the client is answered through Options.ErrorHandler (a 502) instead of a
-// bare connection reset. A response breaking off later is aborted, the only
-// way left to tell the client it is incomplete. Both are reported to
-// Options.ResponseBodyError. Aborting relies on net/http's server: the
-// handler panics with http.ErrAbortHandler.
-//
-// Every request but a protocol upgrade takes forward; an upgrade takes
-// httputil.ReverseProxy, which signals a broken body by panicking with
-// http.ErrAbortHandler itself.
-func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b.Forward(r.Context(), w, r)
-}
-
-// Forward is ServeHTTP with ctx in place of r's context, which saves the
-// caller a copy of r when all it has to change is the context (a deadline).
-func (b *Backend) Forward(ctx context.Context, w http.ResponseWriter, r *http.Request) {
-	rw := &relayWriter{ResponseWriter: w}
-	rw.snapshotHeader()
-	if !isUpgrade(r.Header) {
-		b.forward(ctx, rw, r)
-		return
-	}
-	if ctx != r.Context() {
-		r = r.WithContext(ctx)
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			if v != http.ErrAbortHandler { //nolint:errorlint // ReverseProxy panics with this exact value
-				panic(v)
-			}
-			b.brokeOff(ctx, rw, r)
-		}
-	}()
-	b.proxy.ServeHTTP(rw, r)
-	rw.commit() // a response without a body
-}
-
-// brokeOff handles a response whose relay failed (ReverseProxy's
-// ErrAbortHandler panic): an error answer when nothing has reached the
-// client yet, else the abort carries on.
-func (b *Backend) brokeOff(ctx context.Context, rw *relayWriter, r *http.Request) {
-	// A write error or an ended request context means the client left or
-	// the total timeout ran out: not the backend's doing.
-	upstreamFault := rw.writeErr == nil && ctx.Err() == nil
-	if rw.committed {
-		if upstreamFault && b.bodyError != nil {
-			b.bodyError(r, b.name, ErrResponseBrokeOff, true)
-		}
-		panic(http.ErrAbortHandler)
-	}
-	rw.restoreHeader()
-	rw.committed = true // the error answer goes straight to the client
-	if b.errorHandler != nil {
-		b.errorHandler(rw.ResponseWriter, r, ErrResponseBrokeOff)
-	} else {
-		rw.ResponseWriter.WriteHeader(http.StatusBadGateway)
-	}
-	if upstreamFault && b.bodyError != nil {
-		b.bodyError(r, b.name, ErrResponseBrokeOff, false)
-	}
 }
 
 // Options tunes the pool's transport and error handling. Zero values pick
@@ -161,10 +62,11 @@ func NewPool(targets []Target, opts Options) (*Pool, error) {
 	if len(targets) == 0 {
 		return nil, errors.New("proxy: no backends configured; add at least one entry to backends")
 	}
-	transport := opts.Transport
-	if transport == nil {
-		transport = NewTransport()
+	var transport http.RoundTripper = NewTransport()
+	if opts.Transport != nil {
+		transport = opts.Transport
 	}
+	transport = staleRetry{next: transport}
 	buffers := newBufferPool()
 	seen := make(map[string]bool, len(targets))
 	p := &Pool{backends: make([]*Backend, 0, len(targets))}
@@ -180,44 +82,10 @@ func NewPool(targets []Target, opts Options) (*Pool, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("proxy: backends[%d].url %q is not an absolute http(s) URL", i, t.URL)
 		}
-		p.backends = append(p.backends, &Backend{
-			name:         t.Name,
-			target:       u,
-			transport:    transport,
-			buffers:      buffers,
-			errorHandler: opts.ErrorHandler,
-			bodyError:    opts.ResponseBodyError,
-			proxy: &httputil.ReverseProxy{
-				Rewrite: func(pr *httputil.ProxyRequest) {
-					pr.SetURL(u)
-					pr.SetXForwarded()
-				},
-				Transport:  transport,
-				BufferPool: buffers,
-				// FlushInterval stays 0: ReverseProxy already flushes every
-				// write for text/event-stream and for bodies of unknown length,
-				// which is what streaming completions use, while whole JSON
-				// bodies are not flushed write by write.
-				ErrorHandler: opts.ErrorHandler,
-				// Every failure reaches ErrorHandler or ResponseBodyError,
-				// which log it in the data plane's structured form.
-				ErrorLog: discardLog,
-			},
-		})
+		p.backends = append(p.backends, newBackend(t.Name, u, transport, buffers, opts))
 	}
 	p.order = smoothOrder(targets)
 	return p, nil
-}
-
-// BufferedBody is a request body held in memory in full. The forwarding
-// path sends such a body from memory, in the same write as the request
-// headers, instead of flushing the headers first and copying the body after
-// them.
-type BufferedBody interface {
-	io.ReadCloser
-	// BufferedReader returns the reader the body is read through; the
-	// proxy is its only reader.
-	BufferedReader() *bytes.Reader
 }
 
 // smoothOrder returns one period of the smooth weighted round-robin order
@@ -288,49 +156,4 @@ func (p *Pool) Pick(take TakeFunc) (*Backend, time.Duration) {
 		}
 	}
 	return nil, shortest
-}
-
-// NewTransport returns the upstream transport: bounded dial and TLS
-// handshake times and a generous idle pool, but no response-header timeout,
-// because LLM backends may think for a long time; the caller bounds the whole
-// exchange with the request's total-timeout deadline instead.
-func NewTransport() *http.Transport {
-	return &http.Transport{
-		Proxy: nil,
-		DialContext: (&net.Dialer{
-			Timeout:   5 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          512,
-		MaxIdleConnsPerHost:   128,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
-		ExpectContinueTimeout: time.Second,
-	}
-}
-
-// discardLog silences httputil.ReverseProxy's own log lines.
-var discardLog = log.New(io.Discard, "", 0)
-
-// bufferPool recycles response copy buffers between requests.
-type bufferPool struct{ pool sync.Pool }
-
-func newBufferPool() *bufferPool {
-	return &bufferPool{pool: sync.Pool{New: func() any {
-		b := make([]byte, bufferSize)
-		return &b
-	}}}
-}
-
-// Get returns a buffer of bufferSize bytes.
-func (p *bufferPool) Get() []byte { return *p.pool.Get().(*[]byte) }
-
-// Put returns a buffer to the pool; foreign-sized buffers are dropped.
-func (p *bufferPool) Put(b []byte) {
-	if cap(b) != bufferSize {
-		return
-	}
-	b = b[:bufferSize]
-	p.pool.Put(&b)
 }

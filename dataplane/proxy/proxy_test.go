@@ -156,21 +156,6 @@ func TestBackendProxiesAndReportsErrors(t *testing.T) {
 	}
 }
 
-func TestBufferPool(t *testing.T) {
-	p := newBufferPool()
-	b := p.Get()
-	if len(b) != bufferSize {
-		t.Fatalf("len(Get()) = %d, want %d", len(b), bufferSize)
-	}
-	p.Put(b)
-	p.Put(make([]byte, 10)) // foreign size must be dropped, not handed out
-	for i := 0; i < 4; i++ {
-		if got := len(p.Get()); got != bufferSize {
-			t.Fatalf("Get() after Put of a foreign buffer returned len %d", got)
-		}
-	}
-}
-
 // memoryBody is a request body held in memory, as the data plane's server
 // buffers it.
 type memoryBody struct{ rd *bytes.Reader }

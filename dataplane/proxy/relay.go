@@ -7,55 +7,28 @@ import "net/http"
 // until then the answer can still be replaced by an error.
 type relayWriter struct {
 	http.ResponseWriter
+	// before is the header as it was before the upstream's was copied in,
+	// so an error answer goes out without the upstream's headers.
+	before http.Header
 	// status is the held-back status; 0 until WriteHeader.
 	status int
 	// committed is set once the status went to the client.
 	committed bool
 	// writeErr is the first error writing to the client.
 	writeErr error
-
-	// before holds the header names set before the upstream's were copied
-	// in, so an error answer can drop exactly the upstream's. Most requests
-	// fit the array; more spill into extra.
-	before  [8]string
-	nBefore int
-	extra   []string
 }
 
-// snapshotHeader records the header names already set.
-func (w *relayWriter) snapshotHeader() {
-	for k := range w.Header() {
-		if w.nBefore < len(w.before) {
-			w.before[w.nBefore] = k
-			w.nBefore++
-		} else {
-			w.extra = append(w.extra, k)
-		}
-	}
+func newRelayWriter(w http.ResponseWriter) *relayWriter {
+	return &relayWriter{ResponseWriter: w, before: w.Header().Clone()}
 }
 
-// restoreHeader deletes every header name not recorded by snapshotHeader.
+// restoreHeader puts the header back as it was before the upstream's.
 func (w *relayWriter) restoreHeader() {
 	h := w.Header()
-	for k := range h {
-		if !w.setBefore(k) {
-			delete(h, k)
-		}
+	clear(h)
+	for k, vv := range w.before {
+		h[k] = vv
 	}
-}
-
-func (w *relayWriter) setBefore(k string) bool {
-	for _, b := range w.before[:w.nBefore] {
-		if b == k {
-			return true
-		}
-	}
-	for _, b := range w.extra {
-		if b == k {
-			return true
-		}
-	}
-	return false
 }
 
 // WriteHeader holds a final status back until the first body byte; an

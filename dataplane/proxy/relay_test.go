@@ -17,6 +17,14 @@ import (
 // bytes, sends the first sent bytes of it, and closes the connection.
 func brokenUpstream(t *testing.T, sent, declared int) *httptest.Server {
 	t.Helper()
+	return rawUpstream(t, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Upstream: yes\r\nContent-Length: %d\r\n\r\n%s",
+		declared, strings.Repeat("x", sent)))
+}
+
+// rawUpstream answers every request with the bytes of response, whatever
+// they are, and closes the connection.
+func rawUpstream(t *testing.T, response string) *httptest.Server {
+	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		conn, buf, err := http.NewResponseController(w).Hijack()
 		if err != nil {
@@ -24,7 +32,7 @@ func brokenUpstream(t *testing.T, sent, declared int) *httptest.Server {
 			return
 		}
 		defer func() { _ = conn.Close() }()
-		_, _ = fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Upstream: yes\r\nContent-Length: %d\r\n\r\n%s", declared, strings.Repeat("x", sent))
+		_, _ = io.WriteString(buf, response)
 		_ = buf.Flush()
 	}))
 	t.Cleanup(up.Close)
@@ -52,21 +60,26 @@ func (b *bodyErrors) get() []string {
 	return append([]string(nil), b.calls...)
 }
 
-// front serves backend 0 of a pool over targets through a real net/http
-// server, whose ErrAbortHandler handling is part of what is tested.
+// front serves a pool of one backend at upstreamURL through a real net/http
+// server, whose ErrAbortHandler handling is part of what is tested, with an
+// error handler answering a JSON 502 and, when rec is set, recording
+// ResponseBodyError calls.
 func front(t *testing.T, upstreamURL string, rec *bodyErrors) *httptest.Server {
 	t.Helper()
 	tr := NewTransport()
 	t.Cleanup(tr.CloseIdleConnections)
-	p, err := NewPool([]Target{{Name: "up", URL: upstreamURL}}, Options{
+	opts := Options{
 		Transport: tr,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadGateway)
 			_, _ = io.WriteString(w, `{"error":"`+err.Error()+`"}`)
 		},
-		ResponseBodyError: rec.record,
-	})
+	}
+	if rec != nil {
+		opts.ResponseBodyError = rec.record
+	}
+	p, err := NewPool([]Target{{Name: "up", URL: upstreamURL}}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,5 +192,32 @@ func TestRelayKeepsWorkingResponses(t *testing.T) {
 	}
 	if got := rec.get(); len(got) != 0 {
 		t.Errorf("ResponseBodyError called %v for responses that completed", got)
+	}
+}
+
+// TestStreamBreakingOff: an event stream the upstream breaks off after its
+// first event reaches the client as that event and then a broken response,
+// never as a stream that ended normally.
+func TestStreamBreakingOff(t *testing.T) {
+	// One chunk, then the connection closes without the last chunk.
+	up := rawUpstream(t, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n")
+	rec := &bodyErrors{}
+	srv := front(t, up.URL, rec)
+	resp, body, err := get(t, srv.URL)
+	if resp.StatusCode != http.StatusOK || body != "data: 1\n\n" || err == nil {
+		t.Errorf("got %d, body %q, read error %v; want 200, the first event and a read error", resp.StatusCode, body, err)
+	}
+	if got := rec.get(); fmt.Sprint(got) != "[up true]" {
+		t.Errorf("ResponseBodyError calls = %v, want [up true]", got)
+	}
+}
+
+// TestUnaskedSwitchIsBadGateway: an upstream switching protocols for a
+// request that did not ask to is answered 502, not relayed.
+func TestUnaskedSwitchIsBadGateway(t *testing.T) {
+	up := rawUpstream(t, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	resp, body, err := get(t, front(t, up.URL, nil).URL)
+	if err != nil || resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "switch") {
+		t.Errorf("got %d %q %v, want the error handler's 502 naming the protocol switch", resp.StatusCode, body, err)
 	}
 }

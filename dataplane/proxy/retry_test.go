@@ -15,25 +15,31 @@ import (
 )
 
 // closingUpstream serves HTTP/1.1 on a loopback listener, echoing request
-// bodies with keep-alive, except that the first connection, after its first
-// answer, reads the next request and closes without answering: what an
-// upstream whose keep-alive timeout fires as the request arrives does.
+// bodies with keep-alive, except that each of the first dying connections,
+// after its first answer, reads the next request and closes without
+// answering: what an upstream whose keep-alive timeout fires as the request
+// arrives does. The first requests on the dying connections are answered
+// only once all of them have arrived, so that concurrent clients open that
+// many connections.
 type closingUpstream struct {
-	ln net.Listener
-	wg sync.WaitGroup
+	ln     net.Listener
+	wg     sync.WaitGroup
+	dying  int
+	allIn  chan struct{} // closed when every dying connection has its first request
+	opened int           // dying connections that have their first request (guarded by mu)
 
 	mu       sync.Mutex
 	conns    int
 	received int
 }
 
-func newClosingUpstream(t *testing.T) *closingUpstream {
+func newClosingUpstream(t *testing.T, dying int) *closingUpstream {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &closingUpstream{ln: ln}
+	u := &closingUpstream{ln: ln, dying: dying, allIn: make(chan struct{})}
 	u.wg.Add(1)
 	go u.accept()
 	t.Cleanup(func() {
@@ -52,14 +58,14 @@ func (u *closingUpstream) accept() {
 		}
 		u.mu.Lock()
 		u.conns++
-		first := u.conns == 1
+		dying := u.conns <= u.dying
 		u.mu.Unlock()
 		u.wg.Add(1)
-		go u.serve(c, first)
+		go u.serve(c, dying)
 	}
 }
 
-func (u *closingUpstream) serve(c net.Conn, first bool) {
+func (u *closingUpstream) serve(c net.Conn, dying bool) {
 	defer u.wg.Done()
 	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
@@ -75,8 +81,20 @@ func (u *closingUpstream) serve(c net.Conn, first bool) {
 		}
 		u.mu.Lock()
 		u.received++
+		if dying && n == 1 {
+			if u.opened++; u.opened == u.dying {
+				close(u.allIn)
+			}
+		}
 		u.mu.Unlock()
-		if first && n == 2 {
+		if dying && n == 1 {
+			select {
+			case <-u.allIn:
+			case <-time.After(5 * time.Second):
+				return
+			}
+		}
+		if dying && n == 2 {
 			return // closed, unanswered
 		}
 		if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
@@ -106,7 +124,7 @@ func TestRequestRetriedWhenUpstreamClosedReusedConnection(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			up := newClosingUpstream(t)
+			up := newClosingUpstream(t, 1)
 			tr := NewTransport()
 			defer tr.CloseIdleConnections()
 			p, err := NewPool([]Target{{Name: "up", URL: "http://" + up.ln.Addr().String()}}, Options{Transport: tr})
@@ -137,5 +155,47 @@ func TestRequestRetriedWhenUpstreamClosedReusedConnection(t *testing.T) {
 				t.Errorf("upstream saw %d connections and %d requests, want 2 and 3 (the second request once more on a new connection)", conns, received)
 			}
 		})
+	}
+}
+
+// TestRequestRetriedWhenUpstreamClosedEveryIdleConnection: when the upstream
+// closed all the idle connections at once (its keep-alive timeout fired for
+// all of them), the request sent again goes on a new connection, not on the
+// next dead one, so it is answered however many there were.
+func TestRequestRetriedWhenUpstreamClosedEveryIdleConnection(t *testing.T) {
+	const idle = maxStaleRetries + 2 // more dead connections than retries
+	up := newClosingUpstream(t, idle)
+	tr := NewTransport()
+	defer tr.CloseIdleConnections()
+	p, err := NewPool([]Target{{Name: "up", URL: "http://" + up.ln.Addr().String()}}, Options{Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(payload string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", memoryBody{rd: bytes.NewReader([]byte(payload))})
+		rec := httptest.NewRecorder()
+		p.Backends()[0].ServeHTTP(rec, req)
+		return rec
+	}
+	// Concurrent requests leave that many idle connections.
+	codes := make(chan int, idle)
+	for range idle {
+		go func() { codes <- send(`{"warm":true}`).Code }()
+	}
+	for range idle {
+		select {
+		case code := <-codes:
+			if code != http.StatusOK {
+				t.Fatalf("warming request: %d", code)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("warming requests unanswered after 10s")
+		}
+	}
+	if rec := send(`{"n":2}`); rec.Code != http.StatusOK || rec.Body.String() != `{"n":2}` {
+		t.Fatalf("request after the upstream closed every idle connection: %d %q, want 200 echoing the body", rec.Code, rec.Body)
+	}
+	if conns, received := up.stats(); conns != idle+1 || received != idle+2 {
+		t.Errorf("upstream saw %d connections and %d requests, want %d and %d (one dead connection tried, then a new one)", conns, received, idle+1, idle+2)
 	}
 }

@@ -1,5 +1,5 @@
-// Command apiref rewrites the API reference section of README.md from the
-// generated FairQueuePolicy CRD. Run it through `make docs`.
+// Command apiref rewrites the FairQueuePolicy field table of docs/reference.md
+// from the generated CRD. Run it through `make docs`.
 package main
 
 import (
@@ -10,24 +10,24 @@ import (
 )
 
 func main() {
-	if err := run("config/crd/bases/fairqueue.dev_fairqueuepolicies.yaml", "README.md"); err != nil {
+	if err := run("config/crd/bases/fairqueue.dev_fairqueuepolicies.yaml", "docs/reference.md"); err != nil {
 		fmt.Fprintln(os.Stderr, "apiref:", err)
 		os.Exit(1)
 	}
 }
 
-func run(crdPath, readmePath string) error {
+func run(crdPath, docPath string) error {
 	table, err := apiref.FromCRDFile(crdPath)
 	if err != nil {
 		return err
 	}
-	readme, err := os.ReadFile(readmePath)
+	doc, err := os.ReadFile(docPath)
 	if err != nil {
 		return err
 	}
-	out, err := apiref.Replace(string(readme), table)
+	out, err := apiref.Replace(string(doc), table)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", docPath, err)
 	}
-	return os.WriteFile(readmePath, []byte(out), 0o644)
+	return os.WriteFile(docPath, []byte(out), 0o644)
 }

@@ -9,24 +9,24 @@ import (
 
 const crdPath = "../../config/crd/bases/fairqueue.dev_fairqueuepolicies.yaml"
 
-// TestREADMEMatchesCRD fails when a field, default or validation rule changes
-// without `make docs`, so the README never documents an API the server does
-// not enforce.
-func TestREADMEMatchesCRD(t *testing.T) {
+// TestReferenceMatchesCRD fails when a field, default or validation rule
+// changes without `make docs`, so docs/reference.md never documents an API the
+// server does not enforce.
+func TestReferenceMatchesCRD(t *testing.T) {
 	table, err := FromCRDFile(crdPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "reference.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := Replace(string(readme), table)
+	want, err := Replace(string(doc), table)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want != string(readme) {
-		t.Fatal("README.md API reference is stale: run `make docs` and commit README.md")
+	if want != string(doc) {
+		t.Fatal("docs/reference.md's FairQueuePolicy table is stale: run `make docs` and commit docs/reference.md")
 	}
 }
 

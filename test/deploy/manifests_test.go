@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -498,5 +499,38 @@ func TestServerDryRunAcceptsEveryObject(t *testing.T) {
 	}
 	if applied != len(objs) {
 		t.Errorf("%d objects accepted, want all %d:\n%s", applied, len(objs), stdout.String())
+	}
+}
+
+// TestDataPlaneGarbageCollectorSettings keeps the data plane's GOGC and
+// GOMEMLIMIT in its Deployment: GOGC above Go's default, so the collector
+// does not run every few hundred requests, and GOMEMLIMIT read from the
+// container's memory limit, so the larger heap stays bounded by whatever
+// limit an overlay sets.
+func TestDataPlaneGarbageCollectorSettings(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "dataplane", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decode(t, raw)
+	d, ok := objs[0].(*appsv1.Deployment)
+	if len(objs) != 1 || !ok {
+		t.Fatalf("config/dataplane/deployment.yaml holds %d objects, want one Deployment", len(objs))
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	if gogc, err := strconv.Atoi(env["GOGC"].Value); err != nil || gogc <= 100 {
+		t.Errorf("GOGC = %q, want a number above Go's default 100", env["GOGC"].Value)
+	}
+	ref := env["GOMEMLIMIT"].ValueFrom
+	if ref == nil || ref.ResourceFieldRef == nil || ref.ResourceFieldRef.Resource != "limits.memory" ||
+		(!ref.ResourceFieldRef.Divisor.IsZero() && ref.ResourceFieldRef.Divisor.Value() != 1) {
+		t.Errorf("GOMEMLIMIT = %+v, want the container's limits.memory in bytes (resourceFieldRef)", env["GOMEMLIMIT"])
+	}
+	if c.Resources.Limits.Memory().IsZero() {
+		t.Error("the data plane has no memory limit for GOMEMLIMIT to follow")
 	}
 }

@@ -1,5 +1,5 @@
 // Package monitoring tests the alerting and dashboard kit in config/prometheus
-// and config/grafana, and the README's PromQL cheat sheet: the rules pass
+// and config/grafana, and the PromQL cheat sheet of docs/operations.md: the rules pass
 // their promtool unit tests, and every PromQL expression parses with
 // Prometheus' own parser and names only metrics that exist.
 package monitoring
@@ -29,7 +29,7 @@ const (
 	ruleFile      = promDir + "/prometheusrule.yaml"
 	ruleTestFile  = promDir + "/rules_test.yaml"
 	dashboardsDir = "../../config/grafana"
-	readme        = "../../README.md"
+	cheatSheetDoc = "../../docs/operations.md"
 )
 
 // externalMetrics are series the kit uses that the data plane does not
@@ -271,16 +271,16 @@ func dashboardExprs(t *testing.T) (exprs []expr, vars []string) {
 
 var cheatSheetRow = regexp.MustCompile("`([^`]+)`")
 
-// readmeExprs returns the PromQL of the README's cheat sheet table.
-func readmeExprs(t *testing.T) []expr {
+// cheatSheetExprs returns the PromQL of the cheat sheet table in docs/operations.md.
+func cheatSheetExprs(t *testing.T) []expr {
 	t.Helper()
-	data, err := os.ReadFile(readme)
+	data, err := os.ReadFile(cheatSheetDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(data), "### PromQL cheat sheet")
 	if !ok {
-		t.Fatal("README has no PromQL cheat sheet section")
+		t.Fatal(cheatSheetDoc + " has no PromQL cheat sheet section")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	section, _, _ = strings.Cut(section, "\n### ")
@@ -291,11 +291,11 @@ func readmeExprs(t *testing.T) []expr {
 			continue
 		}
 		for _, m := range cheatSheetRow.FindAllStringSubmatch(cells[len(cells)-1], -1) {
-			out = append(out, expr{readme + ": " + strings.TrimPrefix(cells[0], "| "), strings.ReplaceAll(m[1], `\|`, "|")})
+			out = append(out, expr{cheatSheetDoc + ": " + strings.TrimPrefix(cells[0], "| "), strings.ReplaceAll(m[1], `\|`, "|")})
 		}
 	}
 	if len(out) < 5 {
-		t.Fatalf("found %d expressions in the README cheat sheet; the table format changed?", len(out))
+		t.Fatalf("found %d expressions in the cheat sheet of %s; the table format changed?", len(out), cheatSheetDoc)
 	}
 	return out
 }
@@ -304,14 +304,14 @@ func readmeExprs(t *testing.T) []expr {
 var grafanaVar = regexp.MustCompile(`\$\{?[A-Za-z_]+\}?`)
 
 // TestPromQLNamesRealMetrics parses every expression of the rules, the
-// dashboards and the README cheat sheet with Prometheus' parser and checks
+// dashboards and the cheat sheet of docs/operations.md with Prometheus' parser and checks
 // that every metric it selects is exported by the data plane, recorded by a
 // rule, or one of the few listed external series.
 func TestPromQLNamesRealMetrics(t *testing.T) {
 	known := dataPlaneMetrics(t)
 	rules, records := ruleExprs(t)
 	dash, _ := dashboardExprs(t)
-	all := append(append(rules, dash...), readmeExprs(t)...)
+	all := append(append(rules, dash...), cheatSheetExprs(t)...)
 	used := map[string]bool{}
 	for _, e := range all {
 		q := grafanaVar.ReplaceAllStringFunc(e.query, func(v string) string {

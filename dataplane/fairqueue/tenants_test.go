@@ -85,7 +85,7 @@ func TestTenantTableStaysBounded(t *testing.T) {
 	for i := range 1000 {
 		// Each tenant is granted once and goes idle.
 		m.now += int64(time.Millisecond)
-		if _, reason, _, _ := m.s.enqueue(m.now, tenantName(i), "user", m.key, noDeadline, 0, 0, 1, 0); reason != "" {
+		if _, reason, _, _ := m.s.enqueue(m.now, arrival{tenant: tenantName(i), dim: "user", keys: m.key, deadline: noDeadline, cost: 1}); reason != "" {
 			t.Fatalf("tenant %d refused: %s", i, reason)
 		}
 		m.runUntil(func() bool { return m.s.depth == 0 })
@@ -98,7 +98,7 @@ func TestTenantTableStaysBounded(t *testing.T) {
 	}
 	// The table holds the most recent tenants, oldest idle first.
 	var got []string
-	for tn := m.s.idleHead; tn != nil; tn = tn.idleNext {
+	for tn := m.s.idle.front(); tn != nil; tn = tn.inIdle.nextElem() {
 		got = append(got, tn.key)
 	}
 	var want []string
@@ -191,5 +191,26 @@ func TestFreshKeyFloodDoesNotLockOutEstablishedTenants(t *testing.T) {
 	}
 	if refused["flood"][ReasonTenantTableFull] == 0 {
 		t.Errorf("the flood was never refused tenant_table_full: the test did not fill the table")
+	}
+}
+
+func TestReweightKeepsOrder(t *testing.T) {
+	s := newSched(Bounds{MaxWait: time.Hour}, Weights{Default: 1})
+	var order []*waiter
+	for range 3 {
+		order = append(order, enq(t, s, 0, "a", 0, "k"))
+		enq(t, s, 0, "b", 0, "k")
+	}
+	s.setWeights(Weights{Default: 1, ByTenant: map[string]int{"a": 100}})
+	// With a weight of 100, a's three waiters go first and in FIFO order.
+	for i, want := range order {
+		w := s.next(0)
+		if w != want {
+			t.Fatalf("grant %d: got tenant %s, want a's waiter %d in order", i, w.tenant, i)
+		}
+		s.complete(0, w, true, 0, nil)
+	}
+	if s.depth != 3 || s.active != 1 {
+		t.Errorf("b's waiters lost by reweighting: depth %d", s.depth)
 	}
 }

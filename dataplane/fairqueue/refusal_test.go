@@ -108,34 +108,6 @@ func TestRefusedAfterWaitingIsToldItsOwnPlace(t *testing.T) {
 	}
 }
 
-// TestPlaceIn counts a waiter's place from either end of its tenant queue
-// and takes one far from both to be last.
-func TestPlaceIn(t *testing.T) {
-	s := newSched(Bounds{MaxQueueDepthPerTenant: 1000}, Weights{})
-	var ws []*waiter
-	for i := range 300 {
-		w, reason, _, _ := s.enqueue(0, "a", "user", nil, noDeadline, 0, 0, int64(1+i%3), 0)
-		if w == nil {
-			t.Fatalf("waiter %d refused: %s", i, reason)
-		}
-		ws = append(ws, w)
-	}
-	tn := s.tenants["a"]
-	var upTo uint64
-	for i, w := range ws {
-		upTo += w.cost
-		k, u := placeIn(tn, w)
-		switch {
-		case i < maxPlaceWalk || i >= len(ws)-maxPlaceWalk:
-			if k != i+1 || u != upTo {
-				t.Fatalf("waiter %d: place %d with cost %d up to it, want %d and %d", i, k, u, i+1, upTo)
-			}
-		case k != len(ws) || u != tn.queuedCost:
-			t.Fatalf("waiter %d, far from both ends: place %d with cost %d, want the last place", i, k, u)
-		}
-	}
-}
-
 // TestFirstRefusalsOfATenantAreToldSuccessivePlaces: a tenant with nothing
 // queued whose requests cannot fit (a bucket of one a minute, a 5s budget)
 // is told successive places too, not one shared time.

@@ -1,0 +1,49 @@
+package fairqueue
+
+// keyState counts waiters and running attempts for one limit key, and holds
+// the key for a waiter of size above 1 that was refused on it (see hold).
+type keyState struct {
+	waiters  int
+	inFlight int
+
+	holder    *waiter // nil: not held
+	holdUntil int64
+	holdTag   uint64 // the holder's finish tag when it was refused
+}
+
+// keyRef returns the state of key, creating it (from the free list) for the
+// first waiter that needs it.
+func (s *sched) keyRef(key LimitKey) *keyState {
+	if ks := s.keys[key]; ks != nil {
+		return ks
+	}
+	ks := s.freeK.get()
+	*ks = keyState{}
+	s.keys[key] = ks
+	return ks
+}
+
+// hasWaiters reports whether any waiter needs key.
+func (s *sched) hasWaiters(key LimitKey) bool {
+	return s.keys[key] != nil
+}
+
+// keysBusy reports whether an attempt needing one of w's keys runs: attempts
+// on one key run one at a time, in the fair order.
+func (w *waiter) keysBusy() bool {
+	for _, ks := range w.ks {
+		if ks.inFlight > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// countAttempt counts w's attempt in the scheduler and on each of its keys:
+// d is 1 when the attempt starts, -1 when it ends.
+func (s *sched) countAttempt(w *waiter, d int) {
+	s.inFlight += d
+	for _, ks := range w.ks {
+		ks.inFlight += d
+	}
+}

@@ -1,0 +1,107 @@
+package fairqueue
+
+import "time"
+
+// room returns the expected time from now until a request refused at enqueue
+// with reason could join. For tenant_queue_full it is when its tenant's head
+// is expected to be admitted: the head's own estimate, made at its enqueue
+// from its position and the grant spacing, or one grant from now when the
+// head is overdue, never before the head's Retry-After. For
+// tenant_table_full the same holds for the shorter overflow queue of its
+// hand. For queue_full it is the next grant or expiry anywhere. It is at
+// least minRetry; the caller applies the limiter's next token and the
+// request's budget.
+func (s *sched) room(now int64, tenantKey string, reason Reason, interval time.Duration) int64 {
+	sp := int64(s.spacing.or(interval))
+	var d int64
+	switch reason {
+	case ReasonTenantQueueFull, ReasonTenantTableFull:
+		t, _ := s.queueFor(now, tenantKey)
+		if t == nil || t.head() == nil {
+			return minRetry
+		}
+		h := t.head()
+		at := h.enqueuedAt + h.estimate
+		if at <= now {
+			at = now + sp
+		}
+		d = max(at, h.readyAt) - now
+	case ReasonQueueFull:
+		d = s.spacing.untilNext(now, sp)
+		if w := s.deadlines.earliest(); w != nil {
+			d = min(d, w.deadline-now)
+		}
+	}
+	return max(d, minRetry)
+}
+
+// refusalRetry returns the Retry-After of request a, refused by enqueue at
+// now with reason, est being the estimate enqueue made for the place it
+// would have had.
+//
+// Requests refused close together are told successive times, so clients
+// that obey Retry-After come back one place at a time instead of all at
+// once to find room for one. Each queue keeps the latest grant time it
+// promised (its slot); a refused request's slot is one grant of its
+// tenant's share (step) after that, or the grant its place would have had
+// now, whichever is later.
+//
+//   - wait_exceeds_budget: its place cannot be granted within its budget;
+//     it is told its slot, when its own place would be granted.
+//   - tenant_queue_full, tenant_table_full: it is told when its slot's place
+//     in the queue frees, depth grants before the slot (the first refused:
+//     when the head is expected to be admitted, see room). Never more than
+//     its budget, never less than its next token; a time cut to the budget
+//     promises no slot (the client comes back before it).
+//   - queue_full: successive grants anywhere, from the next grant or expiry.
+func (s *sched) refusalRetry(now int64, a arrival, reason Reason, est int64) int64 {
+	retryAfter := max(int64(a.retryAfter), 0)
+	budget := min(a.deadline, now+int64(s.bounds.MaxWait)) - now
+	fit := func(d int64) int64 { return max(min(d, budget), retryAfter, minRetry) }
+	switch reason {
+	case ReasonWaitExceedsBudget:
+		slot := now + est
+		t, _ := s.queueFor(now, a.tenant)
+		if t == nil {
+			// A tenant without a queue yet keeps its promise in the
+			// table like an idle tenant (evicted first when a slot is
+			// needed), so its next refusals are told the places after.
+			t = s.newTenant(now, a.tenant, s.weights.Of(a.tenant))
+			s.linkIdle(t, now)
+		}
+		if t.promised != 0 {
+			slot = max(slot, t.promised+s.stepOf(t, a.cost, a.interval))
+		}
+		t.promised = slot
+		return max(slot-now, retryAfter, minRetry)
+	case ReasonTenantQueueFull, ReasonTenantTableFull:
+		t, _ := s.queueFor(now, a.tenant)
+		base := s.room(now, a.tenant, reason, a.interval)
+		if t == nil {
+			return fit(base)
+		}
+		step := s.stepOf(t, a.cost, a.interval)
+		ahead := int64(min(float64(t.depth)*float64(step), float64(maxEstimate)))
+		slot := now + base + ahead
+		if t.promised != 0 {
+			slot = max(slot, t.promised+step)
+		}
+		d := slot - ahead - now
+		if d <= budget {
+			t.promised = slot
+		}
+		return fit(d)
+	case ReasonQueueFull:
+		step := int64(s.spacing.or(a.interval))
+		at := now + s.room(now, a.tenant, reason, a.interval)
+		if s.promised != 0 {
+			at = max(at, s.promised+step)
+		}
+		d := at - now
+		if d <= budget {
+			s.promised = at
+		}
+		return fit(d)
+	}
+	return fit(retryAfter)
+}
