@@ -373,10 +373,14 @@ func (s *Server) Run(ctx context.Context, trafficLn, opsLn net.Listener) error {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
+	if s.delay > 0 && runErr == nil {
+		// Before readiness fails, so that no request seen unready is
+		// answered on a connection kept alive.
+		traffic.SetKeepAlivesEnabled(false) // idle connections close; clients reconnect elsewhere
+	}
 	s.draining.Store(true) // readiness fails first
 	if s.delay > 0 && runErr == nil {
 		s.log.Info("Shutting down: unready, still serving until load balancers stop sending", "delay", s.delay.String())
-		traffic.SetKeepAlivesEnabled(false) // idle connections close; clients reconnect elsewhere
 		t := s.clock.NewTimer(s.delay)
 		select {
 		case <-t.C():
