@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/internal/redistest"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
@@ -36,7 +37,7 @@ func TestFleetMembershipOnRealRedis(t *testing.T) {
 	c := validConfig()
 	c.Backends[0].URL = upstream.URL
 	c.FairQueuing.Enabled = true
-	c.FairQueuing.TenantDimension = config.TenantAPIKey
+	c.FairQueuing.TenantDimension = identity.DimensionAPIKey
 	c.RateLimits.PerModel = &config.ModelLimits{Default: &config.Limit{Requests: 1000, Period: config.Duration{Duration: time.Second}, Burst: 1000}}
 	c.Store = &config.Store{Type: config.StoreRedis, Redis: &config.RedisStore{
 		Addresses: []string{addr}, Mode: config.RedisStandalone,

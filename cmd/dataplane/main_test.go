@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
@@ -38,7 +39,7 @@ func validConfig() *config.Config {
 		Policy:        config.PolicyRef{Namespace: "ns", Name: "llm", Generation: 1},
 		HashKeySecret: config.HashKeySecret{Namespace: "ns", Name: "k", Key: "key", Fingerprint: config.KeyFingerprint(key)},
 		Identity:      config.Identity{APIKeyHeaders: []string{"Authorization"}},
-		FairQueuing:   config.FairQueuing{TenantDimension: config.TenantUser, DefaultWeight: 1, Bounds: config.DefaultBounds()},
+		FairQueuing:   config.FairQueuing{TenantDimension: identity.DimensionUser, DefaultWeight: 1, Bounds: config.DefaultBounds()},
 		Backends:      []config.Backend{{Name: "b1", URL: "http://127.0.0.1:1", Weight: 1}},
 	}
 }

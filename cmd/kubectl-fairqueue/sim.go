@@ -417,11 +417,11 @@ func weightOf(cfg *config.Config, key []byte, t loadgen.Tenant) int32 {
 	}
 	var raw string
 	switch cfg.FairQueuing.TenantDimension {
-	case config.TenantAPIKey:
+	case identity.DimensionAPIKey:
 		raw = t.APIKey
-	case config.TenantUser:
+	case identity.DimensionUser:
 		raw = t.User
-	case config.TenantTeam:
+	case identity.DimensionTeam:
 		raw = t.Team
 	}
 	if raw == "" {

@@ -218,7 +218,7 @@ func simulationOutput(cfg *config.Config, load *Load, res *SimResult) Simulation
 	o := SimulationOutput{
 		APIVersion: "kubectl-fairqueue/v1", Kind: "Simulation",
 		DurationSeconds: load.Duration.Seconds(), ServiceTimeSeconds: load.serviceTime().Seconds(), Seed: res.Seed,
-		FairQueuing: SimFairQueuing{Enabled: cfg.FairQueuing.Enabled, TenantDimension: cfg.FairQueuing.TenantDimension},
+		FairQueuing: SimFairQueuing{Enabled: cfg.FairQueuing.Enabled, TenantDimension: string(cfg.FairQueuing.TenantDimension)},
 		Window:      SimWindow{FromSeconds: res.From.Seconds(), ToSeconds: res.To.Seconds()},
 		Tenants:     make([]SimTenant, len(res.Tenants)),
 	}

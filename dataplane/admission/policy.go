@@ -99,14 +99,14 @@ func compile(cfg *config.Config, store Store, obs limiter.Observer) (*policy, er
 		return nil, fmt.Errorf("rateLimits: %w", err)
 	}
 	fq := cfg.FairQueuing
-	dim, err := identity.ParseDimension(fq.TenantDimension)
+	dim, err := identity.ParseDimension(string(fq.TenantDimension))
 	if err != nil {
 		return nil, fmt.Errorf("fairQueuing.tenantDimension: %w", err)
 	}
 	da := cfg.DeferredAdmission
 	p := &policy{
 		settings: Settings{Enabled: fq.Enabled, TenantDimension: dim},
-		tokens:   TokenSettings{Enabled: da != nil, CostTokens: fq.Cost == config.CostTokens},
+		tokens:   TokenSettings{Enabled: da != nil, CostTokens: fq.TokensCost()},
 		limits:   limits,
 		queues: &queueConfig{
 			weights: fairqueue.Weights{Default: int(fq.DefaultWeight), ByTenant: make(map[string]int, len(fq.Weights))},
@@ -236,13 +236,23 @@ func (c *Controller) Close() {
 func (c *Controller) Queues() (fair, deferral *fairqueue.Queue) { return c.queue, c.deferq }
 
 // limiterConfig converts the rendered request and token limits into the
-// limiter's form.
+// limiter's form: the one place a config.Limit becomes a limiter.Limit.
 func limiterConfig(cfg *config.Config) limiter.Config {
 	conv := func(l *config.Limit) *limiter.Limit {
 		if l == nil {
 			return nil
 		}
-		return &limiter.Limit{Requests: l.Requests, Period: l.Period.Duration, Burst: l.Burst}
+		return &limiter.Limit{Requests: l.Rate(), Period: l.Period.Duration, Burst: l.Burst}
+	}
+	overrides := func(m *config.ModelLimits) map[string]limiter.Limit {
+		if len(m.Overrides) == 0 {
+			return nil
+		}
+		o := make(map[string]limiter.Limit, len(m.Overrides))
+		for _, ov := range m.Overrides {
+			o[ov.Model] = *conv(&ov.Limit)
+		}
+		return o
 	}
 	rl := cfg.RateLimits
 	c := limiter.Config{
@@ -250,33 +260,13 @@ func limiterConfig(cfg *config.Config) limiter.Config {
 		User: conv(rl.PerUser), Team: conv(rl.PerTeam), Backend: conv(rl.PerBackend),
 	}
 	if m := rl.PerModel; m != nil {
-		c.Model = conv(m.Default)
-		if len(m.Overrides) > 0 {
-			c.ModelOverrides = make(map[string]limiter.Limit, len(m.Overrides))
-			for _, o := range m.Overrides {
-				c.ModelOverrides[o.Model] = *conv(&o.Limit)
-			}
-		}
+		c.Model, c.ModelOverrides = conv(m.Default), overrides(m)
 	}
-	da := cfg.DeferredAdmission
-	if da == nil {
-		return c
-	}
-	tconv := func(l *config.TokenLimit) *limiter.Limit {
-		if l == nil {
-			return nil
-		}
-		return &limiter.Limit{Requests: l.Tokens, Period: l.Period.Duration, Burst: l.Burst}
-	}
-	tl := da.TokenLimits
-	c.APIKeyTokens, c.UserTokens, c.TeamTokens = tconv(tl.PerAPIKey), tconv(tl.PerUser), tconv(tl.PerTeam)
-	if m := tl.PerModel; m != nil {
-		c.ModelTokens = tconv(m.Default)
-		if len(m.Overrides) > 0 {
-			c.ModelTokenOverrides = make(map[string]limiter.Limit, len(m.Overrides))
-			for _, o := range m.Overrides {
-				c.ModelTokenOverrides[o.Model] = *tconv(&o.Limit)
-			}
+	if da := cfg.DeferredAdmission; da != nil {
+		tl := da.TokenLimits
+		c.APIKeyTokens, c.UserTokens, c.TeamTokens = conv(tl.PerAPIKey), conv(tl.PerUser), conv(tl.PerTeam)
+		if m := tl.PerModel; m != nil {
+			c.ModelTokens, c.ModelTokenOverrides = conv(m.Default), overrides(m)
 		}
 	}
 	return c

@@ -85,16 +85,12 @@ func (c *Config) normalize() {
 		slices.SortFunc(r.Entries, func(a, b KeyRegistryEntry) int { return strings.Compare(a.APIKeyHash, b.APIKeyHash) })
 		r.Entries = nilIfEmpty(r.Entries)
 	}
-	if m := c.RateLimits.PerModel; m != nil {
-		slices.SortFunc(m.Overrides, func(a, b ModelOverride) int { return strings.Compare(a.Model, b.Model) })
-		m.Overrides = nilIfEmpty(m.Overrides)
-	}
+	c.eachModelLimits(func(_, _ string, m *ModelLimits) { m.normalize() })
 	slices.SortFunc(c.FairQueuing.Weights, func(a, b Weight) int { return strings.Compare(a.TenantHash, b.TenantHash) })
 	c.FairQueuing.Weights = nilIfEmpty(c.FairQueuing.Weights)
 	slices.SortFunc(c.Timeouts.Models, func(a, b ModelTimeout) int { return strings.Compare(a.Model, b.Model) })
 	c.Timeouts.Models = nilIfEmpty(c.Timeouts.Models)
 	c.Backends = nilIfEmpty(c.Backends)
-	c.DeferredAdmission.normalize()
 }
 
 func nilIfEmpty[T any](s []T) []T {

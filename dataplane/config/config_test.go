@@ -54,7 +54,7 @@ func validConfig() *Config {
 			},
 		},
 		FairQueuing: FairQueuing{
-			Enabled: true, TenantDimension: TenantUser, DefaultWeight: 1,
+			Enabled: true, TenantDimension: identity.DimensionUser, DefaultWeight: 1,
 			Weights: []Weight{{TenantHash: h("bob"), Weight: 1}, {TenantHash: h("alice"), Weight: 3}},
 			Bounds:  DefaultBounds(),
 		},
@@ -73,7 +73,7 @@ func TestValidateAcceptsValidConfigs(t *testing.T) {
 		Policy:        PolicyRef{Namespace: "ns", Name: "p"},
 		HashKeySecret: HashKeySecret{Namespace: "ns", Name: "p-hash-key", Key: "key", Fingerprint: KeyFingerprint(testKey)},
 		Identity:      Identity{APIKeyHeaders: []string{"Authorization"}},
-		FairQueuing:   FairQueuing{TenantDimension: TenantAPIKey, DefaultWeight: 1, Bounds: DefaultBounds()},
+		FairQueuing:   FairQueuing{TenantDimension: identity.DimensionAPIKey, DefaultWeight: 1, Bounds: DefaultBounds()},
 	}
 	for name, c := range map[string]*Config{"full": validConfig(), "minimal": minimal} {
 		if err := c.Validate(); err != nil {

@@ -1,22 +1,19 @@
 package config
 
-import (
-	"fmt"
-	"slices"
-	"strings"
-	"time"
-)
+import "time"
 
-// Fair-queuing cost modes: what one granted request charges its tenant's
-// virtual time.
+// Cost is what one granted request charges its tenant's virtual time.
+type Cost string
+
+// Fair-queuing cost modes.
 const (
 	// CostRequests charges one unit per request. It is the default, also
 	// when FairQueuing.Cost is empty.
-	CostRequests = "Requests"
+	CostRequests Cost = "Requests"
 	// CostTokens charges the request's token reservation at grant and
 	// corrects it by the tokens actually used at settle. It needs
 	// DeferredAdmission, which estimates the reservation.
-	CostTokens = "Tokens"
+	CostTokens Cost = "Tokens"
 )
 
 // Defaults and limits of deferred admission, shared by the operator (which
@@ -57,44 +54,17 @@ type DeferredAdmission struct {
 	Bounds DeferredBounds `json:"bounds"`
 }
 
-// TokenLimit is a token bucket counted in model tokens: Tokens per Period,
-// holding at most Burst.
-type TokenLimit struct {
-	// Tokens is the number of tokens added per Period.
-	Tokens int64 `json:"tokens"`
-	// Period is the refill interval.
-	Period Duration `json:"period"`
-	// Burst is the bucket capacity in tokens.
-	Burst int64 `json:"burst"`
-}
-
-// TokenLimits holds the optional token buckets, one per dimension.
+// TokenLimits holds the optional token buckets, one per dimension. Each is a
+// Limit counting Tokens.
 type TokenLimits struct {
 	// PerAPIKey is one bucket per hashed API key.
-	PerAPIKey *TokenLimit `json:"perAPIKey,omitempty"`
+	PerAPIKey *Limit `json:"perAPIKey,omitempty"`
 	// PerUser is one bucket per hashed user id.
-	PerUser *TokenLimit `json:"perUser,omitempty"`
+	PerUser *Limit `json:"perUser,omitempty"`
 	// PerTeam is one bucket per hashed team id.
-	PerTeam *TokenLimit `json:"perTeam,omitempty"`
+	PerTeam *Limit `json:"perTeam,omitempty"`
 	// PerModel is one bucket per model name.
-	PerModel *ModelTokenLimits `json:"perModel,omitempty"`
-}
-
-// ModelTokenLimits is the per-model token limit with per-model overrides.
-type ModelTokenLimits struct {
-	// Default applies to models without an override; nil means such models
-	// have no token limit.
-	Default *TokenLimit `json:"default,omitempty"`
-	// Overrides are sorted by Model.
-	Overrides []ModelTokenOverride `json:"overrides,omitempty"`
-}
-
-// ModelTokenOverride is the token limit of one model.
-type ModelTokenOverride struct {
-	// Model is the model name as sent by clients.
-	Model string `json:"model"`
-	// Limit replaces ModelTokenLimits.Default for Model.
-	Limit TokenLimit `json:"limit"`
+	PerModel *ModelLimits `json:"perModel,omitempty"`
 }
 
 // TokenEstimation says how a request's token reservation is estimated.
@@ -137,50 +107,9 @@ func DefaultTokenEstimation() TokenEstimation {
 // is CostTokens) rather than one unit per request.
 func (f *FairQueuing) TokensCost() bool { return f.Cost == CostTokens }
 
-// eachLimit calls fn with every token limit in tl and its path.
-func (tl *TokenLimits) eachLimit(fn func(path string, l *TokenLimit)) {
-	for _, l := range []struct {
-		path  string
-		limit *TokenLimit
-	}{
-		{"deferredAdmission.tokenLimits.perAPIKey", tl.PerAPIKey},
-		{"deferredAdmission.tokenLimits.perUser", tl.PerUser},
-		{"deferredAdmission.tokenLimits.perTeam", tl.PerTeam},
-	} {
-		if l.limit != nil {
-			fn(l.path, l.limit)
-		}
-	}
-	if m := tl.PerModel; m != nil {
-		if m.Default != nil {
-			fn("deferredAdmission.tokenLimits.perModel.default", m.Default)
-		}
-		for i := range m.Overrides {
-			fn(fmt.Sprintf("deferredAdmission.tokenLimits.perModel.overrides[%d].limit", i), &m.Overrides[i].Limit)
-		}
-	}
-}
-
 func (d *DeferredAdmission) validate(errs *fieldErrors) {
 	if d == nil {
 		return
-	}
-	tl := &d.TokenLimits
-	tl.eachLimit(func(path string, l *TokenLimit) { l.validate(path, errs) })
-	if m := tl.PerModel; m != nil {
-		if m.Default == nil && len(m.Overrides) == 0 {
-			errs.add("deferredAdmission.tokenLimits.perModel", "must set a default or at least one override, or be omitted")
-		}
-		seen := map[string]int{}
-		for i, o := range m.Overrides {
-			path := fmt.Sprintf("deferredAdmission.tokenLimits.perModel.overrides[%d].model", i)
-			validateModelName(path, o.Model, errs)
-			if j, dup := seen[o.Model]; dup {
-				errs.add(path, "duplicates deferredAdmission.tokenLimits.perModel.overrides[%d] (%q)", j, o.Model)
-			} else {
-				seen[o.Model] = i
-			}
-		}
 	}
 	if v := d.Estimation.DefaultMaxTokens; v < 1 || v > LimitMaxTokensReserved {
 		errs.add("deferredAdmission.estimation.defaultMaxTokens", "must be in [1, %d], got %d", LimitMaxTokensReserved, v)
@@ -200,18 +129,6 @@ func (d *DeferredAdmission) validate(errs *fieldErrors) {
 	}
 }
 
-func (l *TokenLimit) validate(path string, errs *fieldErrors) {
-	if l.Tokens < 1 || l.Tokens > LimitTokens {
-		errs.add(path+".tokens", "must be in [1, %d], got %d", int64(LimitTokens), l.Tokens)
-	}
-	if l.Period.Duration <= 0 {
-		errs.add(path+".period", "must be > 0, got %s", l.Period)
-	}
-	if l.Burst < 1 || l.Burst > LimitTokens {
-		errs.add(path+".burst", "must be in [1, %d], got %d", int64(LimitTokens), l.Burst)
-	}
-}
-
 // validateCost checks fairQueuing.cost against the rest of c: token cost needs
 // deferred admission, which estimates the reservation it charges.
 func (c *Config) validateCost(errs *fieldErrors) {
@@ -225,20 +142,4 @@ func (c *Config) validateCost(errs *fieldErrors) {
 	default:
 		errs.add("fairQueuing.cost", "must be %q or %q, got %q", CostRequests, CostTokens, c.FairQueuing.Cost)
 	}
-}
-
-// refillWindow is the time l's bucket takes to refill from empty, computed
-// as Limit.refillWindow does.
-func (l *TokenLimit) refillWindow() time.Duration {
-	return (&Limit{Requests: l.Tokens, Period: l.Period, Burst: l.Burst}).refillWindow()
-}
-
-// normalize sorts the model overrides and turns an empty list into nil.
-func (d *DeferredAdmission) normalize() {
-	if d == nil || d.TokenLimits.PerModel == nil {
-		return
-	}
-	m := d.TokenLimits.PerModel
-	slices.SortFunc(m.Overrides, func(a, b ModelTokenOverride) int { return strings.Compare(a.Model, b.Model) })
-	m.Overrides = nilIfEmpty(m.Overrides)
 }

@@ -16,14 +16,14 @@ func tokenConfig() *Config {
 	c.FairQueuing.Cost = CostTokens
 	c.DeferredAdmission = &DeferredAdmission{
 		TokenLimits: TokenLimits{
-			PerAPIKey: &TokenLimit{Tokens: 20000, Period: dur(time.Minute), Burst: 40000},
-			PerUser:   &TokenLimit{Tokens: 10000, Period: dur(time.Minute), Burst: 10000},
-			PerTeam:   &TokenLimit{Tokens: 50000, Period: dur(time.Minute), Burst: 50000},
-			PerModel: &ModelTokenLimits{
-				Default: &TokenLimit{Tokens: 100000, Period: dur(time.Minute), Burst: 100000},
-				Overrides: []ModelTokenOverride{
-					{Model: "llama-70b", Limit: TokenLimit{Tokens: 30000, Period: dur(time.Minute), Burst: 30000}},
-					{Model: "gpt-small", Limit: TokenLimit{Tokens: 500000, Period: dur(time.Minute), Burst: 500000}},
+			PerAPIKey: &Limit{Tokens: 20000, Period: dur(time.Minute), Burst: 40000},
+			PerUser:   &Limit{Tokens: 10000, Period: dur(time.Minute), Burst: 10000},
+			PerTeam:   &Limit{Tokens: 50000, Period: dur(time.Minute), Burst: 50000},
+			PerModel: &ModelLimits{
+				Default: &Limit{Tokens: 100000, Period: dur(time.Minute), Burst: 100000},
+				Overrides: []ModelOverride{
+					{Model: "llama-70b", Limit: Limit{Tokens: 30000, Period: dur(time.Minute), Burst: 30000}},
+					{Model: "gpt-small", Limit: Limit{Tokens: 500000, Period: dur(time.Minute), Burst: 500000}},
 				},
 			},
 		},
@@ -107,8 +107,8 @@ func TestTokenFieldsOffKeepBytes(t *testing.T) {
 }
 
 func TestTokenValidateNamesEveryBadField(t *testing.T) {
-	tl := func(tokens int64, period time.Duration, burst int64) TokenLimit {
-		return TokenLimit{Tokens: tokens, Period: dur(period), Burst: burst}
+	tl := func(tokens int64, period time.Duration, burst int64) Limit {
+		return Limit{Tokens: tokens, Period: dur(period), Burst: burst}
 	}
 	tests := []struct {
 		name   string
@@ -127,11 +127,11 @@ func TestTokenValidateNamesEveryBadField(t *testing.T) {
 			"deferredAdmission.tokenLimits.perTeam.tokens: must be in [1, 1000000000000], got 1000000000001",
 			"deferredAdmission.tokenLimits.perTeam.burst: must be in [1, 1000000000000], got 1000000000001",
 		}},
-		{"empty perModel", func(c *Config) { c.DeferredAdmission.TokenLimits.PerModel = &ModelTokenLimits{} }, []string{
+		{"empty perModel", func(c *Config) { c.DeferredAdmission.TokenLimits.PerModel = &ModelLimits{} }, []string{
 			"deferredAdmission.tokenLimits.perModel: must set a default or at least one override, or be omitted",
 		}},
 		{"model overrides", func(c *Config) {
-			c.DeferredAdmission.TokenLimits.PerModel.Overrides = []ModelTokenOverride{
+			c.DeferredAdmission.TokenLimits.PerModel.Overrides = []ModelOverride{
 				{Model: "", Limit: tl(1, time.Second, 1)},
 				{Model: "m", Limit: tl(1, time.Second, 1)},
 				{Model: "m", Limit: tl(1, time.Second, 0)},
@@ -166,7 +166,7 @@ func TestTokenValidateNamesEveryBadField(t *testing.T) {
 		}},
 		{"token limit too slow for Redis", func(c *Config) {
 			c.Store = redisConfig().Store
-			c.DeferredAdmission.TokenLimits.PerUser = &TokenLimit{Tokens: 1, Period: dur(24 * time.Hour), Burst: 1000}
+			c.DeferredAdmission.TokenLimits.PerUser = &Limit{Tokens: 1, Period: dur(24 * time.Hour), Burst: 1000}
 		}, []string{"deferredAdmission.tokenLimits.perUser: takes 24000h0m0s to refill completely (burst x period / tokens), longer than the Redis store's"}},
 	}
 	for _, tt := range tests {

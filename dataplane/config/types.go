@@ -18,6 +18,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/fairqueue/fairqueue/dataplane/identity"
 )
 
 const (
@@ -49,16 +51,6 @@ const (
 	// MaxSize is the largest document Parse accepts, the size limit of a
 	// ConfigMap.
 	MaxSize = 1 << 20
-)
-
-// Tenant dimensions a request can be queued under.
-const (
-	// TenantUser queues by hashed user id.
-	TenantUser = "user"
-	// TenantAPIKey queues by hashed API key.
-	TenantAPIKey = "apiKey"
-	// TenantTeam queues by hashed team id.
-	TenantTeam = "team"
 )
 
 // Defaults and limits shared by the operator (which fills defaults before
@@ -191,15 +183,25 @@ type KeyRegistryEntry struct {
 	TeamHash string `json:"teamHash,omitempty"`
 }
 
-// Limit is a token bucket: Requests tokens per Period, holding at most Burst.
+// Limit is a token bucket: Requests (or Tokens) per Period, holding at most
+// Burst. Request limits and token limits share it; exactly one of Requests
+// and Tokens is set, which also keeps each limit's JSON key ("requests" or
+// "tokens") what earlier releases wrote and read.
 type Limit struct {
-	// Requests is the number of tokens added per Period.
-	Requests int64 `json:"requests"`
+	// Requests is the number of requests added per Period of a request
+	// limit (RateLimits); zero in a token limit.
+	Requests int64 `json:"requests,omitempty"`
+	// Tokens is the number of model tokens added per Period of a token
+	// limit (TokenLimits); zero in a request limit.
+	Tokens int64 `json:"tokens,omitempty"`
 	// Period is the refill interval.
 	Period Duration `json:"period"`
-	// Burst is the bucket capacity.
+	// Burst is the bucket capacity, in the limit's unit.
 	Burst int64 `json:"burst"`
 }
+
+// Rate is the number of units (requests or tokens) l adds per Period.
+func (l *Limit) Rate() int64 { return l.Requests + l.Tokens }
 
 // RateLimits holds the optional token buckets, one per dimension.
 type RateLimits struct {
@@ -219,7 +221,8 @@ type RateLimits struct {
 	PerBackend *Limit `json:"perBackend,omitempty"`
 }
 
-// ModelLimits is the per-model limit with per-model overrides.
+// ModelLimits is the per-model limit with per-model overrides, of requests
+// or of tokens.
 type ModelLimits struct {
 	// Default applies to models without an override; nil means such models
 	// are not limited.
@@ -228,23 +231,27 @@ type ModelLimits struct {
 	Overrides []ModelOverride `json:"overrides,omitempty"`
 	// UnknownModel is what happens to a request with a body whose model
 	// cannot be read (not a JSON object encoding/json accepts, or without a
-	// non-empty string "model"); the zero value refuses it.
+	// non-empty string "model"); the zero value refuses it. Only request
+	// limits set it.
 	UnknownModel UnknownModel `json:"unknownModel,omitzero"`
 }
+
+// UnknownModelAction is what happens to a request whose model cannot be read.
+type UnknownModelAction string
 
 // Unknown-model actions.
 const (
 	// UnknownModelRefuse answers 400 model_not_determined. It is the default.
-	UnknownModelRefuse = "Refuse"
+	UnknownModelRefuse UnknownModelAction = "Refuse"
 	// UnknownModelCharge charges the bucket of UnknownModel.ChargeAs.
-	UnknownModelCharge = "Charge"
+	UnknownModelCharge UnknownModelAction = "Charge"
 )
 
 // UnknownModel says how per-model limits apply to a request whose model
 // cannot be read, so that they are never skipped.
 type UnknownModel struct {
 	// Action is UnknownModelRefuse (also when empty) or UnknownModelCharge.
-	Action string `json:"action,omitempty"`
+	Action UnknownModelAction `json:"action,omitempty"`
 	// ChargeAs is the model whose bucket is charged; set exactly when Action
 	// is UnknownModelCharge.
 	ChargeAs string `json:"chargeAs,omitempty"`
@@ -262,8 +269,8 @@ type ModelOverride struct {
 type FairQueuing struct {
 	// Enabled turns queuing on; when false every refusal is an immediate 429.
 	Enabled bool `json:"enabled"`
-	// TenantDimension is TenantUser, TenantAPIKey or TenantTeam.
-	TenantDimension string `json:"tenantDimension"`
+	// TenantDimension is the identity requests are queued under.
+	TenantDimension identity.Dimension `json:"tenantDimension"`
 	// DefaultWeight is the weight of tenants not in Weights.
 	DefaultWeight int32 `json:"defaultWeight"`
 	// Weights are sorted by TenantHash.
@@ -272,7 +279,7 @@ type FairQueuing struct {
 	Bounds Bounds `json:"bounds"`
 	// Cost is what a granted request charges its tenant: CostRequests (also
 	// when empty) or CostTokens.
-	Cost string `json:"cost,omitempty"`
+	Cost Cost `json:"cost,omitempty"`
 }
 
 // Weight is the relative share of one hashed tenant.

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/fairqueue/fairqueue/dataplane/identity"
 )
 
 var dnsLabelPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -51,7 +53,8 @@ func (c *Config) Validate() error {
 	c.Policy.validate(&errs)
 	c.HashKeySecret.validate(&errs)
 	c.Identity.validate(&errs)
-	c.RateLimits.validate(&errs)
+	c.eachLimit(func(path, unit string, l *Limit) { l.validate(path, unit, &errs) })
+	c.eachModelLimits(func(path, unit string, m *ModelLimits) { m.validate(path, unit, &errs) })
 	c.FairQueuing.validate(&errs)
 	c.Timeouts.validate(&errs)
 	validateBackends(c.Backends, &errs)
@@ -149,76 +152,12 @@ func isCredentialHeader(name string, apiKeyHeaders []string) bool {
 	return false
 }
 
-func (rl *RateLimits) validate(errs *fieldErrors) {
-	for _, l := range []struct {
-		path  string
-		limit *Limit
-	}{
-		{"rateLimits.global", rl.Global},
-		{"rateLimits.perClient", rl.PerClient},
-		{"rateLimits.perAPIKey", rl.PerAPIKey},
-		{"rateLimits.perUser", rl.PerUser},
-		{"rateLimits.perTeam", rl.PerTeam},
-		{"rateLimits.perBackend", rl.PerBackend},
-	} {
-		if l.limit != nil {
-			l.limit.validate(l.path, errs)
-		}
-	}
-	m := rl.PerModel
-	if m == nil {
-		return
-	}
-	if m.Default == nil && len(m.Overrides) == 0 {
-		errs.add("rateLimits.perModel", "must set a default or at least one override, or be omitted")
-	}
-	if m.Default != nil {
-		m.Default.validate("rateLimits.perModel.default", errs)
-	}
-	seen := map[string]int{}
-	for i, o := range m.Overrides {
-		path := fmt.Sprintf("rateLimits.perModel.overrides[%d]", i)
-		validateModelName(path+".model", o.Model, errs)
-		if j, dup := seen[o.Model]; dup {
-			errs.add(path+".model", "duplicates rateLimits.perModel.overrides[%d] (%q)", j, o.Model)
-		} else {
-			seen[o.Model] = i
-		}
-		o.Limit.validate(path+".limit", errs)
-	}
-	u := m.UnknownModel
-	switch u.Action {
-	case "", UnknownModelRefuse:
-		if u.ChargeAs != "" {
-			errs.add("rateLimits.perModel.unknownModel.chargeAs", "is set but action is %q; set action %q or drop chargeAs", UnknownModelRefuse, UnknownModelCharge)
-		}
-	case UnknownModelCharge:
-		validateModelName("rateLimits.perModel.unknownModel.chargeAs", u.ChargeAs, errs)
-		if _, overridden := seen[u.ChargeAs]; u.ChargeAs != "" && !overridden && m.Default == nil {
-			errs.add("rateLimits.perModel.unknownModel.chargeAs", "names %q, which has no limit: add an override for it or set rateLimits.perModel.default", u.ChargeAs)
-		}
-	default:
-		errs.add("rateLimits.perModel.unknownModel.action", "must be %q or %q, got %q", UnknownModelRefuse, UnknownModelCharge, u.Action)
-	}
-}
-
-func (l *Limit) validate(path string, errs *fieldErrors) {
-	if l.Requests < 1 {
-		errs.add(path+".requests", "must be >= 1, got %d", l.Requests)
-	}
-	if l.Period.Duration <= 0 {
-		errs.add(path+".period", "must be > 0, got %s", l.Period)
-	}
-	if l.Burst < 1 {
-		errs.add(path+".burst", "must be >= 1, got %d", l.Burst)
-	}
-}
-
 func (f *FairQueuing) validate(errs *fieldErrors) {
 	switch f.TenantDimension {
-	case TenantUser, TenantAPIKey, TenantTeam:
+	case identity.DimensionUser, identity.DimensionAPIKey, identity.DimensionTeam:
 	default:
-		errs.add("fairQueuing.tenantDimension", "must be one of %q, %q or %q, got %q", TenantUser, TenantAPIKey, TenantTeam, f.TenantDimension)
+		errs.add("fairQueuing.tenantDimension", "must be one of %q, %q or %q, got %q",
+			identity.DimensionUser, identity.DimensionAPIKey, identity.DimensionTeam, f.TenantDimension)
 	}
 	if f.DefaultWeight < 1 || f.DefaultWeight > MaxWeight {
 		errs.add("fairQueuing.defaultWeight", "must be in [1, %d], got %d", MaxWeight, f.DefaultWeight)

@@ -2,6 +2,8 @@ package fairqueue
 
 import (
 	"time"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
 )
 
 // Reason says why a request left the queue without being admitted. The first
@@ -34,18 +36,19 @@ const (
 	ReasonShutdown Reason = "shutdown"
 )
 
-// Default bounds from the product specification.
+// Default bounds from the product specification, whose one home is the
+// data-plane config.
 const (
 	// DefaultMaxQueueDepthPerTenant is the default Bounds.MaxQueueDepthPerTenant.
-	DefaultMaxQueueDepthPerTenant = 32
+	DefaultMaxQueueDepthPerTenant = config.DefaultMaxQueueDepthPerTenant
 	// DefaultMaxTotalQueued is the default Bounds.MaxTotalQueued.
-	DefaultMaxTotalQueued = 4096
+	DefaultMaxTotalQueued = config.DefaultMaxTotalQueued
 	// DefaultMaxTenants is the default Bounds.MaxTenants.
-	DefaultMaxTenants = 1024
+	DefaultMaxTenants = config.DefaultMaxTenants
 	// DefaultMaxInFlight is the default Bounds.MaxInFlight.
-	DefaultMaxInFlight = 8
+	DefaultMaxInFlight = config.DefaultMaxInFlight
 	// DefaultMaxWait is the default Bounds.MaxWait.
-	DefaultMaxWait = 5 * time.Second
+	DefaultMaxWait = config.DefaultMaxWait
 )
 
 // Bounds limits the memory and time the queue may spend. A zero field means

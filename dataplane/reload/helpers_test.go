@@ -28,7 +28,7 @@ func render(t testing.TB, generation int64, aliceWeight int32) []byte {
 		HashKeySecret: config.HashKeySecret{Namespace: "team-a", Name: "llm-hash-key", Key: "key",
 			Fingerprint: config.KeyFingerprint(testKey)},
 		Identity: config.Identity{APIKeyHeaders: []string{"Authorization"}},
-		FairQueuing: config.FairQueuing{Enabled: true, TenantDimension: config.TenantAPIKey, DefaultWeight: 1,
+		FairQueuing: config.FairQueuing{Enabled: true, TenantDimension: identity.DimensionAPIKey, DefaultWeight: 1,
 			Weights: []config.Weight{{TenantHash: identity.Hash(testKey, "alice"), Weight: aliceWeight}},
 			Bounds:  config.DefaultBounds()},
 	}

@@ -116,7 +116,7 @@ func Render(in Input) (*Rendered, error) {
 		RateLimits: renderRateLimits(&spec.RateLimits),
 		FairQueuing: config.FairQueuing{
 			Enabled:         spec.FairQueuing.Enabled,
-			TenantDimension: string(spec.FairQueuing.TenantDimension),
+			TenantDimension: identity.Dimension(spec.FairQueuing.TenantDimension),
 			DefaultWeight:   spec.FairQueuing.DefaultWeight,
 			Bounds:          renderBounds(spec.FairQueuing.Bounds.WithDefaults()),
 		},
@@ -133,7 +133,7 @@ func Render(in Input) (*Rendered, error) {
 		c.Identity.APIKeyHeaders = fqv1alpha1.DefaultAPIKeyHeaders()
 	}
 	if c.FairQueuing.TenantDimension == "" {
-		c.FairQueuing.TenantDimension = config.TenantUser
+		c.FairQueuing.TenantDimension = identity.DimensionUser
 	}
 	if c.FairQueuing.DefaultWeight == 0 {
 		c.FairQueuing.DefaultWeight = fqv1alpha1.DefaultWeight
@@ -395,12 +395,12 @@ func renderStore(namespace string, s *fqv1alpha1.Store) *config.Store {
 	r := s.Redis
 	out := &config.RedisStore{
 		Addresses:          r.Addresses,
-		Mode:               string(r.Mode),
+		Mode:               config.RedisMode(r.Mode),
 		SentinelMasterName: r.SentinelMasterName,
 		DB:                 r.DB,
 		TLS:                r.TLS,
 		Timeout:            config.Duration{Duration: r.Timeout.Duration},
-		FailureMode:        string(r.FailureMode),
+		FailureMode:        config.FailureMode(r.FailureMode),
 	}
 	if out.Mode == "" {
 		out.Mode = config.RedisStandalone
@@ -437,12 +437,12 @@ func renderDeferredAdmission(d *fqv1alpha1.DeferredAdmission) *config.DeferredAd
 		},
 	}
 	if m := tl.PerModel; m != nil {
-		ml := &config.ModelTokenLimits{}
+		ml := &config.ModelLimits{}
 		if m.Tokens > 0 {
 			ml.Default = renderTokenLimit(&fqv1alpha1.TokenLimit{Tokens: m.Tokens, Period: m.Period, Burst: m.Burst})
 		}
 		for _, o := range m.Overrides {
-			ml.Overrides = append(ml.Overrides, config.ModelTokenOverride{Model: o.Model, Limit: *renderTokenLimit(&o.TokenLimit)})
+			ml.Overrides = append(ml.Overrides, config.ModelOverride{Model: o.Model, Limit: *renderTokenLimit(&o.TokenLimit)})
 		}
 		out.TokenLimits.PerModel = ml
 	}
@@ -455,9 +455,9 @@ func renderDeferredAdmission(d *fqv1alpha1.DeferredAdmission) *config.DeferredAd
 	return out
 }
 
-func renderTokenLimit(l *fqv1alpha1.TokenLimit) *config.TokenLimit {
+func renderTokenLimit(l *fqv1alpha1.TokenLimit) *config.Limit {
 	if l == nil {
 		return nil
 	}
-	return &config.TokenLimit{Tokens: l.Tokens, Period: config.Duration{Duration: l.EffectivePeriod()}, Burst: l.EffectiveBurst()}
+	return &config.Limit{Tokens: l.Tokens, Period: config.Duration{Duration: l.EffectivePeriod()}, Burst: l.EffectiveBurst()}
 }

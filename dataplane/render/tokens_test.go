@@ -79,12 +79,12 @@ func TestRenderDeferredAdmission(t *testing.T) {
 			},
 			want: &config.DeferredAdmission{
 				TokenLimits: config.TokenLimits{
-					PerAPIKey: &config.TokenLimit{Tokens: 20000, Period: config.Duration{Duration: time.Minute}, Burst: 20000},
-					PerModel: &config.ModelTokenLimits{
-						Default: &config.TokenLimit{Tokens: 100000, Period: config.Duration{Duration: time.Minute}, Burst: 100000},
-						Overrides: []config.ModelTokenOverride{
-							{Model: "big", Limit: config.TokenLimit{Tokens: 30000, Period: config.Duration{Duration: time.Hour}, Burst: 30000}},
-							{Model: "small", Limit: config.TokenLimit{Tokens: 500000, Period: config.Duration{Duration: time.Minute}, Burst: 600000}},
+					PerAPIKey: &config.Limit{Tokens: 20000, Period: config.Duration{Duration: time.Minute}, Burst: 20000},
+					PerModel: &config.ModelLimits{
+						Default: &config.Limit{Tokens: 100000, Period: config.Duration{Duration: time.Minute}, Burst: 100000},
+						Overrides: []config.ModelOverride{
+							{Model: "big", Limit: config.Limit{Tokens: 30000, Period: config.Duration{Duration: time.Hour}, Burst: 30000}},
+							{Model: "small", Limit: config.Limit{Tokens: 500000, Period: config.Duration{Duration: time.Minute}, Burst: 600000}},
 						},
 					},
 				},
@@ -108,10 +108,10 @@ func TestRenderDeferredAdmission(t *testing.T) {
 			},
 			want: &config.DeferredAdmission{
 				TokenLimits: config.TokenLimits{
-					PerUser: &config.TokenLimit{Tokens: 10, Period: config.Duration{Duration: time.Second}, Burst: 50},
-					PerTeam: &config.TokenLimit{Tokens: 70, Period: config.Duration{Duration: time.Minute}, Burst: 70},
-					PerModel: &config.ModelTokenLimits{Overrides: []config.ModelTokenOverride{
-						{Model: "m", Limit: config.TokenLimit{Tokens: 5, Period: config.Duration{Duration: time.Minute}, Burst: 5}},
+					PerUser: &config.Limit{Tokens: 10, Period: config.Duration{Duration: time.Second}, Burst: 50},
+					PerTeam: &config.Limit{Tokens: 70, Period: config.Duration{Duration: time.Minute}, Burst: 70},
+					PerModel: &config.ModelLimits{Overrides: []config.ModelOverride{
+						{Model: "m", Limit: config.Limit{Tokens: 5, Period: config.Duration{Duration: time.Minute}, Burst: 5}},
 					}},
 				},
 				Estimation: config.TokenEstimation{DefaultMaxTokens: 256, IncludeUsage: false},
@@ -144,7 +144,7 @@ func TestRenderCost(t *testing.T) {
 		name      string
 		fqEnabled bool
 		cost      fqv1alpha1.FairQueuingCost
-		want      string
+		want      config.Cost
 	}{
 		{"tokens while fair queuing is on", true, fqv1alpha1.FairQueuingCostTokens, config.CostTokens},
 		{"requests renders nothing", true, fqv1alpha1.FairQueuingCostRequests, ""},

@@ -41,7 +41,7 @@ func baseConfig(backendURL string) *config.Config {
 			APIKeyHeaders: []string{"Authorization", "X-Api-Key"},
 			UserHeader:    "X-User", TeamHeader: "X-Team", NoTeamValue: "none",
 		},
-		FairQueuing: config.FairQueuing{TenantDimension: config.TenantUser, DefaultWeight: 1, Bounds: config.DefaultBounds()},
+		FairQueuing: config.FairQueuing{TenantDimension: identity.DimensionUser, DefaultWeight: 1, Bounds: config.DefaultBounds()},
 		Backends:    []config.Backend{{Name: "b1", URL: backendURL, Weight: 1}},
 	}
 }

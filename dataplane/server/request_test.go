@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 )
 
@@ -134,7 +135,7 @@ func TestFullKeyTableRefusesNewKeys(t *testing.T) {
 		func(c *config.Config) {
 			c.RateLimits.PerAPIKey = limit(1, 2, time.Minute)
 			c.FairQueuing.Enabled = true
-			c.FairQueuing.TenantDimension = config.TenantAPIKey
+			c.FairQueuing.TenantDimension = identity.DimensionAPIKey
 		}, func(o *Options) { o.Store = store })
 	for _, key := range []string{"key-a", "key-b"} {
 		resp := hs.do(`{"model":"m"}`, map[string]string{"Authorization": "Bearer " + key})

@@ -54,8 +54,8 @@ func BenchmarkReservationError(b *testing.B) {
 	b.Cleanup(up.Close)
 	cfg := baseConfig(up.URL)
 	cfg.DeferredAdmission = &config.DeferredAdmission{
-		TokenLimits: config.TokenLimits{PerModel: &config.ModelTokenLimits{
-			Default: &config.TokenLimit{Tokens: 1 << 40, Period: dur(time.Minute), Burst: 1 << 40},
+		TokenLimits: config.TokenLimits{PerModel: &config.ModelLimits{
+			Default: &config.Limit{Tokens: 1 << 40, Period: dur(time.Minute), Burst: 1 << 40},
 		}},
 		Estimation: config.DefaultTokenEstimation(),
 		Bounds:     config.DefaultDeferredBounds(),

@@ -36,8 +36,8 @@ import (
 func tokenBudget(tokens int64, maxWait time.Duration) func(*config.Config) {
 	return func(c *config.Config) {
 		c.DeferredAdmission = &config.DeferredAdmission{
-			TokenLimits: config.TokenLimits{PerModel: &config.ModelTokenLimits{
-				Default: &config.TokenLimit{Tokens: tokens, Period: dur(time.Minute), Burst: tokens},
+			TokenLimits: config.TokenLimits{PerModel: &config.ModelLimits{
+				Default: &config.Limit{Tokens: tokens, Period: dur(time.Minute), Burst: tokens},
 			}},
 			Estimation: config.DefaultTokenEstimation(),
 			Bounds:     config.DeferredBounds{MaxHeld: 16, MaxHeldPerTenant: 8, MaxWait: dur(maxWait)},

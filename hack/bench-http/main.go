@@ -57,6 +57,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
 )
 
@@ -294,7 +295,7 @@ func benchConfig(upstream string, key []byte) *config.Config {
 		},
 		RateLimits: config.RateLimits{Global: big, PerClient: big, PerAPIKey: big, PerUser: big, PerTeam: big,
 			PerModel: &config.ModelLimits{Default: big}, PerBackend: big},
-		FairQueuing: config.FairQueuing{Enabled: true, TenantDimension: config.TenantUser, DefaultWeight: 1, Bounds: config.DefaultBounds()},
+		FairQueuing: config.FairQueuing{Enabled: true, TenantDimension: identity.DimensionUser, DefaultWeight: 1, Bounds: config.DefaultBounds()},
 		Timeouts:    config.Timeouts{RequestTotal: config.Duration{Duration: time.Minute}},
 		Backends:    []config.Backend{{Name: "upstream", URL: upstream, Weight: 1}},
 	}

@@ -57,6 +57,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/internal/redistest"
 )
 
@@ -115,7 +116,7 @@ func run() error {
 		Policy:        config.PolicyRef{Namespace: "ns", Name: "llm", Generation: 1},
 		HashKeySecret: config.HashKeySecret{Namespace: "ns", Name: "k", Key: "key", Fingerprint: config.KeyFingerprint(key)},
 		Identity:      config.Identity{APIKeyHeaders: []string{"Authorization"}},
-		FairQueuing:   config.FairQueuing{TenantDimension: config.TenantUser, DefaultWeight: 1, Bounds: config.DefaultBounds()},
+		FairQueuing:   config.FairQueuing{TenantDimension: identity.DimensionUser, DefaultWeight: 1, Bounds: config.DefaultBounds()},
 		Backends:      []config.Backend{{Name: "b1", URL: upstream.URL, Weight: 1}},
 		RateLimits:    config.RateLimits{Global: &config.Limit{Requests: o.limit, Period: config.Duration{Duration: time.Second}, Burst: o.burst}},
 		Store: &config.Store{Type: config.StoreRedis, Redis: &config.RedisStore{

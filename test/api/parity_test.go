@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
 )
 
 // parityCase is one data-plane validation rule: a policy the API server must
@@ -216,7 +217,7 @@ var parityCases = []parityCase{
 	{"deferredAdmission.tokenLimits.perModel", "deferredAdmission: {enabled: true, tokenLimits: {perModel: {period: 1m}}}", []string{"spec.deferredAdmission.tokenLimits.perModel", "perModel needs tokens"},
 		func(c *config.Config) {
 			d := deferred()
-			d.TokenLimits.PerModel = &config.ModelTokenLimits{}
+			d.TokenLimits.PerModel = &config.ModelLimits{}
 			c.DeferredAdmission = d
 		}},
 	{"deferredAdmission.tokenLimits.perModel.default.tokens", "deferredAdmission: {enabled: true, tokenLimits: {perModel: {tokens: 0}}}", []string{"spec.deferredAdmission.tokenLimits.perModel.tokens", "should be greater than or equal to 1"},
@@ -224,7 +225,7 @@ var parityCases = []parityCase{
 			d := deferred()
 			l := tokenLimit()
 			l.Tokens = 0
-			d.TokenLimits.PerModel = &config.ModelTokenLimits{Default: l}
+			d.TokenLimits.PerModel = &config.ModelLimits{Default: l}
 			c.DeferredAdmission = d
 		}},
 	{"deferredAdmission.tokenLimits.perModel.overrides[0].limit.burst", "deferredAdmission: {enabled: true, tokenLimits: {perModel: {overrides: [{model: m, tokens: 1, burst: 0}]}}}", []string{"spec.deferredAdmission.tokenLimits.perModel.overrides[0].burst", "should be greater than or equal to 1"},
@@ -232,19 +233,19 @@ var parityCases = []parityCase{
 			d := deferred()
 			l := tokenLimit()
 			l.Burst = 0
-			d.TokenLimits.PerModel = &config.ModelTokenLimits{Overrides: []config.ModelTokenOverride{{Model: "m", Limit: *l}}}
+			d.TokenLimits.PerModel = &config.ModelLimits{Overrides: []config.ModelOverride{{Model: "m", Limit: *l}}}
 			c.DeferredAdmission = d
 		}},
 	{"deferredAdmission.tokenLimits.perModel.overrides[0].model", "deferredAdmission: {enabled: true, tokenLimits: {perModel: {overrides: [{model: '', tokens: 1}]}}}", []string{"spec.deferredAdmission.tokenLimits.perModel.overrides[0].model", "should be at least 1 chars long"},
 		func(c *config.Config) {
 			d := deferred()
-			d.TokenLimits.PerModel = &config.ModelTokenLimits{Overrides: []config.ModelTokenOverride{{Model: "", Limit: *tokenLimit()}}}
+			d.TokenLimits.PerModel = &config.ModelLimits{Overrides: []config.ModelOverride{{Model: "", Limit: *tokenLimit()}}}
 			c.DeferredAdmission = d
 		}},
 	{"deferredAdmission.tokenLimits.perModel.overrides[1].model", "deferredAdmission: {enabled: true, tokenLimits: {perModel: {overrides: [{model: m, tokens: 1}, {model: m, tokens: 2}]}}}", []string{"spec.deferredAdmission.tokenLimits.perModel.overrides[1]", "Duplicate value"},
 		func(c *config.Config) {
 			d := deferred()
-			d.TokenLimits.PerModel = &config.ModelTokenLimits{Overrides: []config.ModelTokenOverride{{Model: "m", Limit: *tokenLimit()}, {Model: "m", Limit: *tokenLimit()}}}
+			d.TokenLimits.PerModel = &config.ModelLimits{Overrides: []config.ModelOverride{{Model: "m", Limit: *tokenLimit()}, {Model: "m", Limit: *tokenLimit()}}}
 			c.DeferredAdmission = d
 		}},
 	{"deferredAdmission.estimation.defaultMaxTokens", "deferredAdmission: {enabled: true, estimation: {defaultMaxTokens: 0}}", []string{"spec.deferredAdmission.estimation.defaultMaxTokens", "should be greater than or equal to 1"},
@@ -297,8 +298,8 @@ var operatorOnly = map[string]string{
 }
 
 // tokenLimit returns a valid data-plane token limit.
-func tokenLimit() *config.TokenLimit {
-	return &config.TokenLimit{Tokens: 1, Period: config.Duration{Duration: time.Minute}, Burst: 1}
+func tokenLimit() *config.Limit {
+	return &config.Limit{Tokens: 1, Period: config.Duration{Duration: time.Minute}, Burst: 1}
 }
 
 // deferred returns a valid data-plane deferredAdmission without token limits.
@@ -315,7 +316,7 @@ func validConfig() *config.Config {
 		HashKeySecret: config.HashKeySecret{Namespace: "ns", Name: "p-hash-key", Key: "key", Fingerprint: strings.Repeat("0", 16)},
 		Identity:      config.Identity{APIKeyHeaders: []string{"Authorization", "x-api-key"}},
 		FairQueuing: config.FairQueuing{
-			TenantDimension: config.TenantUser, DefaultWeight: 1,
+			TenantDimension: identity.DimensionUser, DefaultWeight: 1,
 			Bounds: config.Bounds{MaxQueueDepthPerTenant: 32, MaxTotalQueued: 4096, MaxTenants: 1024, MaxInFlight: 8, MaxWait: config.Duration{Duration: 5 * time.Second}},
 		},
 		Timeouts: config.Timeouts{RequestTotal: config.Duration{Duration: time.Minute}},

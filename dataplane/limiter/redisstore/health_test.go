@@ -232,7 +232,7 @@ func TestSwitchReportsAStoreThatRefusesEveryCall(t *testing.T) {
 	replica := startRedis(t, "--replicaof", host, port)
 	for _, tc := range []struct {
 		name   string
-		mode   string
+		mode   config.RedisMode
 		addr   string
 		master string
 		hint   string

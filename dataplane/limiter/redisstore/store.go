@@ -34,6 +34,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"k8s.io/utils/clock"
 
+	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 )
 
@@ -65,12 +66,9 @@ const (
 
 // Defaults for Options fields left zero.
 const (
-	// DefaultTimeout bounds one store call: a Redis that has not answered
-	// by then is unavailable for that request. It covers the p99.9 of
-	// healthy calls on a busy machine (BenchmarkTakeLatencyUnderLoad: 32
-	// concurrent takes at load average 25-30 on 2 cores measured p99
-	// 42-49ms and p99.9 168-184ms), so a slow call is rare and fails alone.
-	DefaultTimeout = 250 * time.Millisecond
+	// DefaultTimeout bounds one store call: the default of
+	// store.redis.timeout (see config.DefaultStoreTimeout for its choice).
+	DefaultTimeout = config.DefaultStoreTimeout
 	// DefaultProbeInterval is how often an unreachable Redis is pinged, so
 	// the store returns to it within about this long of it answering.
 	DefaultProbeInterval = 200 * time.Millisecond

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/internal/testenv"
 )
@@ -136,7 +137,7 @@ func outageConfig(t *testing.T, key []byte, generation int64) string {
 		HashKeySecret: config.HashKeySecret{Namespace: ns, Name: "llm-hash-key", Key: "key",
 			Fingerprint: config.KeyFingerprint(key)},
 		Identity:    config.Identity{APIKeyHeaders: []string{"Authorization"}},
-		FairQueuing: config.FairQueuing{Enabled: true, TenantDimension: config.TenantAPIKey, DefaultWeight: 1, Bounds: config.DefaultBounds()},
+		FairQueuing: config.FairQueuing{Enabled: true, TenantDimension: identity.DimensionAPIKey, DefaultWeight: 1, Bounds: config.DefaultBounds()},
 		Backends:    []config.Backend{{Name: "vllm", URL: "http://vllm:8000", Weight: 1}},
 	})
 	mustDo(t, err)
