@@ -6,7 +6,8 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 VEGETA_VERSION ?= v12.13.0
 # Go module version of Prometheus (v0.316.0 is Prometheus 3.16.0) for promtool;
-# keep it equal to github.com/prometheus/prometheus in go.mod (the PromQL parser).
+# keep it equal to github.com/prometheus/prometheus in test/monitoring/go.mod
+# (the PromQL parser).
 PROMETHEUS_VERSION ?= v0.316.0
 # The official OpenAI Node client, from the npm registry, for the real-client tests.
 OPENAI_NODE_VERSION ?= 6.49.0
@@ -24,6 +25,10 @@ KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(ENVTEST_DIR)/kubectl
 GO ?= go
 GOTEST_FLAGS ?= -count=1 -timeout=20m
 PKGS ?= ./...
+# Modules of their own beside the product's, so that their dependencies stay
+# out of its go.mod: the monitoring checks (Prometheus's PromQL parser) and
+# the demo command (gonum plot for its chart). vet, lint and test cover them.
+TOOL_MODULES = test/monitoring hack/demo
 
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
@@ -63,10 +68,12 @@ fmt: ## Run gofmt on the code.
 .PHONY: vet
 vet: ## Run go vet.
 	$(GO) vet $(PKGS)
+	@for m in $(TOOL_MODULES); do echo "$(GO) vet ./... in $$m"; $(GO) -C $$m vet ./... || exit 1; done
 
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run $(PKGS)
+	@for m in $(TOOL_MODULES); do echo "golangci-lint run ./... in $$m"; (cd $$m && $(GOLANGCI_LINT) run ./...) || exit 1; done
 
 # Generated files outside api/ and config/: the data-plane config's DeepCopy
 # and the CRD copy --policy validates with.
@@ -85,6 +92,8 @@ verify: manifests generate docs ## Fail when generated code, manifests, docs or 
 .PHONY: test
 test: vet envtest promtool openai-node ## Run all unit and envtest tests against a real API server (and the alerts' promtool tests, and the openai npm client's).
 	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) PROMTOOL=$(PROMTOOL) OPENAI_NODE_MODULES=$(OPENAI_NODE_DIR)/node_modules $(GO) test $(GOTEST_FLAGS) $(PKGS)
+	@for m in $(TOOL_MODULES); do echo "$(GO) test ./... in $$m"; \
+		KUBEBUILDER_ASSETS=$(ENVTEST_DIR) PROMTOOL=$(PROMTOOL) $(GO) -C $$m test $(GOTEST_FLAGS) ./... || exit 1; done
 
 .PHONY: test-soak
 test-soak: ## Run the wall-clock soak tests (build tag soak: fleet shares on a real redis-server over seconds of real time). Not part of CI: their rates depend on the machine's load.
@@ -92,7 +101,7 @@ test-soak: ## Run the wall-clock soak tests (build tag soak: fleet shares on a r
 
 .PHONY: test-alerts
 test-alerts: promtool ## Unit-test config/prometheus with promtool and check every PromQL expression of the kit.
-	PROMTOOL=$(PROMTOOL) $(GO) test -count=1 -v ./test/monitoring/
+	PROMTOOL=$(PROMTOOL) $(GO) -C test/monitoring test -count=1 -v ./...
 
 .PHONY: bench
 bench: ## Run every data-plane benchmark (docs/benchmarks.md quotes them).
@@ -121,13 +130,22 @@ fuzz: ## Run every fuzz target (func Fuzz* in a _test.go file) for FUZZ_TIME eac
 		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZ_TIME) "$$pkg"; \
 	done
 
+# The demo command is a module of its own (hack/demo/go.mod); it is built
+# into a temporary directory and run from the repository root.
+DEMO_RUN = tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(GO) -C hack/demo build -o "$$tmp/demo" . && "$$tmp/demo"
+
 .PHONY: demo
-demo: envtest ## Build everything and run the three-tenant fair-share demo on local processes (about 90s; DEMO_FLAGS="--duration 30s").
-	$(GO) run ./hack/demo $(DEMO_FLAGS)
+demo: envtest ## Run the three-tenant fair-share demo with a local control plane and the operator (the demo runs a little over a minute; the first run builds kube-apiserver and etcd: ~10-20 min on 2 cores, cached in bin/ afterwards; DEMO_FLAGS="--duration 30s").
+	@$(DEMO_RUN) $(DEMO_FLAGS)
+
+.PHONY: demo-standalone
+demo-standalone: ## Run the same fair-share scenario on one data plane reading files (dataplane --policy), with no control plane to build (about a minute; DEMO_FLAGS="--duration 20s").
+	@$(DEMO_RUN) --standalone --duration 40s $(DEMO_FLAGS)
 
 .PHONY: demo-fleet
 demo-fleet: ## Run three replicas sharing one Redis limit with skewed routing: live fleet shares, a Redis outage, a chart (about 30s; DEMO_FLAGS="--failure-mode Open").
-	$(GO) run ./hack/demofleet $(DEMO_FLAGS)
+	@$(DEMO_RUN) --scenario fleet $(DEMO_FLAGS)
 
 .PHONY: test-e2e
 test-e2e: envtest ## Run the demo's scenario headless with assertions through the whole stack.
@@ -161,7 +179,7 @@ uninstall: manifests ## Remove the CRDs from the cluster of the current kubeconf
 ##@ Tools
 
 .PHONY: envtest
-envtest: ## Build kube-apiserver and etcd (pinned in hack/envtest/go.mod) into bin/k8s.
+envtest: ## Build kube-apiserver and etcd (pinned in hack/envtest/go.mod) into bin/k8s (first run ~10-20 min on 2 cores, with a progress line every 15s).
 	@hack/envtest.sh >/dev/null
 
 .PHONY: controller-gen

@@ -25,7 +25,7 @@ func TestEventWriterFlush(t *testing.T) {
 	release := make(chan struct{})
 	writing := make(chan struct{}, 16)
 	var created atomic.Int32
-	c := fake.NewClientBuilder().WithScheme(env.Scheme).WithInterceptorFuncs(interceptor.Funcs{
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithInterceptorFuncs(interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			writing <- struct{}{}
 			select {

@@ -140,6 +140,7 @@ func updateSecret(t *testing.T, ns, name string, mutate func(s *corev1.Secret)) 
 }
 
 func TestCreateRendersHashedConfigMap(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	p, cm := setup(t)
 	p = getPolicy(t, p)
@@ -197,6 +198,7 @@ func TestCreateRendersHashedConfigMap(t *testing.T) {
 }
 
 func TestSecretRotationAndLoss(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	p, _ := setup(t)
 	oldHash := getPolicy(t, p).Status.ConfigHash
@@ -241,6 +243,7 @@ func TestSecretRotationAndLoss(t *testing.T) {
 }
 
 func TestHashKeyRotationReRenders(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	p, cm := setup(t)
 	before := parseConfigMap(t, cm)
@@ -274,6 +277,7 @@ func TestHashKeyRotationReRenders(t *testing.T) {
 }
 
 func TestConfigMapRepaired(t *testing.T) {
+	needAPIServer(t)
 	tests := []struct {
 		name   string
 		tamper func(g Gomega, cm *corev1.ConfigMap)
@@ -314,6 +318,7 @@ func TestConfigMapRepaired(t *testing.T) {
 }
 
 func TestUnchangedInputsWriteNothing(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	p, cm := setup(t)
 	p = getPolicy(t, p)
@@ -342,6 +347,7 @@ func TestUnchangedInputsWriteNothing(t *testing.T) {
 }
 
 func TestSpecChangeReRendersWithGeneration(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	p, _ := setup(t)
 	g.Eventually(func() error {
@@ -357,6 +363,7 @@ func TestSpecChangeReRendersWithGeneration(t *testing.T) {
 }
 
 func TestRenderFailuresKeepLastGoodConfigMap(t *testing.T) {
+	needAPIServer(t)
 	tests := []struct {
 		name        string
 		breakPolicy func(t *testing.T, p *fqv1alpha1.FairQueuePolicy)
@@ -420,6 +427,7 @@ func TestRenderFailuresKeepLastGoodConfigMap(t *testing.T) {
 }
 
 func TestHashKeySecretRefUsedWhenItAppears(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	for _, s := range newSecrets(ns) {
@@ -446,6 +454,7 @@ func TestHashKeySecretRefUsedWhenItAppears(t *testing.T) {
 }
 
 func TestForeignConfigMapIsNotOverwritten(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	for _, s := range newSecrets(ns) {
@@ -478,6 +487,7 @@ func TestForeignConfigMapIsNotOverwritten(t *testing.T) {
 // rendered as Ready, leaving data planes with a config whose store they
 // could not log in to.
 func TestMissingRedisSecretIsReported(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	p, cm := setup(t)
 	g.Eventually(func() error {

@@ -38,6 +38,7 @@ func failTimes(n int32) func() bool {
 // backoff), must never leave a partial render, and the next attempts must
 // converge to the same state as a fault-free run.
 func TestFaultsConverge(t *testing.T) {
+	needAPIServer(t)
 	ensureFaultNamespace(t)
 	otherKey := []byte(strings.Repeat("o", identity.HashKeyLen))
 
@@ -254,6 +255,7 @@ func assertNoConfigMap(t *testing.T, p *fqv1alpha1.FairQueuePolicy) {
 // failing the same way (timed requeues do that) emits one Warning, and a new
 // failure another.
 func TestRepeatedFailureWarnsOnce(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	ensureFaultNamespace(t)
 	p := newPolicy(faultNamespace)

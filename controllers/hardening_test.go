@@ -61,6 +61,7 @@ func setWeight(t *testing.T, p *fqv1alpha1.FairQueuePolicy, weight int32) {
 // alone; status says so and Ready is False for a generation that is not in
 // force; removing the annotation renders the current generation.
 func TestPausedPolicyIsNotWritten(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	p, cm := setup(t)
 
@@ -91,6 +92,7 @@ func TestPausedPolicyIsNotWritten(t *testing.T) {
 // generation it describes, and after a spec change the operator reports on
 // the new generation.
 func TestReadyFollowsTheGeneration(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	p, _ := setup(t)
 	annotatePaused(t, p, "true")
@@ -110,6 +112,7 @@ func TestReadyFollowsTheGeneration(t *testing.T) {
 // policies but not read Secrets: a literal guess next to ${ACME_KEY} must
 // give the same reason, message shape, count and Events whether it is right.
 func TestNoOracleOnGuessedSecretValue(t *testing.T) {
+	needAPIServer(t)
 	type view struct {
 		Reasons  map[string]string
 		Weighted int32
@@ -155,6 +158,7 @@ func TestNoOracleOnGuessedSecretValue(t *testing.T) {
 // Secret of a rendered policy is not silent: the new key comes with a
 // Warning Event and the HashKeyRotated condition.
 func TestGeneratedKeyForRenderedPolicyWarns(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	p, _ := setup(t)
 	g.Expect(meta.FindStatusCondition(getPolicy(t, p).Status.Conditions, fqv1alpha1.ConditionHashKeyRotated)).To(BeNil(),
@@ -178,6 +182,7 @@ func TestGeneratedKeyForRenderedPolicyWarns(t *testing.T) {
 // one: Ready becomes Unknown (Reconciling) for the new generation until a
 // render succeeds.
 func TestReadyUnknownWhileANewGenerationCannotRender(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	ensureFaultNamespace(t)
 	p := newFaultPolicy(t, 20)
@@ -211,6 +216,7 @@ func TestReadyUnknownWhileANewGenerationCannotRender(t *testing.T) {
 // data plane still runs the config of the old key and turns False once every
 // reporting data plane runs the new key's config.
 func TestHashKeyRotatedClearedWhenDataPlanesFollow(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	p, _ := setup(t)
 	oldHash := getPolicy(t, p).Status.ConfigHash

@@ -7,17 +7,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 )
 
 func TestPolicyCollectorReportsReady(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := fqv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := testScheme(t)
 	policy := func(ns, name string, conds ...metav1.Condition) *fqv1alpha1.FairQueuePolicy {
 		return &fqv1alpha1.FairQueuePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Status: fqv1alpha1.FairQueuePolicyStatus{Conditions: conds}}

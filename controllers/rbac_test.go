@@ -146,6 +146,7 @@ func TestGeneratedRoleMatchesMarkers(t *testing.T) {
 // hash key Secret, ConfigMap and Event. A verb missing from the markers makes
 // this test fail.
 func TestRBACMarkersSuffice(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	const user = "fairqueue-operator-under-test"
 	cluster, namespaced := markerRules(t)

@@ -110,6 +110,7 @@ func TestLeaseContractMatchesDataPlane(t *testing.T) {
 }
 
 func TestDataPlaneReplicasCounted(t *testing.T) {
+	needAPIServer(t)
 	g := NewWithT(t)
 	p, _ := setup(t)
 	hash := getPolicy(t, p).Status.ConfigHash

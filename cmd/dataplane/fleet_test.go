@@ -68,17 +68,7 @@ func TestFleetMembershipOnRealRedis(t *testing.T) {
 		done <- run(ctx, []string{"--hash-key-file", write(t, "k", key), "--config", write(t, "c.json", data), "--pod-name", "r1",
 			"--listen", traffic, "--metrics-listen", ops, "--shutdown-delay", "3s", "--shutdown-grace", "1s"}, func(string) string { return "" }, &stderr)
 	}()
-	// until polls the data plane and Redis (external processes) for at most 10s.
-	until := func(what string, within time.Duration, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(within)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %s; log:\n%s", what, within, stderr.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	logOnFailure(t, &stderr)
 	call := func() int {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+traffic+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
 		req.Header.Set("Authorization", "Bearer sk-test")
@@ -105,12 +95,12 @@ func TestFleetMembershipOnRealRedis(t *testing.T) {
 		return ""
 	}
 
-	until("admitted", 10*time.Second, func() bool { return call() == http.StatusOK })
-	until("r1's demand report in Redis", 10*time.Second, func() bool { return field(demand) != "" })
-	until("r1's membership with its key's fingerprint", 10*time.Second, func() bool {
+	testutil.Eventually(t, "admitted", func() bool { return call() == http.StatusOK })
+	testutil.Eventually(t, "r1's demand report in Redis", func() bool { return field(demand) != "" })
+	testutil.Eventually(t, "r1's membership with its key's fingerprint", func() bool {
 		return strings.Contains(field(members), `"f":"`+config.KeyFingerprint(key)+`"`)
 	})
-	until("the fail-open fallback counting the fleet's 2 replicas", 10*time.Second, func() bool { return liveReplicas() == "2" })
+	testutil.Eventually(t, "the fail-open fallback counting the fleet's 2 replicas", func() bool { return liveReplicas() == "2" })
 
 	cancel()
 	stopped := time.Now()
@@ -118,7 +108,7 @@ func TestFleetMembershipOnRealRedis(t *testing.T) {
 	if field(members) == "" {
 		t.Fatalf("r1 left the fleet %s into its 3s shutdown delay, while it still admits its queued requests at its gate rates", time.Since(stopped))
 	}
-	until("r1's membership withdrawn when the shutdown delay ends", 4*time.Second, func() bool { return field(members) == "" })
+	testutil.EventuallyWithin(t, 4*time.Second, "r1's membership withdrawn when the shutdown delay ends", func() bool { return field(members) == "" })
 	waitRun(t, done, 20*time.Second, &stderr)
 }
 

@@ -25,10 +25,11 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/internal/testbin"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testbin.Main(m)) }
 
 var key = []byte("0123456789abcdef0123456789abcdef")
 
@@ -131,6 +132,41 @@ func TestRunStartsAndStops(t *testing.T) {
 	waitRun(t, done, 10*time.Second, &stderr)
 }
 
+// logOnFailure logs the data plane's log when the test has failed by its end.
+func logOnFailure(t *testing.T, log *testutil.SyncBuffer) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("data plane log:\n%s", log.String())
+		}
+	})
+}
+
+// waitMetrics waits until the /metrics of the ops server at addr shows every
+// line of want, after what happened.
+func waitMetrics(t *testing.T, addr, what string, want ...string) {
+	t.Helper()
+	var body string
+	defer func() {
+		if t.Failed() {
+			t.Logf("the last /metrics:\n%s", body)
+		}
+	}()
+	testutil.Eventually(t, what+": /metrics to show "+strings.Join(want, ", "), func() bool {
+		body = ""
+		if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			body = string(b)
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // waitRun waits for a run started in a goroutine, which sends its result on
 // done, to return after its context ended, and fails the test (with run's
 // log) if it returns an error or has not returned within timeout, so a run
@@ -208,6 +244,7 @@ func TestRunFollowsTheConfigFile(t *testing.T) {
 		cancel()
 		waitRun(t, done, 20*time.Second, &stderr)
 	}()
+	logOnFailure(t, &stderr)
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + ops + path)
 		if err != nil {
@@ -217,27 +254,7 @@ func TestRunFollowsTheConfigFile(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	metricsShow := func(what string, want ...string) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			_, body := get("/metrics")
-			missing := ""
-			for _, w := range want {
-				if !strings.Contains(body, w) {
-					missing = w
-				}
-			}
-			if missing == "" {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: /metrics never showed %s:\n%s", what, missing, body)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	metricsShow("startup", `fairqueue_config_info{hash="`+config.Hash(v1)+`"} 1`)
+	waitMetrics(t, ops, "startup", `fairqueue_config_info{hash="`+config.Hash(v1)+`"} 1`)
 
 	// Replace the file the way editors and config tools do.
 	tmp := path + ".tmp"
@@ -247,12 +264,12 @@ func TestRunFollowsTheConfigFile(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	metricsShow("an edited file", `fairqueue_config_info{hash="`+config.Hash(v2)+`"} 1`, `fairqueue_config_reloads_total{result="success"} 2`)
+	waitMetrics(t, ops, "an edited file", `fairqueue_config_info{hash="`+config.Hash(v2)+`"} 1`, `fairqueue_config_reloads_total{result="success"} 2`)
 
 	if err := os.WriteFile(path, bytes.Replace(v2, []byte(`"maxInFlight": 8`), []byte(`"maxInFlight": 0`), 1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	metricsShow("a bad edit", `fairqueue_config_reloads_total{result="failure"} 1`, `fairqueue_config_last_reload_successful 0`,
+	waitMetrics(t, ops, "a bad edit", `fairqueue_config_reloads_total{result="failure"} 1`, `fairqueue_config_last_reload_successful 0`,
 		`fairqueue_config_info{hash="`+config.Hash(v2)+`"} 1`)
 	if code, _ := get("/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz = %d after a refused edit, want 200: the last good config is in force", code)

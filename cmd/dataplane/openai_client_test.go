@@ -28,7 +28,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/testbin"
 )
 
 // tokenPolicy is a standalone policy with a per-model token budget of 2000
@@ -104,17 +105,11 @@ func openaiNode(t *testing.T) (node, modules string) {
 	return node, modules
 }
 
-// startPolicy builds the data plane into dir (once per dir), writes policy
-// there under name and runs it against upstream, returning its traffic
-// address.
+// startPolicy writes policy into dir under name and runs the data plane on
+// it against upstream, returning its traffic address.
 func startPolicy(t *testing.T, dir, name, policy, upstream string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "dataplane")
-	if _, err := os.Stat(bin); err != nil {
-		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-			t.Fatalf("go build: %v\n%s", err, out)
-		}
-	}
+	bin := testbin.Build(t, "./cmd/dataplane")
 	path := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(path, []byte(policy), 0o600); err != nil {
 		t.Fatal(err)

@@ -16,13 +16,13 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/dataplane/render"
+	"github.com/fairqueue/fairqueue/internal/testbin"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
@@ -184,7 +184,7 @@ func TestSamplesRunStandalone(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := buildBinary(t)
+	bin := testbin.Build(t, "./cmd/dataplane")
 	var hits atomic.Int64
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
@@ -245,36 +245,11 @@ func TestSamplesRunStandalone(t *testing.T) {
 func runBinary(t *testing.T, bin string, args []string) string {
 	t.Helper()
 	traffic, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	cmd := exec.CommandContext(ctx, bin, append(args, "--listen", traffic, "--metrics-listen", ops)...)
-	var logs testutil.SyncBuffer // read below while the process still writes
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		cancel()
-		if t.Failed() {
-			t.Logf("data plane log:\n%s", logs.String())
-		}
+	testbin.Start(t, bin, testbin.Options{
+		Args:  append(args, "--listen", traffic, "--metrics-listen", ops),
+		Ready: testbin.HTTPReady("http://" + ops + "/readyz"),
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + ops + "/readyz")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return traffic
-			}
-		}
-		if time.Now().After(deadline) || cmd.ProcessState != nil {
-			t.Fatalf("the data plane did not become ready in 30s:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return traffic
 }
 
 // TestRunFollowsThePolicyAndSecrets runs the data plane on a policy file and
@@ -312,6 +287,7 @@ func TestRunFollowsThePolicyAndSecrets(t *testing.T) {
 		cancel()
 		waitRun(t, done, 20*time.Second, &stderr)
 	}()
+	logOnFailure(t, &stderr)
 	// hashOf renders what the data plane should load for the inputs now on disk.
 	hashOf := func() string {
 		t.Helper()
@@ -325,43 +301,21 @@ func TestRunFollowsThePolicyAndSecrets(t *testing.T) {
 		}
 		return r.Hash
 	}
-	metricsShow := func(what string, want ...string) {
-		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			body := ""
-			if resp, err := http.Get("http://" + ops + "/metrics"); err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				_ = resp.Body.Close()
-				body = string(b)
-			}
-			missing := ""
-			for _, w := range want {
-				if !strings.Contains(body, w) {
-					missing = w
-				}
-			}
-			if missing == "" {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: /metrics never showed %s:\n%s\nlog:\n%s", what, missing, body, stderr.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitFile(t, keyFile)
-	metricsShow("startup", `fairqueue_config_info{hash="`+hashOf()+`"} 1`)
+	testutil.EventuallyWithin(t, 10*time.Second, keyFile+" to be created", func() bool {
+		_, err := os.Stat(keyFile)
+		return err == nil
+	})
+	waitMetrics(t, ops, "startup", `fairqueue_config_info{hash="`+hashOf()+`"} 1`)
 
 	writeAtomically(t, filepath.Join(secretsDir, "tenants.yaml"), secret("sk-2"))
-	metricsShow("a Secret rotation", `fairqueue_config_info{hash="`+hashOf()+`"} 1`, `fairqueue_config_reloads_total{result="success"} 2`)
+	waitMetrics(t, ops, "a Secret rotation", `fairqueue_config_info{hash="`+hashOf()+`"} 1`, `fairqueue_config_reloads_total{result="success"} 2`)
 
 	writeAtomically(t, policyPath, policy("5"))
 	good := hashOf()
-	metricsShow("a policy edit", `fairqueue_config_info{hash="`+good+`"} 1`, `fairqueue_config_reloads_total{result="success"} 3`)
+	waitMetrics(t, ops, "a policy edit", `fairqueue_config_info{hash="`+good+`"} 1`, `fairqueue_config_reloads_total{result="success"} 3`)
 
 	writeAtomically(t, policyPath, policy("0"))
-	metricsShow("a bad edit", `fairqueue_config_reloads_total{result="failure"} 1`, `fairqueue_config_last_reload_successful 0`,
+	waitMetrics(t, ops, "a bad edit", `fairqueue_config_reloads_total{result="failure"} 1`, `fairqueue_config_last_reload_successful 0`,
 		`fairqueue_config_info{hash="`+good+`"} 1`)
 }
 
@@ -377,32 +331,6 @@ func writeAtomically(t *testing.T, path string, data []byte) {
 	}
 }
 
-// waitFile waits up to 10s for path to exist.
-func waitFile(t *testing.T, path string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was not created", path)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// buildBinary builds the data plane into a temporary directory.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "dataplane")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // TestFailedStartWritesNothing runs the built binary, as a user does, on
 // inputs that cannot start: each exits 1 with a message naming the field or
 // the standalone fix (SPEC 10), and leaves no file behind, neither the
@@ -411,7 +339,7 @@ func TestFailedStartWritesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := buildBinary(t)
+	bin := testbin.Build(t, "./cmd/dataplane")
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

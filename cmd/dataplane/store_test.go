@@ -46,7 +46,7 @@ func TestRunUsesTheRedisStoreOfTheConfig(t *testing.T) {
 	traffic, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var stderr testutil.SyncBuffer // read by until while run still writes
+	var stderr testutil.SyncBuffer // read while run still writes
 	go func() {
 		done <- run(ctx, []string{"--hash-key-file", write(t, "k", key), "--config", write(t, "c.json", data), "--store-secret-dir", secretDir,
 			"--listen", traffic, "--metrics-listen", ops, "--shutdown-grace", "1s"}, func(string) string { return "" }, &stderr)
@@ -66,18 +66,8 @@ func TestRunUsesTheRedisStoreOfTheConfig(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	// until polls the data plane (an external process, in effect) for at most 10s.
-	until := func(what string, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 10s; log:\n%s", what, stderr.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	until("admitted through Redis", func() bool { code, _ := call(); return code == http.StatusOK })
+	logOnFailure(t, &stderr)
+	testutil.Eventually(t, "admitted through Redis", func() bool { code, _ := call(); return code == http.StatusOK })
 	found := false
 	for _, k := range m.Keys() {
 		found = found || strings.HasPrefix(k, "fq:{ns/llm}:api_key:")
@@ -98,7 +88,7 @@ func TestRunUsesTheRedisStoreOfTheConfig(t *testing.T) {
 	}
 	// Each call fails alone; consecutive failures over the probe interval
 	// mark the store down, which readiness names while staying ready.
-	until("the store marked down, in /readyz", func() bool {
+	testutil.Eventually(t, "the store marked down, in /readyz", func() bool {
 		if code, body := call(); code != http.StatusServiceUnavailable || !strings.Contains(body, "store_unavailable") {
 			t.Fatalf("with Redis down: %d %s; want 503 store_unavailable", code, body)
 		}
@@ -107,7 +97,7 @@ func TestRunUsesTheRedisStoreOfTheConfig(t *testing.T) {
 	if err := m.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	until("back on Redis", func() bool { code, _ := call(); return code == http.StatusOK })
+	testutil.Eventually(t, "back on Redis", func() bool { code, _ := call(); return code == http.StatusOK })
 	resp, err := http.Get("http://" + ops + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -162,27 +152,22 @@ func TestPolicyReadsTheRedisSecretFromSecretsFlag(t *testing.T) {
 		cancel()
 		waitRun(t, done, 20*time.Second, &stderr)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	logOnFailure(t, &stderr)
+	testutil.Eventually(t, "a request admitted through Redis", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the data plane stopped: %v", err)
+		default:
+		}
 		req, _ := http.NewRequest(http.MethodPost, "http://"+traffic+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
 		req.Header.Set("Authorization", "Bearer sk-test")
 		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		select {
-		case err := <-done:
-			t.Fatalf("the data plane stopped: %v\n%s", err, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no request admitted through Redis within 10s; log:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	found := false
 	for _, k := range m.Keys() {
 		found = found || strings.HasPrefix(k, "fq:{ns/llm}:api_key:")

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
 
 func main() {

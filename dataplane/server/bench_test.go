@@ -16,8 +16,8 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
 
 const benchBody = `{"model":"llama","messages":[{"role":"user","content":"Say hello."}]}`

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 

@@ -12,7 +12,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
 
 func TestReloadKeepsQueuedRequests(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 

@@ -29,8 +29,8 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
 	"github.com/fairqueue/fairqueue/dataplane/usage"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
 
 // benchWords make up the benchmark's prompts.

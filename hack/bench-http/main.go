@@ -56,9 +56,9 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
 
 const body = `{"model":"llama","messages":[{"role":"user","content":"Say hello."}]}`

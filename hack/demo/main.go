@@ -1,10 +1,15 @@
 // Command demo shows fairqueue at work on one machine, with nothing but Go
-// installed: it builds the binaries, starts a local control plane, the
-// operator, a fake OpenAI-compatible upstream and two data-plane replicas,
-// applies a FairQueuePolicy with kubectl, offers load from three tenants
-// (one flooding, weights 1:1:3) and prints a live per-tenant table. Midway
-// it patches the tenants Secret so the weights become 3:1:1, and at the end
-// it writes a PNG chart of the shares over time.
+// installed. The default scenario builds the binaries, starts a local control
+// plane, the operator, a fake OpenAI-compatible upstream and two data-plane
+// replicas, applies a FairQueuePolicy with kubectl, offers load from three
+// tenants (one flooding, weights 1:1:3) and prints a live per-tenant table.
+// Midway it patches the tenants Secret so the weights become 3:1:1, and at
+// the end it writes a PNG chart of the shares over time.
+//
+// --standalone runs the same scenario without a control plane: one data
+// plane reads the policy and the Secret from files (dataplane --policy) and
+// follows the Secret's rewrite. It needs no envtest binaries and answers in
+// about a minute.
 //
 // The token scenario (--scenario tokens, or SCENARIO=tokens in the
 // environment) limits the model in tokens per 10s with deferred admission
@@ -12,9 +17,18 @@
 // prompts ten times larger, get equal tokens per second (--cost Requests
 // shows the contrary).
 //
-//	make demo                     # or: go run ./hack/demo
-//	go run ./hack/demo --duration 30s --chart /tmp/shares.png
-//	make demo SCENARIO=tokens     # or: go run ./hack/demo --scenario tokens
+// The fleet scenario (--scenario fleet) runs three replicas sharing one
+// model limit in Redis (a real redis-server when one is on PATH, else an
+// embedded miniredis) with skewed routing, prints the fleet and per-replica
+// shares every second and kills Redis for a few seconds midway.
+//
+// This command is a module of its own (hack/demo/go.mod) so that the chart's
+// plotting library stays out of the product's go.mod; run it from the
+// repository root:
+//
+//	make demo                     # or: make demo-standalone, demo-fleet
+//	go -C hack/demo build -o ../../bin/demo . && bin/demo --standalone
+//	bin/demo --duration 30s --chart /tmp/shares.png
 //
 // Ctrl-C stops everything it started.
 package main
@@ -30,6 +44,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
 	"github.com/fairqueue/fairqueue/internal/demo"
 )
 
@@ -58,31 +73,47 @@ func run(ctx context.Context, args []string) error {
 		o       demo.Options
 		chart   string
 		noBuild bool
+		mode    string
 	)
-	fs.DurationVar(&o.Duration, "duration", 60*time.Second, "how long load is offered (10s to 30m)")
+	fs.DurationVar(&o.Duration, "duration", 0, "how long load is offered (10s to 30m; default 60s, 30s for the fleet scenario)")
 	fs.DurationVar(&o.ChangeAt, "change-at", 0, "when, after the load starts, the weights change (default half of --duration)")
-	fs.IntVar(&o.PerModel, "per-model", 45, "each replica's model limit in requests per second (shares scenario)")
+	fs.IntVar(&o.PerModel, "per-model", 0, "each replica's model limit in requests per second (default 45); in the fleet scenario the limit the fleet shares (default 90)")
 	scenario := demo.ScenarioShares
 	if env := os.Getenv("SCENARIO"); env != "" {
 		scenario = env
 	}
-	fs.StringVar(&o.Scenario, "scenario", scenario, "`name` of the scenario: shares (request limit, weights 1:1:3 changed midway) or tokens (token limit with deferred admission); the SCENARIO environment variable sets the default")
+	fs.StringVar(&o.Scenario, "scenario", scenario, "`name` of the scenario: shares (request limit, weights 1:1:3 changed midway), tokens (token limit with deferred admission) or fleet (three replicas sharing a limit in Redis); the SCENARIO environment variable sets the default")
+	fs.BoolVar(&o.Standalone, "standalone", false, "run the shares or tokens scenario on one data plane reading files (dataplane --policy), without a control plane or the envtest binaries")
 	fs.IntVar(&o.TokensPerPeriod, "tokens-per-period", 20000, "each replica's model limit in tokens per 10s (tokens scenario)")
 	fs.StringVar(&o.Cost, "cost", demo.CostTokens, "fairQueuing.cost of the tokens scenario: Tokens, or Requests for the negative control")
-	fs.StringVar(&o.BinDir, "bin-dir", "bin", "`directory` of the binaries; bin-dir/k8s must hold etcd and kube-apiserver (make envtest)")
+	fs.DurationVar(&o.OutageAt, "outage-at", 0, "when Redis is killed, after the load starts (fleet scenario; default 60% of --duration)")
+	fs.DurationVar(&o.Outage, "outage", 3*time.Second, "how long Redis stays down (fleet scenario); 0 for no outage")
+	fs.StringVar(&mode, "failure-mode", string(redisstore.FailClosed), "the store's behaviour while Redis is down (fleet scenario): Closed (503) or Open (local buckets)")
+	fs.StringVar(&o.RedisServer, "redis-server", "", "redis-server `binary` (fleet scenario); empty looks it up on PATH, - uses the embedded miniredis")
+	fs.StringVar(&o.BinDir, "bin-dir", "bin", "`directory` of the binaries; bin-dir/k8s must hold etcd and kube-apiserver (make envtest) unless --standalone")
 	fs.BoolVar(&noBuild, "no-build", false, "use the binaries already in --bin-dir instead of building them")
 	fs.BoolVar(&o.KeepWorkDir, "keep", false, "keep the temporary directory with the logs, kubeconfig and config after a successful run")
-	fs.StringVar(&chart, "chart", filepath.Join("bin", "demo-shares.png"), "`file` to write the PNG chart of shares over time to (bin/demo-tokens.png for the tokens scenario); empty for none")
+	fs.StringVar(&chart, "chart", "", "`file` to write the PNG chart of shares over time to (default bin/demo-SCENARIO.png); - for none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q: see --help", fs.Arg(0))
 	}
-	chartSet := false
-	fs.Visit(func(f *flag.Flag) { chartSet = chartSet || f.Name == "chart" })
-	if o.Scenario == demo.ScenarioTokens && !chartSet {
-		chart = filepath.Join("bin", "demo-tokens.png")
+	o.FailureMode = redisstore.FailureMode(mode)
+	if o.Scenario == demo.ScenarioFleet {
+		if o.Duration == 0 {
+			o.Duration = 30 * time.Second
+		}
+		if o.OutageAt == 0 {
+			o.OutageAt = o.Duration * 6 / 10
+		}
+	}
+	switch chart {
+	case "":
+		chart = filepath.Join("bin", "demo-"+o.Scenario+".png")
+	case "-":
+		chart = ""
 	}
 	var err error
 	if o.BinDir, err = filepath.Abs(o.BinDir); err != nil {
@@ -96,10 +127,10 @@ func run(ctx context.Context, args []string) error {
 		fmt.Println("==> Interrupted: every process the demo started has been stopped")
 		return errInterrupted
 	}
-	if res != nil && res.Summary != nil {
+	if res != nil && (res.Summary != nil || len(res.Unavailable) > 0) {
 		res.WriteReport(os.Stdout)
 		if chart != "" {
-			if werr := res.Chart().WritePNG(chart); werr != nil {
+			if werr := writePNG(res.Chart(), chart); werr != nil {
 				err = errors.Join(err, werr)
 			} else {
 				fmt.Printf("==> Chart of the shares over time: %s\n", chart)

@@ -30,6 +30,8 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/fairqueue/fairqueue/internal/gobuild"
 )
 
 // adminUser is the identity the written kubeconfig authenticates as.
@@ -210,7 +212,7 @@ func (o *options) resolve(getenv func(string) string) error {
 		o.assets = getenv("KUBEBUILDER_ASSETS")
 	}
 	if o.assets == "" || o.crds == "" {
-		root, err := repoRoot()
+		root, err := gobuild.RepoRoot()
 		if err != nil {
 			return fmt.Errorf("%w; pass --assets and --crds, or run from inside the repository", err)
 		}
@@ -270,28 +272,4 @@ func prepareDir(path string) (string, func() error, error) {
 		}
 		return errors.Join(errs...)
 	}, nil
-}
-
-// repoRoot finds the directory of this module's go.mod above the working
-// directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && isModule(data) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("the fairqueue repository (go.mod of github.com/fairqueue/fairqueue) is not above the working directory")
-		}
-		dir = parent
-	}
-}
-
-func isModule(gomod []byte) bool {
-	const want = "module github.com/fairqueue/fairqueue\n"
-	return len(gomod) >= len(want) && string(gomod[:len(want)]) == want
 }

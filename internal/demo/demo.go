@@ -25,7 +25,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -35,6 +34,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
+	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
+	"github.com/fairqueue/fairqueue/internal/gobuild"
 	"github.com/fairqueue/fairqueue/internal/loadgen"
 )
 
@@ -53,6 +54,9 @@ type Tenant struct {
 	PromptBytes int
 	MaxTokens   int
 	Stream      bool
+	// Clients is, in the fleet scenario, how many closed-loop clients the
+	// tenant keeps on each replica (instead of an offered Rate).
+	Clients []int
 }
 
 // Tenants are the scenario's clients: acme floods, and all three offer more
@@ -76,7 +80,8 @@ var (
 // the change.
 const priorityBefore, priorityAfter = 2, 0
 
-// Replicas is the number of data-plane replicas.
+// Replicas is the number of data-plane replicas of the shares and tokens
+// scenarios (one when standalone).
 const Replicas = 2
 
 // Options configure one run.
@@ -99,7 +104,8 @@ type Options struct {
 	// ChangeAt is when, after the load started, the weights change; default
 	// half of Duration.
 	ChangeAt time.Duration
-	// PerModel is each replica's model limit in requests per second; default 45.
+	// PerModel is each replica's model limit in requests per second; default
+	// 45. In the fleet scenario it is the limit the fleet shares; default 90.
 	PerModel int
 	// Out receives progress lines and, with Live, the table; default io.Discard.
 	Out io.Writer
@@ -113,9 +119,32 @@ type Options struct {
 	// Cost is, in the token scenario, fairQueuing.cost: "Tokens" (the
 	// default) or "Requests", the negative control.
 	Cost string
+	// Standalone runs the scenario without a control plane: one data plane
+	// reads the policy and the tenants Secret from files (--policy,
+	// --secrets), and the weight change rewrites the Secret's file. It needs
+	// no envtest binaries and starts in seconds.
+	Standalone bool
+	// OutageAt is, in the fleet scenario, when Redis is killed after the
+	// load starts, and Outage how long it stays down (0: no outage).
+	OutageAt, Outage time.Duration
+	// FailureMode is, in the fleet scenario, the store's behaviour while
+	// Redis is down.
+	FailureMode redisstore.FailureMode
+	// RedisServer is, in the fleet scenario, the redis-server binary: empty
+	// looks up "redis-server" on PATH, "-" uses the embedded miniredis.
+	RedisServer string
 }
 
 func (o *Options) defaults() error {
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Scenario == ScenarioFleet {
+		if o.PerModel == 0 {
+			o.PerModel = 90
+		}
+		return o.validateFleet()
+	}
 	if o.RepoDir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
@@ -135,9 +164,6 @@ func (o *Options) defaults() error {
 	if o.PerModel == 0 {
 		o.PerModel = 45
 	}
-	if o.Out == nil {
-		o.Out = io.Discard
-	}
 	if o.Scenario == "" {
 		o.Scenario = ScenarioShares
 	}
@@ -149,7 +175,7 @@ func (o *Options) defaults() error {
 	}
 	switch {
 	case o.Scenario != ScenarioShares && o.Scenario != ScenarioTokens:
-		return fmt.Errorf("scenario %q: give %s or %s", o.Scenario, ScenarioShares, ScenarioTokens)
+		return fmt.Errorf("scenario %q: give %s, %s or %s", o.Scenario, ScenarioShares, ScenarioTokens, ScenarioFleet)
 	case o.Cost != CostTokens && o.Cost != CostRequests:
 		return fmt.Errorf("cost %q: give %s or %s", o.Cost, CostTokens, CostRequests)
 	case o.TokensPerPeriod < 2*maxReservation || o.TokensPerPeriod > 100000000:
@@ -180,7 +206,7 @@ type Result struct {
 	Tokens [][]uint64
 	// Summary is the load generator's report.
 	Summary *loadgen.Summary
-	// PatchStart and PatchDone bracket the kubectl patch of the Secret,
+	// PatchStart and PatchDone bracket the change of the tenants Secret,
 	// measured from the start of the load.
 	PatchStart, PatchDone time.Duration
 	// Moved is when the shares first moved to the new weights (see
@@ -198,6 +224,20 @@ type Result struct {
 	OpenPorts []string
 	// WorkDir is where the logs were, if kept.
 	WorkDir string
+
+	// The fleet scenario's measurements, second by second.
+
+	// Redis describes the server the fleet shared.
+	Redis string
+	// ReplicaAdmitted[t][r][s] counts tenant t's admissions on replica r in
+	// second s.
+	ReplicaAdmitted [][FleetReplicas][]int
+	// Unavailable[s] counts 503 answers in second s.
+	Unavailable []int
+	// OutageStart and OutageEnd are the outage's offsets; negative if none.
+	OutageStart, OutageEnd time.Duration
+	// PerModel is the limit the fleet shared, per second.
+	PerModel int
 }
 
 // Shares returns each tenant's share of the answers admitted in [from, to).
@@ -213,12 +253,20 @@ func (r *Result) TokenShares(from, to time.Duration) []float64 {
 // sharesOf returns each tenant's share of series summed over [from, to).
 func sharesOf(series [][]uint64, from, to time.Duration) []float64 {
 	counts := make([]float64, len(series))
-	total := 0.0
 	for i, s := range series {
 		for k := max(int(from/Tick), 0); k < int(to/Tick) && k < len(s); k++ {
 			counts[i] += float64(s[k])
 		}
-		total += counts[i]
+	}
+	return normalize(counts)
+}
+
+// normalize turns counts into shares of their sum, in place; NaN shares when
+// the sum is 0.
+func normalize(counts []float64) []float64 {
+	total := 0.0
+	for _, c := range counts {
+		total += c
 	}
 	for i := range counts {
 		if total == 0 {
@@ -273,12 +321,40 @@ func MovedAfter(admitted [][]uint64, from, until time.Duration) time.Duration {
 	return -1
 }
 
+// plane is the data planes a run drives load through, however they were
+// configured: by the operator through a control plane, or from files.
+type plane struct {
+	// targets are the replicas' traffic base URLs; metricsURLs their
+	// /metrics URLs, in the same order.
+	targets, metricsURLs []string
+	// addrs are loopback addresses that must be closed after shutdown.
+	addrs []string
+	// initialHash is the config hash the replicas run before the change.
+	initialHash string
+	// change applies the scenario's weight change.
+	change weightChange
+}
+
+// weightChange is how a run changes the weights midway.
+type weightChange struct {
+	// what says what apply does, for the progress lines.
+	what string
+	// apply changes the weights.
+	apply func(ctx context.Context) error
+	// status, if set, returns the policy's status once the replicas run the
+	// new config, for the progress lines.
+	status func(ctx context.Context, replicas int) (string, error)
+}
+
 // Run runs the scenario and returns what it measured. It returns an error
 // when the scenario could not run at all; what it measured is for the caller
 // to judge. Every process it started is stopped before it returns.
 func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
+	}
+	if o.Scenario == ScenarioFleet {
+		return runFleet(ctx, o)
 	}
 	p := &progress{out: o.Out}
 	work := o.WorkDir
@@ -304,31 +380,111 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	}()
 
 	if o.Build {
-		if err := p.step("Building the operator, data plane, fake upstream and local control plane into "+o.BinDir, func() error {
-			cmd := exec.CommandContext(ctx, "go", "build", "-o", o.BinDir+string(filepath.Separator),
-				"./cmd/manager", "./cmd/dataplane", "./cmd/fakeupstream", "./hack/localcp")
-			cmd.Dir = o.RepoDir
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("go build: %w\n%s", err, out)
-			}
-			return nil
+		what, pkgs := "the operator, data plane, fake upstream and local control plane", []string{"./cmd/manager", "./cmd/dataplane", "./cmd/fakeupstream", "./hack/localcp"}
+		if o.Standalone {
+			what, pkgs = "the data plane and the fake upstream", []string{"./cmd/dataplane", "./cmd/fakeupstream"}
+		}
+		if err := p.step("Building "+what+" into "+o.BinDir, func() error {
+			return gobuild.Build(ctx, o.RepoDir, o.BinDir+string(filepath.Separator), nil, pkgs...)
 		}); err != nil {
 			return res, err
 		}
 	}
-	kubectlPath, err := findKubectl(o.BinDir)
-	if err != nil {
-		return res, err
-	}
 
 	sup := NewSupervisor(work, 15*time.Second)
-	var addrs []string // loopback addresses that must be closed after shutdown
 	stopped := false
 	defer func() {
 		if !stopped {
 			_ = sup.StopAll()
 		}
 	}()
+	start := startKube
+	if o.Standalone {
+		start = startStandalone
+	}
+	pl, err := start(ctx, o, sc, p, sup, work)
+	if pl != nil {
+		defer func() {
+			for _, a := range pl.addrs {
+				if !portClosed(a) {
+					res.OpenPorts = append(res.OpenPorts, a)
+				}
+			}
+		}()
+	}
+	if err != nil {
+		return res, err
+	}
+
+	// The load.
+	loadRes, err := runLoad(ctx, o, sc, p, pl)
+	if loadRes != nil {
+		res.Admitted, res.Tokens, res.Summary = loadRes.admitted, loadRes.tokens, loadRes.summary
+		res.PatchStart, res.PatchDone, res.ReplicaLoaded = loadRes.patchStart, loadRes.patchDone, loadRes.loaded
+		if sc.weightsAfter != nil {
+			res.Moved = MovedAfter(res.Admitted, res.PatchStart, o.Duration)
+		}
+	}
+	if err != nil {
+		return res, err
+	}
+	httpc := &http.Client{Timeout: 5 * time.Second}
+	for _, u := range pl.metricsURLs {
+		c, err := scrape(ctx, httpc, u)
+		if err != nil {
+			return res, err
+		}
+		res.DataPlanes = append(res.DataPlanes, *c)
+	}
+	httpc.CloseIdleConnections()
+
+	// Shutdown: the data planes first (they drain), the rest after them.
+	_ = p.step("Stopping every process the demo started", func() error {
+		stopped = true
+		res.ShutdownErr = sup.StopAll()
+		return res.ShutdownErr
+	})
+	return res, nil
+}
+
+// startUpstream starts the fake upstream and returns its address.
+func startUpstream(ctx context.Context, o Options, sc scenario, p *progress, sup *Supervisor) (string, error) {
+	return p.startServer(ctx, sup, "fakeupstream", func(addr string) []string {
+		return append([]string{filepath.Join(o.BinDir, "fakeupstream"), "--listen", addr, "--latency", "5ms", "--models", loadgen.DefaultModel}, sc.upstreamArgs...)
+	}, "")
+}
+
+// startDataPlane starts one data-plane replica called name with args (besides
+// its listen addresses) and waits until it is ready; it returns the traffic
+// and metrics addresses.
+func startDataPlane(ctx context.Context, o Options, p *progress, sup *Supervisor, name string, args ...string) (traffic, metrics string, err error) {
+	traffic, err = p.startServer(ctx, sup, name, func(addr string) []string {
+		port, perr := freePort()
+		if perr != nil {
+			return nil
+		}
+		metrics = loopback(port)
+		return append(append([]string{filepath.Join(o.BinDir, "dataplane")}, args...),
+			"--listen", addr, "--metrics-listen", metrics, "--shutdown-grace", "5s")
+	}, "")
+	if err != nil {
+		return "", "", err
+	}
+	if err := waitHTTP(ctx, "http://"+metrics+"/readyz", 30*time.Second); err != nil {
+		return "", "", fmt.Errorf("%s never became ready: %w", name, err)
+	}
+	return traffic, metrics, nil
+}
+
+// startKube starts a local control plane, the operator, the fake upstream
+// and the data planes, which watch the ConfigMap the operator renders from
+// the policy the demo applies with kubectl.
+func startKube(ctx context.Context, o Options, sc scenario, p *progress, sup *Supervisor, work string) (*plane, error) {
+	kubectlPath, err := findKubectl(o.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	pl := &plane{}
 
 	// The control plane.
 	kubeconfig := filepath.Join(work, "kubeconfig")
@@ -343,37 +499,35 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		p.printf("    log: %s\n", cp.LogPath)
 		return waitForLine(ctx, cp, "ready", 3*time.Minute)
 	}); err != nil {
-		return res, err
+		return pl, err
 	}
 	restCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return res, fmt.Errorf("reading the kubeconfig localcp wrote: %w", err)
+		return pl, fmt.Errorf("reading the kubeconfig localcp wrote: %w", err)
 	}
 	if u, err := url.Parse(restCfg.Host); err == nil {
-		addrs = append(addrs, u.Host)
+		pl.addrs = append(pl.addrs, u.Host)
 	}
 	kube, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
-		return res, err
+		return pl, err
 	}
 	kc := kubectl{path: kubectlPath, kubeconfig: kubeconfig}
 
 	// The fake upstream and the operator.
-	upstreamAddr, err := p.startServer(ctx, sup, "fakeupstream", func(addr string) []string {
-		return append([]string{filepath.Join(o.BinDir, "fakeupstream"), "--listen", addr, "--latency", "5ms", "--models", loadgen.DefaultModel}, sc.upstreamArgs...)
-	}, "")
+	upstreamAddr, err := startUpstream(ctx, o, sc, p, sup)
 	if err != nil {
-		return res, err
+		return pl, err
 	}
-	addrs = append(addrs, upstreamAddr)
+	pl.addrs = append(pl.addrs, upstreamAddr)
 	probeAddr, err := p.startServer(ctx, sup, "manager", func(addr string) []string {
 		return []string{filepath.Join(o.BinDir, "manager"), "--kubeconfig", kubeconfig, "--leader-elect=false",
 			"--metrics-bind-address", "0", "--health-probe-bind-address", addr}
 	}, "/readyz")
 	if err != nil {
-		return res, err
+		return pl, err
 	}
-	addrs = append(addrs, probeAddr)
+	pl.addrs = append(pl.addrs, probeAddr)
 
 	// The policy.
 	manifestPath := filepath.Join(work, "demo.yaml")
@@ -382,7 +536,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		manifest, objects = tokenManifests("http://"+upstreamAddr, o.TokensPerPeriod, o.Cost), "FairQueuePolicy "+PolicyName
 	}
 	if err := os.WriteFile(manifestPath, manifest, 0o600); err != nil {
-		return res, err
+		return pl, err
 	}
 	var rend *rendered
 	if err := p.step(fmt.Sprintf("kubectl apply -f %s (%s) and wait for the operator to render it", manifestPath, objects), func() error {
@@ -397,74 +551,37 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		rend, err = waitRendered(ctx, kube, time.Minute)
 		return err
 	}); err != nil {
-		return res, err
+		return pl, err
 	}
 	p.printf("    ConfigMap %s/%s rendered, config hash %s\n", Namespace, configMapName, rend.hash)
 	if status, err := kc.run(ctx, nil, "get", "fqp", PolicyName, "-n", Namespace, "-o", statusColumns); err == nil {
 		p.printf("    kubectl get fqp %s:\n        %s\n", PolicyName, strings.ReplaceAll(status, "\n", "\n        "))
 	}
+	pl.initialHash = rend.hash
+	pl.change = weightChange{
+		what: "kubectl patch secret " + TenantsSecret,
+		apply: func(ctx context.Context) error {
+			patch := fmt.Sprintf(`{"stringData":{%q:%q}}`, PriorityVar, Tenants[priorityAfter].APIKey)
+			_, err := kc.run(ctx, nil, "patch", "secret", TenantsSecret, "-n", Namespace, "--type", "merge", "-p", patch)
+			return err
+		},
+		status: func(ctx context.Context, replicas int) (string, error) { return waitStatus(ctx, kc, replicas) },
+	}
 
 	// The data planes watch the rendered ConfigMap and read the hash-key
 	// Secret through the API server, as in a cluster.
-	var targets, metricsURLs []string
 	for i := range Replicas {
 		name := fmt.Sprintf("dataplane-%d", i+1)
-		metricsAddr := ""
-		trafficAddr, err := p.startServer(ctx, sup, name, func(addr string) []string {
-			port, perr := freePort()
-			if perr != nil {
-				return nil
-			}
-			metricsAddr = loopback(port)
-			return []string{filepath.Join(o.BinDir, "dataplane"), "--config-source", "kubernetes",
-				"--configmap", Namespace + "/" + configMapName, "--kubeconfig", kubeconfig, "--pod-name", name,
-				"--listen", addr, "--metrics-listen", metricsAddr, "--shutdown-grace", "5s"}
-		}, "")
+		traffic, metrics, err := startDataPlane(ctx, o, p, sup, name, "--config-source", "kubernetes",
+			"--configmap", Namespace+"/"+configMapName, "--kubeconfig", kubeconfig, "--pod-name", name)
 		if err != nil {
-			return res, err
+			return pl, err
 		}
-		if err := waitHTTP(ctx, "http://"+metricsAddr+"/readyz", 30*time.Second); err != nil {
-			return res, fmt.Errorf("%s never became ready: %w", name, err)
-		}
-		addrs = append(addrs, trafficAddr, metricsAddr)
-		targets = append(targets, "http://"+trafficAddr)
-		metricsURLs = append(metricsURLs, "http://"+metricsAddr+"/metrics")
+		pl.addrs = append(pl.addrs, traffic, metrics)
+		pl.targets = append(pl.targets, "http://"+traffic)
+		pl.metricsURLs = append(pl.metricsURLs, "http://"+metrics+"/metrics")
 	}
-
-	// The load.
-	loadRes, err := runLoad(ctx, o, sc, p, kc, targets, metricsURLs, rend.hash)
-	if loadRes != nil {
-		res.Admitted, res.Tokens, res.Summary = loadRes.admitted, loadRes.tokens, loadRes.summary
-		res.PatchStart, res.PatchDone, res.ReplicaLoaded = loadRes.patchStart, loadRes.patchDone, loadRes.loaded
-		if sc.weightsAfter != nil {
-			res.Moved = MovedAfter(res.Admitted, res.PatchStart, o.Duration)
-		}
-	}
-	if err != nil {
-		return res, err
-	}
-	httpc := &http.Client{Timeout: 5 * time.Second}
-	for _, u := range metricsURLs {
-		c, err := scrape(ctx, httpc, u)
-		if err != nil {
-			return res, err
-		}
-		res.DataPlanes = append(res.DataPlanes, *c)
-	}
-	httpc.CloseIdleConnections()
-
-	// Shutdown: the data planes first (they drain), the control plane last.
-	_ = p.step("Stopping the data planes, operator, fake upstream and control plane", func() error {
-		stopped = true
-		res.ShutdownErr = sup.StopAll()
-		return res.ShutdownErr
-	})
-	for _, a := range addrs {
-		if !portClosed(a) {
-			res.OpenPorts = append(res.OpenPorts, a)
-		}
-	}
-	return res, nil
+	return pl, nil
 }
 
 // startServer starts a process listening on a free loopback port, given by

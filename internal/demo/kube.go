@@ -33,10 +33,15 @@ const (
 	hashKeyDataKey = "key"
 )
 
-// manifests returns the demo's Secret and FairQueuePolicy: requests for the
-// model are limited per replica, fair queuing is on with API keys as
-// tenants, and the tenant whose key PRIORITY_TENANT holds has weight 3.
+// manifests returns the demo's Secret and FairQueuePolicy (see tenantsSecret
+// and sharesPolicy) as one multi-document manifest.
 func manifests(priorityKey, backendURL string, perModel int) []byte {
+	return append(append(tenantsSecret(priorityKey), "---\n"...), sharesPolicy(backendURL, perModel)...)
+}
+
+// tenantsSecret returns the Secret whose PRIORITY_TENANT names the API key at
+// weight 3.
+func tenantsSecret(priorityKey string) []byte {
 	return fmt.Appendf(nil, `apiVersion: v1
 kind: Secret
 metadata:
@@ -45,15 +50,21 @@ metadata:
 type: Opaque
 stringData:
   %[3]s: %[4]s
----
-apiVersion: fairqueue.dev/v1alpha1
+`, TenantsSecret, Namespace, PriorityVar, priorityKey)
+}
+
+// sharesPolicy returns the demo's FairQueuePolicy: requests for the model are
+// limited per replica, fair queuing is on with API keys as tenants, and the
+// tenant whose key the tenants Secret's PRIORITY_TENANT holds has weight 3.
+func sharesPolicy(backendURL string, perModel int) []byte {
+	return fmt.Appendf(nil, `apiVersion: fairqueue.dev/v1alpha1
 kind: FairQueuePolicy
 metadata:
-  name: %[5]s
+  name: %[4]s
   namespace: %[2]s
 spec:
   rateLimits:
-    perModel: {requests: %[6]d, period: 1s, burst: 5}
+    perModel: {requests: %[5]d, period: 1s, burst: 5}
   fairQueuing:
     enabled: true
     tenantDimension: apiKey
@@ -69,8 +80,8 @@ spec:
       default: {total: 30s}
   backends:
   - name: fakeupstream
-    url: %[7]s
-`, TenantsSecret, Namespace, PriorityVar, priorityKey, PolicyName, perModel, backendURL)
+    url: %[6]s
+`, TenantsSecret, Namespace, PriorityVar, PolicyName, perModel, backendURL)
 }
 
 // kubectl runs the kubectl binary against the demo's control plane.

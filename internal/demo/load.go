@@ -24,7 +24,8 @@ type loadResult struct {
 // runLoad offers the scenario's load through targets, prints the live table
 // when asked, and, when the scenario changes weights, patches the tenants
 // Secret at o.ChangeAt.
-func runLoad(ctx context.Context, o Options, sc scenario, p *progress, kc kubectl, targets, metricsURLs []string, initialHash string) (*loadResult, error) {
+func runLoad(ctx context.Context, o Options, sc scenario, p *progress, pl *plane) (*loadResult, error) {
+	targets, metricsURLs := pl.targets, pl.metricsURLs
 	keys := make([]string, len(sc.tenants))
 	names := make([]string, len(sc.tenants))
 	tenants := make([]loadgen.Tenant, len(sc.tenants))
@@ -57,7 +58,7 @@ func runLoad(ctx context.Context, o Options, sc scenario, p *progress, kc kubect
 			}
 			rates = append(rates, fmt.Sprintf("%s %.0f/s of %d-byte prompts, max_tokens %d%s", t.Name, t.Rate, t.PromptBytes, t.MaxTokens, kind))
 		}
-		p.printf("==> Offering load for %s through %d data-plane replicas: %s\n", o.Duration, len(targets), strings.Join(rates, "; "))
+		p.printf("==> Offering load for %s through %s: %s\n", o.Duration, replicasText(len(targets)), strings.Join(rates, "; "))
 		p.printf("    capacity %d tokens per %s per replica (%d tokens/s in all); fairQueuing.cost %s; weights %s\n",
 			o.TokensPerPeriod, TokenPeriod, o.TokensPerPeriod*len(targets)/int(TokenPeriod/time.Second), o.Cost, weightsText(names, sc.weights))
 	} else {
@@ -65,10 +66,10 @@ func runLoad(ctx context.Context, o Options, sc scenario, p *progress, kc kubect
 		for _, t := range sc.tenants {
 			rates = append(rates, fmt.Sprintf("%s %.0f/s", t.Name, t.Rate))
 		}
-		p.printf("==> Offering load for %s through %d data-plane replicas: %s; capacity %d/s (%d/s per replica); weights %s\n",
-			o.Duration, len(targets), strings.Join(rates, ", "), o.PerModel*len(targets), o.PerModel, weightsText(names, sc.weights))
-		p.printf("    at %s, kubectl patches Secret %s so that %s names %s instead of %s: weights %s\n",
-			o.ChangeAt, TenantsSecret, PriorityVar, Tenants[priorityAfter].Name, Tenants[priorityBefore].Name, weightsText(names, sc.weightsAfter))
+		p.printf("==> Offering load for %s through %s: %s; capacity %d/s (%d/s per replica); weights %s\n",
+			o.Duration, replicasText(len(targets)), strings.Join(rates, ", "), o.PerModel*len(targets), o.PerModel, weightsText(names, sc.weights))
+		p.printf("    at %s, %s so that %s names %s instead of %s: weights %s\n",
+			o.ChangeAt, pl.change.what, PriorityVar, Tenants[priorityAfter].Name, Tenants[priorityBefore].Name, weightsText(names, sc.weightsAfter))
 	}
 
 	res := &loadResult{patchStart: -1, patchDone: -1, loaded: make([]time.Duration, len(metricsURLs))}
@@ -115,25 +116,27 @@ func runLoad(ctx context.Context, o Options, sc scenario, p *progress, kc kubect
 			go func() {
 				defer wg.Done()
 				start := obs.Elapsed()
-				patch := fmt.Sprintf(`{"stringData":{%q:%q}}`, PriorityVar, Tenants[priorityAfter].APIKey)
-				_, err := kc.run(ctx, nil, "patch", "secret", TenantsSecret, "-n", Namespace, "--type", "merge", "-p", patch)
+				err := pl.change.apply(ctx)
 				done := obs.Elapsed()
 				mu.Lock()
 				res.patchStart, res.patchDone, patchErr = start, done, err
 				mu.Unlock()
-				p.printf("    >>> %5.1fs  kubectl patch secret %s: %s now names %s (took %s)\n",
-					start.Seconds(), TenantsSecret, PriorityVar, Tenants[priorityAfter].Name, (done - start).Round(time.Millisecond))
+				p.printf("    >>> %5.1fs  %s: %s now names %s (took %s)\n",
+					start.Seconds(), pl.change.what, PriorityVar, Tenants[priorityAfter].Name, (done - start).Round(time.Millisecond))
 				if err != nil {
-					p.printf("    >>> patch failed: %v\n", err)
+					p.printf("    >>> %s failed: %v\n", pl.change.what, err)
 					return
 				}
-				watchReload(ctx, obs, metricsURLs, initialHash, func(replica int, at time.Duration) {
+				watchReload(ctx, obs, metricsURLs, pl.initialHash, func(replica int, at time.Duration) {
 					mu.Lock()
 					res.loaded[replica] = at
 					mu.Unlock()
 					p.printf("    >>> %5.1fs  dataplane-%d loaded the new config (%s after the patch)\n", at.Seconds(), replica+1, (at - start).Round(time.Millisecond))
 				})
-				if status, err := waitStatus(ctx, kc, len(metricsURLs)); err == nil {
+				if pl.change.status == nil {
+					return
+				}
+				if status, err := pl.change.status(ctx, len(metricsURLs)); err == nil {
 					p.printf("    >>> %5.1fs  kubectl get fqp %s:\n        %s\n", obs.Elapsed().Seconds(), PolicyName, strings.ReplaceAll(status, "\n", "\n        "))
 				}
 			}()
@@ -203,6 +206,14 @@ func waitStatus(ctx context.Context, kc kubectl, replicas int) (string, error) {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// replicasText renders "1 data-plane replica" or "n data-plane replicas".
+func replicasText(n int) string {
+	if n == 1 {
+		return "1 data-plane replica"
+	}
+	return fmt.Sprintf("%d data-plane replicas", n)
 }
 
 // weightsText renders weights as "acme 1 : globex 1 : initech 3".

@@ -57,8 +57,12 @@ func (r *Result) DataPlaneAdmitted() float64 {
 func (r *Result) WriteReport(out io.Writer) {
 	w := &strings.Builder{}
 	defer func() { _, _ = io.WriteString(out, w.String()) }()
-	if r.Scenario == ScenarioTokens {
+	switch r.Scenario {
+	case ScenarioTokens:
 		r.writeTokenReport(w)
+		return
+	case ScenarioFleet:
+		r.writeFleetReport(w)
 		return
 	}
 	before, after := r.SteadyWindows()
@@ -72,7 +76,7 @@ func (r *Result) WriteReport(out io.Writer) {
 	fmt.Fprintf(w, "    worst deviation from the weighted share: %.1f%% before, %.1f%% after the change\n",
 		100*MaxRelativeError(sb, wb), 100*MaxRelativeError(sa, wa))
 	if r.PatchStart >= 0 {
-		fmt.Fprintf(w, "==> Weight change: kubectl patch at %.1fs", r.PatchStart.Seconds())
+		fmt.Fprintf(w, "==> Weight change at %.1fs", r.PatchStart.Seconds())
 		for i, at := range r.ReplicaLoaded {
 			if at >= 0 {
 				fmt.Fprintf(w, "; dataplane-%d reloaded +%s", i+1, (at - r.PatchStart).Round(time.Millisecond))
@@ -114,8 +118,11 @@ func MaxRelativeError(got, want []float64) float64 {
 // Chart returns the per-second shares of the run, with the weighted shares
 // in force and a marker at the patch.
 func (r *Result) Chart() *chart.Shares {
-	if r.Scenario == ScenarioTokens {
+	switch r.Scenario {
+	case ScenarioTokens:
 		return r.tokenChart()
+	case ScenarioFleet:
+		return r.fleetChart()
 	}
 	seconds := 0
 	for _, s := range r.Admitted {
@@ -137,7 +144,7 @@ func (r *Result) Chart() *chart.Shares {
 		c.Tenants = append(c.Tenants, ct)
 	}
 	if r.PatchStart >= 0 {
-		c.Markers = append(c.Markers, chart.Marker{At: r.PatchStart.Seconds(), Label: "kubectl patch secret " + TenantsSecret})
+		c.Markers = append(c.Markers, chart.Marker{At: r.PatchStart.Seconds(), Label: "weight change (Secret " + TenantsSecret + ")"})
 	}
 	return c
 }

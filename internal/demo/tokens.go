@@ -14,6 +14,9 @@ const (
 	// and token-weighted fair queuing, for three tenants at equal weight,
 	// one of which sends prompts ten times larger.
 	ScenarioTokens = "tokens"
+	// ScenarioFleet runs three replicas in process sharing one model limit
+	// in Redis, with skewed routing and a Redis outage (see fleet.go).
+	ScenarioFleet = "fleet"
 )
 
 // Costs of Options.Cost, the token scenario's fairQueuing.cost.

@@ -16,7 +16,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 	"github.com/fairqueue/fairqueue/internal/loadgen"
 )
 
@@ -52,7 +52,7 @@ func TestOptionsDefaultsAndScenario(t *testing.T) {
 			}
 		},
 	},
-		{name: "unknown scenario", opts: Options{Scenario: "bytes"}, wantErr: `scenario "bytes": give shares or tokens`},
+		{name: "unknown scenario", opts: Options{Scenario: "bytes"}, wantErr: `scenario "bytes": give shares, tokens or fleet`},
 		{name: "unknown cost", opts: Options{Scenario: ScenarioTokens, Cost: "Bytes"}, wantErr: `cost "Bytes": give Tokens or Requests`},
 		{name: "token limit below two large requests", opts: Options{Scenario: ScenarioTokens, TokensPerPeriod: 1000}, wantErr: "tokens per period 1000"},
 	}

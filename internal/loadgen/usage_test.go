@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
 
 func TestRequestBody(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
+	"github.com/fairqueue/fairqueue/internal/gobuild"
 )
 
 // Env is a running API server with a client that knows the fairqueue types.
@@ -36,6 +37,10 @@ type Env struct {
 	dir string
 }
 
+// ErrMissingBinaries is wrapped by New's error when kube-apiserver or etcd
+// is not where New looks.
+var ErrMissingBinaries = errors.New("envtest binaries missing")
+
 // New starts etcd and kube-apiserver and installs every CRD under
 // config/crd/bases. The binaries come from $KUBEBUILDER_ASSETS, or else from
 // bin/k8s in the repository root; New fails with a hint to run `make envtest`
@@ -51,7 +56,7 @@ func New() (*Env, error) {
 	}
 	for _, bin := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			return nil, fmt.Errorf("envtest binary %s not found in %s: run `make envtest` (or set KUBEBUILDER_ASSETS): %w", bin, assets, err)
+			return nil, fmt.Errorf("%w: %s not found in %s: run `make envtest` (or set KUBEBUILDER_ASSETS): %w", ErrMissingBinaries, bin, assets, err)
 		}
 	}
 
@@ -125,25 +130,4 @@ func (e *Env) writeKubeconfig() error {
 
 // RepoRoot returns the directory holding this module's go.mod, found by
 // walking up from the working directory (go test runs in the package folder).
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && isFairqueueModule(data) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("repository root (go.mod of github.com/fairqueue/fairqueue) not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
-func isFairqueueModule(gomod []byte) bool {
-	const want = "module github.com/fairqueue/fairqueue\n"
-	return len(gomod) >= len(want) && string(gomod[:len(want)]) == want
-}
+func RepoRoot() (string, error) { return gobuild.RepoRoot() }

@@ -1,9 +1,7 @@
 package testutil
 
 import (
-	"fmt"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -49,7 +47,7 @@ func TestEventuallyReturnsOnceTheConditionHolds(t *testing.T) {
 }
 
 func TestEventuallyFailsNamingWhatItAwaited(t *testing.T) {
-	ft := &fatalRecorder{TB: t}
+	ft := &FatalRecorder{TB: t}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -60,20 +58,7 @@ func TestEventuallyFailsNamingWhatItAwaited(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("EventuallyWithin did not give up")
 	}
-	if !strings.Contains(ft.msg, "the sky falls") {
-		t.Errorf("failure message %q does not name what was awaited", ft.msg)
+	if !strings.Contains(ft.Msg, "the sky falls") {
+		t.Errorf("failure message %q does not name what was awaited", ft.Msg)
 	}
-}
-
-// fatalRecorder records Fatalf and ends the goroutine as testing.T does.
-type fatalRecorder struct {
-	testing.TB
-	msg string
-}
-
-func (f *fatalRecorder) Helper() {}
-
-func (f *fatalRecorder) Fatalf(format string, args ...any) {
-	f.msg = fmt.Sprintf(format, args...)
-	runtime.Goexit()
 }

@@ -13,24 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairqueue/fairqueue/internal/testbin"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // startupTimeout bounds how long the control plane may take to become ready
 // on a loaded machine; it turns a hang into a failure.
 const startupTimeout = 2 * time.Minute
-
-// buildLocalCP compiles hack/localcp into a temporary directory.
-func buildLocalCP(t *testing.T, root string) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "localcp")
-	cmd := exec.Command("go", "build", "-o", bin, "./hack/localcp")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building hack/localcp: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // TestLocalControlPlaneStartsAndCleansUp runs hack/localcp as a user would:
 // it must print a working kubeconfig and "ready", and on Ctrl-C stop etcd
@@ -41,7 +30,7 @@ func TestLocalControlPlaneStartsAndCleansUp(t *testing.T) {
 	}
 	root := repoRoot(t)
 	kc := kubectl(t, root)
-	bin := buildLocalCP(t, root)
+	bin := testbin.Build(t, "./hack/localcp")
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "state")
 	kubeconfig := filepath.Join(tmp, "kubeconfig")
@@ -146,7 +135,7 @@ wait:
 // before `make envtest` has been run.
 func TestLocalControlPlaneExplainsMissingBinaries(t *testing.T) {
 	root := repoRoot(t)
-	bin := buildLocalCP(t, root)
+	bin := testbin.Build(t, "./hack/localcp")
 	dir := filepath.Join(t.TempDir(), "state")
 	cmd := exec.Command(bin, "--assets", t.TempDir(), "--dir", dir)
 	cmd.Dir = root

@@ -12,11 +12,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,7 +32,8 @@ import (
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/controllers"
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/testbin"
 	"github.com/fairqueue/fairqueue/internal/testenv"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
@@ -46,7 +45,7 @@ func TestMain(m *testing.M) {
 	// controller-runtime's metadata-only Secret watch can leave this
 	// goroutine blocked after its reflector stopped (see controllers'
 	// suite_test.go).
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("k8s.io/apimachinery/pkg/watch.(*filteredWatch).loop"))
+	goleak.VerifyTestMain(testbin.Main(m), goleak.IgnoreTopFunction("k8s.io/apimachinery/pkg/watch.(*filteredWatch).loop"))
 }
 
 const (
@@ -102,16 +101,7 @@ func call(ctx context.Context, c *http.Client, addr, apiKey string) (int, error)
 // replica must report each new config within followTimeout, and a registry
 // change after the rotations must take effect, all without a restart.
 func TestHashKeyRotationUnderTraffic(t *testing.T) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "dataplane")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/dataplane")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building cmd/dataplane: %v\n%s", err, out)
-	}
+	bin := testbin.Build(t, "./cmd/dataplane")
 
 	env := testenv.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
@@ -184,37 +174,12 @@ func TestHashKeyRotationUnderTraffic(t *testing.T) {
 
 	// The data plane, as deployed: ConfigMap and Secret through the API.
 	listen, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	var dpOut testutil.SyncBuffer
-	dp := exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--configmap", ns+"/"+controllers.ConfigMapName(policy.Name),
-		"--listen", listen, "--metrics-listen", ops, "--pod-name", "rotation-0")
-	dp.Stdout, dp.Stderr = &dpOut, &dpOut
-	if err := dp.Start(); err != nil {
-		t.Fatal(err)
-	}
-	dpDone := make(chan error, 1)
-	go func() { dpDone <- dp.Wait() }()
-	defer func() {
-		_ = dp.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-dpDone:
-			t.Logf("data plane exited after SIGTERM: %v", err)
-		case <-time.After(30 * time.Second):
-			_ = dp.Process.Kill()
-			t.Logf("data plane killed after ignoring SIGTERM: %v", <-dpDone)
-		}
-		if t.Failed() {
-			t.Logf("data plane output:\n%s", dpOut.String())
-		}
-	}()
-	hc := &http.Client{Timeout: 10 * time.Second}
-	waitFor(ctx, t, "the data plane to be ready", func() bool {
-		resp, err := hc.Get("http://" + ops + "/readyz")
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+	dp := testbin.Start(t, bin, testbin.Options{
+		Args: []string{"--kubeconfig", env.Kubeconfig, "--configmap", ns + "/" + controllers.ConfigMapName(policy.Name),
+			"--listen", listen, "--metrics-listen", ops, "--pod-name", "rotation-0"},
+		Ready: testbin.HTTPReady("http://" + ops + "/readyz"),
 	})
+	hc := &http.Client{Timeout: 10 * time.Second}
 	waitPolicy(ctx, t, c, policy, func(p *fqv1alpha1.FairQueuePolicy) bool {
 		return p.Status.ConfigHash == rendered.Status.ConfigHash && p.Status.UpdatedReplicas == 1
 	})
@@ -236,7 +201,7 @@ func TestHashKeyRotationUnderTraffic(t *testing.T) {
 	}
 	stopLoadAndWait := func() { stopLoad(); wg.Wait() }
 	defer stopLoadAndWait()
-	waitFor(ctx, t, "traffic to flow", func() bool { return load.total.Load() >= 50 })
+	testutil.EventuallyWithin(t, followTimeout, "traffic to flow", func() bool { return load.total.Load() >= 50 })
 
 	hash := rendered.Status.ConfigHash
 	for i := range rotations {
@@ -274,7 +239,7 @@ func TestHashKeyRotationUnderTraffic(t *testing.T) {
 		}
 		t.Logf("rotation %d: replica running the new config %v after the Secret's deletion; %d requests meanwhile",
 			i+1, followed.Round(time.Millisecond), load.total.Load()-before)
-		waitFor(ctx, t, "more traffic", func() bool { return load.total.Load() >= before+50 })
+		testutil.EventuallyWithin(t, followTimeout, "more traffic", func() bool { return load.total.Load() >= before+50 })
 	}
 
 	// New configs still load after the rotations: a key added to the
@@ -287,16 +252,14 @@ func TestHashKeyRotationUnderTraffic(t *testing.T) {
 	if err := c.Update(ctx, &sec); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(ctx, t, "the key added after the rotations to be accepted", func() bool {
+	testutil.EventuallyWithin(t, followTimeout, "the key added after the rotations to be accepted", func() bool {
 		code, err := call(ctx, hc, listen, keyB)
 		return err == nil && code == http.StatusOK
 	})
 
 	stopLoadAndWait()
-	select {
-	case err := <-dpDone:
-		t.Fatalf("the data plane exited during the test: %v", err)
-	default:
+	if dp.Exited() {
+		t.Fatalf("the data plane exited during the test: %v", dp.Err())
 	}
 	// What an operator sees: kubectl's columns report the replica running
 	// the current config.
@@ -329,23 +292,11 @@ func TestHashKeyRotationUnderTraffic(t *testing.T) {
 	}
 }
 
-// waitFor polls cond every 50ms until it holds or ctx ends.
-func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(followTimeout)
-	for !cond() {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("timed out after %v waiting for %s", followTimeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // waitPolicy polls the policy until cond holds, within followTimeout.
 func waitPolicy(ctx context.Context, t *testing.T, c client.Client, p *fqv1alpha1.FairQueuePolicy, cond func(*fqv1alpha1.FairQueuePolicy) bool) *fqv1alpha1.FairQueuePolicy {
 	t.Helper()
 	got := &fqv1alpha1.FairQueuePolicy{}
-	waitFor(ctx, t, "the policy's status", func() bool {
+	testutil.EventuallyWithin(t, followTimeout, "the policy's status", func() bool {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package fleetdemo
+package demo
 
 import (
 	"context"
@@ -23,23 +23,19 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestRunShowsFleetSharesAndTheOutage runs a short demo on the embedded
 // Redis: before the outage the fleet shares are the weighted ones at the
 // limit, during it the closed store answers 503, and after it admissions
 // resume.
-func TestRunShowsFleetSharesAndTheOutage(t *testing.T) {
+func TestFleetShowsFleetSharesAndTheOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 9s of real time")
 	}
 	var out strings.Builder
-	res, err := Run(context.Background(), Options{
+	res, err := Run(context.Background(), Options{Scenario: ScenarioFleet,
 		Duration: 9 * time.Second, PerModel: 90, OutageAt: 5 * time.Second, Outage: 2 * time.Second,
 		FailureMode: redisstore.FailClosed, RedisServer: "-", Out: &out,
 	})
@@ -47,10 +43,10 @@ func TestRunShowsFleetSharesAndTheOutage(t *testing.T) {
 		t.Fatalf("Run: %v\n%s", err, out.String())
 	}
 	shares, total := res.FleetShares(2, 5)
-	want := WeightedShares()
+	want := WeightedShares(FleetWeights)
 	for i, s := range shares {
 		if math.Abs(s-want[i]) > 0.05*want[i] {
-			t.Errorf("before the outage tenant %s had fleet share %.3f, want within 5%% of %.1f\n%s", Tenants[i].Name, s, want[i], out.String())
+			t.Errorf("before the outage tenant %s had fleet share %.3f, want within 5%% of %.1f\n%s", FleetTenants[i].Name, s, want[i], out.String())
 		}
 	}
 	if math.Abs(total-90) > 0.03*90 {
@@ -70,9 +66,7 @@ func TestRunShowsFleetSharesAndTheOutage(t *testing.T) {
 		t.Errorf("nothing admitted in the last second, after Redis came back\n%s", out.String())
 	}
 	var report strings.Builder
-	if err := res.WriteReport(&report); err != nil {
-		t.Fatal(err)
-	}
+	res.WriteReport(&report)
 	if !strings.Contains(report.String(), "Redis down from") {
 		t.Errorf("the report does not mention the outage:\n%s", report.String())
 	}

@@ -14,21 +14,21 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package fleetdemo runs the fleet-fairness scenario of `make demo-fleet`:
+package demo
+
+// The fleet scenario (Options.Scenario ScenarioFleet, `make demo-fleet`):
 // three data-plane replicas (in one process, each with its own fair queue,
 // fleet pacer and Redis connections; they share nothing but Redis) admit
 // requests against one model limit kept in Redis. Tenant A reaches only
-// replica 0, B only replica 1, C all three; weights 1:1:3. The demo prints
+// replica 0, B only replica 1, C all three; weights 1:1:3. The run prints
 // each second's fleet and per-replica shares, kills Redis for a few seconds
 // to show the failure mode, and charts the fleet shares over time.
-package fleetdemo
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,60 +46,35 @@ import (
 	"github.com/fairqueue/fairqueue/internal/chart"
 )
 
-// Replicas is the number of data-plane replicas the demo runs.
-const Replicas = 3
+// FleetReplicas is the number of data-plane replicas of the fleet scenario.
+const FleetReplicas = 3
 
 // tickSlack lets an event due a little after a one-second tick happen at that
 // tick rather than a whole second late.
 const tickSlack = 100 * time.Millisecond
 
-// Tenant is one of the scenario's tenants and where its clients connect.
-type Tenant struct {
-	// Name labels the tenant.
-	Name string
-	// Weight is its fair-queuing weight.
-	Weight int
-	// Clients holds the closed-loop clients it keeps on each replica.
-	Clients [Replicas]int
+// FleetTenants is the skewed routing of the fleet scenario: each tenant's
+// closed-loop clients per replica.
+var FleetTenants = []Tenant{
+	{Name: "A", Clients: []int{8, 0, 0}},
+	{Name: "B", Clients: []int{0, 8, 0}},
+	{Name: "C", Clients: []int{8, 8, 8}},
 }
 
-// Tenants is the skewed routing of the scenario.
-var Tenants = []Tenant{
-	{Name: "A", Weight: 1, Clients: [Replicas]int{8, 0, 0}},
-	{Name: "B", Weight: 1, Clients: [Replicas]int{0, 8, 0}},
-	{Name: "C", Weight: 3, Clients: [Replicas]int{8, 8, 8}},
-}
+// FleetWeights are the fleet scenario's weights, indexed like FleetTenants.
+var FleetWeights = []float64{1, 1, 3}
 
-// Options configure Run.
-type Options struct {
-	// Duration is how long load is offered; at least 5s.
-	Duration time.Duration
-	// PerModel is the model limit the fleet shares, per second.
-	PerModel int64
-	// OutageAt is when Redis is killed, after the load starts; Outage is
-	// how long it stays down (0: no outage).
-	OutageAt, Outage time.Duration
-	// FailureMode is the store's behaviour while Redis is down.
-	FailureMode redisstore.FailureMode
-	// RedisServer is the redis-server binary: empty looks up
-	// "redis-server" on PATH, "-" uses the embedded miniredis.
-	RedisServer string
-	// Out receives the live table; nil means none.
-	Out io.Writer
-}
-
-// Result is what happened, second by second.
-type Result struct {
-	// Redis describes the server used.
-	Redis string
-	// Admitted[t][r][s] counts tenant t's admissions on replica r in second s.
-	Admitted [][Replicas][]int
-	// Unavailable[s] counts 503 answers in second s.
-	Unavailable []int
-	// OutageStart and OutageEnd are the outage's offsets; negative if none.
-	OutageStart, OutageEnd time.Duration
-	// PerModel is the shared limit per second.
-	PerModel int64
+// validateFleet checks the options of the fleet scenario.
+func (o *Options) validateFleet() error {
+	switch {
+	case o.Duration < 5*time.Second:
+		return fmt.Errorf("duration %s is too short: give at least 5s", o.Duration)
+	case o.PerModel <= 0:
+		return fmt.Errorf("per-model limit %d must be positive", o.PerModel)
+	case o.FailureMode != redisstore.FailClosed && o.FailureMode != redisstore.FailOpen:
+		return fmt.Errorf("failure mode %q: give %s or %s", o.FailureMode, redisstore.FailClosed, redisstore.FailOpen)
+	}
+	return nil
 }
 
 // replica is one data plane's admission path.
@@ -111,18 +86,9 @@ type replica struct {
 	done   chan struct{}
 }
 
-// Run runs the scenario until o.Duration has passed or ctx ends.
-func Run(ctx context.Context, o Options) (*Result, error) {
-	if o.Duration < 5*time.Second {
-		return nil, fmt.Errorf("duration %s is too short: give at least 5s", o.Duration)
-	}
-	if o.PerModel <= 0 {
-		return nil, fmt.Errorf("per-model limit %d must be positive", o.PerModel)
-	}
-	if o.Out == nil {
-		o.Out = io.Discard
-	}
-	out := &printer{w: o.Out}
+// runFleet runs the fleet scenario until o.Duration has passed or ctx ends.
+func runFleet(ctx context.Context, o Options) (*Result, error) {
+	out := &progress{out: o.Out}
 	redis.SetLogger(quietRedisLog{})
 	rb, note, err := startRedis(ctx, o.RedisServer)
 	if err != nil {
@@ -132,17 +98,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if note != "" {
 		out.printf("==> %s\n", note)
 	}
-	res := &Result{Redis: rb.Describe(), OutageStart: -1, OutageEnd: -1, PerModel: o.PerModel}
-	out.printf("==> Redis: %s; %d replicas share one model limit of %d/s; failure mode %s\n", res.Redis, Replicas, o.PerModel, o.FailureMode)
+	res := &Result{Scenario: ScenarioFleet, Tenants: FleetTenants, Duration: o.Duration, Redis: rb.Describe(),
+		OutageStart: -1, OutageEnd: -1, PerModel: o.PerModel}
+	out.printf("==> Redis: %s; %d replicas share one model limit of %d/s; failure mode %s\n", res.Redis, FleetReplicas, o.PerModel, o.FailureMode)
 
-	limits := limiter.Config{Model: &limiter.Limit{Requests: o.PerModel, Period: time.Second}}
+	limits := limiter.Config{Model: &limiter.Limit{Requests: int64(o.PerModel), Period: time.Second}}
 	weights := fairqueue.Weights{Default: 1, ByTenant: map[string]int{}}
-	for _, t := range Tenants {
-		weights.ByTenant[t.Name] = t.Weight
+	for i, t := range FleetTenants {
+		weights.ByTenant[t.Name] = int(FleetWeights[i])
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	reps := make([]*replica, Replicas)
+	reps := make([]*replica, FleetReplicas)
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
@@ -160,21 +127,21 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 
 	seconds := int(o.Duration / time.Second)
-	counts := make([][Replicas]atomic.Int64, len(Tenants))
+	counts := make([][FleetReplicas]atomic.Int64, len(FleetTenants))
 	var unavailable atomic.Int64
-	for ti, t := range Tenants {
+	for ti, t := range FleetTenants {
 		for ri, n := range t.Clients {
 			for range n {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					client(runCtx, reps[ri], t.Name, &counts[ti][ri], &unavailable)
+					fleetClient(runCtx, reps[ri], t.Name, &counts[ti][ri], &unavailable)
 				}()
 			}
 		}
 	}
-	res.Admitted = make([][Replicas][]int, len(Tenants))
-	prev := make([][Replicas]int64, len(Tenants))
+	res.ReplicaAdmitted = make([][FleetReplicas][]int, len(FleetTenants))
+	prev := make([][FleetReplicas]int64, len(FleetTenants))
 	var prevUnavailable int64
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
@@ -186,17 +153,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return res, ctx.Err()
 		case <-tick.C:
 		}
-		for ti := range Tenants {
-			for ri := range Replicas {
+		for ti := range FleetTenants {
+			for ri := range FleetReplicas {
 				now := counts[ti][ri].Load()
-				res.Admitted[ti][ri] = append(res.Admitted[ti][ri], int(now-prev[ti][ri]))
+				res.ReplicaAdmitted[ti][ri] = append(res.ReplicaAdmitted[ti][ri], int(now-prev[ti][ri]))
 				prev[ti][ri] = now
 			}
 		}
 		u := unavailable.Load()
 		res.Unavailable = append(res.Unavailable, int(u-prevUnavailable))
 		prevUnavailable = u
-		out.printf("%s\n", res.line(s-1))
+		out.printf("%s\n", res.fleetLine(s-1))
 
 		el := time.Since(start)
 		switch {
@@ -212,19 +179,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}
 		}
 	}
-	return res, errors.Join(append(errs, out.err)...)
-}
-
-// printer writes formatted lines and keeps the first write error.
-type printer struct {
-	w   io.Writer
-	err error
-}
-
-func (p *printer) printf(format string, args ...any) {
-	if p.err == nil {
-		_, p.err = fmt.Fprintf(p.w, format, args...)
-	}
+	return res, errors.Join(errs...)
 }
 
 func newReplica(ctx context.Context, name, addr string, mode redisstore.FailureMode, limits limiter.Config, weights fairqueue.Weights) (*replica, error) {
@@ -235,7 +190,7 @@ func newReplica(ctx context.Context, name, addr string, mode redisstore.FailureM
 		return nil, err
 	}
 	r.store = redisstore.NewWithClient(r.client, redisstore.Options{
-		Namespace: "demo", Policy: "fleet", FailureMode: mode, Replicas: redisstore.StaticReplicas(Replicas),
+		Namespace: "demo", Policy: "fleet", FailureMode: mode, Replicas: redisstore.StaticReplicas(FleetReplicas),
 	})
 	clk := clock.RealClock{}
 	r.queue = fairqueue.New(clk, fairqueue.Bounds{MaxWait: 10 * time.Second}, weights, nil)
@@ -270,7 +225,7 @@ func (r *replica) close() {
 
 // client is one closed-loop client: a new request as soon as one is answered;
 // after a 503 it backs off 100ms, as a client honouring Retry-After would.
-func client(ctx context.Context, r *replica, tenant string, admitted, unavailable *atomic.Int64) {
+func fleetClient(ctx context.Context, r *replica, tenant string, admitted, unavailable *atomic.Int64) {
 	req := admission.Request{Identity: identity.Set{User: tenant}, Model: "m", TotalTimeout: 10 * time.Second}
 	for ctx.Err() == nil {
 		d := r.ctrl.Admit(ctx, req)
@@ -290,56 +245,36 @@ func client(ctx context.Context, r *replica, tenant string, admitted, unavailabl
 // FleetShares returns each tenant's share of the fleet's admissions in
 // seconds [from, to), and the total rate; NaN shares when nothing was admitted.
 func (r *Result) FleetShares(from, to int) ([]float64, float64) {
-	per := make([]float64, len(Tenants))
+	per := make([]float64, len(r.ReplicaAdmitted))
 	total := 0.0
-	for ti := range Tenants {
-		for ri := range Replicas {
-			for s := from; s < to && s < len(r.Admitted[ti][ri]); s++ {
-				per[ti] += float64(r.Admitted[ti][ri][s])
+	for ti := range r.ReplicaAdmitted {
+		for ri := range FleetReplicas {
+			for s := from; s < to && s < len(r.ReplicaAdmitted[ti][ri]); s++ {
+				per[ti] += float64(r.ReplicaAdmitted[ti][ri][s])
 			}
 		}
 		total += per[ti]
 	}
-	for ti := range per {
-		if total == 0 {
-			per[ti] = math.NaN()
-		} else {
-			per[ti] /= total
-		}
-	}
-	return per, total / float64(max(to-from, 1))
+	return normalize(per), total / float64(max(to-from, 1))
 }
 
-// WeightedShares returns each tenant's weighted share: 0.2/0.2/0.6.
-func WeightedShares() []float64 {
-	sum := 0
-	for _, t := range Tenants {
-		sum += t.Weight
-	}
-	out := make([]float64, len(Tenants))
-	for i, t := range Tenants {
-		out[i] = float64(t.Weight) / float64(sum)
-	}
-	return out
-}
-
-// line formats second s of the live table.
-func (r *Result) line(s int) string {
+// fleetLine formats second s of the live table.
+func (r *Result) fleetLine(s int) string {
 	shares, total := r.FleetShares(s, s+1)
 	out := fmt.Sprintf("%4ds  fleet", s+1)
-	for ti, t := range Tenants {
+	for ti, t := range r.Tenants {
 		out += fmt.Sprintf(" %s %.2f", t.Name, shares[ti])
 	}
 	out += fmt.Sprintf("  total %3.0f/s |", total)
-	for ri := range Replicas {
+	for ri := range FleetReplicas {
 		n := 0
-		for ti := range Tenants {
-			n += r.Admitted[ti][ri][s]
+		for ti := range r.Tenants {
+			n += r.ReplicaAdmitted[ti][ri][s]
 		}
 		out += fmt.Sprintf(" r%d", ri)
-		for ti, t := range Tenants {
+		for ti, t := range r.Tenants {
 			if t.Clients[ri] > 0 && n > 0 {
-				out += fmt.Sprintf(" %s %.2f", t.Name, float64(r.Admitted[ti][ri][s])/float64(n))
+				out += fmt.Sprintf(" %s %.2f", t.Name, float64(r.ReplicaAdmitted[ti][ri][s])/float64(n))
 			}
 		}
 		out += " |"
@@ -347,11 +282,11 @@ func (r *Result) line(s int) string {
 	return out + fmt.Sprintf(" 503s %d", r.Unavailable[s])
 }
 
-// WriteReport prints the shares and totals outside the outage (skipping the
-// first 2 seconds of warm-up and 2 seconds after the outage), and the 503s
-// during it.
-func (r *Result) WriteReport(w io.Writer) error {
-	p := &printer{w: w}
+// writeFleetReport prints the shares and totals outside the outage (skipping
+// the first 2 seconds of warm-up and 2 seconds after the outage), and the
+// 503s during it.
+func (r *Result) writeFleetReport(w io.Writer) {
+	p := &progress{out: w}
 	n := len(r.Unavailable)
 	type span struct{ from, to int }
 	var steady []span
@@ -363,14 +298,14 @@ func (r *Result) WriteReport(w io.Writer) error {
 			steady = append(steady, span{int(r.OutageEnd/time.Second) + 2, n})
 		}
 	}
-	want := WeightedShares()
+	want := WeightedShares(FleetWeights)
 	for _, sp := range steady {
 		if sp.to-sp.from < 1 {
 			continue
 		}
 		shares, total := r.FleetShares(sp.from, sp.to)
 		p.printf("==> Seconds %d-%d: fleet shares", sp.from+1, sp.to)
-		for ti, t := range Tenants {
+		for ti, t := range r.Tenants {
 			p.printf(" %s %.3f (want %.1f)", t.Name, shares[ti], want[ti])
 		}
 		p.printf("; total %.1f/s (limit %d/s)\n", total, r.PerModel)
@@ -388,17 +323,16 @@ func (r *Result) WriteReport(w io.Writer) error {
 		p.printf("==> Redis down from %s to %s: %d answers 503, %.1f/s admitted meanwhile\n",
 			r.OutageStart.Round(time.Second), end.Round(time.Second), u, total)
 	}
-	return p.err
 }
 
-// Chart returns the fleet shares per second with the weighted shares and
-// markers at the outage.
-func (r *Result) Chart() *chart.Shares {
-	c := &chart.Shares{Title: fmt.Sprintf("fairqueue fleet demo: fleet share of admitted requests per second, %d replicas, skewed routing", Replicas)}
-	want := WeightedShares()
+// fleetChart returns the fleet shares per second with the weighted shares
+// and markers at the outage.
+func (r *Result) fleetChart() *chart.Shares {
+	c := &chart.Shares{Title: fmt.Sprintf("fairqueue fleet demo: fleet share of admitted requests per second, %d replicas, skewed routing", FleetReplicas)}
+	want := WeightedShares(FleetWeights)
 	n := min(len(r.Unavailable), chart.MaxPoints)
-	for ti, t := range Tenants {
-		ct := chart.Tenant{Name: fmt.Sprintf("%s (weight %d)", t.Name, t.Weight)}
+	for ti, t := range r.Tenants {
+		ct := chart.Tenant{Name: fmt.Sprintf("%s (weight %g)", t.Name, FleetWeights[ti])}
 		for s := range n {
 			shares, _ := r.FleetShares(s, s+1)
 			ct.Share = append(ct.Share, shares[ti])
