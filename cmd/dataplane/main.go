@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/fairqueue/fairqueue/dataplane/identity/resolver"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/dataplane/server"
@@ -271,7 +272,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	} else if key, err = hashKey(ctx, o, kube, cmNamespace, cmName, log); err != nil {
 		return err
 	}
-	trusted, err := server.ParseTrustedProxies(o.trustedProxies)
+	trusted, err := resolver.ParseTrustedProxies(o.trustedProxies)
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}

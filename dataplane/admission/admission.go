@@ -98,12 +98,12 @@ type Request struct {
 	// plus its output cap), reserved after the request-count limits admit
 	// it when deferred admission is on; 0 means token accounting is off.
 	Tokens int64
-	// EstimateTokens, when Tokens is 0, computes the reservation. Admit calls
+	// Reserver, when Tokens is 0, estimates the reservation. Admit calls
 	// it at most once: after the request-count limits admitted the request,
 	// so a request they refuse never pays for a pass of the tokenizer over
 	// its body; or first, when the fair queue charges the tenant by tokens
 	// and so needs the reservation before the limits decide.
-	EstimateTokens func() int64
+	Reserver Reserver
 }
 
 // QueueInfo describes the fair queue's part in a decision, for the
@@ -157,16 +157,22 @@ type Decision struct {
 
 // Controller makes admission decisions. It is safe for concurrent use.
 type Controller struct {
-	clk      clock.PassiveClock
-	lim      *limiter.Limiter
-	queue    *fairqueue.Queue
-	log      logr.Logger
-	settings atomic.Pointer[Settings]
+	clk clock.PassiveClock
+	log logr.Logger
+	// pol is the config in force, swapped whole by Load (policy.go).
+	pol atomic.Pointer[policy]
+	// queue and deferq (deferred admission, tokens.go; nil for a
+	// Controller built by New) outlive every config, like the store.
+	queue  *fairqueue.Queue
+	deferq *fairqueue.Queue
+	// store, limitObs and fleet build and follow each loaded policy; nil
+	// for a Controller built by New. loadMu serialises Load.
+	store    Store
+	limitObs limiter.Observer
+	fleet    FleetGate
+	loadMu   sync.Mutex
 	gate     gateRef // optional fleet pacing (gate.go)
 	tenants  obsRef  // optional per-tenant observer (tenants.go)
-	// deferq, tokens and tokenObs are deferred admission (tokens.go).
-	deferq   atomic.Pointer[fairqueue.Queue]
-	tokens   atomic.Pointer[TokenSettings]
 	tokenObs atomic.Pointer[TokenObserver]
 	// aheadDue holds the due time of every admitted hold still waiting for
 	// tokens it overdrew (bounded by the holds admitted: at most one per
@@ -177,36 +183,29 @@ type Controller struct {
 }
 
 // New returns a Controller deciding with lim and queuing in q, reading time
-// from clk. q may be shared with nothing else; the Controller enables and
-// disables it to follow Settings.Enabled.
+// from clk, without deferred admission: the form for a caller that builds
+// its own limiter and queue (the fleet's tests and demo). q may be shared
+// with nothing else; the Controller enables or disables it to follow
+// s.Enabled. A server loading configs uses NewController.
 func New(clk clock.PassiveClock, lim *limiter.Limiter, q *fairqueue.Queue, s Settings, log logr.Logger) (*Controller, error) {
 	if clk == nil || lim == nil || q == nil {
 		return nil, errors.New("admission: clock, limiter and queue are all required")
 	}
-	c := &Controller{clk: clk, lim: lim, queue: q, log: log}
-	if err := c.SetSettings(s); err != nil {
-		return nil, err
+	d, err := identity.ParseDimension(string(s.TenantDimension))
+	if err != nil {
+		return nil, fmt.Errorf("admission settings: %w", err)
 	}
+	s.TenantDimension = d
+	c := &Controller{clk: clk, queue: q, log: log}
+	c.apply(&policy{lim: lim, settings: s})
 	return c, nil
 }
 
-// SetSettings applies s to the next request. Turning fair queuing off answers
-// every queued request at once as if fair queuing had never been on.
-func (c *Controller) SetSettings(s Settings) error {
-	d, err := identity.ParseDimension(string(s.TenantDimension))
-	if err != nil {
-		return fmt.Errorf("admission settings: %w", err)
-	}
-	s.TenantDimension = d
-	old := c.settings.Swap(&s)
-	switch {
-	case s.Enabled && (old == nil || !old.Enabled):
-		c.queue.Enable()
-	case !s.Enabled && (old == nil || old.Enabled):
-		c.queue.Disable()
-	}
-	return nil
-}
+// limiter returns the limiter of the config in force.
+func (c *Controller) limiter() *limiter.Limiter { return c.pol.Load().lim }
+
+// settings returns the fair-queuing settings in force.
+func (c *Controller) settings() *Settings { return &c.pol.Load().settings }
 
 // Admit decides r, blocking while it waits in the fair queue and, with
 // deferred admission on, while it is held for its token reservation. ctx
@@ -214,16 +213,16 @@ func (c *Controller) SetSettings(s Settings) error {
 // once, giving back what it was charged.
 func (c *Controller) Admit(ctx context.Context, r Request) Decision {
 	arrival := c.clk.Now()
-	estimate := r.Tokens <= 0 && r.EstimateTokens != nil
+	estimate := r.Tokens <= 0 && r.Reserver != nil
 	if estimate && c.chargesTokens(r) {
-		r.Tokens, estimate = r.EstimateTokens(), false
+		r.Tokens, estimate = r.Reserver.Reservation(), false
 	}
 	dec := c.admitRequests(ctx, arrival, r)
 	if !dec.Allowed {
 		return dec
 	}
 	if estimate {
-		r.Tokens = r.EstimateTokens()
+		r.Tokens = r.Reserver.Reservation()
 	}
 	if r.Tokens <= 0 {
 		return dec
@@ -238,7 +237,7 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r Request
 	}
 
 	keys := identityKeys(r)
-	s := c.settings.Load()
+	s := c.settings()
 	var (
 		tenant    string
 		used      identity.Dimension
@@ -264,7 +263,7 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r Request
 		}
 	}
 
-	d, err := c.lim.TakeIdentity(now, keys)
+	d, err := c.limiter().TakeIdentity(now, keys)
 	if err == nil {
 		gateDone(gate, tenant, keys.Model, d)
 	}
@@ -291,7 +290,7 @@ func canQueue(d limiter.Decision) bool {
 // them). ok is true when they admit the request; otherwise dec is the
 // immediate 429 (never queued) or, with the store unavailable, 503.
 func (c *Controller) PreAuth(now time.Time, client string) (dec Decision, ok bool) {
-	pre, err := c.lim.TakePreAuth(now, client)
+	pre, err := c.limiter().TakePreAuth(now, client)
 	switch {
 	case err != nil:
 		return unavailable(err), false
@@ -301,19 +300,19 @@ func (c *Controller) PreAuth(now time.Time, client string) (dec Decision, ok boo
 	return Decision{Allowed: true, Status: StatusOK}, true
 }
 
-// BackendRefusal is the immediate 429 for an admitted request that no
+// backendRefusal is the immediate 429 for an admitted request that no
 // backend can take, retryable after retry. Backend capacity is never queued,
 // so the decision carries no queue details; its quota describes the
 // per-backend limit when one is configured.
-func (c *Controller) BackendRefusal(retry time.Duration) Decision {
+func (c *Controller) backendRefusal(retry time.Duration) Decision {
 	return c.refusal(limiter.Decision{LimitType: limiter.DimensionBackend, RetryAfter: retry}, limiter.Keys{}, "")
 }
 
-// Refund gives back the identity tokens Admit took for an admitted r, for a
+// refund gives back the identity tokens Admit took for an admitted r, for a
 // request a later stage refused (every backend exhausted), so none is lost
 // to it (SPEC section 2).
-func (c *Controller) Refund(r Request) error {
-	return c.lim.RefundIdentity(c.clk.Now(), identityKeys(r))
+func (c *Controller) refund(r Request) error {
+	return c.limiter().RefundIdentity(c.clk.Now(), identityKeys(r))
 }
 
 // identityKeys returns the identity bucket keys of r.
@@ -356,7 +355,7 @@ func keyOf(d limiter.Dimension, k limiter.Keys, client string) string {
 // token remaining. Other buckets of the batch were not charged, so they say
 // nothing about the refusal.
 func (c *Controller) refusedQuota(d limiter.Decision, keys limiter.Keys, client string) (limiter.Quota, bool) {
-	if lim, ok := c.lim.LimitOf(d.LimitType, keyOf(d.LimitType, keys, client)); ok {
+	if lim, ok := c.limiter().LimitOf(d.LimitType, keyOf(d.LimitType, keys, client)); ok {
 		return lim.RefusedQuota(d.LimitType, d.RetryAfter), true
 	}
 	return d.Tightest, d.HasQuota
@@ -367,7 +366,7 @@ func (c *Controller) refusedQuota(d limiter.Decision, keys limiter.Keys, client 
 // the grant spacing the fair queue assumes until it has measured one.
 func (c *Controller) interval(d limiter.Decision, keys limiter.Keys) time.Duration {
 	if !d.Allowed && d.RefusedBy != 0 {
-		if lim, ok := c.lim.LimitOf(d.LimitType, keyOf(d.LimitType, keys, "")); ok {
+		if lim, ok := c.limiter().LimitOf(d.LimitType, keyOf(d.LimitType, keys, "")); ok {
 			return lim.RefillInterval()
 		}
 	}
@@ -376,7 +375,7 @@ func (c *Controller) interval(d limiter.Decision, keys limiter.Keys) time.Durati
 		if lk.Key == "" {
 			continue
 		}
-		if lim, ok := c.lim.LimitOf(limiter.Dimension(lk.Kind), lk.Key); ok {
+		if lim, ok := c.limiter().LimitOf(limiter.Dimension(lk.Kind), lk.Key); ok {
 			longest = max(longest, lim.RefillInterval())
 		}
 	}
@@ -395,7 +394,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		if ok, retry := gateAllow(gate, now, tenant, keys.Model); !ok {
 			d = gated(retry)
 		} else {
-			if d, err = c.lim.TakeIdentity(now, keys); err != nil {
+			if d, err = c.limiter().TakeIdentity(now, keys); err != nil {
 				return unavailable(err)
 			}
 			gateDone(gate, tenant, keys.Model, d)
@@ -412,7 +411,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		// Queued only so as not to barge: the limiter's Retry-After, asked
 		// without charging, is when the request could be served at the
 		// earliest, and its quota describes the buckets it waits for.
-		if p, err := c.lim.PeekIdentity(now, keys); err == nil {
+		if p, err := c.limiter().PeekIdentity(now, keys); err == nil {
 			d.RetryAfter, d.Tightest, d.HasQuota = p.RetryAfter, p.Tightest, p.HasQuota
 			if !p.Allowed {
 				d.Tightest, d.HasQuota = c.refusedQuota(p, keys, "")
@@ -429,7 +428,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		if ok, retry := gateAllow(gate, now, tenant, keys.Model); !ok {
 			return false, retry, nil
 		}
-		got, err := c.lim.TakeIdentity(now, keys)
+		got, err := c.limiter().TakeIdentity(now, keys)
 		if err != nil {
 			return false, 0, err
 		}
@@ -504,7 +503,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		// Queued only to avoid barging and never refused by the limiter: ask
 		// it now. With a token free, the requests ahead are about to take
 		// it, so the next token is the earliest a retry could succeed.
-		if p, err := c.lim.PeekIdentity(c.clk.Now(), keys); err == nil && !p.Allowed {
+		if p, err := c.limiter().PeekIdentity(c.clk.Now(), keys); err == nil && !p.Allowed {
 			dec.LimitType, dec.RetryAfter = p.LimitType.String(), p.RetryAfter
 			dec.Quota, dec.HasQuota = c.refusedQuota(p, keys, "")
 		} else {
@@ -517,7 +516,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 
 // unqueued decides the identity buckets as if fair queuing were off.
 func (c *Controller) unqueued(keys limiter.Keys) Decision {
-	d, err := c.lim.TakeIdentity(c.clk.Now(), keys)
+	d, err := c.limiter().TakeIdentity(c.clk.Now(), keys)
 	switch {
 	case err != nil:
 		return unavailable(err)
@@ -580,4 +579,15 @@ func (c *Controller) refusal(d limiter.Decision, keys limiter.Keys, client strin
 // unavailable is the immediate 503 for a store outage.
 func unavailable(err error) Decision {
 	return Decision{Status: StatusServiceUnavailable, RetryAfter: time.Second, Err: err}
+}
+
+// TakeBackend charges one token of the named backend's per-backend limit; it
+// is the proxy pool's TakeFunc. A store error refuses the backend for a
+// second.
+func (c *Controller) TakeBackend(name string) (ok bool, retryAfter time.Duration) {
+	d, err := c.limiter().TakeBackend(c.clk.Now(), name)
+	if err != nil {
+		return false, time.Second
+	}
+	return d.Allowed, d.RetryAfter
 }

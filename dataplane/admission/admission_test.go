@@ -19,21 +19,22 @@ package admission
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -88,19 +89,6 @@ func (e *env) admitAsync(ctx context.Context, r Request) <-chan Decision {
 	ch := make(chan Decision, 1)
 	go func() { ch <- e.c.Admit(ctx, r) }()
 	return ch
-}
-
-// waitFor spins until cond holds; it fails the test after 10s of real time.
-// It never sleeps: progress comes from the goroutines under test.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		runtime.Gosched()
-	}
 }
 
 func (e *env) depth() int {
@@ -311,7 +299,7 @@ func TestQueuedRequests(t *testing.T) {
 		cfg:      limiter.Config{User: lim(1, time.Second)},
 		settings: on,
 		id:       alice,
-		then:     func(e *env) error { return e.c.SetSettings(Settings{}) },
+		then:     func(e *env) error { reload(e.c, func(p *policy) { p.settings = Settings{} }); return nil },
 		want: Decision{Status: StatusTooManyRequests, LimitType: "user", RetryAfter: time.Second, HasQuota: true,
 			Quota: limiter.Quota{Dimension: limiter.DimensionUser, Limit: 1, Reset: time.Second}},
 	}}
@@ -321,7 +309,7 @@ func TestQueuedRequests(t *testing.T) {
 			r := Request{Identity: tc.id, TotalTimeout: tc.budget}
 			e.exhaust(t, r)
 			ch := e.admitAsync(context.Background(), r)
-			waitFor(t, "the request to be queued", func() bool { return e.depth() == 1 && e.queue.Settled() })
+			testutil.Eventually(t, "the request to be queued", func() bool { return e.depth() == 1 && e.queue.Settled() })
 			if tc.then != nil {
 				if err := tc.then(e); err != nil {
 					t.Fatalf("reconfiguring while queued: %v", err)
@@ -330,7 +318,7 @@ func TestQueuedRequests(t *testing.T) {
 			for i, s := range tc.steps {
 				if i > 0 {
 					// The previous attempt was refused: wait until it is re-queued.
-					waitFor(t, "the re-queue", e.queue.Settled)
+					testutil.Eventually(t, "the re-queue", e.queue.Settled)
 				}
 				e.clk.Step(s)
 			}
@@ -338,8 +326,8 @@ func TestQueuedRequests(t *testing.T) {
 			if got != tc.want {
 				t.Fatalf("Admit =\n %+v\nwant\n %+v", got, tc.want)
 			}
-			waitFor(t, "the depth gauge to return to 0", func() bool {
-				return testutil.ToFloat64(gauge(e, metrics.QueueDepthName)) == 0
+			testutil.Eventually(t, "the depth gauge to return to 0", func() bool {
+				return promtest.ToFloat64(gauge(e, metrics.QueueDepthName)) == 0
 			})
 		})
 	}
@@ -367,7 +355,7 @@ func TestCancellationLeavesTheQueueAtOnce(t *testing.T) {
 	e.c.Admit(context.Background(), Request{Identity: alice})
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := e.admitAsync(ctx, Request{Identity: alice})
-	waitFor(t, "the request to be queued", func() bool { return e.depth() == 1 })
+	testutil.Eventually(t, "the request to be queued", func() bool { return e.depth() == 1 })
 	cancel()
 	got := receive(t, ch)
 	if got.Allowed || got.Status != StatusClientClosedRequest || !errors.Is(got.Err, context.Canceled) || !got.Queue.Queued {
@@ -388,7 +376,7 @@ func TestNoBarging(t *testing.T) {
 	m := func(id identity.Set) Request { return Request{Identity: id, Model: "llama"} }
 	e.c.Admit(context.Background(), m(alice))
 	waiting := e.admitAsync(context.Background(), m(alice))
-	waitFor(t, "alice to be queued", func() bool { return e.depth() == 1 })
+	testutil.Eventually(t, "alice to be queued", func() bool { return e.depth() == 1 })
 
 	// The model limit goes away while alice waits for her retry time: the
 	// limiter alone would admit bob at once.
@@ -410,10 +398,12 @@ func TestNoBarging(t *testing.T) {
 }
 
 func TestSettingsValidation(t *testing.T) {
-	e := newEnv(t, envOpts{settings: on})
-	err := e.c.SetSettings(Settings{Enabled: true, TenantDimension: "org"})
-	if err == nil || !strings.Contains(err.Error(), `"org"`) {
-		t.Fatalf("SetSettings(org) = %v, want an error naming the value", err)
+	_, err := NewController(testingclock.NewFakeClock(t0), &config.Config{FairQueuing: config.FairQueuing{Enabled: true, TenantDimension: "org"}}, Options{})
+	if err == nil || !strings.Contains(err.Error(), `"org"`) || !strings.Contains(err.Error(), "fairQueuing.tenantDimension") {
+		t.Fatalf("NewController(tenantDimension org) = %v, want an error naming the field and the value", err)
+	}
+	if _, err := New(t0Clock(), newLimiter(t), newQueue(t), Settings{Enabled: true, TenantDimension: "org"}, logr.Discard()); err == nil || !strings.Contains(err.Error(), `"org"`) {
+		t.Fatalf("New(tenantDimension org) = %v, want an error naming the value", err)
 	}
 	if _, err := New(nil, nil, nil, Settings{}, logr.Discard()); err == nil {
 		t.Fatal("New without dependencies succeeded")
@@ -430,7 +420,7 @@ func TestNoBargingRequestThatCannotFitIsRefusedAtOnce(t *testing.T) {
 	e := newEnv(t, envOpts{cfg: limiter.Config{User: lim(1, time.Second)}, settings: on})
 	e.c.Admit(context.Background(), Request{Identity: alice})
 	first := e.admitAsync(context.Background(), Request{Identity: alice})
-	waitFor(t, "the first waiter", func() bool { return e.depth() == 1 })
+	testutil.Eventually(t, "the first waiter", func() bool { return e.depth() == 1 })
 	got := receive(t, e.admitAsync(context.Background(), Request{Identity: alice, TotalTimeout: 500 * time.Millisecond}))
 	want := Decision{Status: StatusTooManyRequests, LimitType: "user", RetryAfter: 2 * time.Second, HasQuota: true,
 		Quota: limiter.Quota{Dimension: limiter.DimensionUser, Limit: 1, Reset: time.Second},

@@ -28,6 +28,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // modelCounter counts model-bucket admissions, so the test knows when a
@@ -74,7 +75,7 @@ func TestWeightedShareOfASharedLimit(t *testing.T) {
 			}()
 		}
 	}
-	waitFor(t, "both tenants to be backlogged", func() bool { return e.depth() == 2*perTenant })
+	testutil.Eventually(t, "both tenants to be backlogged", func() bool { return e.depth() == 2*perTenant })
 
 	got := map[string]int{}
 	base := counter.allowed.Load()
@@ -82,7 +83,7 @@ func TestWeightedShareOfASharedLimit(t *testing.T) {
 		clk.Step(100 * time.Millisecond)
 		// One token: one admission, then the heads that are due re-check and
 		// re-queue; step again only once the queue has settled.
-		waitFor(t, "one grant", func() bool {
+		testutil.Eventually(t, "one grant", func() bool {
 			return counter.allowed.Load() == base+int64(k) && q.Settled()
 		})
 		got[recv(t, "an admission", results).User]++

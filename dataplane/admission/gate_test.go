@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // fakeGate holds each tenant back until a set time and records what it is told.
@@ -80,7 +81,7 @@ func TestGateHoldsBackATenantWithoutSpendingItsToken(t *testing.T) {
 	g.until[alice.User] = t0.Add(300 * time.Millisecond)
 
 	ch := e.admitAsync(context.Background(), Request{Identity: alice, Model: "m", TotalTimeout: time.Minute})
-	waitFor(t, "the held request to queue", func() bool { return e.depth() == 1 && e.queue.Settled() })
+	testutil.Eventually(t, "the held request to queue", func() bool { return e.depth() == 1 && e.queue.Settled() })
 	if p, err := e.lim.PeekIdentity(e.clk.Now(), limiter.Keys{Model: "m"}); err != nil || p.Tightest.Remaining != 10 {
 		t.Fatalf("the model bucket has %d tokens left (err %v) while the request is held, want all 10", p.Tightest.Remaining, err)
 	}

@@ -20,6 +20,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
 )
 
 // testTimeout bounds every blocking wait in this package's tests, so a bug
@@ -53,3 +58,35 @@ func waitGroup(t testing.TB, what string, wg *sync.WaitGroup, limit time.Duratio
 		t.Fatalf("%s did not finish within %v", what, limit)
 	}
 }
+
+// reload puts in force a copy of c's policy that edit changed, as Load
+// would.
+func reload(c *Controller, edit func(p *policy)) {
+	p := *c.pol.Load()
+	edit(&p)
+	c.apply(&p)
+}
+
+func t0Clock() *testingclock.FakeClock { return testingclock.NewFakeClock(t0) }
+
+// newLimiter returns a limiter without limits.
+func newLimiter(t testing.TB) *limiter.Limiter {
+	t.Helper()
+	l, err := limiter.New(limiter.Config{}, limiter.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// newQueue returns a fair queue on a fake clock, closed when t ends.
+func newQueue(t testing.TB) *fairqueue.Queue {
+	q := fairqueue.New(t0Clock(), fairqueue.Bounds{}, fairqueue.Weights{Default: 1}, nil)
+	t.Cleanup(q.Close)
+	return q
+}
+
+// reserverFunc is a Reserver made of a function.
+type reserverFunc func() int64
+
+func (f reserverFunc) Reservation() int64 { return f() }

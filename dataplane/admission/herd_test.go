@@ -25,6 +25,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // obedientClients simulates n clients of one API key arriving together at
@@ -89,7 +90,7 @@ func obedientClients(t *testing.T, e *env, n, retries int) (final429, attempts i
 				go func() { answers <- answer{i, e.c.Admit(context.Background(), req)} }()
 				// One arrival at a time, each queued or answered before the
 				// next, as requests reach a server one after another.
-				waitFor(t, "the request to be queued or answered", settled)
+				testutil.Eventually(t, "the request to be queued or answered", settled)
 			}
 			pending = true
 		}
@@ -97,7 +98,7 @@ func obedientClients(t *testing.T, e *env, n, retries int) (final429, attempts i
 			return final429, attempts, last
 		}
 		e.clk.Step(time.Millisecond)
-		waitFor(t, "the queue to settle", settled)
+		testutil.Eventually(t, "the queue to settle", settled)
 	}
 }
 

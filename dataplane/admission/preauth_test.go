@@ -75,15 +75,15 @@ func TestBackendRefusal(t *testing.T) {
 		e := newEnv(t, envOpts{cfg: limiter.Config{Backend: lim(2, time.Second)}})
 		want := Decision{Status: StatusTooManyRequests, LimitType: "backend", RetryAfter: 300 * time.Millisecond, HasQuota: true,
 			Quota: limiter.Quota{Dimension: limiter.DimensionBackend, Limit: 2, Reset: 800 * time.Millisecond}}
-		if got := e.c.BackendRefusal(300 * time.Millisecond); got != want {
-			t.Fatalf("BackendRefusal =\n %+v\nwant\n %+v", got, want)
+		if got := e.c.backendRefusal(300 * time.Millisecond); got != want {
+			t.Fatalf("backendRefusal =\n %+v\nwant\n %+v", got, want)
 		}
 	})
 	t.Run("no per-backend limit", func(t *testing.T) {
 		e := newEnv(t, envOpts{})
 		want := Decision{Status: StatusTooManyRequests, LimitType: "backend", RetryAfter: time.Second}
-		if got := e.c.BackendRefusal(time.Second); got != want {
-			t.Fatalf("BackendRefusal =\n %+v\nwant\n %+v", got, want)
+		if got := e.c.backendRefusal(time.Second); got != want {
+			t.Fatalf("backendRefusal =\n %+v\nwant\n %+v", got, want)
 		}
 	})
 }
@@ -94,7 +94,7 @@ func TestRefundGivesBackWhatAdmitTook(t *testing.T) {
 	if d := e.c.Admit(context.Background(), r); !d.Allowed {
 		t.Fatalf("first Admit refused: %+v", d)
 	}
-	if err := e.c.Refund(r); err != nil {
+	if err := e.c.refund(r); err != nil {
 		t.Fatalf("Refund: %v", err)
 	}
 	if d := e.c.Admit(context.Background(), r); !d.Allowed {
@@ -105,7 +105,7 @@ func TestRefundGivesBackWhatAdmitTook(t *testing.T) {
 	}
 
 	down := newEnv(t, envOpts{cfg: limiter.Config{User: lim(1, time.Minute)}, store: downStore{}})
-	if err := down.c.Refund(r); !errors.Is(err, limiter.ErrStoreUnavailable) {
+	if err := down.c.refund(r); !errors.Is(err, limiter.ErrStoreUnavailable) {
 		t.Fatalf("Refund with the store down = %v, want ErrStoreUnavailable", err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // TestEqualKeysOfDifferentDimensionsDoNotQueueTogether: a user id equal to
@@ -35,7 +36,7 @@ func TestEqualKeysOfDifferentDimensionsDoNotQueueTogether(t *testing.T) {
 	userX := identity.Set{User: "x"}
 	e.c.Admit(context.Background(), Request{Identity: teamX})
 	queued := e.admitAsync(context.Background(), Request{Identity: teamX})
-	waitFor(t, "bob to be queued on team x", func() bool { return e.depth() == 1 })
+	testutil.Eventually(t, "bob to be queued on team x", func() bool { return e.depth() == 1 })
 
 	got := receive(t, e.admitAsync(context.Background(), Request{Identity: userX}))
 	if !got.Allowed || got.Queue.Queued {
@@ -82,7 +83,7 @@ func TestQueueRefusalRetryAfter(t *testing.T) {
 	var waiting []<-chan Decision
 	for i := range 8 {
 		waiting = append(waiting, e.admitAsync(context.Background(), tenant(i)))
-		waitFor(t, "the request to queue", func() bool { return e.depth() == i+1 })
+		testutil.Eventually(t, "the request to queue", func() bool { return e.depth() == i+1 })
 	}
 	// The last tenant's head is eighth in line: expected at the next token
 	// (125ms) plus seven more grants of 125ms.

@@ -30,6 +30,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // tenantLog records TenantObserver calls.
@@ -89,7 +90,7 @@ func TestTenantObserverSeesEveryOutcome(t *testing.T) {
 			e.c.SetTenantObserver(log)
 			ch := e.admitAsync(context.Background(), r)
 			if tc.step > 0 {
-				waitFor(t, "the request to queue", func() bool { return e.depth() == 1 })
+				testutil.Eventually(t, "the request to queue", func() bool { return e.depth() == 1 })
 				e.clk.Step(tc.step)
 			}
 			receive(t, ch)

@@ -101,29 +101,8 @@ type settlement struct {
 	fqTenant, dqTenant string
 }
 
-// SetTokens installs the deferral queue and token settings. q holds the
-// deferred requests; it may be nil only while s.Enabled is false. Turning
-// deferred admission off answers every held request as if it had never been
-// on (admitted without a reservation).
-func (c *Controller) SetTokens(q *fairqueue.Queue, s TokenSettings) error {
-	if s.Enabled && q == nil {
-		return errors.New("admission: deferred admission needs a deferral queue")
-	}
-	if s.MaxWait < 0 {
-		return fmt.Errorf("admission: deferred admission maxWait must not be negative, got %s", s.MaxWait)
-	}
-	c.deferq.Store(q)
-	old := c.tokens.Swap(&s)
-	if q != nil {
-		switch {
-		case s.Enabled && (old == nil || !old.Enabled):
-			q.Enable()
-		case !s.Enabled:
-			q.Disable()
-		}
-	}
-	return nil
-}
+// tokenSettings returns the token settings in force.
+func (c *Controller) tokenSettings() *TokenSettings { return &c.pol.Load().tokens }
 
 // SetTokenObserver installs o (nil removes it).
 func (c *Controller) SetTokenObserver(o TokenObserver) {
@@ -144,7 +123,7 @@ func (c *Controller) tokenObserver() TokenObserver {
 // queueCost is what the request-count fair queue charges r's tenant at a
 // grant: its reservation with fairQueuing.cost Tokens, else one.
 func (c *Controller) queueCost(r Request) int64 {
-	if s := c.tokens.Load(); s != nil && s.CostTokens && r.Tokens > 0 {
+	if s := c.tokenSettings(); s.CostTokens && r.Tokens > 0 {
 		return r.Tokens
 	}
 	return 1
@@ -168,7 +147,7 @@ func (c *Controller) appliedTokenKeys(k limiter.Keys) (out [limiter.MaxBatch]fai
 		if lk.Key == "" {
 			continue
 		}
-		if _, ok := c.lim.LimitOf(limiter.Dimension(lk.Kind), lk.Key); ok {
+		if _, ok := c.limiter().LimitOf(limiter.Dimension(lk.Kind), lk.Key); ok {
 			out[n] = lk
 			n++
 		}
@@ -181,21 +160,20 @@ func (c *Controller) appliedTokenKeys(k limiter.Keys) (out [limiter.MaxBatch]fai
 // its tenant by tokens. Otherwise the caller may skip estimating it, which
 // costs a tokenizer pass over the body.
 func (c *Controller) NeedsTokens(r Request) bool {
-	if s := c.tokens.Load(); s == nil || !s.Enabled {
+	if !c.tokenSettings().Enabled {
 		return false
 	}
-	return c.chargesTokens(r) || c.lim.HasTokenLimits(identityKeys(r))
+	return c.chargesTokens(r) || c.limiter().HasTokenLimits(identityKeys(r))
 }
 
 // chargesTokens reports whether the request-count fair queue would charge
 // r's tenant by its token reservation (fairQueuing.cost Tokens), so that the
 // reservation must be known before the request-count limits decide.
 func (c *Controller) chargesTokens(r Request) bool {
-	s := c.tokens.Load()
-	if s == nil || !s.Enabled || !s.CostTokens {
+	if s := c.tokenSettings(); !s.Enabled || !s.CostTokens {
 		return false
 	}
-	set := c.settings.Load()
+	set := c.settings()
 	if !set.Enabled {
 		return false
 	}
@@ -208,13 +186,13 @@ func (c *Controller) chargesTokens(r Request) bool {
 // refuses and the size-aware Retry-After fits the hold's budget. Every path
 // that does not admit gives back the request-count tokens dec took.
 func (c *Controller) reserve(ctx context.Context, arrival time.Time, r Request, dec Decision) Decision {
-	s := c.tokens.Load()
-	q := c.deferq.Load()
-	if s == nil || !s.Enabled || q == nil || r.Tokens <= 0 {
+	s := c.tokenSettings()
+	q := c.deferq
+	if !s.Enabled || q == nil || r.Tokens <= 0 {
 		return dec
 	}
 	keys := identityKeys(r)
-	if !c.lim.HasTokenLimits(keys) {
+	if !c.limiter().HasTokenLimits(keys) {
 		return dec
 	}
 	dec.Tokens.Requested = r.Tokens
@@ -224,14 +202,14 @@ func (c *Controller) reserve(ctx context.Context, arrival time.Time, r Request, 
 	if q.HasWaitersAny(all[:]) {
 		// Holders go first (no barging): wait behind them for what the
 		// buckets would need now.
-		p, err := c.lim.PeekTokens(now, keys, r.Tokens)
+		p, err := c.limiter().PeekTokens(now, keys, r.Tokens)
 		if err != nil {
 			c.undoCount(r, &dec)
 			return unavailable(err)
 		}
 		d = p
 	} else {
-		got, err := c.lim.TakeTokens(now, keys, r.Tokens)
+		got, err := c.limiter().TakeTokens(now, keys, r.Tokens)
 		if err != nil {
 			c.undoCount(r, &dec)
 			return unavailable(err)
@@ -292,7 +270,7 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 	// weights (and token cost) decide between tenants; otherwise one queue
 	// per token key, which makes holders FIFO per key.
 	tenant, used, cost := "", identity.Dimension(""), int64(1)
-	if set := c.settings.Load(); set.Enabled {
+	if set := c.settings(); set.Enabled {
 		var ok bool
 		if tenant, used, ok = r.Identity.Tenant(set.TenantDimension); !ok {
 			tenant = ""
@@ -305,7 +283,7 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 	}
 	var interval time.Duration
 	if len(limitKeys) > 0 {
-		if lim, ok := c.lim.LimitOf(limiter.Dimension(limitKeys[0].Kind), limitKeys[0].Key); ok {
+		if lim, ok := c.limiter().LimitOf(limiter.Dimension(limitKeys[0].Kind), limitKeys[0].Key); ok {
 			// The time the bucket needs to refill this reservation.
 			interval = lim.RefillInterval() * time.Duration(r.Tokens)
 		}
@@ -318,7 +296,7 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 	)
 	attempt := func() (bool, time.Duration, error) {
 		now := c.clk.Now()
-		got, err := c.lim.TakeTokens(now, keys, r.Tokens)
+		got, err := c.limiter().TakeTokens(now, keys, r.Tokens)
 		if err != nil {
 			return false, 0, err
 		}
@@ -364,7 +342,7 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 		if err = c.sleepAhead(ctx, ahead); err != nil {
 			// The client left before its overdrawn tokens were due: they
 			// go back to the buckets.
-			if rerr := c.lim.SettleTokens(c.clk.Now(), keys, -r.Tokens); rerr != nil {
+			if rerr := c.limiter().SettleTokens(c.clk.Now(), keys, -r.Tokens); rerr != nil {
 				c.log.V(1).Info("Could not give back the tokens of a hold the client left", "err", rerr)
 			}
 			if cost > 1 {
@@ -432,7 +410,7 @@ func (c *Controller) tokenRefusal(d limiter.Decision, keys limiter.Keys, dec Dec
 		Tokens:     dec.Tokens,
 	}
 	if d.RefusedBy != 0 {
-		if lim, ok := c.lim.LimitOf(d.LimitType, keyOf(d.LimitType, keys, "")); ok {
+		if lim, ok := c.limiter().LimitOf(d.LimitType, keyOf(d.LimitType, keys, "")); ok {
 			out.Tokens.Quota, out.Tokens.HasQuota = lim.RefusedCostQuota(d.LimitType, d.RetryAfter, dec.Tokens.Requested), true
 		}
 	}
@@ -445,7 +423,7 @@ func (c *Controller) tokenRefusal(d limiter.Decision, keys limiter.Keys, dec Dec
 // undoCount gives back what the request-count admission in dec charged: the
 // identity tokens, and the cost the fair queue charged its tenant.
 func (c *Controller) undoCount(r Request, dec *Decision) {
-	if err := c.lim.RefundIdentity(c.clk.Now(), identityKeys(r)); err != nil {
+	if err := c.limiter().RefundIdentity(c.clk.Now(), identityKeys(r)); err != nil {
 		c.log.V(1).Info("Could not give back request-count tokens of a request refused for its token budget", "err", err)
 	}
 	if st := &dec.settle; st.fq != nil && st.accounted > 0 {
@@ -454,18 +432,12 @@ func (c *Controller) undoCount(r Request, dec *Decision) {
 	}
 }
 
-// Settles reports whether Settle has anything to correct for d: a token
-// reservation, or a tenant charged by tokens. Without either, a caller may
-// skip measuring the response.
-func (d *Decision) Settles() bool { return d.settle.reserved > 0 || d.settle.accounted > 0 }
-
-// Settle corrects an admitted request's token reservation by what it used:
+// settle corrects an admitted request's token reservation by what it used:
 // the token buckets are charged or refunded the difference, and a queue that
 // charged its tenant the reservation (fairQueuing.cost Tokens) is corrected
-// the same way. Call it once per admitted request, when its response has
-// ended (used = 0 for a request that never reached a backend).
-func (c *Controller) Settle(r Request, dec *Decision, used int64) error {
-	st := &dec.settle
+// the same way. Ticket.Done calls it once per admitted request, when its
+// response has ended (used = 0 for a request that never reached a backend).
+func (c *Controller) settle(r Request, st *settlement, used int64) error {
 	used = max(used, 0)
 	if st.accounted > 0 {
 		delta := used - st.accounted
@@ -494,7 +466,7 @@ func (c *Controller) Settle(r Request, dec *Decision, used int64) error {
 	if delta == 0 {
 		return nil
 	}
-	if err := c.lim.SettleTokens(c.clk.Now(), keys, delta); err != nil {
+	if err := c.limiter().SettleTokens(c.clk.Now(), keys, delta); err != nil {
 		return fmt.Errorf("settling %d tokens: %w", delta, err)
 	}
 	return nil
@@ -511,7 +483,7 @@ func (c *Controller) Settle(r Request, dec *Decision, used int64) error {
 // Otherwise it reports the refusal, retryable once the buckets are out of
 // debt, which is when every waiting tenant may compete again in fair order.
 func (c *Controller) overdraw(now, end time.Time, keys limiter.Keys, n int64, got limiter.Decision, ahead *time.Duration) (bool, time.Duration, error) {
-	p, err := c.lim.PeekTokens(now, keys, 1)
+	p, err := c.limiter().PeekTokens(now, keys, 1)
 	if err != nil {
 		return false, 0, err
 	}
@@ -521,7 +493,7 @@ func (c *Controller) overdraw(now, end time.Time, keys limiter.Keys, n int64, go
 	if !end.IsZero() && now.Add(got.RetryAfter).After(end) {
 		return false, got.RetryAfter, nil
 	}
-	if err := c.lim.SettleTokens(now, keys, n); err != nil {
+	if err := c.limiter().SettleTokens(now, keys, n); err != nil {
 		return false, 0, err
 	}
 	*ahead = got.RetryAfter
@@ -582,4 +554,15 @@ func (c *Controller) HeldAhead() (waiting, due int) {
 		}
 	}
 	return waiting, due
+}
+
+// TokenRefusal reports whether d is a refusal by a token bucket (SPEC
+// section 6), whose answer describes the reservation.
+func (d *Decision) TokenRefusal() bool {
+	switch d.LimitType {
+	case limiter.DimensionAPIKeyTokens.String(), limiter.DimensionUserTokens.String(),
+		limiter.DimensionTeamTokens.String(), limiter.DimensionModelTokens.String():
+		return true
+	}
+	return false
 }

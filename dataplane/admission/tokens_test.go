@@ -29,6 +29,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // tokenEnv is a Controller with deferred admission on, wired to the real
@@ -60,9 +61,8 @@ func newTokenEnv(t testing.TB, o tokenOpts) *tokenEnv {
 	e.queue.SetWeights(o.weights)
 	e.deferq = fairqueue.New(e.clk, o.bounds, o.weights, e.tokens)
 	t.Cleanup(e.deferq.Close)
-	if err := e.c.SetTokens(e.deferq, o.tokens); err != nil {
-		t.Fatal(err)
-	}
+	e.c.deferq = e.deferq
+	reload(e.c, func(p *policy) { p.tokens = o.tokens })
 	e.c.SetTokenObserver(e.tokens)
 	return e
 }
@@ -103,35 +103,30 @@ func TestTokenReservationAndSettle(t *testing.T) {
 	e := newTokenEnv(t, tokenOpts{cfg: limiter.Config{ModelTokens: tokensPerSecond(1000)}, tokens: deferOn})
 	r := Request{Identity: alice, Model: "m", Tokens: 600}
 
-	d := e.c.Admit(context.Background(), r)
-	if !d.Allowed || d.Tokens.Reserved != 600 || !d.Tokens.HasQuota {
+	var tk Ticket
+	d := e.c.Begin(context.Background(), r, &tk)
+	if !d.Allowed || d.Tokens.Reserved != 600 || !d.Tokens.HasQuota || !tk.Settles() {
 		t.Fatalf("first request: %+v, want admitted with 600 tokens reserved and a token quota", d)
 	}
 	if got := d.Tokens.Quota; got.Limit != 1000 || got.Remaining != 400 || got.Dimension != limiter.DimensionModelTokens {
 		t.Errorf("token quota = %+v, want limit 1000, remaining 400, dimension model_tokens", got)
 	}
 	// It used 200 of the 600: 400 come back, so 800 are free.
-	if err := e.c.Settle(r, &d, 200); err != nil {
-		t.Fatal(err)
-	}
+	tk.Done(200)
 	if !e.tokensLeft(t, r, 800) || e.tokensLeft(t, r, 801) {
 		t.Error("after settling 200 of 600 the bucket should hold exactly 800 tokens")
 	}
-	// Settling twice must not refund twice.
-	if err := e.c.Settle(r, &d, 0); err != nil {
-		t.Fatal(err)
-	}
+	// Ending the ticket twice must not refund twice.
+	tk.Done(0)
 	if e.tokensLeft(t, r, 801) {
-		t.Error("a second Settle of the same decision refunded again")
+		t.Error("a second Done of the same ticket refunded again")
 	}
 	// Used more than reserved: the difference is charged.
-	d = e.c.Admit(context.Background(), Request{Identity: alice, Model: "m", Tokens: 100})
-	if !d.Allowed {
+	var more Ticket
+	if d = e.c.Begin(context.Background(), Request{Identity: alice, Model: "m", Tokens: 100}, &more); !d.Allowed {
 		t.Fatalf("100 of 800: %+v", d)
 	}
-	if err := e.c.Settle(Request{Identity: alice, Model: "m", Tokens: 100}, &d, 500); err != nil {
-		t.Fatal(err)
-	}
+	more.Done(500)
 	if !e.tokensLeft(t, r, 300) || e.tokensLeft(t, r, 301) {
 		t.Error("using 500 after reserving 100 should leave exactly 300 of 800")
 	}
@@ -179,7 +174,7 @@ func TestTokenRefusalHoldsWhenItFits(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, "the request to be held", func() bool { return e.held() == 1 })
+			testutil.Eventually(t, "the request to be held", func() bool { return e.held() == 1 })
 			e.clk.Step(499 * time.Millisecond)
 			select {
 			case d := <-ch:
@@ -210,13 +205,13 @@ func TestHeldRequestCancelledGivesBackItsRequestToken(t *testing.T) {
 	before := e.countLeft(t, r)
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := e.admitAsync(ctx, r)
-	waitFor(t, "the request to be held", func() bool { return e.held() == 1 })
+	testutil.Eventually(t, "the request to be held", func() bool { return e.held() == 1 })
 	cancel()
 	d := receive(t, ch)
 	if d.Status != StatusClientClosedRequest || !d.Tokens.Deferred {
 		t.Fatalf("got %+v, want 499 after a hold", d)
 	}
-	waitFor(t, "the hold to be released", func() bool { return e.held() == 0 })
+	testutil.Eventually(t, "the hold to be released", func() bool { return e.held() == 0 })
 	if got := e.countLeft(t, r); got != before {
 		t.Errorf("request-count tokens left %d, want %d", got, before)
 	}
@@ -233,10 +228,10 @@ func TestHoldersAreFIFOPerKey(t *testing.T) {
 		t.Fatalf("first: %+v", d)
 	}
 	big := e.admitAsync(context.Background(), Request{Identity: alice, Model: "m", Tokens: 900})
-	waitFor(t, "the big request to be held", func() bool { return e.held() == 1 })
+	testutil.Eventually(t, "the big request to be held", func() bool { return e.held() == 1 })
 	// 100 tokens are free, but the held request came first: no barging.
 	small := e.admitAsync(context.Background(), Request{Identity: bob, Model: "m", Tokens: 100})
-	waitFor(t, "the small request to be held", func() bool { return e.held() == 2 })
+	testutil.Eventually(t, "the small request to be held", func() bool { return e.held() == 2 })
 	// Another model's bucket is independent.
 	if d := e.c.Admit(context.Background(), Request{Identity: bob, Model: "other", Tokens: 100}); !d.Allowed || d.Tokens.Deferred {
 		t.Fatalf("other model: %+v, want admitted at once", d)
@@ -274,7 +269,7 @@ func TestFairQueueAndHoldShareOneBudget(t *testing.T) {
 				t.Fatalf("first: %+v", d)
 			}
 			ch := e.admitAsync(context.Background(), Request{Identity: alice, Model: "m", Tokens: 1000})
-			waitFor(t, "the request to queue for its request token", func() bool { return e.depth() == 1 })
+			testutil.Eventually(t, "the request to queue for its request token", func() bool { return e.depth() == 1 })
 			e.clk.Step(300 * time.Millisecond)
 			if !tc.admitted {
 				d := receive(t, ch)
@@ -283,7 +278,7 @@ func TestFairQueueAndHoldShareOneBudget(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, "the request to be held", func() bool { return e.held() == 1 })
+			testutil.Eventually(t, "the request to be held", func() bool { return e.held() == 1 })
 			e.clk.Step(700 * time.Millisecond)
 			d := receive(t, ch)
 			if !d.Allowed || !d.Queue.Queued || !d.Tokens.Deferred {
@@ -302,17 +297,13 @@ func TestDeferredAdmissionOffIgnoresTokenLimits(t *testing.T) {
 		}
 	}
 	// Switching it off with a request held admits that request as without it.
-	if err := e.c.SetTokens(e.deferq, deferOn); err != nil {
-		t.Fatal(err)
-	}
+	reload(e.c, func(p *policy) { p.tokens = deferOn })
 	if d := e.c.Admit(context.Background(), Request{Identity: alice, Model: "m", Tokens: 100}); !d.Allowed {
 		t.Fatalf("%+v", d)
 	}
 	ch := e.admitAsync(context.Background(), Request{Identity: alice, Model: "m", Tokens: 100})
-	waitFor(t, "the request to be held", func() bool { return e.held() == 1 })
-	if err := e.c.SetTokens(e.deferq, TokenSettings{}); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Eventually(t, "the request to be held", func() bool { return e.held() == 1 })
+	reload(e.c, func(p *policy) { p.tokens = TokenSettings{} })
 	if d := receive(t, ch); !d.Allowed || d.Tokens.Reserved != 0 {
 		t.Fatalf("got %+v, want admitted without a reservation once deferred admission is off", d)
 	}
@@ -377,16 +368,14 @@ func simulate(t *testing.T, e *tokenEnv, clients []simClient, warmup, run, windo
 						cancel()
 					}()
 				}
-				d := e.c.Admit(ctx, r)
+				var tk Ticket
+				d := e.c.Begin(ctx, r, &tk)
 				cancel()
 				switch {
 				case d.Allowed:
 					used := size * int64(30+next(71)) / 100
 					at := e.clk.Since(start)
-					if err := e.c.Settle(r, &d, used); err != nil {
-						t.Error(err)
-						return
-					}
+					tk.Done(used)
 					if at >= warmup && at < run {
 						mu.Lock()
 						settled[at/window] += used
@@ -597,7 +586,7 @@ func TestTokenEstimateOnlyAfterTheRequestLimitsAdmit(t *testing.T) {
 	oneRequest := &limiter.Limit{Requests: 1, Period: time.Minute, Burst: 1}
 	e := newTokenEnv(t, tokenOpts{cfg: limiter.Config{Model: oneRequest, ModelTokens: tokensPerSecond(1000)}, tokens: deferOn})
 	calls := 0
-	r := Request{Identity: alice, Model: "m", EstimateTokens: func() int64 { calls++; return 300 }}
+	r := Request{Identity: alice, Model: "m", Reserver: reserverFunc(func() int64 { calls++; return 300 })}
 
 	d := e.c.Admit(context.Background(), r)
 	if !d.Allowed || d.Tokens.Reserved != 300 {
@@ -634,7 +623,7 @@ func TestTokenEstimateFirstWhenTheQueueChargesTokens(t *testing.T) {
 		e := newTokenEnv(t, tokenOpts{cfg: limiter.Config{Model: oneRequest, ModelTokens: tokensPerSecond(1000)}, settings: on,
 			tokens: TokenSettings{Enabled: true, MaxWait: 2 * time.Second, CostTokens: costTokens}})
 		calls := 0
-		r := Request{Identity: alice, Model: "m", EstimateTokens: func() int64 { calls++; return 300 }}
+		r := Request{Identity: alice, Model: "m", Reserver: reserverFunc(func() int64 { calls++; return 300 })}
 		if d := e.c.Admit(context.Background(), r); !d.Allowed || calls != 1 {
 			t.Fatalf("cost Tokens %v: first request %+v after %d estimates, want admitted after one", costTokens, d, calls)
 		}
@@ -679,7 +668,7 @@ func TestHoldThatCannotFitIsRefusedAtArrival(t *testing.T) {
 			}
 			continue
 		}
-		waitFor(t, "the request to be held or answered", func() bool { return len(ch) > 0 || e.held() > before })
+		testutil.Eventually(t, "the request to be held or answered", func() bool { return len(ch) > 0 || e.held() > before })
 		if len(ch) > 0 {
 			refused = append(refused, <-ch)
 		} else {
@@ -718,7 +707,7 @@ func TestHoldRefusedAtArrivalBehindHolders(t *testing.T) {
 		t.Fatalf("first: %+v", d)
 	}
 	holder := e.admitAsync(context.Background(), Request{Identity: alice, Model: "m", Tokens: 900})
-	waitFor(t, "the holder", func() bool { return e.held() == 1 })
+	testutil.Eventually(t, "the holder", func() bool { return e.held() == 1 })
 	d := receive(t, e.admitAsync(context.Background(), Request{Identity: bob, Model: "m", Tokens: 100, Deadline: e.clk.Now().Add(50 * time.Millisecond)}))
 	if d.Allowed || d.Status != StatusTooManyRequests || d.LimitType != "model_tokens" || d.RetryAfter <= 0 {
 		t.Fatalf("got %+v, want a 429 model_tokens with a Retry-After", d)

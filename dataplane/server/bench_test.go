@@ -49,9 +49,18 @@ func benchFronts(b *testing.B) (bare, fq string, client *http.Client) {
 		PerModel: &config.ModelLimits{Default: big}, PerBackend: big}
 	cfg.FairQueuing.Enabled = true
 	cfg.Timeouts.RequestTotal = dur(time.Minute)
-	fqTr := proxy.NewTransport()
-	b.Cleanup(fqTr.CloseIdleConnections)
-	srv, err := New(Options{Logger: logr.Discard(), HashKey: testKey, Transport: fqTr})
+	ct := &http.Transport{MaxIdleConnsPerHost: 64}
+	b.Cleanup(ct.CloseIdleConnections)
+	return bareFront.URL, benchServer(b, cfg), &http.Client{Transport: ct}
+}
+
+// benchServer serves cfg with a Server of its own transport on loopback
+// until b ends, and returns its URL.
+func benchServer(b *testing.B, cfg *config.Config) string {
+	b.Helper()
+	tr := proxy.NewTransport()
+	b.Cleanup(tr.CloseIdleConnections)
+	srv, err := New(Options{Logger: logr.Discard(), HashKey: testKey, Transport: tr})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -59,12 +68,9 @@ func benchFronts(b *testing.B) (bare, fq string, client *http.Client) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { srv.rt.Load().close() })
-	fqFront := httptest.NewServer(srv)
-	b.Cleanup(fqFront.Close)
-
-	ct := &http.Transport{MaxIdleConnsPerHost: 64}
-	b.Cleanup(ct.CloseIdleConnections)
-	return bareFront.URL, fqFront.URL, &http.Client{Transport: ct}
+	front := httptest.NewServer(srv)
+	b.Cleanup(front.Close)
+	return front.URL
 }
 
 type benchPool struct{ p *sync.Pool }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairqueue/fairqueue/dataplane/identity/resolver"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 )
 
@@ -164,7 +165,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bufferedBody
 	if !b.budget.reserve(size) {
 		// Nothing is read yet: a client waiting for 100 Continue never
 		// sends the body, and net/http answers it without one.
-		if !strings.EqualFold(headerValue(r.Header, "Expect"), "100-continue") {
+		if !strings.EqualFold(resolver.HeaderValue(r.Header, "Expect"), "100-continue") {
 			s.drainBody(w, r)
 		}
 		return nil, errBodyBufferFull

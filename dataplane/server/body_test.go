@@ -20,6 +20,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // newBodyServer returns a Server with the given bounds, for readBody tests.
@@ -141,19 +142,6 @@ func TestBodyReservationLastsUntilTheHandlerReturns(t *testing.T) {
 	}
 }
 
-// waitUntil polls cond for up to 5 s of real time, for effects of other
-// goroutines (context callbacks, network peers) no fake clock drives.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // slowBody opens a connection to addr and sends a POST declaring
 // contentLength, followed by the first part of the body only.
 func slowBody(t *testing.T, addr string, contentLength int, part string) net.Conn {
@@ -194,7 +182,7 @@ func TestSlowLargeBodiesReserveLittleMemory(t *testing.T) {
 		slowBody(t, addr, declared, "{")
 	}
 	// Every connection is in readBody with its first buffer reserved.
-	waitUntil(t, "every slow body to be read", func() bool { return hs.srv.bodies.buffered() >= conns*initialBodyBuffer })
+	testutil.Eventually(t, "every slow body to be read", func() bool { return hs.srv.bodies.buffered() >= conns*initialBodyBuffer })
 	var after goruntime.MemStats
 	goruntime.ReadMemStats(&after)
 	allocated := after.TotalAlloc - before.TotalAlloc
@@ -211,7 +199,7 @@ func TestBodyBufferBoundRefuses(t *testing.T) {
 	addr := strings.TrimPrefix(hs.front.URL, "http://")
 	// Two slow bodies of the largest size hold 2 x (16 KiB + 1) of the budget.
 	slow := []net.Conn{slowBody(t, addr, maxBody, "{"), slowBody(t, addr, maxBody, "{")}
-	waitUntil(t, "both slow bodies to be reserved", func() bool { return hs.srv.bodies.buffered() == 2*(maxBody+1) })
+	testutil.Eventually(t, "both slow bodies to be reserved", func() bool { return hs.srv.bodies.buffered() == 2*(maxBody+1) })
 
 	resp := hs.do(`{"model":"m","pad":"`+strings.Repeat("x", 10<<10)+`"}`, nil)
 	e := decodeError(t, resp)
@@ -235,7 +223,7 @@ func TestBodyBufferBoundRefuses(t *testing.T) {
 			t.Errorf("a slow body that completed got %d, want 200", resp.StatusCode)
 		}
 	}
-	waitUntil(t, "the budget to be empty again", func() bool { return hs.srv.bodies.buffered() == 0 })
+	testutil.Eventually(t, "the budget to be empty again", func() bool { return hs.srv.bodies.buffered() == 0 })
 	if resp := hs.do(`{"model":"m"}`, nil); resp.StatusCode != http.StatusOK {
 		t.Errorf("after the slow bodies finished a request got %d, want 200", resp.StatusCode)
 	} else {
@@ -401,7 +389,7 @@ func TestEveryBufferFullRefusalIsRead(t *testing.T) {
 	// the whole budget: every other body is refused before a byte of it is
 	// read.
 	slowBody(t, addr, maxBody, "{"+strings.Repeat("x", maxBody-2))
-	waitUntil(t, "the slow body to be reserved", func() bool { return hs.srv.bodies.buffered() >= maxBody })
+	testutil.Eventually(t, "the slow body to be reserved", func() bool { return hs.srv.bodies.buffered() >= maxBody })
 
 	body := `{"model":"m","pad":"` + strings.Repeat("x", maxBody-40) + `"}`
 	results := make(chan string, clients)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/internal/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // TestFairnessThroughHTTP saturates a per-model limit with three tenants at
@@ -63,10 +64,10 @@ func TestFairnessThroughHTTP(t *testing.T) {
 
 	rt := hs.srv.rt.Load()
 	backlogged := func() bool {
-		depth, _ := rt.queue.Stats()
-		return depth == len(tenants)*clientsPerTenant && rt.queue.Settled()
+		depth, _ := rt.fairQueue().Stats()
+		return depth == len(tenants)*clientsPerTenant && rt.fairQueue().Settled()
 	}
-	eventually(t, "every client is queued", backlogged)
+	testutil.Eventually(t, "every client is queued", backlogged)
 	base := make([]int64, len(tenants))
 	var total int64
 	for i := range admitted {
@@ -74,7 +75,7 @@ func TestFairnessThroughHTTP(t *testing.T) {
 		total -= base[i]
 	}
 	for total < grants {
-		eventually(t, "every client is queued again", backlogged)
+		testutil.Eventually(t, "every client is queued again", backlogged)
 		hs.clk.Step(tokenEvery)
 		total = -base[0] - base[1] - base[2]
 		for i := range admitted {

@@ -14,6 +14,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/identity/resolver"
 	"github.com/fairqueue/fairqueue/dataplane/usage"
 )
 
@@ -43,21 +44,15 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := s.clock.Now()
-	client := s.trusted.clientAddr(r)
 
 	// Identity resolution (SPEC section 3). Requests answered before the
 	// admission core still pay the pre-auth limits first.
-	var id requestIdentity
-	rt.identity.resolve(r, &id)
-	if rt.identity.enforce && !id.knownKey {
-		if s.preAuthRefused(w, r, rt, client) {
-			return
+	id, err := rt.resolver.Resolve(r)
+	client := id.ClientAddr
+	if err != nil {
+		if !s.preAuthRefused(w, r, rt, client) {
+			(&apiError{status: http.StatusUnauthorized, errType: errorTypeAuthentication, code: "invalid_api_key", message: err.Error()}).write(w)
 		}
-		msg := "the API key is not registered; use a key issued for this API"
-		if id.apiKeyHash == "" {
-			msg = "no API key; send it as \"Authorization: Bearer <key>\""
-		}
-		(&apiError{status: http.StatusUnauthorized, errType: errorTypeAuthentication, code: "invalid_api_key", message: msg}).write(w)
 		return
 	}
 	// The body is read (bounded) before admission even when the model comes
@@ -71,10 +66,10 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer body.release()
-	var ok bool
-	if id.model, ok = rt.model(r.Header, body); !ok {
+	model, err := rt.resolver.Model(r.Header, body.bytes())
+	if err != nil {
 		if !s.preAuthRefused(w, r, rt, client) {
-			writeModelNotDetermined(w)
+			(&apiError{status: http.StatusBadRequest, errType: errorTypeInvalidRequest, code: "model_not_determined", message: err.Error()}).write(w)
 		}
 		return
 	}
@@ -83,11 +78,11 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	// (applied by the queue), the total timeout of this request's model and
 	// the client's own deadline, less a margin so that a refusal reaches the
 	// client before it gives up.
-	total := rt.timeout(id.model)
+	total := rt.timeout(model)
 	ar := admission.Request{
 		ClientAddr:   client,
-		Identity:     identity.Set{APIKey: id.apiKeyHash, User: id.userHash, Team: id.teamHash},
-		Model:        id.model,
+		Identity:     id.Set,
+		Model:        model,
 		TotalTimeout: total,
 	}
 	if d, ok := clientTimeout(r.Header, rt.deadlineHeader); ok {
@@ -98,50 +93,39 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	// the request-count limits admitted the request, unless the fair queue
 	// charges by tokens), so a client over its request limit cannot spend
 	// the gateway's CPU on it.
-	var lazy *lazyEstimate
-	if rt.tokens != nil && rt.admit.NeedsTokens(ar) {
-		lazy = &lazyEstimate{estimator: rt.tokens.estimator, model: id.model, body: body.bytes()}
-		ar.EstimateTokens = lazy.tokens
-	}
+	var acct *usage.Account
 	tokensRT := rt.tokens
-	dec := rt.admit.Admit(r.Context(), ar)
-	var est usage.Estimate
-	if lazy != nil {
-		est = lazy.est
+	if tokensRT != nil && rt.admit.NeedsTokens(ar) {
+		acct = usage.NewAccount(tokensRT.estimator, model, body.bytes())
+		ar.Reserver = acct
 	}
+	var tk admission.Ticket
+	dec := rt.admit.Begin(r.Context(), ar, &tk)
 	if !dec.Allowed {
-		s.refuse(w, r, &dec, &id)
+		s.refuse(w, r, &dec, &id.Set)
 		return
 	}
-	// Whatever happens from here, the token reservation is settled exactly
-	// once (SPEC section 6), however the response ends: a complete one by
-	// its reported usage; one the upstream broke, the client left or
-	// cancelled, the total timeout cut, or a panic ended by the prompt
-	// estimate plus the output relayed so far; to nothing when no backend
-	// was called. A broken relay ends in a panic (http.ErrAbortHandler), so
-	// the meter is read in this deferred call, not after Forward returns.
-	var (
-		meter    *usage.Meter
-		complete bool
-	)
+	// From here the ticket is settled exactly once (SPEC section 6), however
+	// the response ends: a complete one by its reported usage; one the
+	// upstream broke, the client left or cancelled, the total timeout cut,
+	// or a panic ended by the prompt estimate plus the output relayed so
+	// far; to nothing when no backend was called. A broken relay ends in a
+	// panic (http.ErrAbortHandler), so the usage is read in this deferred
+	// call, not after Forward returns.
 	ctx := r.Context()
-	if dec.Settles() {
-		defer func() {
-			cancelled := r.Context().Err() != nil || errors.Is(context.Cause(ctx), errTotalTimeout)
-			s.settle(rt, &ar, &dec, usedTokens(meter, complete, cancelled, w.status))
-		}()
-	}
+	complete := false
+	defer func() {
+		cancelled := r.Context().Err() != nil || errors.Is(context.Cause(ctx), errTotalTimeout)
+		tk.Done(acct.Used(complete, cancelled, w.status))
+	}()
 
 	// A request that waited through a reload goes to the backends in force
 	// now, not to those of the config it arrived under.
 	rt = s.rt.Load()
 	b, retry := rt.pool.Pick(rt.take)
 	if b == nil {
-		s.refundIdentity(rt, &ar)
-		// Backend capacity is never queued, so the refusal carries no queue
-		// details even when the request waited for its identity limits.
-		dec = rt.admit.BackendRefusal(retry)
-		s.refuse(w, r, &dec, &id)
+		dec = tk.NoBackend(retry)
+		s.refuse(w, r, &dec, &id.Set)
 		return
 	}
 
@@ -170,10 +154,11 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		defer t.Stop()
 		defer cancel(nil)
 	}
-	if tokensRT == nil || !dec.Settles() {
+	if acct == nil || !tk.Settles() {
 		b.Forward(ctx, w, r)
 		return
 	}
+	est := acct.Estimate()
 	strip := false
 	// Only the chat and text completion APIs take stream_options.
 	if tokensRT.includeUsage && est.Stream && !est.ClientAskedUsage && strings.HasSuffix(r.URL.Path, "/completions") {
@@ -183,8 +168,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			strip = true
 		}
 	}
-	meter = usage.NewMeter(tokensRT.estimator, id.model, est, strip)
-	uw := usage.NewResponseWriter(w, meter)
+	uw := acct.Meter(w, strip)
 	b.Forward(ctx, uw, r)
 	// A last event the upstream did not end with a blank line was held back
 	// in case it was the usage chunk; it goes out now, as sent. An error
@@ -206,7 +190,7 @@ func (s *Server) preAuthRefused(w http.ResponseWriter, r *http.Request, rt *runt
 
 // refuse answers a refused admission decision and logs it with hashed
 // identities only.
-func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.Decision, id *requestIdentity) {
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.Decision, id *identity.Set) {
 	if dec.Status == admission.StatusClientClosedRequest {
 		return // the client left while queued; its slot is already free
 	}
@@ -233,7 +217,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 		e.errType, e.code = errorTypeRateLimit, dec.LimitType+"_table_full"
 		e.message = "this gateway replica tracks as many " + dec.LimitType + " keys as it may and none has refilled, " +
 			"so a new one cannot be limited yet; retry after the indicated time"
-	case isTokenDimension(dec.LimitType):
+	case dec.TokenRefusal():
 		e.errType = errorTypeRateLimit
 		tokenError(&e, dec)
 	case q.Queued && q.Reason != "":
@@ -257,7 +241,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 		kv := []any{"status", dec.Status, "code", e.code, "limitType", dec.LimitType, "retryAfter", dec.RetryAfter.String(), "path", r.URL.Path,
 			"requestID", w.Header().Get(headerRequestID)}
 		if id != nil {
-			kv = append(kv, "apiKey", shortHash(id.apiKeyHash), "user", shortHash(id.userHash), "team", shortHash(id.teamHash))
+			kv = append(kv, "apiKey", shortHash(id.APIKey), "user", shortHash(id.User), "team", shortHash(id.Team))
 		}
 		if q.Queued {
 			kv = append(kv, "reason", q.Reason, "position", q.Position, "waited", q.Waited.String())
@@ -300,13 +284,13 @@ func clientTimeout(h http.Header, custom string) (time.Duration, bool) {
 			least, found = min(d, maxClientTimeout), true
 		}
 	}
-	take(parseSeconds(headerValue(h, headerStainlessTimeout)))
-	if v := headerValue(h, headerEnvoyTimeout); v != "" {
+	take(parseSeconds(resolver.HeaderValue(h, headerStainlessTimeout)))
+	if v := resolver.HeaderValue(h, headerEnvoyTimeout); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		take(time.Duration(min(ms, int64(maxClientTimeout/time.Millisecond)))*time.Millisecond, err == nil)
 	}
 	if custom != "" {
-		if v := headerValue(h, custom); v != "" {
+		if v := resolver.HeaderValue(h, custom); v != "" {
 			if d, ok := parseSeconds(v); ok {
 				take(d, true)
 			} else {

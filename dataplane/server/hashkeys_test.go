@@ -25,7 +25,7 @@ func TestLoadUsesTheKeyItsConfigNames(t *testing.T) {
 	}
 	defer func() { srv.rt.Load().close() }()
 	hashesWith := func(key []byte) bool {
-		return srv.rt.Load().identity.hasher.sum("alice") == identity.Hash(key, "alice")
+		return srv.rt.Load().resolver.Hasher().Sum("alice") == identity.Hash(key, "alice")
 	}
 
 	rotated := baseConfig("http://127.0.0.1:1")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/internal/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // result is a response read in the background.
@@ -45,27 +46,14 @@ func (hs *harness) start(ctx context.Context, body string, header map[string]str
 	return out
 }
 
-// eventually waits (in real time, as a synchronisation point, not as timing
-// logic) until cond holds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // queued waits until n requests are queued and the scheduler has settled:
 // nothing is due before its next wake-up on the fake clock.
 func (hs *harness) queued(n int) {
 	hs.t.Helper()
 	rt := hs.srv.rt.Load()
-	eventually(hs.t, "requests are queued", func() bool {
-		depth, _ := rt.queue.Stats()
-		return depth == n && rt.queue.Settled()
+	testutil.Eventually(hs.t, "requests are queued", func() bool {
+		depth, _ := rt.fairQueue().Stats()
+		return depth == n && rt.fairQueue().Settled()
 	})
 }
 
@@ -74,7 +62,7 @@ func (hs *harness) queued(n int) {
 func (hs *harness) settled() {
 	hs.t.Helper()
 	rt := hs.srv.rt.Load()
-	eventually(hs.t, "the fair queue settles", rt.queue.Settled)
+	testutil.Eventually(hs.t, "the fair queue settles", rt.fairQueue().Settled)
 }
 
 // recvResult receives one result, whatever its error, failing the test after

@@ -15,6 +15,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/internal/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // TestReloadUnderLoad reloads three times (weights, tightened bounds, and a
@@ -58,7 +59,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		}
 		cfg = next
 	}
-	depth := func() int { d, _ := hs.srv.rt.Load().queue.Stats(); return d }
+	depth := func() int { d, _ := hs.srv.rt.Load().fairQueue().Stats(); return d }
 
 	var results []<-chan result
 	send := func(user int) {
@@ -67,7 +68,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	for i := range burst + toQueue {
 		send(i % users)
 	}
-	eventually(t, "1,000 requests are queued", func() bool { return depth() == toQueue })
+	testutil.Eventually(t, "1,000 requests are queued", func() bool { return depth() == toQueue })
 
 	// 1. New weights: every waiter stays.
 	load("weights change", func(c *config.Config) {

@@ -1,59 +1,53 @@
 package server
 
 import (
-	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/admission"
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
-	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/dataplane/identity/resolver"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
 )
 
-var _ admission.TenantObserver = (*metrics.Tenants)(nil)
+var (
+	_ admission.TenantObserver  = (*metrics.Tenants)(nil)
+	_ admission.WeightsObserver = (*metrics.Tenants)(nil)
+)
 
-// runtime is everything built from one loaded config: identity rules, the
-// limiter, the fair queue and admission controller, and the backends. The
-// server holds it behind an atomic pointer so a reload can swap it.
+// runtime is what the request path takes from one loaded config: identity
+// rules, the backends, the timeouts and token estimation. It is immutable;
+// the server holds it behind an atomic pointer so that a reload swaps it
+// whole. The admission controller is the server's, shared by every runtime:
+// it keeps bucket state and queued requests across reloads and swaps its own
+// policy.
 type runtime struct {
-	cfg      *config.Config
-	hash     string
-	identity *identityRules
-	lim      *limiter.Limiter
-	queue    *fairqueue.Queue
-	// deferq holds requests deferred for their token budget; created with
-	// the first config and kept across reloads like queue.
-	deferq *fairqueue.Queue
+	cfg  *config.Config
+	hash string
+	// resolver tells each request's client, identities and model.
+	resolver *resolver.Resolver
+	admit    *admission.Controller
 	// tokens is deferred admission for the request path; nil when off.
 	tokens *tokenRuntime
-	admit  *admission.Controller
 	pool   *proxy.Pool
-	// take charges per-backend tokens; built once so Pick does not allocate.
+	// take charges per-backend tokens, nil without a per-backend limit;
+	// built once so that Pick does not allocate.
 	take proxy.TakeFunc
 	// defaultTimeout and modelTimeouts are the request total timeouts; zero
 	// means none.
 	defaultTimeout time.Duration
 	modelTimeouts  map[string]time.Duration
-	// models interns the model names the config mentions.
-	models map[string]string
-	// modelPolicy finds a request's model.
-	modelPolicy modelPolicy
 	// deadlineHeader is the canonical name of the policy's client deadline
 	// header; empty means none.
 	deadlineHeader string
 }
 
-// newRuntime builds the runtime for cfg. With prev set (a reload) the
-// limiter, queue and admission controller are kept and updated in place, so
-// bucket state and queued requests survive: weights apply to the next
-// scheduling decision and tightened bounds refuse new arrivals without
-// stranding a waiter. Everything that can fail is checked before anything is
-// applied, so a refused config leaves prev fully in force.
-func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error) {
+// newRuntime builds the runtime for cfg, hashing identities with hasher. It
+// changes nothing the server holds: prev (the runtime in force, nil on the
+// first load) only lends its tokenizer.
+func (s *Server) newRuntime(cfg *config.Config, prev *runtime, hasher *identity.Hasher) (*runtime, error) {
 	targets := make([]proxy.Target, len(cfg.Backends))
 	for i, b := range cfg.Backends {
 		targets[i] = proxy.Target{Name: b.Name, URL: b.URL, Weight: int(b.Weight)}
@@ -63,120 +57,50 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime) (*runtime, error)
 	if err != nil {
 		return nil, err
 	}
-	limits := limiterConfig(cfg)
-	if err := limits.Validate(); err != nil {
-		return nil, fmt.Errorf("rateLimits: %w", err)
-	}
-	fq := cfg.FairQueuing
-	dim, err := identity.ParseDimension(string(fq.TenantDimension))
-	if err != nil {
-		return nil, fmt.Errorf("fairQueuing.tenantDimension: %w", err)
-	}
-	settings := admission.Settings{Enabled: fq.Enabled, TenantDimension: dim}
-	weights := fairqueue.Weights{Default: int(fq.DefaultWeight), ByTenant: make(map[string]int, len(fq.Weights))}
-	for _, w := range fq.Weights {
-		weights.ByTenant[w.TenantHash] = int(w.Weight)
-	}
-	bounds := fairqueue.Bounds{
-		MaxQueueDepthPerTenant: int(fq.Bounds.MaxQueueDepthPerTenant),
-		MaxTotalQueued:         int(fq.Bounds.MaxTotalQueued),
-		MaxTenants:             int(fq.Bounds.MaxTenants),
-		MaxInFlight:            int(fq.Bounds.MaxInFlight),
-		MaxWait:                fq.Bounds.MaxWait.Duration,
-	}
-
 	rt := &runtime{
 		cfg:            cfg,
-		identity:       newIdentityRules(cfg.Identity, s.hasher),
+		resolver:       resolver.New(cfg, hasher, s.trusted),
 		pool:           pool,
 		defaultTimeout: cfg.Timeouts.RequestTotal.Duration,
 	}
 	if h := cfg.Timeouts.ClientDeadlineHeader; h != "" {
 		rt.deadlineHeader = http.CanonicalHeaderKey(h)
 	}
-	da := cfg.DeferredAdmission
-	tokenSettings := admission.TokenSettings{Enabled: da != nil, CostTokens: fq.Cost == config.CostTokens}
-	if da != nil {
-		tokenSettings.MaxWait = da.Bounds.MaxWait.Duration
-	}
-	dbounds := deferralBounds(da, fq.Bounds)
-	if prev == nil {
-		if rt.lim, err = limiter.New(limits, limiter.Options{Store: s.store, Observer: s.metrics}); err != nil {
-			return nil, fmt.Errorf("rateLimits: %w", err)
-		}
-		rt.queue = fairqueue.New(s.clock, bounds, weights, s.metrics)
-		rt.deferq = fairqueue.New(s.clock, dbounds, weights, s.tokenMetrics)
-		if rt.admit, err = admission.New(s.clock, rt.lim, rt.queue, settings, s.log.WithName("admission")); err != nil {
-			rt.queue.Close()
-			rt.deferq.Close()
-			return nil, fmt.Errorf("fairQueuing: %w", err)
-		}
-	} else {
-		rt.lim, rt.queue, rt.deferq, rt.admit = prev.lim, prev.queue, prev.deferq, prev.admit
-		if err := rt.lim.SetConfig(limits); err != nil {
-			return nil, fmt.Errorf("rateLimits: %w", err)
-		}
-		rt.queue.SetBounds(bounds)
-		rt.queue.SetWeights(weights)
-		rt.deferq.SetBounds(dbounds)
-		rt.deferq.SetWeights(weights)
-		if err := rt.admit.SetSettings(settings); err != nil {
-			return nil, fmt.Errorf("fairQueuing: %w", err)
-		}
-	}
-	if err := rt.admit.SetTokens(rt.deferq, tokenSettings); err != nil {
-		return nil, fmt.Errorf("deferredAdmission: %w", err)
-	}
-	rt.admit.SetTokenObserver(s.tokenMetrics)
 	var prevTokens *tokenRuntime
 	var prevCap int64
 	if prev != nil && prev.tokens != nil {
 		prevTokens, prevCap = prev.tokens, prev.cfg.DeferredAdmission.Estimation.DefaultMaxTokens
 	}
-	rt.tokens = newTokenRuntime(da, prevTokens, prevCap)
-	s.applyFleet(rt.admit, limits, weights)
-	s.tenants.SetWeights(weights, dim)
-	rt.admit.SetTenantObserver(s.tenants)
+	rt.tokens = newTokenRuntime(cfg.DeferredAdmission, prevTokens, prevCap)
 	if len(cfg.Timeouts.Models) > 0 {
 		rt.modelTimeouts = make(map[string]time.Duration, len(cfg.Timeouts.Models))
 		for _, m := range cfg.Timeouts.Models {
 			rt.modelTimeouts[m.Model] = m.Total.Duration
 		}
 	}
-	rt.modelPolicy = modelPolicy{
-		header:   http.CanonicalHeaderKey(cfg.Identity.ModelHeader),
-		readBody: cfg.RateLimits.PerModel != nil || len(cfg.Timeouts.Models) > 0 || da != nil,
-		limited:  cfg.RateLimits.PerModel != nil || (da != nil && da.TokenLimits.PerModel != nil),
-	}
-	if m := cfg.RateLimits.PerModel; m != nil && m.UnknownModel.Action == config.UnknownModelCharge {
-		rt.modelPolicy.chargeAs = m.UnknownModel.ChargeAs
-	}
-	rt.models = make(map[string]string)
-	if m := cfg.RateLimits.PerModel; m != nil {
-		for _, o := range m.Overrides {
-			rt.models[o.Model] = o.Model
-		}
-	}
-	for _, m := range cfg.Timeouts.Models {
-		rt.models[m.Model] = m.Model
-	}
-	if da != nil && da.TokenLimits.PerModel != nil {
-		for _, o := range da.TokenLimits.PerModel.Overrides {
-			rt.models[o.Model] = o.Model
-		}
-	}
-	if cfg.RateLimits.PerBackend != nil {
-		rt.take = s.takeBackend(rt)
-	}
 	return rt, nil
+}
+
+// loadAdmission puts cfg in force in the admission controller, building it
+// on the first load; once it returns nil nothing can fail any more. A
+// refused cfg changes nothing and starts nothing.
+func (s *Server) loadAdmission(cfg *config.Config) (*admission.Controller, error) {
+	if s.admit != nil {
+		return s.admit, s.admit.Load(cfg)
+	}
+	opts := admission.Options{Store: s.store, Limits: s.metrics, Queue: s.metrics, Deferral: s.tokenMetrics,
+		Tenants: s.tenants, Tokens: s.tokenMetrics, Fleet: s.fleet, Log: s.log.WithName("admission")}
+	a, err := admission.NewController(s.clock, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.admit = a
+	return a, nil
 }
 
 // close answers every queued request with a shutdown refusal (503) and stops
 // the queue's scheduling goroutine.
-func (rt *runtime) close() {
-	rt.queue.Close()
-	rt.deferq.Close()
-}
+func (rt *runtime) close() { rt.admit.Close() }
 
 // timeout returns the total timeout for a model; zero means none.
 func (rt *runtime) timeout(model string) time.Duration {
@@ -184,52 +108,4 @@ func (rt *runtime) timeout(model string) time.Duration {
 		return d
 	}
 	return rt.defaultTimeout
-}
-
-// takeBackend charges one per-backend token; it is the pool's TakeFunc.
-func (s *Server) takeBackend(rt *runtime) proxy.TakeFunc {
-	return func(name string) (bool, time.Duration) {
-		d, err := rt.lim.TakeBackend(s.clock.Now(), name)
-		if err != nil {
-			return false, time.Second
-		}
-		return d.Allowed, d.RetryAfter
-	}
-}
-
-// limiterConfig converts the rendered request and token limits into the
-// limiter's form: the one place a config.Limit becomes a limiter.Limit.
-func limiterConfig(cfg *config.Config) limiter.Config {
-	conv := func(l *config.Limit) *limiter.Limit {
-		if l == nil {
-			return nil
-		}
-		return &limiter.Limit{Requests: l.Rate(), Period: l.Period.Duration, Burst: l.Burst}
-	}
-	overrides := func(m *config.ModelLimits) map[string]limiter.Limit {
-		if len(m.Overrides) == 0 {
-			return nil
-		}
-		o := make(map[string]limiter.Limit, len(m.Overrides))
-		for _, ov := range m.Overrides {
-			o[ov.Model] = *conv(&ov.Limit)
-		}
-		return o
-	}
-	rl := cfg.RateLimits
-	c := limiter.Config{
-		Global: conv(rl.Global), Client: conv(rl.PerClient), APIKey: conv(rl.PerAPIKey),
-		User: conv(rl.PerUser), Team: conv(rl.PerTeam), Backend: conv(rl.PerBackend),
-	}
-	if m := rl.PerModel; m != nil {
-		c.Model, c.ModelOverrides = conv(m.Default), overrides(m)
-	}
-	if da := cfg.DeferredAdmission; da != nil {
-		tl := da.TokenLimits
-		c.APIKeyTokens, c.UserTokens, c.TeamTokens = conv(tl.PerAPIKey), conv(tl.PerUser), conv(tl.PerTeam)
-		if m := tl.PerModel; m != nil {
-			c.ModelTokens, c.ModelTokenOverrides = conv(m.Default), overrides(m)
-		}
-	}
-	return c
 }

@@ -8,7 +8,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,9 +23,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/utils/clock"
 
+	"github.com/fairqueue/fairqueue/dataplane/admission"
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
-	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
 )
@@ -79,10 +78,10 @@ type Options struct {
 	Transport http.RoundTripper
 	// Store holds rate-limit bucket state; nil means a per-replica
 	// in-memory store.
-	Store limiter.Store
+	Store admission.Store
 	// Fleet, if set, paces tenants to their fleet-wide fair share on model
-	// limits kept in a shared Store (see FleetGate).
-	Fleet FleetGate
+	// limits kept in a shared Store (see admission.FleetGate).
+	Fleet admission.FleetGate
 	// ShutdownGrace bounds how long admitted requests may finish after
 	// shutdown starts. Zero means DefaultShutdownGrace.
 	ShutdownGrace time.Duration
@@ -114,18 +113,19 @@ type Options struct {
 // Load, serve traffic through ServeHTTP (or Run), and operational endpoints
 // through OpsHandler.
 type Server struct {
-	log      logr.Logger
-	clock    clock.WithTickerAndDelayedExecution
-	hasher   *hasher
+	log   logr.Logger
+	clock clock.WithTickerAndDelayedExecution
+	// hasher hashes with the key of the config in force; loadMu guards it.
+	hasher   *identity.Hasher
 	hashKey  []byte
 	hashKeys func(fingerprint string) ([]byte, bool)
-	trusted  trustedProxies
+	trusted  []netip.Prefix
 	maxBody  int64
 	reg      prometheus.Registerer
 	gatherer prometheus.Gatherer
 	tr       http.RoundTripper
-	store    limiter.Store
-	fleet    FleetGate
+	store    admission.Store
+	fleet    admission.FleetGate
 	grace    time.Duration
 	delay    time.Duration
 
@@ -140,6 +140,8 @@ type Server struct {
 	tenants      *metrics.Tenants
 	tokenMetrics *metrics.Tokens
 
+	// admit is built by the first Load and kept; loadMu guards it.
+	admit    *admission.Controller
 	rt       atomic.Pointer[runtime]
 	draining atomic.Bool
 	loadMu   sync.Mutex
@@ -158,10 +160,10 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		log:      opts.Logger,
 		clock:    opts.Clock,
-		hasher:   newHasher(opts.HashKey),
+		hasher:   identity.NewHasher(opts.HashKey),
 		hashKey:  append([]byte(nil), opts.HashKey...),
 		hashKeys: opts.HashKeys,
-		trusted:  trustedProxies(opts.TrustedProxies),
+		trusted:  opts.TrustedProxies,
 		maxBody:  opts.MaxBodyBytes,
 		reg:      opts.Registerer,
 		gatherer: opts.Gatherer,
@@ -234,29 +236,37 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Load puts cfg in force. The first Load builds the limiter, queue and
-// backends; a later Load (a reload) updates the limiter, queue and admission
-// settings in place, so bucket state and queued requests survive, and swaps
-// in new identity rules, backends and timeouts for the next request. A config
-// is refused, keeping the previous one in force, when its hash key
-// fingerprint does not match the server's key or a value cannot be applied.
+// Load puts cfg in force. Everything is built and checked before anything is
+// applied: the runtime (identity rules, backends, timeouts), then the
+// admission controller's policy, which the first Load builds the controller
+// with and a reload swaps whole, so that bucket state and queued requests
+// survive. A config is refused, leaving the previous one fully in force, when
+// its hash key fingerprint does not match the server's key or a value cannot
+// be applied.
 func (s *Server) Load(cfg *config.Config, configHash string) error {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
 	if s.draining.Load() {
 		return errors.New("server: shutting down, not loading a new config")
 	}
-	restore, err := s.useHashKey(cfg.HashKeySecret)
+	hasher, err := s.hasherFor(cfg.HashKeySecret)
 	if err != nil {
 		return err
 	}
 	prev := s.rt.Load()
-	rt, err := s.newRuntime(cfg, prev)
+	rt, err := s.newRuntime(cfg, prev, hasher)
 	if err != nil {
-		restore()
 		return err
 	}
+	if rt.admit, err = s.loadAdmission(cfg); err != nil {
+		return err
+	}
+	// Nothing fails from here on.
+	if cfg.RateLimits.PerBackend != nil {
+		rt.take = rt.admit.TakeBackend
+	}
 	rt.hash = configHash
+	s.hasher = hasher
 	s.rt.Store(rt)
 	s.log.Info("Loaded config", "policy", cfg.Policy.Namespace+"/"+cfg.Policy.Name,
 		"generation", cfg.Policy.Generation, "configHash", configHash, "backends", rt.pool.Len(),
@@ -363,10 +373,14 @@ func (s *Server) Run(ctx context.Context, trafficLn, opsLn net.Listener) error {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
+	if s.delay > 0 && runErr == nil {
+		// Before readiness fails, so that no request seen unready is
+		// answered on a connection kept alive.
+		traffic.SetKeepAlivesEnabled(false) // idle connections close; clients reconnect elsewhere
+	}
 	s.draining.Store(true) // readiness fails first
 	if s.delay > 0 && runErr == nil {
 		s.log.Info("Shutting down: unready, still serving until load balancers stop sending", "delay", s.delay.String())
-		traffic.SetKeepAlivesEnabled(false) // idle connections close; clients reconnect elsewhere
 		t := s.clock.NewTimer(s.delay)
 		select {
 		case <-t.C():
@@ -434,9 +448,9 @@ func (s *Server) upstreamBrokeOff(r *http.Request, backend string, err error, co
 	s.log.Info(msg, "backend", backend, "path", r.URL.Path, "error", err.Error())
 }
 
-// useHashKey makes s.hasher hash with the key the config's fingerprint names
-// and returns how to undo it should the config not load. loadMu is held.
-func (s *Server) useHashKey(ref config.HashKeySecret) (restore func(), err error) {
+// hasherFor returns the hasher of the key the config's fingerprint names:
+// the one in force when the key is unchanged. loadMu is held.
+func (s *Server) hasherFor(ref config.HashKeySecret) (*identity.Hasher, error) {
 	key := s.hashKey
 	if s.hashKeys != nil {
 		k, ok := s.hashKeys(ref.Fingerprint)
@@ -450,9 +464,8 @@ func (s *Server) useHashKey(ref config.HashKeySecret) (restore func(), err error
 		return nil, fmt.Errorf("hashKeySecret.fingerprint: the config was rendered with key fingerprint %q but --hash-key-file has fingerprint %q; mount the key from Secret %s/%s",
 			ref.Fingerprint, got, ref.Namespace, ref.Name)
 	}
-	prevHasher, prevKey := s.hasher, s.hashKey
-	if !bytes.Equal(key, s.hashKey) {
-		s.hasher, s.hashKey = newHasher(key), append([]byte(nil), key...)
+	if s.hasher.Uses(key) {
+		return s.hasher, nil
 	}
-	return func() { s.hasher, s.hashKey = prevHasher, prevKey }, nil
+	return identity.NewHasher(key), nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // settleBody is the streamed request of the settlement tests: a prompt
@@ -97,7 +98,7 @@ func histogramCount(t *testing.T, reg prometheus.Gatherer, name string) uint64 {
 // was charged.
 func (hs *harness) charged() int64 {
 	hs.t.Helper()
-	waitUntil(hs.t, "the request to settle", func() bool {
+	testutil.Eventually(hs.t, "the request to settle", func() bool {
 		return histogramCount(hs.t, hs.reg, metrics.TokensEstimateRatioName) >= 1
 	})
 	if n := histogramCount(hs.t, hs.reg, metrics.TokensEstimateRatioName); n != 1 {

@@ -14,6 +14,8 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // fetch sends GET url on a new keep-alive connection and returns the
@@ -55,7 +57,7 @@ func TestShutdownDelayKeepsServingWhileUnready(t *testing.T) {
 		t.Fatalf("/readyz before shutdown = %d %v, want 200", st, err)
 	}
 	cancel() // SIGTERM
-	waitUntil(t, "readiness to fail", func() bool { st, _, _, _ := fetch(t, ops); return st == http.StatusServiceUnavailable })
+	testutil.Eventually(t, "readiness to fail", func() bool { st, _, _, _ := fetch(t, ops); return st == http.StatusServiceUnavailable })
 	// Unready, yet a new connection is still accepted and served, and told
 	// to close so the client reconnects to a replica that stays.
 	st, body, closing, err := fetch(t, traffic)
@@ -64,7 +66,7 @@ func TestShutdownDelayKeepsServingWhileUnready(t *testing.T) {
 	}
 	// The delay passes on the fake clock; Run then drains and returns.
 	var runErr error
-	waitUntil(t, "Run to return after the delay", func() bool {
+	testutil.Eventually(t, "Run to return after the delay", func() bool {
 		clk.Step(delay)
 		select {
 		case runErr = <-done:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/internal/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func TestRequestIDOnEveryResponse(t *testing.T) {
@@ -255,15 +256,15 @@ func TestEstimatesOverHTTP(t *testing.T) {
 			if step > 10*arrivals {
 				t.Fatalf("only %d requests sent after %d steps", sent, step)
 			}
-			depth, _ := hs.srv.rt.Load().queue.Stats()
+			depth, _ := hs.srv.rt.Load().fairQueue().Stats()
 			for depth < backlog && sent < arrivals {
 				c := hs.start(context.Background(), `{"model":"m"}`, map[string]string{"X-User": users[sent%2]})
 				sent++
-				eventually(t, "the request to be queued or answered", func() bool {
-					d, _ := hs.srv.rt.Load().queue.Stats()
+				testutil.Eventually(t, "the request to be queued or answered", func() bool {
+					d, _ := hs.srv.rt.Load().fairQueue().Stats()
 					return d > depth || len(c) > 0
 				})
-				if d, _ := hs.srv.rt.Load().queue.Stats(); d > depth {
+				if d, _ := hs.srv.rt.Load().fairQueue().Stats(); d > depth {
 					chs = append(chs, c)
 					depth = d
 					hs.settled()
@@ -277,7 +278,7 @@ func TestEstimatesOverHTTP(t *testing.T) {
 			hs.settled()
 		}
 		for {
-			if d, _ := hs.srv.rt.Load().queue.Stats(); d == 0 {
+			if d, _ := hs.srv.rt.Load().fairQueue().Stats(); d == 0 {
 				break
 			}
 			hs.clk.Step(100 * time.Millisecond)
@@ -329,13 +330,13 @@ func TestQueueRefusalRetryAfterIsWhenARetryFits(t *testing.T) {
 		}
 		hs.clk.Step(step)
 		hs.settled()
-		depth, _ := hs.srv.rt.Load().queue.Stats()
+		depth, _ := hs.srv.rt.Load().fairQueue().Stats()
 		c := hs.start(context.Background(), `{"model":"m"}`, user(7))
-		eventually(t, "the retry to be queued or answered", func() bool {
-			d, _ := hs.srv.rt.Load().queue.Stats()
+		testutil.Eventually(t, "the retry to be queued or answered", func() bool {
+			d, _ := hs.srv.rt.Load().fairQueue().Stats()
 			return d > depth || len(c) > 0
 		})
-		if d, _ := hs.srv.rt.Load().queue.Stats(); d > depth {
+		if d, _ := hs.srv.rt.Load().fairQueue().Stats(); d > depth {
 			fit = elapsed
 			chs = append(chs, c)
 			continue
@@ -400,7 +401,7 @@ func TestAccessLogCarriesTheRequestID(t *testing.T) {
 	resp := hs.do(`{"model":"m"}`, nil)
 	readAll(t, resp)
 	id := resp.Header.Get("X-Request-Id")
-	eventually(t, "the access log line", func() bool {
+	testutil.Eventually(t, "the access log line", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, l := range lines {

@@ -22,8 +22,6 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/admission"
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
-	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/usage"
 )
 
@@ -73,19 +71,6 @@ func newTokenRuntime(da *config.DeferredAdmission, prev *tokenRuntime, prevCap i
 	return tr
 }
 
-// deferralBounds are the deferral queue's bounds for da: maxHeld and
-// maxHeldPerTenant bound the holds, maxWait each hold; the tenant table and
-// the attempts in flight take the fair queue's.
-func deferralBounds(da *config.DeferredAdmission, fq config.Bounds) fairqueue.Bounds {
-	b := fairqueue.Bounds{MaxTenants: int(fq.MaxTenants), MaxInFlight: int(fq.MaxInFlight)}
-	if da != nil {
-		b.MaxTotalQueued = int(da.Bounds.MaxHeld)
-		b.MaxQueueDepthPerTenant = int(da.Bounds.MaxHeldPerTenant)
-		b.MaxWait = da.Bounds.MaxWait.Duration
-	}
-	return b
-}
-
 // writeTokenHeaders sets x-ratelimit-*-tokens from the tightest token bucket.
 func writeTokenHeaders(h http.Header, t *admission.TokenInfo) {
 	if t.HasQuota {
@@ -97,26 +82,6 @@ func writeTokenHeaders(h http.Header, t *admission.TokenInfo) {
 	if t.Deferred {
 		h.Set(headerDeferredMS, strconv.FormatInt(t.Waited.Milliseconds(), 10))
 	}
-}
-
-// usedTokens is what an admitted request used, however its response ended
-// (SPEC section 6): the upstream's reported usage, else the prompt estimate
-// plus the output relayed so far. m is nil when no backend was called:
-// nothing. complete is set when the response ended normally; cancelled when
-// the client left or the total timeout ran out. An error answer the client
-// received without reported usage used nothing (the backend refused, could
-// not be reached, or broke off before any byte reached the client), unless
-// the request was cancelled while the upstream had it; so did an upstream
-// 4xx (Meter.Usage).
-func usedTokens(m *usage.Meter, complete, cancelled bool, status int) int64 {
-	if m == nil {
-		return 0
-	}
-	u := m.Usage(complete)
-	if !u.Reported && !cancelled && status >= 400 {
-		return 0
-	}
-	return u.Total()
 }
 
 // deferredDetails is the error body's account of a hold.
@@ -142,40 +107,4 @@ func tokenError(e *apiError, dec *admission.Decision) {
 			" tokens (prompt estimate plus its output cap); retry after the indicated time, or lower max_tokens"
 	}
 	e.deferred = &deferredDetails{Reason: string(t.Reason), WaitedMS: t.Waited.Milliseconds(), Tokens: reserve}
-}
-
-// isTokenDimension reports whether a limit_type names a token bucket.
-func isTokenDimension(limitType string) bool {
-	switch limitType {
-	case limiter.DimensionAPIKeyTokens.String(), limiter.DimensionUserTokens.String(),
-		limiter.DimensionTeamTokens.String(), limiter.DimensionModelTokens.String():
-		return true
-	}
-	return false
-}
-
-// settle settles an admitted request's token reservation with what it used,
-// logging (never failing the request) when the store cannot take it: the
-// buckets then keep the reservation, which refills on its own.
-func (s *Server) settle(rt *runtime, ar *admission.Request, dec *admission.Decision, used int64) {
-	if err := rt.admit.Settle(*ar, dec, used); err != nil {
-		s.log.V(1).Info("Settling a token reservation failed", "error", err.Error(),
-			"apiKey", shortHash(ar.Identity.APIKey), "user", shortHash(ar.Identity.User))
-	}
-}
-
-// lazyEstimate is a request's token estimate, made when admission asks for
-// it (admission.Request.EstimateTokens). It is allocated only for requests a
-// token budget applies to, so the other requests' state stays on the stack.
-type lazyEstimate struct {
-	estimator *usage.Estimator
-	model     string
-	body      []byte
-	est       usage.Estimate // zero until tokens has run
-}
-
-// tokens estimates the request's tokens and returns its reservation.
-func (l *lazyEstimate) tokens() int64 {
-	l.est = l.estimator.Estimate(l.model, l.body)
-	return max(l.est.Total(), 1)
 }

@@ -28,10 +28,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/proxy"
 	"github.com/fairqueue/fairqueue/dataplane/usage"
 	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
@@ -60,18 +57,7 @@ func BenchmarkReservationError(b *testing.B) {
 		Estimation: config.DefaultTokenEstimation(),
 		Bounds:     config.DefaultDeferredBounds(),
 	}
-	tr := proxy.NewTransport()
-	b.Cleanup(tr.CloseIdleConnections)
-	srv, err := New(Options{Logger: logr.Discard(), HashKey: testKey, Transport: tr})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := srv.Load(cfg, "bench"); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { srv.rt.Load().close() })
-	front := httptest.NewServer(srv)
-	b.Cleanup(front.Close)
+	front := benchServer(b, cfg)
 	ct := &http.Transport{}
 	b.Cleanup(ct.CloseIdleConnections)
 	client := &http.Client{Transport: ct, Timeout: 30 * time.Second}
@@ -94,7 +80,7 @@ func BenchmarkReservationError(b *testing.B) {
 			body = fmt.Sprintf(`{"model":%q,"max_tokens":%d,"messages":[{"role":"user","content":%s}]}`, model, 64+rng.IntN(449), msg)
 		}
 		e := est.Estimate(model, []byte(body))
-		resp, err := client.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		resp, err := client.Post(front+"/v1/chat/completions", "application/json", strings.NewReader(body))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/internal/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // tokenBudget turns deferred admission on with a per-model token limit of
@@ -62,7 +63,8 @@ func usageOf(t *testing.T, body string) (prompt, completion, total int64) {
 
 func TestTokenBudgetHeadersAndSettle(t *testing.T) {
 	up := fakeupstream.New(fakeupstream.Options{CompletionFraction: 0.5, Record: 4})
-	hs := newHarness(t, up, tokenBudget(1000, time.Second))
+	store := limiter.NewMemoryStore(0)
+	hs := newHarness(t, up, tokenBudget(1000, time.Second), func(o *Options) { o.Store = store })
 	resp := hs.do(`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"How fair is a fair queue?"}]}`,
 		map[string]string{"Authorization": "Bearer k1"})
 	body := readAll(t, resp)
@@ -88,9 +90,14 @@ func TestTokenBudgetHeadersAndSettle(t *testing.T) {
 	if got := metricValue(t, hs.reg, "rate_limit_tokens_settled_total", map[string]string{"limit_type": "model_tokens"}); got != float64(total) {
 		t.Errorf("settled %v tokens, want the reported total %d", got, total)
 	}
-	rt := hs.srv.rt.Load()
+	// A limiter with the same model token limit over the server's store
+	// reads the bucket.
+	lim, err := limiter.New(limiter.Config{ModelTokens: &limiter.Limit{Requests: 1000, Period: time.Minute, Burst: 1000}}, limiter.Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
 	left := func(n int64) bool {
-		d, err := rt.lim.PeekTokens(hs.clk.Now(), limiter.Keys{Model: "m"}, n)
+		d, err := lim.PeekTokens(hs.clk.Now(), limiter.Keys{Model: "m"}, n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,12 +152,12 @@ func TestTokenBudgetHoldsThenAdmits(t *testing.T) {
 	rt := hs.srv.rt.Load()
 	// Held: in the deferral queue, or admitted ahead of its tokens and
 	// waiting for them.
-	waitUntil(t, "the request to be held", func() bool { d, _ := rt.deferq.Stats(); w, _ := rt.admit.HeldAhead(); return d+w == 1 })
+	testutil.Eventually(t, "the request to be held", func() bool { d, _ := rt.deferralQueue().Stats(); w, _ := rt.admit.HeldAhead(); return d+w == 1 })
 	if got := metricValue(t, hs.reg, "rate_limit_deferred_held", nil); got != 1 {
 		t.Errorf("rate_limit_deferred_held = %v, want 1", got)
 	}
 	hs.clk.Step(2 * time.Second)
-	waitUntil(t, "the hold to end", func() bool { d, _ := rt.deferq.Stats(); w, _ := rt.admit.HeldAhead(); return d == 0 && w == 0 })
+	testutil.Eventually(t, "the hold to end", func() bool { d, _ := rt.deferralQueue().Stats(); w, _ := rt.admit.HeldAhead(); return d == 0 && w == 0 })
 	var resp *http.Response
 	select {
 	case resp = <-done:

@@ -79,7 +79,7 @@ func main() {
 	}
 
 	// The model scanner against encoding/json on the same body.
-	scanner, err := pairRatio("./dataplane/server", "BenchmarkModelFromJSON", "BenchmarkModelFromJSONReference", "1", "1", *rounds)
+	scanner, err := pairRatio("./dataplane/identity/resolver", "BenchmarkModelFromJSON", "BenchmarkModelFromJSONReference", "1", "1", *rounds)
 	if err != nil {
 		fail(err)
 	}

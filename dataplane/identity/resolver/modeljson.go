@@ -1,7 +1,6 @@
-package server
+package resolver
 
 import (
-	"net/http"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -354,56 +353,4 @@ func scanLiteral(b []byte, i int) int {
 		}
 	}
 	return -1
-}
-
-// modelPolicy is how the runtime finds a request's model.
-type modelPolicy struct {
-	// header is the canonical model header; empty reads the body only.
-	header string
-	// readBody is true when a limit or a timeout depends on the model.
-	readBody bool
-	// limited is true when per-model limits are configured, so a body whose
-	// model cannot be read must not skip them.
-	limited bool
-	// chargeAs is the model charged for such a body; empty refuses it.
-	chargeAs string
-}
-
-// model returns the model of a request: the configured header when present,
-// else the JSON body's "model". ok is false when per-model limits apply, the
-// request has a body, its model cannot be read and the policy refuses such
-// requests; with a chargeAs model configured, that model is returned instead.
-func (p *modelPolicy) model(h http.Header, body []byte, known map[string]string) (model string, ok bool) {
-	if p.header != "" {
-		if v := headerValue(h, p.header); v != "" {
-			return v, true
-		}
-	}
-	if !p.readBody || len(body) == 0 {
-		return "", true // no body names no model: nothing to charge
-	}
-	if m, found := modelFromJSON(body, known); found {
-		return m, true
-	}
-	if !p.limited {
-		return "", true
-	}
-	return p.chargeAs, p.chargeAs != ""
-}
-
-// writeModelNotDetermined answers a request whose model per-model limits
-// need but cannot be read.
-func writeModelNotDetermined(w http.ResponseWriter) {
-	(&apiError{status: http.StatusBadRequest, errType: errorTypeInvalidRequest, code: "model_not_determined",
-		message: "per-model rate limits apply, but the request body is not a JSON object with a string \"model\" " +
-			"that this gateway can read (for example it contains NaN or is not JSON); send standard JSON with a \"model\" field"}).write(w)
-}
-
-// model returns the request's model under rt's policy (see modelPolicy.model).
-func (rt *runtime) model(h http.Header, body *bufferedBody) (string, bool) {
-	var data []byte
-	if body != nil {
-		data = body.data
-	}
-	return rt.modelPolicy.model(h, data, rt.models)
 }
