@@ -143,38 +143,15 @@ func (p *PolicySource) Run(ctx context.Context, sink Sink) error {
 			return fmt.Errorf("watching directory %s: %w; the directory must exist", dir, err)
 		}
 	}
-	p.read(sink)
-
-	timer := p.clk.NewTimer(p.opts.Resync)
-	defer timer.Stop()
-	pending := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return errors.New("the file watcher stopped unexpectedly")
-			}
-			if pending {
-				continue
-			}
+	return debouncedWatch{
+		clk: p.clk, debounce: p.opts.Debounce, resync: p.opts.Resync,
+		changed: func(ev fsnotify.Event) bool {
 			p.opts.Logger.V(2).Info("Policy input changed", "path", ev.Name, "event", ev.Op.String())
-			pending = true
-			resetTimer(timer, p.opts.Debounce)
-		case err, ok := <-w.Errors:
-			if !ok {
-				return errors.New("the file watcher stopped unexpectedly")
-			}
-			p.opts.Logger.Error(err, "Watching the policy files", "path", p.path)
-			pending = true
-			resetTimer(timer, p.opts.Debounce)
-		case <-timer.C():
-			pending = false
-			p.read(sink)
-			timer.Reset(p.opts.Resync)
-		}
-	}
+			return true
+		},
+		failed: func(err error) { p.opts.Logger.Error(err, "Watching the policy files", "path", p.path) },
+		read:   func() { p.read(sink) },
+	}.run(ctx, w)
 }
 
 // watchDirs returns the directories whose changes can change the render.
