@@ -20,7 +20,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -274,68 +273,6 @@ func BenchmarkBareEvalsha(b *testing.B) {
 	}
 }
 
-// BenchmarkTakeVsScriptBeforeTokens compares the bucket script with the one
-// it replaced when token costs were added (testdata/bucket_script_before_tokens.lua,
-// which takes one token per bucket), on the same redis-server, alternating
-// which runs first: p50-ratio is a four-bucket take through the current
-// script over the same take through the old one. For one-token takes (the
-// request-count admission) the target is 1.0 within noise; token-cost is a
-// costed take of the four token dimensions against the old one-token take.
-func BenchmarkTakeVsScriptBeforeTokens(b *testing.B) {
-	src, err := os.ReadFile("testdata/bucket_script_before_tokens.lua")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := startRedis(b)
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
-	b.Cleanup(func() { _ = c.Close() })
-	before := redis.NewScript(string(src))
-	if err := before.Load(context.Background(), c).Err(); err != nil {
-		b.Fatal(err)
-	}
-	big := limiter.Limit{Requests: 1 << 40, Period: time.Second}
-	keys := []string{"4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a",
-		"9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e9b7d6c5a4f1c8a0e", "team", "llama"}
-	oneToken := batchOf(bucket{limiter.DimensionAPIKey, keys[0], big}, bucket{limiter.DimensionUser, keys[1], big},
-		bucket{limiter.DimensionTeam, keys[2], big}, bucket{limiter.DimensionModel, keys[3], big})
-	tokens := costBatch(4096, bucket{limiter.DimensionAPIKeyTokens, keys[0], big}, bucket{limiter.DimensionUserTokens, keys[1], big},
-		bucket{limiter.DimensionTeamTokens, keys[2], big}, bucket{limiter.DimensionModelTokens, keys[3], big})
-	for _, bc := range []struct {
-		name string
-		b    limiter.Batch
-	}{{"one-token", oneToken}, {"token-cost", tokens}} {
-		b.Run(bc.name, func(b *testing.B) {
-			cur := NewWithClient(c, Options{Namespace: "ns", Policy: "p-new", Timeout: time.Second})
-			old := NewWithClient(c, Options{Namespace: "ns", Policy: "p-old", Timeout: time.Second})
-			old.scriptHash = before.Hash()
-			b.Cleanup(func() { _ = cur.Close(); _ = old.Close() })
-			var curT, oldT []time.Duration
-			take := func(s *Store, bt limiter.Batch) time.Duration {
-				start := time.Now()
-				if d, err := s.Take(start, bt); err != nil || !d.Allowed {
-					b.Fatalf("take: %+v, %v", d, err)
-				}
-				return time.Since(start)
-			}
-			i := 0
-			for b.Loop() {
-				i++
-				if i%2 == 0 {
-					curT = append(curT, take(cur, bc.b))
-					oldT = append(oldT, take(old, oneToken))
-				} else {
-					oldT = append(oldT, take(old, oneToken))
-					curT = append(curT, take(cur, bc.b))
-				}
-			}
-			p50 := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
-			pc, po := p50(curT), p50(oldT)
-			b.ReportMetric(float64(pc.Nanoseconds()), "p50-take-ns")
-			b.ReportMetric(float64(po.Nanoseconds()), "p50-before-ns")
-			b.ReportMetric(float64(pc)/float64(po), "p50-ratio")
-		})
-	}
-}
 
 // BenchmarkTakeLatencyUnderLoad measures what the store's call timeout has
 // to cover: the latency of healthy four-bucket takes on a real
