@@ -34,8 +34,8 @@ func newSimulateCommand(g *globals) *cobra.Command {
 			"nor the queue draining after the arrivals stop count. Each tenant's requests come at its rate, each at a\n" +
 			"random point of its 1/rate slot (--seed), so tenants reach a first-come-first-served limit in no fixed\n" +
 			"order. global, perClient and perBackend limits are never queued: weights do nothing for them.\n\n" +
-			"-o json|yaml prints the figures as an object (apiVersion kubectl-fairqueue/v1, kind Simulation; see the\n" +
-			"README's kubectl plugin section for its fields).\n\n" +
+			"-o json|yaml prints the figures as an object (apiVersion kubectl-fairqueue/v1, kind Simulation; its fields\n" +
+			"are listed in docs/kubectl-fairqueue.md#simulate).\n\n" +
 			"LOAD.yaml:\n" +
 			"  duration: 30s            # how long arrivals are offered\n" +
 			"  serviceTime: 200ms       # the backend's time per request (default 50ms)\n" +
