@@ -16,10 +16,9 @@ limitations under the License.
 
 package v1alpha1
 
-// Defaults of spec.store.
+// Data keys of store.redis.secretRef. The timeout's default lives in
+// dataplane/config (DefaultStoreTimeout); test/api checks the marker's.
 const (
-	// DefaultStoreTimeout is the default of store.redis.timeout.
-	DefaultStoreTimeout = "250ms"
 	// RedisSecretUsernameKey is the optional data key of store.redis.secretRef
 	// holding the ACL user name.
 	RedisSecretUsernameKey = "username"
