@@ -332,11 +332,7 @@ type RateLimit struct {
 	// 24h such as "1s" or "1m". Defaults to "1s".
 	// +optional
 	// +kubebuilder:default="1s"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="period must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) > duration('0s') && duration(self) <= duration('24h'))",message="period must be a positive duration of at most 24h, such as 1s or 1m"
-	Period metav1.Duration `json:"period,omitzero"`
+	Period Duration `json:"period,omitzero"`
 
 	// burst is the bucket capacity: how many requests may pass at once after
 	// an idle spell. When unset, the data plane uses requests.
@@ -364,11 +360,7 @@ type ModelRateLimit struct {
 	// 24h such as "1s" or "1m". Defaults to "1s".
 	// +optional
 	// +kubebuilder:default="1s"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="period must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) > duration('0s') && duration(self) <= duration('24h'))",message="period must be a positive duration of at most 24h, such as 1s or 1m"
-	Period metav1.Duration `json:"period,omitzero"`
+	Period Duration `json:"period,omitzero"`
 
 	// burst is the bucket capacity for each model without an override. When
 	// unset, the data plane uses requests.
@@ -590,11 +582,8 @@ type FairQueuingBounds struct {
 	// timeouts.request.clientDeadlineHeader) less 250ms. Defaults to "5s".
 	// +optional
 	// +kubebuilder:default="5s"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="maxWait must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) > duration('0s') && duration(self) <= duration('10m'))",message="maxWait must be a positive duration of at most 10m, such as 5s"
-	MaxWait metav1.Duration `json:"maxWait,omitzero"`
+	MaxWait Duration `json:"maxWait,omitzero"`
 }
 
 // Timeouts bound how long requests may take.
@@ -642,11 +631,8 @@ type RequestTimeout struct {
 	// positive duration of at most 1h. Defaults to "60s".
 	// +optional
 	// +kubebuilder:default="60s"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="total must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) > duration('0s') && duration(self) <= duration('1h'))",message="total must be a positive duration of at most 1h, such as 60s"
-	Total metav1.Duration `json:"total,omitzero"`
+	Total Duration `json:"total,omitzero"`
 }
 
 // ModelRequestTimeout is the request timeout of one named model.
@@ -660,11 +646,8 @@ type ModelRequestTimeout struct {
 	// total is the longest a request for this model may take, queued time
 	// included, a positive duration of at most 1h.
 	// +required
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="total must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) > duration('0s') && duration(self) <= duration('1h'))",message="total must be a positive duration of at most 1h, such as 60s"
-	Total metav1.Duration `json:"total"`
+	Total Duration `json:"total"`
 }
 
 // Backend is one upstream server requests are proxied to.

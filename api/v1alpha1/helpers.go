@@ -18,8 +18,6 @@ package v1alpha1
 
 import (
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // HashKeySecretName returns the name of the Secret holding the policy's hash
@@ -47,18 +45,18 @@ func (b FairQueuingBounds) WithDefaults() FairQueuingBounds {
 	if b.MaxInFlight == 0 {
 		b.MaxInFlight = DefaultMaxInFlight
 	}
-	if b.MaxWait.Duration == 0 {
-		b.MaxWait = mustDuration(DefaultMaxWait)
+	if b.MaxWait.Duration() == 0 {
+		b.MaxWait = Duration(DefaultMaxWait)
 	}
 	return b
 }
 
 // EffectivePeriod returns the limit's period, or the default period when unset.
 func (r RateLimit) EffectivePeriod() time.Duration {
-	if r.Period.Duration > 0 {
-		return r.Period.Duration
+	if r.Period.Duration() > 0 {
+		return r.Period.Duration()
 	}
-	return mustDuration(DefaultRatePeriod).Duration
+	return Duration(DefaultRatePeriod).Duration()
 }
 
 // EffectiveBurst returns the limit's bucket capacity: burst when set, requests
@@ -89,27 +87,18 @@ func (m ModelRateLimit) For(model string) (RateLimit, bool) {
 // one names it, the default total otherwise.
 func (t RequestTimeouts) For(model string) time.Duration {
 	for _, m := range t.Models {
-		if m.Model == model && m.Total.Duration > 0 {
-			return m.Total.Duration
+		if m.Model == model && m.Total.Duration() > 0 {
+			return m.Total.Duration()
 		}
 	}
 	return t.defaultTotal()
 }
 
 func (t RequestTimeouts) defaultTotal() time.Duration {
-	if d := t.Default.Total.Duration; d > 0 {
+	if d := t.Default.Total.Duration(); d > 0 {
 		return d
 	}
-	return mustDuration(DefaultRequestTotalTimeout).Duration
-}
-
-// mustDuration parses one of the duration constants of this package.
-func mustDuration(s string) metav1.Duration {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		panic("v1alpha1: bad default duration " + s)
-	}
-	return metav1.Duration{Duration: d}
+	return Duration(DefaultRequestTotalTimeout).Duration()
 }
 
 // WithDefaults returns b with every unset (zero) bound replaced by its
@@ -121,8 +110,8 @@ func (b DeferredAdmissionBounds) WithDefaults() DeferredAdmissionBounds {
 	if b.MaxHeldPerTenant == 0 {
 		b.MaxHeldPerTenant = DefaultMaxHeldPerTenant
 	}
-	if b.MaxWait.Duration == 0 {
-		b.MaxWait = mustDuration(DefaultMaxHoldWait)
+	if b.MaxWait.Duration() == 0 {
+		b.MaxWait = Duration(DefaultMaxHoldWait)
 	}
 	return b
 }
@@ -147,10 +136,10 @@ func (e TokenEstimation) EffectiveIncludeUsage() bool {
 // EffectivePeriod returns the token limit's period, or the default token
 // period when unset.
 func (l TokenLimit) EffectivePeriod() time.Duration {
-	if l.Period.Duration > 0 {
-		return l.Period.Duration
+	if l.Period.Duration() > 0 {
+		return l.Period.Duration()
 	}
-	return mustDuration(DefaultTokenPeriod).Duration
+	return Duration(DefaultTokenPeriod).Duration()
 }
 
 // EffectiveBurst returns the token limit's bucket capacity: burst when set,

@@ -23,7 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-func dur(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }
+func dur(d time.Duration) Duration { return Duration(d.String()) }
 
 func TestHashKeySecretName(t *testing.T) {
 	tests := []struct {

@@ -16,14 +16,9 @@ limitations under the License.
 
 package v1alpha1
 
-import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
-
-// Defaults of spec.store.
+// Data keys of store.redis.secretRef. The timeout's default lives in
+// dataplane/config (DefaultStoreTimeout); test/api checks the marker's.
 const (
-	// DefaultStoreTimeout is the default of store.redis.timeout.
-	DefaultStoreTimeout = "250ms"
 	// RedisSecretUsernameKey is the optional data key of store.redis.secretRef
 	// holding the ACL user name.
 	RedisSecretUsernameKey = "username"
@@ -144,11 +139,8 @@ type RedisStore struct {
 	// a call that takes longer fails as failureMode says. Defaults to "250ms".
 	// +optional
 	// +kubebuilder:default="250ms"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="timeout must be a duration such as 50ms or 1s: numbers each followed by h, m, s, ms, us or ns"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) >= duration('1ms') && duration(self) <= duration('5s'))",message="timeout must be from 1ms to 5s, such as 50ms"
-	Timeout metav1.Duration `json:"timeout,omitzero"`
+	Timeout Duration `json:"timeout,omitzero"`
 
 	// failureMode is what happens while Redis is unreachable: Closed (the
 	// default) answers 503 store_unavailable at once; Open decides by

@@ -16,10 +16,6 @@ limitations under the License.
 
 package v1alpha1
 
-import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
-
 // Defaults of deferred admission. The API server applies the same values
 // from the +kubebuilder:default markers below; these constants let Go code
 // that builds objects without an API server reach the same effective values.
@@ -117,11 +113,7 @@ type TokenLimit struct {
 	// 24h such as "1m". Defaults to "1m".
 	// +optional
 	// +kubebuilder:default="1m"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="period must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) > duration('0s') && duration(self) <= duration('24h'))",message="period must be a positive duration of at most 24h, such as 1m or 1h"
-	Period metav1.Duration `json:"period,omitzero"`
+	Period Duration `json:"period,omitzero"`
 
 	// burst is the bucket capacity in tokens: how many may be used at once
 	// after an idle spell. A request reserving more than burst waits for a
@@ -150,11 +142,7 @@ type ModelTokenLimit struct {
 	// 24h such as "1m". Defaults to "1m".
 	// +optional
 	// +kubebuilder:default="1m"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="period must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) > duration('0s') && duration(self) <= duration('24h'))",message="period must be a positive duration of at most 24h, such as 1m or 1h"
-	Period metav1.Duration `json:"period,omitzero"`
+	Period Duration `json:"period,omitzero"`
 
 	// burst is the bucket capacity in tokens for each model without an
 	// override. When unset, the data plane uses tokens.
@@ -231,9 +219,6 @@ type DeferredAdmissionBounds struct {
 	// "10s".
 	// +optional
 	// +kubebuilder:default="10s"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="maxWait must be a duration such as 5s, 1m30s or 500ms: numbers each followed by h, m, s, ms, us or ns"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (self.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') && duration(self) > duration('0s') && duration(self) <= duration('10m'))",message="maxWait must be a positive duration of at most 10m, such as 10s"
-	MaxWait metav1.Duration `json:"maxWait,omitzero"`
+	MaxWait Duration `json:"maxWait,omitzero"`
 }

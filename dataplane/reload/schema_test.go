@@ -52,7 +52,7 @@ func TestDecodePolicyRefusesWhatTheAPIServerRefuses(t *testing.T) {
 			[]string{"spec.fairQueuing.bounds.maxTotalQueued", "maxTotalQueued must be at least maxQueueDepthPerTenant"}},
 		{"null for a required list", "  backends: null", []string{"spec.backends: Required value"}},
 		{"duration the Go types cannot hold", "  fairQueuing: {bounds: {maxWait: 1d}}",
-			[]string{"spec.fairQueuing.bounds.maxWait", "maxWait must be a duration such as 5s"}},
+			[]string{"spec.fairQueuing.bounds.maxWait", "maxWait: Invalid value: \"1d\": must be a duration such as 5s"}},
 		{"URL with credentials", "  backends: [{name: a, url: 'https://user:secret@a.example.com/v1'}]",
 			[]string{"spec.backends[0].url", "url must not hold credentials"}},
 	} {

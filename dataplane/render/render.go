@@ -367,19 +367,19 @@ func renderBounds(b fqv1alpha1.FairQueuingBounds) config.Bounds {
 		MaxTotalQueued:         b.MaxTotalQueued,
 		MaxTenants:             b.MaxTenants,
 		MaxInFlight:            b.MaxInFlight,
-		MaxWait:                config.Duration{Duration: b.MaxWait.Duration},
+		MaxWait:                config.Duration{Duration: b.MaxWait.Duration()},
 	}
 }
 
 func renderTimeouts(t *fqv1alpha1.RequestTimeouts) config.Timeouts {
-	total := t.Default.Total.Duration
+	total := t.Default.Total.Duration()
 	if total == 0 {
 		// The API server defaults it; objects built elsewhere may lack it.
 		total, _ = time.ParseDuration(fqv1alpha1.DefaultRequestTotalTimeout)
 	}
 	out := config.Timeouts{RequestTotal: config.Duration{Duration: total}, ClientDeadlineHeader: t.ClientDeadlineHeader}
 	for _, m := range t.Models {
-		out.Models = append(out.Models, config.ModelTimeout{Model: m.Model, Total: config.Duration{Duration: m.Total.Duration}})
+		out.Models = append(out.Models, config.ModelTimeout{Model: m.Model, Total: config.Duration{Duration: m.Total.Duration()}})
 	}
 	return out
 }
@@ -399,7 +399,7 @@ func renderStore(namespace string, s *fqv1alpha1.Store) *config.Store {
 		SentinelMasterName: r.SentinelMasterName,
 		DB:                 r.DB,
 		TLS:                r.TLS,
-		Timeout:            config.Duration{Duration: r.Timeout.Duration},
+		Timeout:            config.Duration{Duration: r.Timeout.Duration()},
 		FailureMode:        config.FailureMode(r.FailureMode),
 	}
 	if out.Mode == "" {
@@ -450,7 +450,7 @@ func renderDeferredAdmission(d *fqv1alpha1.DeferredAdmission) *config.DeferredAd
 	out.Bounds = config.DeferredBounds{
 		MaxHeld:          b.MaxHeld,
 		MaxHeldPerTenant: b.MaxHeldPerTenant,
-		MaxWait:          config.Duration{Duration: b.MaxWait.Duration},
+		MaxWait:          config.Duration{Duration: b.MaxWait.Duration()},
 	}
 	return out
 }

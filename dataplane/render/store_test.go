@@ -36,7 +36,7 @@ func TestRenderStore(t *testing.T) {
 			name: "sentinel over TLS failing open",
 			store: fqv1alpha1.Store{Type: fqv1alpha1.StoreTypeRedis, Redis: &fqv1alpha1.RedisStore{
 				Addresses: []string{"s1:26379", "s2:26379"}, Mode: fqv1alpha1.RedisModeSentinel, SentinelMasterName: "mymaster",
-				DB: 3, TLS: true, Timeout: metav1.Duration{Duration: 20 * time.Millisecond}, FailureMode: fqv1alpha1.StoreFailOpen,
+				DB: 3, TLS: true, Timeout: fqv1alpha1.Duration("20ms"), FailureMode: fqv1alpha1.StoreFailOpen,
 			}},
 			want: &config.Store{Type: config.StoreRedis, Redis: &config.RedisStore{
 				Addresses: []string{"s1:26379", "s2:26379"}, Mode: config.RedisSentinel, SentinelMasterName: "mymaster",

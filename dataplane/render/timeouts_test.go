@@ -4,15 +4,13 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 )
 
 func TestRenderTimeoutsCarriesTheClientDeadlineHeader(t *testing.T) {
 	got := renderTimeouts(&fqv1alpha1.RequestTimeouts{
-		Default:              fqv1alpha1.RequestTimeout{Total: metav1.Duration{Duration: time.Minute}},
-		Models:               []fqv1alpha1.ModelRequestTimeout{{Model: "fast", Total: metav1.Duration{Duration: 10 * time.Second}}},
+		Default:              fqv1alpha1.RequestTimeout{Total: fqv1alpha1.Duration("1m")},
+		Models:               []fqv1alpha1.ModelRequestTimeout{{Model: "fast", Total: fqv1alpha1.Duration("10s")}},
 		ClientDeadlineHeader: "X-Request-Deadline",
 	})
 	if got.ClientDeadlineHeader != "X-Request-Deadline" {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/dataplane/config"
 )
@@ -72,7 +70,7 @@ func TestRenderDeferredAdmission(t *testing.T) {
 						Tokens: 100000,
 						Overrides: []fqv1alpha1.ModelTokenLimitOverride{
 							{Model: "small", TokenLimit: fqv1alpha1.TokenLimit{Tokens: 500000, Burst: 600000}},
-							{Model: "big", TokenLimit: fqv1alpha1.TokenLimit{Tokens: 30000, Period: metav1.Duration{Duration: time.Hour}}},
+							{Model: "big", TokenLimit: fqv1alpha1.TokenLimit{Tokens: 30000, Period: fqv1alpha1.Duration("1h")}},
 						},
 					},
 				},
@@ -97,14 +95,14 @@ func TestRenderDeferredAdmission(t *testing.T) {
 			spec: fqv1alpha1.DeferredAdmission{
 				Enabled: true,
 				TokenLimits: fqv1alpha1.TokenLimits{
-					PerUser: &fqv1alpha1.TokenLimit{Tokens: 10, Period: metav1.Duration{Duration: time.Second}, Burst: 50},
+					PerUser: &fqv1alpha1.TokenLimit{Tokens: 10, Period: fqv1alpha1.Duration("1s"), Burst: 50},
 					PerTeam: tokenLimit(70),
 					PerModel: &fqv1alpha1.ModelTokenLimit{
 						Overrides: []fqv1alpha1.ModelTokenLimitOverride{{Model: "m", TokenLimit: fqv1alpha1.TokenLimit{Tokens: 5}}},
 					},
 				},
 				Estimation: fqv1alpha1.TokenEstimation{DefaultMaxTokens: 256, IncludeUsage: &off},
-				Bounds:     fqv1alpha1.DeferredAdmissionBounds{MaxHeld: 10, MaxHeldPerTenant: 2, MaxWait: metav1.Duration{Duration: time.Minute}},
+				Bounds:     fqv1alpha1.DeferredAdmissionBounds{MaxHeld: 10, MaxHeldPerTenant: 2, MaxWait: fqv1alpha1.Duration("1m")},
 			},
 			want: &config.DeferredAdmission{
 				TokenLimits: config.TokenLimits{

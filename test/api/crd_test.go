@@ -180,7 +180,7 @@ func TestFullSampleRoundTrips(t *testing.T) {
 		{"identity.modelHeader", s.Identity.ModelHeader == "x-model" && s.Identity.NoTeamValue == "none"},
 		{"rateLimits.global", s.RateLimits.Global != nil && s.RateLimits.Global.Burst == 2000},
 		{"rateLimits.perClient", s.RateLimits.PerClient != nil && s.RateLimits.PerClient.Requests == 100},
-		{"rateLimits.perAPIKey", s.RateLimits.PerAPIKey != nil && s.RateLimits.PerAPIKey.Period.Duration == time.Minute},
+		{"rateLimits.perAPIKey", s.RateLimits.PerAPIKey != nil && s.RateLimits.PerAPIKey.Period.Duration() == time.Minute},
 		{"rateLimits.perUser", s.RateLimits.PerUser != nil},
 		{"rateLimits.perTeam", s.RateLimits.PerTeam != nil},
 		{"rateLimits.perBackend", s.RateLimits.PerBackend != nil},
@@ -188,7 +188,7 @@ func TestFullSampleRoundTrips(t *testing.T) {
 		{"fairQueuing", s.FairQueuing.Enabled && s.FairQueuing.TenantDimension == fqv1alpha1.TenantDimensionAPIKey},
 		{"fairQueuing.weights", len(s.FairQueuing.Weights) == 2 && s.FairQueuing.Weights[0].Identity == "${ACME_KEY}" && s.FairQueuing.Weights[0].Weight == 3},
 		{"fairQueuing.weightsFrom", len(s.FairQueuing.WeightsFrom) == 1 && s.FairQueuing.WeightsFrom[0].SecretRef.Name == "tenant-identities"},
-		{"timeouts.request.models", len(s.Timeouts.Request.Models) == 1 && s.Timeouts.Request.Models[0].Total.Duration == 2*time.Minute},
+		{"timeouts.request.models", len(s.Timeouts.Request.Models) == 1 && s.Timeouts.Request.Models[0].Total.Duration() == 2*time.Minute},
 		{"backends", len(s.Backends) == 2 && s.Backends[0].Weight == 2 && s.Backends[1].Weight == 1},
 		{"hashKeySecretRef", p.HashKeySecretName() == "full-hash-key"},
 		{"fairQueuing.cost", s.FairQueuing.Cost == fqv1alpha1.FairQueuingCostRequests},
@@ -197,7 +197,7 @@ func TestFullSampleRoundTrips(t *testing.T) {
 		{"deferredAdmission.tokenLimits.perModel.overrides", s.DeferredAdmission.TokenLimits.PerModel != nil && s.DeferredAdmission.TokenLimits.PerModel.Burst == 100000 &&
 			len(s.DeferredAdmission.TokenLimits.PerModel.Overrides) == 1 && s.DeferredAdmission.TokenLimits.PerModel.Overrides[0].Burst == 10000},
 		{"deferredAdmission.estimation", s.DeferredAdmission.Estimation.DefaultMaxTokens == 1024 && s.DeferredAdmission.Estimation.EffectiveIncludeUsage()},
-		{"deferredAdmission.bounds", s.DeferredAdmission.Bounds.MaxHeld == 1024 && s.DeferredAdmission.Bounds.MaxHeldPerTenant == 32 && s.DeferredAdmission.Bounds.MaxWait.Duration == 10*time.Second},
+		{"deferredAdmission.bounds", s.DeferredAdmission.Bounds.MaxHeld == 1024 && s.DeferredAdmission.Bounds.MaxHeldPerTenant == 32 && s.DeferredAdmission.Bounds.MaxWait.Duration() == 10*time.Second},
 	}
 	for _, c := range checks {
 		if !c.ok {
@@ -238,7 +238,7 @@ func TestMinimalObjectGetsDefaults(t *testing.T) {
 			Bounds:     fqv1alpha1.DeferredAdmissionBounds{}.WithDefaults(),
 		},
 		Timeouts: fqv1alpha1.Timeouts{Request: fqv1alpha1.RequestTimeouts{
-			Default: fqv1alpha1.RequestTimeout{Total: metav1.Duration{Duration: 60 * time.Second}},
+			Default: fqv1alpha1.RequestTimeout{Total: fqv1alpha1.Duration("60s")},
 		}},
 		Backends: []fqv1alpha1.Backend{{Name: "vllm", URL: "http://vllm:8000", Weight: fqv1alpha1.DefaultWeight}},
 		Store:    fqv1alpha1.Store{Type: fqv1alpha1.StoreTypeMemory},

@@ -18,13 +18,10 @@ package api_test
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // TestDefaultsAreDocumented checks that every field with a default
@@ -32,14 +29,6 @@ import (
 // kubectl explain shows: "Defaults to X." with X the default as JSON
 // (strings quoted, lists as ["a", "b"]).
 func TestDefaultsAreDocumented(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(env.Root, "config", "crd", "bases", "fairqueue.dev_fairqueuepolicies.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.Unmarshal(data, &crd); err != nil {
-		t.Fatal(err)
-	}
 	checked := 0
 	var walk func(path string, s *apiextensionsv1.JSONSchemaProps)
 	walk = func(path string, s *apiextensionsv1.JSONSchemaProps) {
@@ -58,7 +47,7 @@ func TestDefaultsAreDocumented(t *testing.T) {
 			}
 		}
 	}
-	walk("", crd.Spec.Versions[0].Schema.OpenAPIV3Schema)
+	walk("", loadCRDSchema(t))
 	if checked < 20 {
 		t.Fatalf("found only %d defaulted fields: the walk is broken", checked)
 	}

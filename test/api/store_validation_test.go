@@ -21,9 +21,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
@@ -90,7 +88,7 @@ func TestStoreValidation(t *testing.T) {
 		}
 		want := fqv1alpha1.Store{Type: fqv1alpha1.StoreTypeRedis, Redis: &fqv1alpha1.RedisStore{
 			Addresses: []string{"redis:6379"}, Mode: fqv1alpha1.RedisModeStandalone,
-			Timeout: metav1.Duration{Duration: 250 * time.Millisecond}, FailureMode: fqv1alpha1.StoreFailClosed,
+			Timeout: fqv1alpha1.Duration("250ms"), FailureMode: fqv1alpha1.StoreFailClosed,
 		}}
 		if !reflect.DeepEqual(got.Spec.Store, want) {
 			t.Errorf("defaulted store = %+v (redis %+v), want %+v (redis %+v)", got.Spec.Store, got.Spec.Store.Redis, want, want.Redis)

@@ -17,13 +17,10 @@ limitations under the License.
 package api_test
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // TestSchemaStyle keeps future fields in the API's style: every field has a
@@ -31,15 +28,7 @@ import (
 // string has a maxLength or an enum, and every list a maxItems, so CEL cost
 // and object size stay bounded.
 func TestSchemaStyle(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(env.Root, "config", "crd", "bases", "fairqueue.dev_fairqueuepolicies.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.Unmarshal(data, &crd); err != nil {
-		t.Fatal(err)
-	}
-	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+	root := loadCRDSchema(t)
 	// Fields whose schema comes from Kubernetes itself.
 	exempt := map[string]bool{".apiVersion": true, ".kind": true, ".metadata": true, ".status.conditions[]": true}
 

@@ -21,7 +21,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -62,9 +61,9 @@ func TestDeferredAdmissionValidation(t *testing.T) {
 		{name: "zero burst", spec: "deferredAdmission: {enabled: true, tokenLimits: {perTeam: {tokens: 10, burst: 0}}}",
 			want: []string{"spec.deferredAdmission.tokenLimits.perTeam.burst", "should be greater than or equal to 1"}},
 		{name: "period not a duration", spec: "deferredAdmission: {enabled: true, tokenLimits: {perAPIKey: {tokens: 10, period: 1 minute}}}",
-			want: []string{"spec.deferredAdmission.tokenLimits.perAPIKey.period", "period must be a duration such as 5s, 1m30s or 500ms"}},
+			want: []string{"spec.deferredAdmission.tokenLimits.perAPIKey.period", ": must be a duration such as 5s, 1m30s or 500ms"}},
 		{name: "period above 24h", spec: "deferredAdmission: {enabled: true, tokenLimits: {perAPIKey: {tokens: 10, period: 25h}}}",
-			want: []string{"spec.deferredAdmission.tokenLimits.perAPIKey.period", "period must be a positive duration of at most 24h"}},
+			want: []string{"spec.deferredAdmission.tokenLimits.perAPIKey.period", ": must be a positive duration of at most 24h"}},
 		{name: "perModel without tokens or overrides", spec: "deferredAdmission: {enabled: true, tokenLimits: {perModel: {period: 1m}}}",
 			want: []string{"spec.deferredAdmission.tokenLimits.perModel", "perModel needs tokens (a token limit for every model), overrides (token limits for named models), or both"}},
 		{name: "perModel with empty overrides only", spec: "deferredAdmission: {enabled: true, tokenLimits: {perModel: {overrides: []}}}",
@@ -94,7 +93,7 @@ func TestDeferredAdmissionValidation(t *testing.T) {
 		{name: "maxWait too large for a duration", spec: "deferredAdmission: {enabled: true, bounds: {maxWait: 9999999999999h}}",
 			want: []string{"spec.deferredAdmission.bounds.maxWait", "maxWait must be a positive duration of at most 10m"}},
 		{name: "maxWait not a duration", spec: "deferredAdmission: {enabled: true, bounds: {maxWait: '10'}}",
-			want: []string{"spec.deferredAdmission.bounds.maxWait", "maxWait must be a duration such as 5s"}},
+			want: []string{"spec.deferredAdmission.bounds.maxWait", ": must be a duration such as 5s"}},
 		{name: "invalid token limits are refused while off too", spec: "deferredAdmission: {tokenLimits: {perAPIKey: {tokens: 0}}}",
 			want: []string{"spec.deferredAdmission.tokenLimits.perAPIKey.tokens", "should be greater than or equal to 1"}},
 	}
@@ -126,7 +125,7 @@ func TestDeferredAdmissionValidation(t *testing.T) {
 		if err := env.Client.Get(testContext(t), client.ObjectKeyFromObject(obj), &got); err != nil {
 			t.Fatal(err)
 		}
-		minute := metav1.Duration{Duration: time.Minute}
+		minute := fqv1alpha1.Duration("1m")
 		include := true
 		want := fqv1alpha1.DeferredAdmission{
 			Enabled: true,
@@ -137,7 +136,7 @@ func TestDeferredAdmissionValidation(t *testing.T) {
 				}},
 			},
 			Estimation: fqv1alpha1.TokenEstimation{DefaultMaxTokens: 1024, IncludeUsage: &include},
-			Bounds:     fqv1alpha1.DeferredAdmissionBounds{MaxHeld: 1024, MaxHeldPerTenant: 32, MaxWait: metav1.Duration{Duration: 10 * time.Second}},
+			Bounds:     fqv1alpha1.DeferredAdmissionBounds{MaxHeld: 1024, MaxHeldPerTenant: 32, MaxWait: fqv1alpha1.Duration("10s")},
 		}
 		if !reflect.DeepEqual(got.Spec.DeferredAdmission, want) {
 			t.Errorf("defaulted deferredAdmission =\n%+v\nwant\n%+v", got.Spec.DeferredAdmission, want)

@@ -185,7 +185,7 @@ func TestValidationRejects(t *testing.T) {
 		{
 			name: "maxWait negative",
 			spec: "fairQueuing: {bounds: {maxWait: -5s}}",
-			want: []string{"spec.fairQueuing.bounds.maxWait", "maxWait must be a duration such as 5s, 1m30s or 500ms"},
+			want: []string{"spec.fairQueuing.bounds.maxWait", ": must be a duration such as 5s, 1m30s or 500ms"},
 		},
 		{
 			name: "maxWait too large for a duration",
@@ -200,7 +200,7 @@ func TestValidationRejects(t *testing.T) {
 		{
 			name: "period too large for a duration",
 			spec: "rateLimits: {perUser: {requests: 1, period: 99999999999999999999s}}",
-			want: []string{"spec.rateLimits.perUser.period", "period must be a positive duration of at most 24h"},
+			want: []string{"spec.rateLimits.perUser.period", ": must be a positive duration of at most 24h"},
 		},
 		{
 			name: "total too large for a duration",
@@ -210,7 +210,7 @@ func TestValidationRejects(t *testing.T) {
 		{
 			name: "maxWait without a unit",
 			spec: "fairQueuing: {bounds: {maxWait: '5'}}",
-			want: []string{"spec.fairQueuing.bounds.maxWait", "maxWait must be a duration such as 5s, 1m30s or 500ms"},
+			want: []string{"spec.fairQueuing.bounds.maxWait", ": must be a duration such as 5s, 1m30s or 500ms"},
 		},
 		// Rate limits.
 		{
@@ -231,17 +231,17 @@ func TestValidationRejects(t *testing.T) {
 		{
 			name: "period zero",
 			spec: "rateLimits: {perAPIKey: {requests: 10, period: 0s}}",
-			want: []string{"spec.rateLimits.perAPIKey.period", "period must be a positive duration of at most 24h"},
+			want: []string{"spec.rateLimits.perAPIKey.period", ": must be a positive duration of at most 24h"},
 		},
 		{
 			name: "period above 24h",
 			spec: "rateLimits: {perClient: {requests: 10, period: 25h}}",
-			want: []string{"spec.rateLimits.perClient.period", "period must be a positive duration of at most 24h"},
+			want: []string{"spec.rateLimits.perClient.period", ": must be a positive duration of at most 24h"},
 		},
 		{
 			name: "period in days",
 			spec: "rateLimits: {perBackend: {requests: 10, period: 1d}}",
-			want: []string{"spec.rateLimits.perBackend.period", "period must be a duration such as 5s"},
+			want: []string{"spec.rateLimits.perBackend.period", ": must be a duration such as 5s"},
 		},
 		{
 			name: "perModel without requests or overrides",
@@ -256,7 +256,7 @@ func TestValidationRejects(t *testing.T) {
 		{
 			name: "perModel override period zero",
 			spec: "rateLimits: {perModel: {overrides: [{model: m, requests: 1, period: 0s}]}}",
-			want: []string{"spec.rateLimits.perModel.overrides[0].period", "period must be a positive duration"},
+			want: []string{"spec.rateLimits.perModel.overrides[0].period", ": must be a positive duration"},
 		},
 		{
 			name: "perModel override named twice",
