@@ -273,7 +273,6 @@ func BenchmarkBareEvalsha(b *testing.B) {
 	}
 }
 
-
 // BenchmarkTakeLatencyUnderLoad measures what the store's call timeout has
 // to cover: the latency of healthy four-bucket takes on a real
 // redis-server, 32 callers at once (a busy replica), with a timeout far
