@@ -24,25 +24,17 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/config/configtest"
 	"github.com/fairqueue/fairqueue/internal/testbin"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(testbin.Main(m)) }
 
-var key = []byte("0123456789abcdef0123456789abcdef")
+var key = configtest.Key
 
 func validConfig() *config.Config {
-	return &config.Config{
-		APIVersion:    config.APIVersion,
-		Kind:          config.Kind,
-		Policy:        config.PolicyRef{Namespace: "ns", Name: "llm", Generation: 1},
-		HashKeySecret: config.HashKeySecret{Namespace: "ns", Name: "k", Key: "key", Fingerprint: config.KeyFingerprint(key)},
-		Identity:      config.Identity{APIKeyHeaders: []string{"Authorization"}},
-		FairQueuing:   config.FairQueuing{TenantDimension: identity.DimensionUser, DefaultWeight: 1, Bounds: config.DefaultBounds()},
-		Backends:      []config.Backend{{Name: "b1", URL: "http://127.0.0.1:1", Weight: 1}},
-	}
+	return configtest.Valid(key, "http://127.0.0.1:1")
 }
 
 func write(t *testing.T, name string, data []byte) string {

@@ -33,6 +33,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/dataplane/limiter/limitertest"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
@@ -128,19 +129,6 @@ var (
 	on    = Settings{Enabled: true, TenantDimension: identity.DimensionUser}
 )
 
-type downStore struct{}
-
-func (downStore) Take(time.Time, limiter.Batch) (limiter.Decision, error) {
-	return limiter.Decision{}, limiter.ErrStoreUnavailable
-}
-
-func (downStore) Peek(time.Time, limiter.Batch) (limiter.Decision, error) {
-	return limiter.Decision{}, limiter.ErrStoreUnavailable
-}
-
-func (downStore) Refund(time.Time, limiter.Batch) error { return limiter.ErrStoreUnavailable }
-func (downStore) Adjust(time.Time, limiter.Batch) error { return limiter.ErrStoreUnavailable }
-
 // TestImmediateDecisions covers every path that must answer without waiting.
 func TestImmediateDecisions(t *testing.T) {
 	cases := []struct {
@@ -186,7 +174,7 @@ func TestImmediateDecisions(t *testing.T) {
 			Quota: limiter.Quota{Dimension: limiter.DimensionClient, Limit: 1, Reset: time.Second}},
 	}, {
 		name: "store outage is a 503, never queued",
-		opts: envOpts{cfg: limiter.Config{User: lim(1, time.Second)}, settings: on, store: downStore{}},
+		opts: envOpts{cfg: limiter.Config{User: lim(1, time.Second)}, settings: on, store: limitertest.DownStore{}},
 		req:  Request{Identity: alice},
 		want: Decision{Status: StatusServiceUnavailable, RetryAfter: time.Second},
 	}, {

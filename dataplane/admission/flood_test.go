@@ -26,12 +26,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // TestFloodStaysBounded sends 1,000,000 requests: three quarters from one
@@ -125,7 +126,7 @@ func TestFloodStaysBounded(t *testing.T) {
 			}
 		}()
 	}
-	waitGroup(t, "the flood", &wg, 2*time.Minute)
+	testutil.WaitGroupWithin(t, 2*time.Minute, "the flood", &wg)
 	elapsed := e.clk.Since(start)
 	done.Store(true)
 	recv(t, "the clock driver's exit", driver)
@@ -143,7 +144,7 @@ func TestFloodStaysBounded(t *testing.T) {
 	if got := floodAllowed.Load(); got == 0 {
 		t.Error("flood tenant was never admitted")
 	}
-	if depth := testutil.ToFloat64(gauge(e, metrics.QueueDepthName)); depth != 0 {
+	if depth := promtestutil.ToFloat64(gauge(e, metrics.QueueDepthName)); depth != 0 {
 		t.Errorf("depth gauge %v after the flood, want 0", depth)
 	}
 	if depth, tenants := e.queue.Stats(); depth != 0 || tenants != 0 {

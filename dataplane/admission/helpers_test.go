@@ -17,7 +17,6 @@ limitations under the License.
 package admission
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -42,21 +41,6 @@ func recv[T any](t testing.TB, what string, ch <-chan T) T {
 	}
 	var zero T
 	return zero
-}
-
-// waitGroup waits for wg, failing the test after limit.
-func waitGroup(t testing.TB, what string, wg *sync.WaitGroup, limit time.Duration) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(limit):
-		t.Fatalf("%s did not finish within %v", what, limit)
-	}
 }
 
 // reload puts in force a copy of c's policy that edit changed, as Load

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/dataplane/limiter/limitertest"
 )
 
 // TestPreAuth checks that PreAuth, used alone for requests answered before
@@ -62,7 +63,7 @@ func TestPreAuth(t *testing.T) {
 	}
 
 	t.Run("store outage", func(t *testing.T) {
-		e := newEnv(t, envOpts{cfg: limiter.Config{Global: lim(1, time.Second)}, store: downStore{}})
+		e := newEnv(t, envOpts{cfg: limiter.Config{Global: lim(1, time.Second)}, store: limitertest.DownStore{}})
 		got, ok := e.c.PreAuth(e.clk.Now(), "10.0.0.1")
 		if ok || got.Status != StatusServiceUnavailable || got.RetryAfter != time.Second || !errors.Is(got.Err, limiter.ErrStoreUnavailable) {
 			t.Fatalf("PreAuth = %+v, %v; want a 503 carrying the store error", got, ok)
@@ -104,7 +105,7 @@ func TestRefundGivesBackWhatAdmitTook(t *testing.T) {
 		t.Fatal("Admit allowed with no token left")
 	}
 
-	down := newEnv(t, envOpts{cfg: limiter.Config{User: lim(1, time.Minute)}, store: downStore{}})
+	down := newEnv(t, envOpts{cfg: limiter.Config{User: lim(1, time.Minute)}, store: limitertest.DownStore{}})
 	if err := down.c.refund(r); !errors.Is(err, limiter.ErrStoreUnavailable) {
 		t.Fatalf("Refund with the store down = %v, want ErrStoreUnavailable", err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/dataplane/limiter/limitertest"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
@@ -73,7 +74,7 @@ func TestTenantObserverSeesEveryOutcome(t *testing.T) {
 		budget: time.Second,
 		want:   []string{"waiting h-alice user +1", "waiting h-alice user -1", "refused h-alice user wait_exceeds_budget"},
 	}, {
-		name: "store unavailable", cfg: limiter.Config{User: lim(1, time.Second)}, settings: on, store: downStore{},
+		name: "store unavailable", cfg: limiter.Config{User: lim(1, time.Second)}, settings: on, store: limitertest.DownStore{},
 		want: []string{"refused h-alice user unavailable"},
 	}, {
 		name: "fair queuing off: no tenant, nothing observed", cfg: limiter.Config{User: lim(1, time.Second)},

@@ -24,6 +24,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // TestTicketSettlesOnce: however many times, and from however many
@@ -43,7 +44,7 @@ func TestTicketSettlesOnce(t *testing.T) {
 			tk.Done(200)
 		}()
 	}
-	waitGroup(t, "the concurrent Done calls", &wg, testTimeout)
+	testutil.WaitGroupWithin(t, testTimeout, "the concurrent Done calls", &wg)
 	tk.Done(0)
 	if !e.tokensLeft(t, r, 800) || e.tokensLeft(t, r, 801) {
 		t.Error("after ending a ticket of 600 that used 200 nine times, the bucket should hold exactly 800 tokens")

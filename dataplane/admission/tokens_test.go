@@ -419,7 +419,7 @@ func simulate(t *testing.T, e *tokenEnv, clients []simClient, warmup, run, windo
 		e.clk.Step(time.Second)
 		runtime.Gosched()
 	}
-	waitGroup(t, "the clients", &wg, testTimeout)
+	testutil.WaitGroupWithin(t, testTimeout, "the clients", &wg)
 	return results, settled[:run/window]
 }
 

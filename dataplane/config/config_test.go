@@ -205,22 +205,29 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := validConfig()
 			tt.mutate(c)
-			err := c.Validate()
-			if err == nil {
-				t.Fatal("Validate() = nil, want an error")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error does not contain %q; got:\n%v", w, err)
-				}
-			}
-			if got, want := strings.Count(err.Error(), "\n")+1, len(tt.want); got != want {
-				t.Errorf("got %d errors, want %d:\n%v", got, want, err)
-			}
+			wantValidateErrors(t, c, tt.want)
 			if _, err := Marshal(c); err == nil {
 				t.Error("Marshal of an invalid config succeeded; it must refuse to render")
 			}
 		})
+	}
+}
+
+// wantValidateErrors checks that c.Validate reports exactly the errors in
+// want, one a line, each found by substring.
+func wantValidateErrors(t *testing.T, c *Config, want []string) {
+	t.Helper()
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("Validate() = nil, want an error")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error does not contain %q; got:\n%v", w, err)
+		}
+	}
+	if got := strings.Count(err.Error(), "\n") + 1; got != len(want) {
+		t.Errorf("got %d errors, want %d:\n%v", got, len(want), err)
 	}
 }
 

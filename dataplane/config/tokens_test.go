@@ -3,7 +3,6 @@ package config
 import (
 	"bytes"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 )
@@ -162,18 +161,7 @@ func TestTokenValidateNamesEveryBadField(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := tokenConfig()
 			tt.mutate(c)
-			err := c.Validate()
-			if err == nil {
-				t.Fatal("Validate() = nil, want an error")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error does not contain %q; got:\n%v", w, err)
-				}
-			}
-			if got, want := strings.Count(err.Error(), "\n")+1, len(tt.want); got != want {
-				t.Errorf("got %d errors, want %d:\n%v", got, want, err)
-			}
+			wantValidateErrors(t, c, tt.want)
 		})
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // costBucket is a token bucket charged by cost, judged the way the limiter
@@ -314,7 +316,7 @@ func TestQueueTokenFairness(t *testing.T) {
 				q.waitUntil(t, backlogged)
 			}
 			q.Close()
-			waitGroup(t, "waiters", &wg)
+			testutil.WaitGroupWithin(t, testTimeout, "waiters", &wg)
 			mu.Lock()
 			defer mu.Unlock()
 			t.Logf("in 500ms: tokens %v, requests %v", tokens, requests)

@@ -2,7 +2,6 @@ package fairqueue
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 )
@@ -43,21 +42,6 @@ func (q *Queue) waitUntil(t testing.TB, pred func() bool) {
 func (q *Queue) waitIdle(t testing.TB) {
 	t.Helper()
 	q.waitUntil(t, q.settled)
-}
-
-// waitGroup waits for wg, failing the test after testTimeout.
-func waitGroup(t testing.TB, what string, wg *sync.WaitGroup) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(testTimeout):
-		t.Fatalf("%s did not finish within %v", what, testTimeout)
-	}
 }
 
 // recv receives one result from ch, failing the test after testTimeout.

@@ -11,6 +11,8 @@ import (
 
 	"go.uber.org/goleak"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -397,7 +399,7 @@ func TestQueueWeightedFairness(t *testing.T) {
 		clk.Step(time.Millisecond)
 	}
 	q.Close()
-	waitGroup(t, "the waiters", &wg)
+	testutil.WaitGroupWithin(t, testTimeout, "the waiters", &wg)
 	r := rb.report()
 	t.Logf("grants %d shares %v maxLag %.2f", r.grants, r.shares, r.maxLag)
 	if err := r.check(0.03, 0.99, 2); err != nil {

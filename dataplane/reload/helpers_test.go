@@ -16,28 +16,23 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/config/configtest"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var testKey = []byte("0123456789abcdef0123456789abcdef")
+var testKey = configtest.Key
 
 // render returns the bytes of a valid config whose generation and alice's
 // weight are as given, so each pair yields a distinct hash.
 func render(t testing.TB, generation int64, aliceWeight int32) []byte {
 	t.Helper()
-	c := &config.Config{
-		APIVersion: config.APIVersion,
-		Kind:       config.Kind,
-		Policy:     config.PolicyRef{Namespace: "team-a", Name: "llm", Generation: generation},
-		HashKeySecret: config.HashKeySecret{Namespace: "team-a", Name: "llm-hash-key", Key: "key",
-			Fingerprint: config.KeyFingerprint(testKey)},
-		Identity: config.Identity{APIKeyHeaders: []string{"Authorization"}},
-		FairQueuing: config.FairQueuing{Enabled: true, TenantDimension: identity.DimensionAPIKey, DefaultWeight: 1,
-			Weights: []config.Weight{{TenantHash: identity.Hash(testKey, "alice"), Weight: aliceWeight}},
-			Bounds:  config.DefaultBounds()},
-	}
+	c := configtest.Valid(testKey, "http://127.0.0.1:1")
+	c.Policy.Namespace, c.HashKeySecret.Namespace = "team-a", "team-a"
+	c.Policy.Generation = generation
+	c.FairQueuing.Enabled, c.FairQueuing.TenantDimension = true, identity.DimensionAPIKey
+	c.FairQueuing.Weights = []config.Weight{{TenantHash: identity.Hash(testKey, "alice"), Weight: aliceWeight}}
 	data, err := config.Marshal(c)
 	if err != nil {
 		t.Fatalf("rendering test config: %v", err)

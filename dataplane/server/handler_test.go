@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/dataplane/limiter/limitertest"
 	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
 
@@ -370,20 +370,6 @@ func TestLoadRejectsWrongHashKey(t *testing.T) {
 	}
 }
 
-// downStore is a limiter store whose backing state cannot be reached.
-type downStore struct{}
-
-func (downStore) Take(time.Time, limiter.Batch) (limiter.Decision, error) {
-	return limiter.Decision{}, limiter.ErrStoreUnavailable
-}
-
-func (downStore) Peek(time.Time, limiter.Batch) (limiter.Decision, error) {
-	return limiter.Decision{}, limiter.ErrStoreUnavailable
-}
-
-func (downStore) Refund(time.Time, limiter.Batch) error { return limiter.ErrStoreUnavailable }
-func (downStore) Adjust(time.Time, limiter.Batch) error { return limiter.ErrStoreUnavailable }
-
 func TestStoreOutageAnswers503AtOnce(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -395,7 +381,7 @@ func TestStoreOutageAnswers503AtOnce(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			up := fakeupstream.New(fakeupstream.Options{})
-			hs := newHarness(t, up, tc.mutate, func(o *Options) { o.Store = downStore{} })
+			hs := newHarness(t, up, tc.mutate, func(o *Options) { o.Store = limitertest.DownStore{} })
 			resp := hs.do(`{"model":"m"}`, map[string]string{"X-User": "alice"})
 			if resp.StatusCode != http.StatusServiceUnavailable {
 				t.Fatalf("status = %d, want 503: %s", resp.StatusCode, readAll(t, resp))

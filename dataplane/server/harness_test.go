@@ -16,13 +16,14 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/config/configtest"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var testKey = []byte("0123456789abcdef0123456789abcdef")
+var testKey = configtest.Key
 
 // h hashes a raw identity the way the operator renders it.
 func h(raw string) string { return identity.Hash(testKey, raw) }
@@ -32,18 +33,12 @@ func dur(d time.Duration) config.Duration { return config.Duration{Duration: d} 
 // baseConfig is a valid config with one backend and no limits; tests add
 // what they exercise.
 func baseConfig(backendURL string) *config.Config {
-	return &config.Config{
-		APIVersion:    config.APIVersion,
-		Kind:          config.Kind,
-		Policy:        config.PolicyRef{Namespace: "ns", Name: "llm", Generation: 1},
-		HashKeySecret: config.HashKeySecret{Namespace: "ns", Name: "llm-hash-key", Key: "key", Fingerprint: config.KeyFingerprint(testKey)},
-		Identity: config.Identity{
-			APIKeyHeaders: []string{"Authorization", "X-Api-Key"},
-			UserHeader:    "X-User", TeamHeader: "X-Team", NoTeamValue: "none",
-		},
-		FairQueuing: config.FairQueuing{TenantDimension: identity.DimensionUser, DefaultWeight: 1, Bounds: config.DefaultBounds()},
-		Backends:    []config.Backend{{Name: "b1", URL: backendURL, Weight: 1}},
+	c := configtest.Valid(testKey, backendURL)
+	c.Identity = config.Identity{
+		APIKeyHeaders: []string{"Authorization", "X-Api-Key"},
+		UserHeader:    "X-User", TeamHeader: "X-Team", NoTeamValue: "none",
 	}
+	return c
 }
 
 // harness runs the real Server behind an httptest listener, in front of a

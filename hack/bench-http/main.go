@@ -56,7 +56,7 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/config/configtest"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
 	"github.com/fairqueue/fairqueue/internal/fakeupstream"
 )
@@ -284,21 +284,16 @@ func (o options) attack(c *child, targets string, d time.Duration) (result, erro
 // configured but far from exhausted, as in BenchmarkLoopbackThroughput.
 func benchConfig(upstream string, key []byte) *config.Config {
 	big := &config.Limit{Requests: 1 << 40, Burst: 1 << 40, Period: config.Duration{Duration: time.Second}}
-	return &config.Config{
-		APIVersion:    config.APIVersion,
-		Kind:          config.Kind,
-		Policy:        config.PolicyRef{Namespace: "bench", Name: "bench", Generation: 1},
-		HashKeySecret: config.HashKeySecret{Namespace: "bench", Name: "bench-hash-key", Key: "key", Fingerprint: config.KeyFingerprint(key)},
-		Identity: config.Identity{
-			APIKeyHeaders: []string{"Authorization", "X-Api-Key"},
-			UserHeader:    "X-User", TeamHeader: "X-Team", NoTeamValue: "none", TrustHeaders: true,
-		},
-		RateLimits: config.RateLimits{Global: big, PerClient: big, PerAPIKey: big, PerUser: big, PerTeam: big,
-			PerModel: &config.ModelLimits{Default: big}, PerBackend: big},
-		FairQueuing: config.FairQueuing{Enabled: true, TenantDimension: identity.DimensionUser, DefaultWeight: 1, Bounds: config.DefaultBounds()},
-		Timeouts:    config.Timeouts{RequestTotal: config.Duration{Duration: time.Minute}},
-		Backends:    []config.Backend{{Name: "upstream", URL: upstream, Weight: 1}},
+	c := configtest.Valid(key, upstream)
+	c.Identity = config.Identity{
+		APIKeyHeaders: []string{"Authorization", "X-Api-Key"},
+		UserHeader:    "X-User", TeamHeader: "X-Team", NoTeamValue: "none", TrustHeaders: true,
 	}
+	c.RateLimits = config.RateLimits{Global: big, PerClient: big, PerAPIKey: big, PerUser: big, PerTeam: big,
+		PerModel: &config.ModelLimits{Default: big}, PerBackend: big}
+	c.FairQueuing.Enabled = true
+	c.Timeouts = config.Timeouts{RequestTotal: config.Duration{Duration: time.Minute}}
+	return c
 }
 
 func drive(o options) error {

@@ -57,7 +57,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/config/configtest"
 	"github.com/fairqueue/fairqueue/internal/redistest"
 )
 
@@ -109,21 +109,13 @@ func run() error {
 
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
 	defer upstream.Close()
-	key := []byte("0123456789abcdef0123456789abcdef")
-	c := &config.Config{
-		APIVersion:    config.APIVersion,
-		Kind:          config.Kind,
-		Policy:        config.PolicyRef{Namespace: "ns", Name: "llm", Generation: 1},
-		HashKeySecret: config.HashKeySecret{Namespace: "ns", Name: "k", Key: "key", Fingerprint: config.KeyFingerprint(key)},
-		Identity:      config.Identity{APIKeyHeaders: []string{"Authorization"}},
-		FairQueuing:   config.FairQueuing{TenantDimension: identity.DimensionUser, DefaultWeight: 1, Bounds: config.DefaultBounds()},
-		Backends:      []config.Backend{{Name: "b1", URL: upstream.URL, Weight: 1}},
-		RateLimits:    config.RateLimits{Global: &config.Limit{Requests: o.limit, Period: config.Duration{Duration: time.Second}, Burst: o.burst}},
-		Store: &config.Store{Type: config.StoreRedis, Redis: &config.RedisStore{
-			Addresses: []string{srv.Addr()}, Mode: config.RedisStandalone, FailureMode: config.FailOpen,
-			Timeout: config.Duration{Duration: o.timeout},
-		}},
-	}
+	key := configtest.Key
+	c := configtest.Valid(key, upstream.URL)
+	c.RateLimits.Global = &config.Limit{Requests: o.limit, Period: config.Duration{Duration: time.Second}, Burst: o.burst}
+	c.Store = &config.Store{Type: config.StoreRedis, Redis: &config.RedisStore{
+		Addresses: []string{srv.Addr()}, Mode: config.RedisStandalone, FailureMode: config.FailOpen,
+		Timeout: config.Duration{Duration: o.timeout},
+	}}
 	data, err := config.Marshal(c)
 	if err != nil {
 		return err

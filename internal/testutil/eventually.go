@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"sync"
 	"testing"
 	"time"
 )
@@ -31,5 +32,21 @@ func EventuallyWithin(t testing.TB, wait time.Duration, what string, cond func()
 		time.Sleep(poll)
 		// Back off to 50 ms so a long wait does not spin on a busy machine.
 		poll = min(2*poll, 50*time.Millisecond)
+	}
+}
+
+// WaitGroupWithin waits for wg, failing the test naming what was awaited if
+// it has not finished after wait.
+func WaitGroupWithin(t testing.TB, wait time.Duration, what string, wg *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(wait):
+		t.Fatalf("%s did not finish within %v", what, wait)
 	}
 }

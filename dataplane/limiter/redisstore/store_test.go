@@ -36,13 +36,20 @@ func userBatch(key string, l limiter.Limit) limiter.Batch {
 	return batchOf(bucket{limiter.DimensionUser, key, l})
 }
 
-func TestIdleKeysExpireWhenTheirBucketIsFull(t *testing.T) {
+// newMiniStore returns a miniredis server at t0 and a store of policy ns/p
+// on it, both closed when the test ends.
+func newMiniStore(t *testing.T) (*miniredis.Miniredis, *Store) {
+	t.Helper()
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer func() { _ = c.Close() }()
 	s := NewWithClient(c, Options{Namespace: "ns", Policy: "p"})
-	defer func() { _ = s.Close() }()
+	t.Cleanup(func() { _ = s.Close(); _ = c.Close() })
 	m.SetTime(t0)
+	return m, s
+}
+
+func TestIdleKeysExpireWhenTheirBucketIsFull(t *testing.T) {
+	m, s := newMiniStore(t)
 	key := s.Key(limiter.DimensionUser, "u")
 
 	if _, err := s.Take(t0, userBatch("u", lim(2, time.Second, 0))); err != nil {

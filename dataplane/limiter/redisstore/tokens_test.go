@@ -38,12 +38,7 @@ func userTokens(cost int64, l limiter.Limit) limiter.Batch {
 // identity's request bucket, and that a bucket an adjust created expires
 // when it is full again, like any other.
 func TestTokenKeysHaveTheirOwnPrefixAndExpire(t *testing.T) {
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer func() { _ = c.Close() }()
-	s := NewWithClient(c, Options{Namespace: "ns", Policy: "p"})
-	defer func() { _ = s.Close() }()
-	m.SetTime(t0)
+	m, s := newMiniStore(t)
 	tokens := lim(100, 10*time.Second, 0)
 
 	if _, err := s.Take(t0, userBatch("u", lim(2, time.Second, 0))); err != nil {

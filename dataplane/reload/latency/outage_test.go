@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/config/configtest"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/internal/testenv"
@@ -130,16 +131,11 @@ func writeWhenAnswering(ctx context.Context, cms typedcorev1.ConfigMapInterface,
 // outageConfig renders a valid config whose generation tells versions apart.
 func outageConfig(t *testing.T, key []byte, generation int64) string {
 	t.Helper()
-	data, err := config.Marshal(&config.Config{
-		APIVersion: config.APIVersion,
-		Kind:       config.Kind,
-		Policy:     config.PolicyRef{Namespace: ns, Name: "llm", Generation: generation},
-		HashKeySecret: config.HashKeySecret{Namespace: ns, Name: "llm-hash-key", Key: "key",
-			Fingerprint: config.KeyFingerprint(key)},
-		Identity:    config.Identity{APIKeyHeaders: []string{"Authorization"}},
-		FairQueuing: config.FairQueuing{Enabled: true, TenantDimension: identity.DimensionAPIKey, DefaultWeight: 1, Bounds: config.DefaultBounds()},
-		Backends:    []config.Backend{{Name: "vllm", URL: "http://vllm:8000", Weight: 1}},
-	})
+	c := configtest.Valid(key, "http://vllm:8000")
+	c.Policy.Namespace, c.HashKeySecret.Namespace = ns, ns
+	c.Policy.Generation = generation
+	c.FairQueuing.Enabled, c.FairQueuing.TenantDimension = true, identity.DimensionAPIKey
+	data, err := config.Marshal(c)
 	mustDo(t, err)
 	return string(data)
 }
