@@ -76,10 +76,15 @@ func TestGatePacesToTheWeightedShare(t *testing.T) {
 	}
 	// Capacity 10/s split 1:3: A may pass 2.5/s, C 7.5/s, each with one
 	// request of tolerance.
-	for tenant, want := range map[string]int{"A": 25, "C": 75} {
-		backlog(p, tenant)
-		if got := countAllowed(p, clk, tenant, 10*time.Second); got < want || got > want+2 {
-			t.Errorf("tenant %s passed the gate %d times in 10s, want %d (+2 tolerance)", tenant, got, want)
+	// A first, then C: the check below needs A idle for C's 10s (a map
+	// here ran them in random order and failed whenever C came first).
+	for _, c := range []struct {
+		tenant string
+		want   int
+	}{{"A", 25}, {"C", 75}} {
+		backlog(p, c.tenant)
+		if got := countAllowed(p, clk, c.tenant, 10*time.Second); got < c.want || got > c.want+2 {
+			t.Errorf("tenant %s passed the gate %d times in 10s, want %d (+2 tolerance)", c.tenant, got, c.want)
 		}
 	}
 	// A has been idle for 10s: its gate passes two requests back to back
