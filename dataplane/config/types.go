@@ -269,6 +269,24 @@ type FairQueuing struct {
 	// Cost is what a granted request charges its tenant: CostRequests (also
 	// when empty) or CostTokens.
 	Cost Cost `json:"cost,omitempty"`
+	// Bands are the priority bands, highest first; empty means one band and
+	// today's behaviour.
+	Bands []Band `json:"bands,omitempty"`
+	// DefaultBand names the band of tenants whose Weight names none; empty
+	// without Bands.
+	DefaultBand string `json:"defaultBand,omitempty"`
+	// RequestBandHeader names the header with which a request may lower its
+	// band (never raise it); empty means requests cannot.
+	RequestBandHeader string `json:"requestBandHeader,omitempty"`
+}
+
+// Band is one priority band.
+type Band struct {
+	// Name labels the band in headers, metrics and weights.
+	Name string `json:"name"`
+	// MinShare is the fraction of grants, in [0, 1), the band receives while
+	// it is backlogged, taken from the bands above it.
+	MinShare float64 `json:"minShare,omitempty"`
 }
 
 // Weight is the relative share of one hashed tenant.
@@ -277,6 +295,8 @@ type Weight struct {
 	TenantHash string `json:"tenantHash"`
 	// Weight is in [1, MaxWeight].
 	Weight int32 `json:"weight"`
+	// Band names the tenant's priority band; empty means DefaultBand.
+	Band string `json:"band,omitempty"`
 }
 
 // Bounds are the queue limits of one data-plane replica.

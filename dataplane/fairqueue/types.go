@@ -95,7 +95,8 @@ func orDefault[T int | time.Duration](v, def T) T {
 	return v
 }
 
-// Weights gives each tenant its relative share of admissions while backlogged.
+// Weights gives each tenant its relative share of admissions while
+// backlogged, and its priority band.
 type Weights struct {
 	// Default applies to every tenant without an entry in ByTenant; values
 	// below 1 mean 1, values above MaxWeight mean MaxWeight.
@@ -103,6 +104,59 @@ type Weights struct {
 	// ByTenant maps a tenant key (an identity hash) to its weight, clamped like
 	// Default. The map is copied by New and SetWeights.
 	ByTenant map[string]int
+	// Bands are the priority bands, highest first. Empty means one unnamed
+	// band: every tenant competes in it, exactly as without bands.
+	Bands []Band
+	// DefaultBand is the index in Bands of every tenant without an entry in
+	// TenantBand.
+	DefaultBand int
+	// TenantBand maps a tenant key to its band's index in Bands. The map is
+	// copied by New and SetWeights.
+	TenantBand map[string]int
+}
+
+// Band is one priority band of the scheduler.
+type Band struct {
+	// Name labels the band in results, headers and metrics.
+	Name string
+	// MinShare is the fraction of grants, in [0, 1), the band receives while
+	// backlogged, taken from the bands above it; 0 means strict priority.
+	MinShare float64
+}
+
+// MaxBands is the largest number of priority bands.
+const MaxBands = 8
+
+// BandOf returns the index of tenant's band: its TenantBand entry, else
+// DefaultBand, within [0, len(Bands)) (0 without bands).
+func (w Weights) BandOf(tenant string) int {
+	if len(w.Bands) == 0 {
+		return 0
+	}
+	b, ok := w.TenantBand[tenant]
+	if !ok {
+		b = w.DefaultBand
+	}
+	return min(max(b, 0), len(w.Bands)-1)
+}
+
+// BandName returns the name of band i, or "" without bands.
+func (w Weights) BandName(i int) string {
+	if i < 0 || i >= len(w.Bands) {
+		return ""
+	}
+	return w.Bands[i].Name
+}
+
+// BandIndex returns the index of the band named name, or false when there is
+// none.
+func (w Weights) BandIndex(name string) (int, bool) {
+	for i, b := range w.Bands {
+		if b.Name == name {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // MaxWeight is the largest weight the scheduler distinguishes; larger weights
@@ -119,11 +173,20 @@ func (w Weights) Of(tenant string) int {
 	return min(max(v, 1), MaxWeight)
 }
 
-// Clone returns a copy that does not alias w's map.
+// Clone returns a copy that does not alias w's maps or bands.
 func (w Weights) Clone() Weights {
-	c := Weights{Default: w.Default, ByTenant: make(map[string]int, len(w.ByTenant))}
+	c := Weights{Default: w.Default, ByTenant: make(map[string]int, len(w.ByTenant)), DefaultBand: w.DefaultBand}
 	for k, v := range w.ByTenant {
 		c.ByTenant[k] = v
+	}
+	if len(w.Bands) > 0 {
+		c.Bands = append([]Band(nil), w.Bands...)
+	}
+	if w.TenantBand != nil {
+		c.TenantBand = make(map[string]int, len(w.TenantBand))
+		for k, v := range w.TenantBand {
+			c.TenantBand[k] = v
+		}
 	}
 	return c
 }
@@ -188,6 +251,13 @@ type Request struct {
 	// drain the tokens it waits for and starve it. Set it when Cost is 1 (fair
 	// in requests) but the limit is charged by size.
 	Size int64
+	// Band is the index of the band the request asks to be scheduled in. It
+	// takes effect only when it is below its tenant's band (a larger index:
+	// a batch job from an interactive tenant), never above it, and then the
+	// request waits in a queue of its own for that tenant and band, so it
+	// never delays the tenant's requests in its own band. 0 (or any index
+	// at or above the tenant's band) means the tenant's band.
+	Band int
 }
 
 // MaxCost is the largest Request.Cost the scheduler distinguishes; larger
@@ -227,6 +297,9 @@ type Result struct {
 	// when its own place would be granted. Otherwise it is the last
 	// Retry-After the limiter gave for it.
 	RetryAfter time.Duration
+	// Band is the index of the band the request was scheduled in (0
+	// without bands); Weights.BandName names it.
+	Band int
 }
 
 // Observer receives queue events, typically to update Prometheus metrics.
