@@ -205,7 +205,9 @@ type backend struct {
 	full      atomic.Bool // a fresh signal is over its max
 	contended atomic.Bool // refused a request since the last OnRoom
 	sat       *Saturation // guarded by Tracker.mu
-	poller    *poller     // guarded by Tracker.mu; nil without signals
+	// poller is nil without signals; it is replaced under Tracker.mu and
+	// read without it, so that Stats never waits for a poller to stop.
+	poller atomic.Pointer[poller]
 }
 
 // New returns a Tracker with no backends; Apply gives it some.
@@ -293,25 +295,26 @@ func (t *Tracker) Apply(bs []Backend) error {
 			room = append(room, b)
 		}
 		if want := cloneSaturation(cfg.Saturation); !sameSaturation(b.sat, want) {
-			if b.poller != nil {
-				b.poller.stop()
-				b.poller = nil
+			if p := b.poller.Swap(nil); p != nil {
+				p.stop()
 				if b.full.Swap(false) {
 					room = append(room, b)
 				}
 			}
 			b.sat = want
 			if b.sat != nil {
-				b.poller = t.startPoller(b, *b.sat)
+				b.poller.Store(t.startPoller(b, *b.sat))
 			}
 		}
 		next.byName[cfg.Name] = b
 		next.order = append(next.order, b)
 	}
 	for name, b := range old.byName {
-		if next.byName[name] == nil && b.poller != nil {
-			b.poller.stop()
-			b.poller = nil
+		if next.byName[name] != nil {
+			continue
+		}
+		if p := b.poller.Swap(nil); p != nil {
+			p.stop()
 			b.full.Store(false)
 		}
 	}
@@ -332,9 +335,8 @@ func (t *Tracker) Close() {
 	}
 	t.closed = true
 	for _, b := range t.current.Load().byName {
-		if b.poller != nil {
-			b.poller.stop()
-			b.poller = nil
+		if p := b.poller.Swap(nil); p != nil {
+			p.stop()
 		}
 	}
 	t.current.Store(&snapshot{byName: map[string]*backend{}})
@@ -510,10 +512,7 @@ func (t *Tracker) Stats() []BackendStats {
 			MaxInFlight: int(b.max.Load()),
 		}
 		st.Saturated = b.full.Load() || int64(st.InFlight) >= int64(st.MaxInFlight)
-		t.mu.Lock()
-		p := b.poller
-		t.mu.Unlock()
-		if p != nil {
+		if p := b.poller.Load(); p != nil {
 			st.Stale, st.Signals = p.stats()
 		}
 		out = append(out, st)

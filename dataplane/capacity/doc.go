@@ -44,7 +44,8 @@ limitations under the License.
 // room: a release at maxInFlight, a release after a refusal, a saturation
 // signal falling back under its max or going stale, a larger maxInFlight.
 // It is called synchronously on the releasing goroutine and must not block
-// (a non-blocking send on a channel of one, for example). The receiver
+// (a non-blocking send on a channel of one, for example) and must not call
+// Apply or Close, which wait for the pollers. The receiver
 // should grant waiters one at a time until an Acquire is refused.
 //
 // # Fleet-wide counts

@@ -167,9 +167,7 @@ func newPollFixture(t *testing.T, body string, o Options, signals ...Signal) *po
 }
 
 func (f *pollFixture) poller() *poller {
-	f.tr.mu.Lock()
-	defer f.tr.mu.Unlock()
-	return f.tr.current.Load().byName["a"].poller
+	return f.tr.current.Load().byName["a"].poller.Load()
 }
 
 // waitPolls waits until n polls are done and the poller sleeps until the
@@ -398,7 +396,7 @@ func TestReloadRestartsOnlyChangedPollersAndCloseStopsThem(t *testing.T) {
 	if err := f.tr.Apply([]Backend{{Name: "a", MaxInFlight: 4}}); err != nil {
 		t.Fatal(err)
 	}
-	if f.tr.current.Load().byName["a"].poller != nil {
+	if f.tr.current.Load().byName["a"].poller.Load() != nil {
 		t.Fatal("saturation removed but a poller remains")
 	}
 	f.tr.Close() // goleak in TestMain checks that nothing is left
