@@ -25,7 +25,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/capacity"
@@ -36,22 +35,7 @@ import (
 
 func TestMain(m *testing.M) {
 	redisstore.SetClientLogger(logr.Discard()) // failed dials during outages are expected here
-	code := m.Run()
-	// go-redis retries a failed dial every second in a goroutine that exits
-	// at its next attempt once its client is closed: give it that long.
-	deadline := time.Now().Add(3 * time.Second)
-	for code == 0 {
-		err := goleak.Find()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			fmt.Fprintln(os.Stderr, "goroutines left running after the tests:", err)
-			code = 1
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	os.Exit(code)
+	os.Exit(redistest.Run(m))
 }
 
 // fleet is a Redis server and the policy's store on it.
