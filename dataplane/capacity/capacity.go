@@ -426,8 +426,8 @@ func (t *Tracker) AcquireAny(s *Slot, candidates []string, start int) (int, Resu
 }
 
 // Saturated reports whether the named backend would refuse a request now
-// (false for a backend without an entry). It is a hint: a slot is only
-// taken by Acquire.
+// (false for a backend without an entry), by this replica's count and
+// signals. It is a hint: a slot is only taken by Acquire.
 func (t *Tracker) Saturated(name string) bool {
 	b := t.current.Load().byName[name]
 	return b != nil && (b.full.Load() || b.inFlight.Load() >= b.max.Load())
@@ -485,7 +485,9 @@ type BackendStats struct {
 	Backend     string
 	InFlight    int
 	MaxInFlight int
-	// Saturated: at MaxInFlight, or a fresh signal over its max.
+	// Saturated: at MaxInFlight, or a fresh signal over its max, as this
+	// replica sees it; with Options.Shared a backend full across the fleet
+	// shows only as refused acquires.
 	Saturated bool
 	// Stale: a signal has had no reading for longer than staleAfter.
 	Stale   bool

@@ -273,3 +273,50 @@ func TestNewRefusesATTLNotLongerThanTheRenewal(t *testing.T) {
 		t.Fatal("no replica name accepted")
 	}
 }
+
+func TestAStoreMarkedDownIsNotCalled(t *testing.T) {
+	f := newFleet(t)
+	a := f.replica("a", 4, Options{FailureMode: redisstore.FailOpen, Replicas: redisstore.StaticReplicas(4)})
+	if err := f.srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.Check(context.Background()); err == nil || f.store.Up() {
+		t.Fatal("the store was not marked down with Redis killed")
+	}
+	var s1, s2 capacity.Slot
+	if got := a.acquire(&s1); got != capacity.Acquired {
+		t.Fatalf("first on a share of 1: %v", got)
+	}
+	if got := a.acquire(&s2); got != capacity.Saturated {
+		t.Fatalf("second on a share of 1: %v", got)
+	}
+	s1.Release()
+}
+
+// One fleet-wide slot: a script round trip to take it, one ZREM to give
+// it back, against a redis-server on loopback.
+func BenchmarkFleetAcquireRelease(b *testing.B) {
+	srv := redistest.Start(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer func() { _ = c.Close() }()
+	st := redisstore.NewWithClient(c, redisstore.Options{Namespace: "ns", Policy: "bench"})
+	defer func() { _ = st.Close() }()
+	l, err := New(Options{Store: func() *redisstore.Store { return st }, Replica: "a"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	tr := capacity.New(capacity.Options{Shared: l})
+	defer tr.Close()
+	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: 1 << 20}}); err != nil {
+		b.Fatal(err)
+	}
+	var s capacity.Slot
+	b.ReportAllocs()
+	for b.Loop() {
+		if tr.Acquire(&s, "vllm-a") != capacity.Acquired {
+			b.Fatal("refused")
+		}
+		s.Release()
+	}
+}
