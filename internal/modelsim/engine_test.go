@@ -148,7 +148,7 @@ func TestFCFSHeadOfLineWaitsForKV(t *testing.T) {
 		t.Fatalf("states first %d big %d small %d: want the small one behind the big one", first.state, big.state, small.state)
 	}
 	s.runUntil(100, "all finished", func() bool { return s.e.idle() })
-	if !(first.firstToken.Before(big.firstToken) && !small.firstToken.Before(big.firstToken)) {
+	if !first.firstToken.Before(big.firstToken) || small.firstToken.Before(big.firstToken) {
 		t.Errorf("first tokens %v, %v, %v: want arrival order", first.firstToken, big.firstToken, small.firstToken)
 	}
 }
@@ -297,5 +297,57 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if _, err := (Config{}).withDefaults(); err != nil {
 		t.Errorf("the defaults fail: %v", err)
+	}
+}
+
+// TestCalibration holds the defaults to the published figures docs/modelsim.md
+// cites (simulated time, so it is exact on any machine): decode steps of
+// about 8-12 ms alone and 30-60 ms at a full batch, prefill at 10-20k tokens
+// a second, and a saturated server at a few thousand output tokens a second.
+func TestCalibration(t *testing.T) {
+	cfg, _ := Config{}.withDefaults()
+	decodeStep := func(batch, context int) time.Duration {
+		return cfg.StepBase + time.Duration(batch)*(cfg.StepPerSeq+time.Duration(context)*cfg.StepPerContextToken)
+	}
+	prefillRate := float64(cfg.MaxNumBatchedTokens) / (cfg.StepBase + cfg.StepPerSeq + time.Duration(cfg.MaxNumBatchedTokens)*cfg.StepPerPrefillToken).Seconds()
+	t.Logf("decode step: batch 1 (1k context) %v, batch 64 %v, batch 256 (512 context) %v; prefill %.0f tokens/s",
+		decodeStep(1, 1000), decodeStep(64, 1000), decodeStep(256, 512), prefillRate)
+	if d := decodeStep(1, 1000); d < 8*time.Millisecond || d > 12*time.Millisecond {
+		t.Errorf("decode step alone %v, want 8-12 ms", d)
+	}
+	if d := decodeStep(256, 512); d < 30*time.Millisecond || d > 60*time.Millisecond {
+		t.Errorf("decode step at 256 %v, want 30-60 ms", d)
+	}
+	if prefillRate < 10_000 || prefillRate > 20_000 {
+		t.Errorf("prefill %.0f tokens/s, want 10-20k", prefillRate)
+	}
+
+	// Saturated: a closed loop keeping 300 requests in the server for a
+	// simulated minute. Short prompts: a few thousand output tokens a
+	// second; long prompts: prefill dominates, so count all tokens.
+	for _, shape := range []struct {
+		prompt, output     int
+		minOut, minAllToks float64
+	}{{512, 256, 1500, 0}, {2000, 200, 0, 5000}} {
+		s := newSim(t, Config{})
+		for range 300 {
+			s.add(shape.prompt, shape.output)
+		}
+		start := s.now
+		for s.now.Sub(start) < time.Minute {
+			before := s.e.counts.Finished
+			s.step()
+			for range s.e.counts.Finished - before {
+				s.add(shape.prompt, shape.output)
+			}
+		}
+		secs := s.now.Sub(start).Seconds()
+		out := float64(s.e.counts.GenerationTokens) / secs
+		all := out + float64(s.e.counts.PromptTokens)/secs
+		t.Logf("saturated, prompt %d output %d: %.0f output tokens/s, %.0f tokens/s in all, %.1f requests/s, KV %.0f%%, %d preemptions",
+			shape.prompt, shape.output, out, all, float64(s.e.counts.Finished)/secs, 100*s.e.stats().KVCacheUsage, s.e.counts.Preemptions)
+		if out < shape.minOut || out > 6000 || all < shape.minAllToks {
+			t.Errorf("saturated: %.0f output tokens/s (want %.0f-6000), %.0f tokens/s in all (want at least %.0f)", out, shape.minOut, all, shape.minAllToks)
+		}
 	}
 }

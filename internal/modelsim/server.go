@@ -300,7 +300,9 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 func writeError(w http.ResponseWriter, code int, typ, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": code}})
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": code}})
 }
 
 // answer renders one request's output in the OpenAI formats.
