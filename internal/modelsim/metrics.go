@@ -29,16 +29,48 @@ var ttftBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.2
 // latencyBuckets are vLLM's buckets for request latencies.
 var latencyBuckets = []float64{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680}
 
+// stateMetric is one gauge or counter read from a Stats snapshot.
+type stateMetric struct {
+	desc  *prometheus.Desc
+	typ   prometheus.ValueType
+	value func(Stats) float64
+}
+
+// stateCollector exports the engine's state and counters from one Stats
+// snapshot per scrape, so that a scrape's values are of one moment.
+type stateCollector struct {
+	s       *Server
+	metrics []stateMetric
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range c.metrics {
+		ch <- m.desc
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.Stats()
+	for _, m := range c.metrics {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(st))
+	}
+}
+
 func (s *Server) registerMetrics() {
 	labels := prometheus.Labels{"model_name": s.cfg.ModelName}
-	gauge := func(name, help string, f func(Stats) float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels},
-			func() float64 { return f(s.Stats()) })
+	metric := func(name, help string, typ prometheus.ValueType, f func(Stats) float64) stateMetric {
+		return stateMetric{desc: prometheus.NewDesc(name, help, nil, labels), typ: typ, value: f}
 	}
-	counter := func(name, help string, f func(Stats) float64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
-			func() float64 { return f(s.Stats()) })
-	}
+	kvUsage := func(st Stats) float64 { return st.KVCacheUsage }
+	s.reg.MustRegister(&stateCollector{s: s, metrics: []stateMetric{
+		metric(MetricRunning, "Requests in the running batch.", prometheus.GaugeValue, func(st Stats) float64 { return float64(st.Running) }),
+		metric(MetricWaiting, "Requests waiting in the server's queue.", prometheus.GaugeValue, func(st Stats) float64 { return float64(st.Waiting) }),
+		metric(MetricKVCacheUsage, "KV-cache usage: 1 means full.", prometheus.GaugeValue, kvUsage),
+		metric(MetricGPUCacheUsage, "KV-cache usage: 1 means full (the name before vLLM V1).", prometheus.GaugeValue, kvUsage),
+		metric(MetricPromptTokens, "Prompt tokens prefilled.", prometheus.CounterValue, func(st Stats) float64 { return float64(st.PromptTokens) }),
+		metric(MetricGenerationTokens, "Output tokens generated.", prometheus.CounterValue, func(st Stats) float64 { return float64(st.GenerationTokens) }),
+		metric(MetricPreemptions, "Running requests preempted for KV space.", prometheus.CounterValue, func(st Stats) float64 { return float64(st.Preemptions) }),
+	}})
 	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
 		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: labels, Buckets: buckets})
 		s.reg.MustRegister(h)
@@ -49,17 +81,7 @@ func (s *Server) registerMetrics() {
 	for _, reason := range []string{"length", "stop"} {
 		success.WithLabelValues(reason) // present from the start, at 0
 	}
-	kvUsage := func(st Stats) float64 { return st.KVCacheUsage }
-	s.reg.MustRegister(
-		gauge(MetricRunning, "Requests in the running batch.", func(st Stats) float64 { return float64(st.Running) }),
-		gauge(MetricWaiting, "Requests waiting in the server's queue.", func(st Stats) float64 { return float64(st.Waiting) }),
-		gauge(MetricKVCacheUsage, "KV-cache usage: 1 means full.", kvUsage),
-		gauge(MetricGPUCacheUsage, "KV-cache usage: 1 means full (the name before vLLM V1).", kvUsage),
-		counter(MetricPromptTokens, "Prompt tokens prefilled.", func(st Stats) float64 { return float64(st.PromptTokens) }),
-		counter(MetricGenerationTokens, "Output tokens generated.", func(st Stats) float64 { return float64(st.GenerationTokens) }),
-		counter(MetricPreemptions, "Running requests preempted for KV space.", func(st Stats) float64 { return float64(st.Preemptions) }),
-		success,
-	)
+	s.reg.MustRegister(success)
 	ttft := histogram(MetricTTFT, "Time to first token, arrival to the first token's step end.", ttftBuckets)
 	queued := histogram(MetricQueueTime, "Time a request waited in the queue before its first admission.", latencyBuckets)
 	e2e := histogram(MetricE2E, "Arrival to the last token.", latencyBuckets)
