@@ -155,7 +155,7 @@ demo-fleet: ## Run three replicas sharing one Redis limit with skewed routing: l
 
 .PHONY: test-e2e
 test-e2e: envtest ## Run the demo's scenario headless with assertions through the whole stack.
-	$(GO) test -tags e2e -count=1 -timeout=10m -v ./test/e2e/
+	$(GO) test -tags e2e -count=1 -timeout=20m -v ./test/e2e/
 
 ##@ Build
 
