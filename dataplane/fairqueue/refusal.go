@@ -1,7 +1,5 @@
 package fairqueue
 
-
-
 // room returns the expected time from now until request a, refused at
 // enqueue with reason, could join. For tenant_queue_full it is when its tenant's head
 // is expected to be admitted: the head's own estimate, made at its enqueue

@@ -43,7 +43,7 @@ type waiter struct {
 	band int
 	// debit is the band credit reserved for its running attempt (see next).
 	debit int64
-	size       uint64 // within [1, MaxCost]; holds its keys when above 1
+	size  uint64 // within [1, MaxCost]; holds its keys when above 1
 
 	state    waiterState
 	admitted bool
