@@ -65,6 +65,7 @@ func (c *Config) Validate() error {
 	c.Store.validate(c, &errs)
 	c.DeferredAdmission.validate(&errs)
 	c.validateCost(&errs)
+	c.Capacity.validate(c.Backends, &errs)
 	return errors.Join(errs...)
 }
 
