@@ -67,9 +67,13 @@ type BackendCapacity struct {
 }
 
 // Saturation says where a backend's metrics are read, how often, and which
-// gauges mark it saturated.
+// gauges mark it saturated. The rules on metricsPath and metricsURL are the
+// object's, so that a refusal never echoes a value that may hold a token.
 // +kubebuilder:validation:XValidation:rule="!(has(self.metricsPath) && has(self.metricsURL))",message="set metricsPath or metricsURL, not both: metricsPath is read from the backend's url, metricsURL from another address"
 // +kubebuilder:validation:XValidation:rule="!has(self.interval) || !has(self.staleAfter) || !self.interval.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') || !self.staleAfter.matches('^(([0-9]{1,5}([.][0-9]+)?h)|([0-9]{1,7}([.][0-9]+)?m)|([0-9]{1,9}([.][0-9]+)?s)|([0-9]{1,12}([.][0-9]+)?ms)|([0-9]{1,15}([.][0-9]+)?us)|([0-9]{1,18}([.][0-9]+)?ns)){1,6}$') || duration(self.staleAfter) > duration(self.interval)",message="staleAfter must be longer than interval (staleAfter defaults to 1s): metrics go stale only when polls fail; set staleAfter to about 4 times interval",fieldPath=".staleAfter"
+// +kubebuilder:validation:XValidation:rule="!has(self.metricsURL) || (isURL(self.metricsURL) && url(self.metricsURL).getScheme() in ['http', 'https'] && size(url(self.metricsURL).getHostname()) != 0)",message="metricsURL must be an absolute http or https URL, such as http://vllm-a.models.svc:8000/metrics",fieldPath=".metricsURL"
+// +kubebuilder:validation:XValidation:rule="!has(self.metricsURL) || !self.metricsURL.matches('^[^/?#]*//[^/?#]*@')",message="metricsURL must not hold credentials (user:password@): a policy is readable by everyone who can read the namespace's policies",fieldPath=".metricsURL"
+// +kubebuilder:validation:XValidation:rule="!has(self.metricsPath) || self.metricsPath.matches('^/[^?#[:space:]]*$')",message="metricsPath must be an absolute path such as /metrics, without spaces, query (?...) or fragment (#...)",fieldPath=".metricsPath"
 type Saturation struct {
 	// metricsPath is the path of the backend's Prometheus metrics, appended
 	// to its url as a request's path is, such as "/metrics": an absolute
@@ -78,7 +82,6 @@ type Saturation struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
-	// +kubebuilder:validation:XValidation:rule="self.matches('^/[^?#[:space:]]*$')",message="metricsPath must be an absolute path such as /metrics, without spaces, query (?...) or fragment (#...)"
 	MetricsPath string `json:"metricsPath,omitempty"`
 
 	// metricsURL is the absolute http or https URL of the backend's
@@ -88,8 +91,6 @@ type Saturation struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && size(url(self).getHostname()) != 0",message="metricsURL must be an absolute http or https URL, such as http://vllm-a.models.svc:8000/metrics"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^/?#]*//[^/?#]*@')",message="metricsURL must not hold credentials (user:password@): a policy is readable by everyone who can read the namespace's policies"
 	MetricsURL string `json:"metricsURL,omitempty"`
 
 	// interval is the time between two polls of the metrics, from 50ms to

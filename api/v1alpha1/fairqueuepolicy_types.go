@@ -115,7 +115,7 @@ const (
 // FairQueuePolicySpec is the desired admission policy of one shared HTTP API:
 // how callers are identified, which rate limits apply, whether and how refused
 // requests are fairly queued, request timeouts and the backends to proxy to.
-// +kubebuilder:validation:XValidation:rule="!has(self.capacity) || self.capacity.backends.all(c, self.backends.exists(b, b.name == c.name))",message="capacity.backends names a backend that is not in spec.backends; name one of spec.backends",messageExpression="'capacity.backends names ' + self.capacity.backends.filter(c, !self.backends.exists(b, b.name == c.name))[0].name + ', which is not in spec.backends; name one of spec.backends'",fieldPath=".capacity.backends"
+// +kubebuilder:validation:XValidation:rule="!has(self.capacity) || self.capacity.backends.all(c, self.backends.exists(b, b.name == c.name))",message="capacity.backends names a backend that is not in spec.backends; each entry must name one of spec.backends",fieldPath=".capacity.backends"
 // +kubebuilder:validation:XValidation:rule="!has(self.fairQueuing) || !has(self.fairQueuing.cost) || self.fairQueuing.cost != 'Tokens' || (has(self.deferredAdmission) && has(self.deferredAdmission.enabled) && self.deferredAdmission.enabled)",message="fairQueuing.cost Tokens needs deferredAdmission.enabled: token-weighted fairness charges the reservation that deferred admission estimates",fieldPath=".fairQueuing.cost"
 type FairQueuePolicySpec struct {
 	// identity says where the data plane finds a request's API key, user,
