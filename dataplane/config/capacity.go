@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"math"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -136,16 +135,7 @@ func (s *Saturation) validate(path string, errs *fieldErrors) {
 	if s == nil {
 		return
 	}
-	// As for backend URLs, messages never quote the URL: it may hold a token.
-	u, err := url.Parse(s.MetricsURL)
-	switch {
-	case err != nil:
-		errs.add(path+".metricsURL", "must be an absolute http or https URL, got a value of %d characters that does not parse", len(s.MetricsURL))
-	case u.Scheme != "http" && u.Scheme != "https":
-		errs.add(path+".metricsURL", "scheme must be http or https, got %q", u.Scheme)
-	case u.Host == "":
-		errs.add(path+".metricsURL", "must have a host")
-	}
+	validateHTTPURL(path+".metricsURL", s.MetricsURL, errs)
 	positive(path+".interval", s.Interval, errs)
 	positive(path+".staleAfter", s.StaleAfter, errs)
 	positive(path+".timeout", s.Timeout, errs)
