@@ -86,7 +86,7 @@ func (f *fleet) replica(name string, maxInFlight int, o Options) *replica {
 	f.t.Cleanup(l.Close)
 	tr := capacity.New(capacity.Options{Shared: l})
 	f.t.Cleanup(tr.Close)
-	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: maxInFlight}}); err != nil {
+	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: int32(maxInFlight)}}); err != nil {
 		f.t.Fatal(err)
 	}
 	r := &replica{tr: tr, leases: l, clk: clk, rooms: rooms}
