@@ -214,11 +214,17 @@ func TestACrashedReplicasSlotsComeBackWithinTheTTL(t *testing.T) {
 	b1.Release()
 }
 
+// fast renews every 100 ms with a 300 ms TTL, so that expiry shows in a
+// test's time.
+var fast = Options{RenewInterval: 100 * time.Millisecond, TTL: 300 * time.Millisecond}
+
+// pair starts replicas a and b of one slot each with o.
+func (f *fleet) pair(o Options) (a, b *replica) { return f.replica("a", 1, o), f.replica("b", 1, o) }
+
 func TestALiveReplicasLeasesAreRenewedPastTheTTL(t *testing.T) {
 	f := newFleet(t)
-	const ttl = 300 * time.Millisecond
-	o := Options{RenewInterval: 100 * time.Millisecond, TTL: ttl}
-	a, b := f.replica("a", 1, o), f.replica("b", 1, o)
+	ttl := fast.TTL
+	a, b := f.pair(fast)
 	var a1, b1 capacity.Slot
 	if a.acquire(&a1) != capacity.Acquired {
 		t.Fatal("first acquire refused")
@@ -240,7 +246,7 @@ func TestALiveReplicasLeasesAreRenewedPastTheTTL(t *testing.T) {
 
 func TestARenewalRestoresALeaseThatExpiredWhileItsRequestRuns(t *testing.T) {
 	f := newFleet(t)
-	a := f.replica("a", 2, Options{RenewInterval: 100 * time.Millisecond, TTL: 300 * time.Millisecond})
+	a := f.replica("a", 2, fast)
 	var a1 capacity.Slot
 	a.acquire(&a1)
 	if err := f.client.Del(context.Background(), key(f.store, "vllm-a")).Err(); err != nil {
@@ -357,7 +363,7 @@ func BenchmarkFleetAcquireRelease(b *testing.B) {
 
 func TestAReleaseWakesTheOtherReplicasWaitersOnlyWhileContended(t *testing.T) {
 	f := newFleet(t)
-	a, b := f.replica("a", 1, Options{}), f.replica("b", 1, Options{})
+	a, b := f.pair(Options{})
 	var a1, b1 capacity.Slot
 	a.acquire(&a1)
 	a1.Release() // nobody refused: no message
@@ -385,18 +391,16 @@ func TestAReleaseWakesTheOtherReplicasWaitersOnlyWhileContended(t *testing.T) {
 
 func TestACrashedReplicasExpiredSlotsWakeTheWaiters(t *testing.T) {
 	f := newFleet(t)
-	const ttl = 300 * time.Millisecond
-	o := Options{RenewInterval: 100 * time.Millisecond, TTL: ttl}
-	a, b := f.replica("a", 1, o), f.replica("b", 1, o)
+	a, b := f.pair(fast)
 	var a1, b1 capacity.Slot
 	a.acquire(&a1)
 	a.crash()
 	if b.acquire(&b1) != capacity.Saturated {
 		t.Fatal("b not refused")
 	}
-	time.Sleep(ttl + 50*time.Millisecond) // Redis's clock: the lease expires
+	time.Sleep(fast.TTL + 50*time.Millisecond) // Redis's clock: the lease expires
 	testutil.Eventually(t, "b's heartbeat ticker", b.clk.HasWaiters)
-	b.clk.Step(o.RenewInterval) // b's heartbeat sweeps the expired lease
+	b.clk.Step(fast.RenewInterval) // b's heartbeat sweeps the expired lease
 	b.room(t, "the crashed replica's lease expiring")
 	if b.acquire(&b1) != capacity.Acquired {
 		t.Fatal("b refused after the expiry")
