@@ -320,9 +320,10 @@ func (p *Pacer) AllowBand(now time.Time, tenant string, band int, key string) (b
 	if next.Before(now) {
 		next = now
 	}
-	// One interval of tolerance: a gate admits at most two requests back
-	// to back, then one per interval.
-	if wait := next.Sub(now) - interval; wait > 0 {
+	// One interval of tolerance, at least gateJitter: a gate admits at most
+	// two requests back to back (more above 1/gateJitter per second), then
+	// one per interval.
+	if wait := next.Sub(now) - tolerance(interval); wait > 0 {
 		ts.held = true
 		return false, min(wait, p.opts.Period)
 	}
@@ -702,8 +703,18 @@ func (p *Pacer) Gates(key string) map[string]float64 {
 // open opens the gate: local fairness only.
 func (ts *tenantState) open() { ts.rate, ts.closed = 0, false }
 
+// gateJitter is the least tolerance of a gate: a replica's waiter that
+// wakes this late (a busy CPU, a slow Redis call) still finds its turn, so
+// a fast gate (above 40/s, an interactive band taking most of a key) does
+// not lose capacity to every scheduling delay longer than its interval.
+const gateJitter = 25 * time.Millisecond
+
+// tolerance is how far ahead of now a gate of the given interval may have
+// scheduled its next turn and still pass a request.
+func tolerance(interval time.Duration) time.Duration { return max(interval, gateJitter) }
+
 // setRate changes the gate's rate. At a steady rate the theoretical arrival
-// time is at most two intervals ahead (one interval plus the tolerance); a
+// time is at most one interval plus the tolerance ahead; a
 // turn scheduled further ahead at a lower rate is pulled back to that, so a
 // tenant owed more is not held back by its old pace, and a steady gate is
 // left alone.
@@ -712,7 +723,8 @@ func (ts *tenantState) setRate(now time.Time, rate float64) {
 	if rate <= 0 {
 		return
 	}
-	if limit := now.Add(2 * time.Duration(float64(time.Second)/rate)); ts.tat.After(limit) {
+	interval := time.Duration(float64(time.Second) / rate)
+	if limit := now.Add(interval + tolerance(interval)); ts.tat.After(limit) {
 		ts.tat = limit
 	}
 }
