@@ -111,19 +111,7 @@ func TestRealRedisFleetBands(t *testing.T) {
 					load.steady(ctx, reps[i], l.tenant, l.rate/float64(len(l.on)), &sent)
 				}
 			}
-			defer func() {
-				cancel()
-				for _, r := range reps {
-					r.close(t)
-				}
-				stopped := make(chan struct{})
-				go func() { load.wg.Wait(); close(stopped) }()
-				select {
-				case <-stopped:
-				case <-time.After(10 * time.Second):
-					t.Error("clients still blocked in Admit 10s after their replicas closed")
-				}
-			}()
+			defer stopFleet(t, cancel, reps, load)
 
 			time.Sleep(warm)
 			s0, sent0 := load.snapshot(), sent.Load()

@@ -19,6 +19,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -56,16 +57,8 @@ func TestBanded(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Banded(tc.capacity, tc.minShares, tc.bands, tc.weights, tc.demands)
-			sum := 0.0
-			for i := range got {
-				sum += got[i]
-				if math.Abs(got[i]-tc.want[i]) > 1e-9 {
-					t.Fatalf("Banded(%v, %v, %v, %v, %v) = %v, want %v", tc.capacity, tc.minShares, tc.bands, tc.weights, tc.demands, got, tc.want)
-				}
-			}
-			if sum > tc.capacity+1e-9 {
-				t.Fatalf("allocations sum to %v, more than the capacity %v", sum, tc.capacity)
-			}
+			checkAllocation(t, got, tc.want, tc.capacity,
+				fmt.Sprintf("Banded(%v, %v, %v, %v, %v)", tc.capacity, tc.minShares, tc.bands, tc.weights, tc.demands))
 		})
 	}
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package fleet
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -42,17 +43,24 @@ func TestMaxMin(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := MaxMin(tc.capacity, tc.weights, tc.demands)
-			sum := 0.0
-			for i := range got {
-				sum += got[i]
-				if math.Abs(got[i]-tc.want[i]) > 1e-9 {
-					t.Fatalf("MaxMin(%v, %v, %v) = %v, want %v", tc.capacity, tc.weights, tc.demands, got, tc.want)
-				}
-			}
-			if sum > tc.capacity+1e-9 {
-				t.Fatalf("allocations sum to %v, more than the capacity %v", sum, tc.capacity)
-			}
+			checkAllocation(t, got, tc.want, tc.capacity, fmt.Sprintf("MaxMin(%v, %v, %v)", tc.capacity, tc.weights, tc.demands))
 		})
+	}
+}
+
+// checkAllocation fails the test unless got is want (call names the call
+// that returned it) and sums to at most capacity.
+func checkAllocation(t *testing.T, got, want []float64, capacity float64, call string) {
+	t.Helper()
+	sum := 0.0
+	for i := range got {
+		sum += got[i]
+		if math.Abs(got[i]-want[i]) > 1e-9 {
+			t.Fatalf("%s = %v, want %v", call, got, want)
+		}
+	}
+	if sum > capacity+1e-9 {
+		t.Fatalf("%s: allocations sum to %v, more than the capacity %v", call, sum, capacity)
 	}
 }
 
