@@ -122,9 +122,10 @@ limitations under the License.
 // own configuration, so its plan is the one it would compute had that
 // replica known them. While both kinds of replica pace one key the gates no
 // longer agree, so the bands hold only approximately, but the shared bucket
-// still holds the fleet to C (in the simulation, with one old replica of
-// three, a flooding interactive tenant got its whole 90/s allocation
-// without a minShare and 68/s of its 72/s with a batch minShare of 0.2). The band
+// still holds the fleet to C: in the simulation, with one old replica of
+// three pacing the batch tenants there to their share without bands, a
+// flooding interactive tenant got 67.5/s of its 90/s allocation (61.7/s of
+// 72/s with a batch minShare of 0.2), against 22.5/s without bands. The band
 // table (the minShares) is the one of the report with the smallest replica
 // name, so the replicas agree on it while a reload reaches them one by one.
 //
