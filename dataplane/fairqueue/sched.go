@@ -129,8 +129,14 @@ func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 	}
 	retryAfter := max(int64(a.retryAfter), 0)
 	c := costOf(a.cost)
-	band, lowered := s.bandFor(a.tenant, a.band)
-	t, overflow := s.queueFor(now, a.tenant, band, lowered)
+	// The tenant's own queue, when it has one, knows its band: one map
+	// lookup on the common path.
+	own := s.tenants[a.tenant]
+	band, lowered := s.bandWith(own, a.tenant, a.band)
+	t, overflow := own, false
+	if own == nil || lowered {
+		t, overflow = s.queueFor(now, a.tenant, band, lowered)
+	}
 	o := &s.orders[band]
 	if t != nil {
 		o = s.order(t) // after a reload, until it drains
@@ -266,7 +272,7 @@ func (s *sched) pick() *fairOrder {
 			case o.share == 0:
 			case o.depth == 0:
 				o.credit = 0
-			case o.ready.len() > 0 && o.credit >= int64(o.ready.top().head().cost)*shareOne:
+			case o.credit >= shareOne && o.ready.len() > 0 && o.credit >= int64(o.ready.top().head().cost)*shareOne:
 				return o
 			}
 		}
@@ -462,10 +468,21 @@ func (s *sched) nextWake() (int64, bool) {
 // scheduled in: the tenant's band, or req when that is a lower band (a
 // larger index) that exists, reported by lowered. 0 without bands.
 func (s *sched) bandFor(tenantKey string, req int) (band int, lowered bool) {
+	return s.bandWith(s.tenants[tenantKey], tenantKey, req)
+}
+
+// bandWith is bandFor given the tenant's own queue, own (nil when it has
+// none), whose band is its tenant's.
+func (s *sched) bandWith(own *tenant, tenantKey string, req int) (band int, lowered bool) {
 	if len(s.weights.Bands) == 0 {
 		return 0, false
 	}
-	b := s.weights.BandOf(tenantKey)
+	var b int
+	if own != nil {
+		b = own.band
+	} else {
+		b = s.weights.BandOf(tenantKey)
+	}
 	if req > b && req < len(s.weights.Bands) {
 		return req, true
 	}
