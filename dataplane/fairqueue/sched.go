@@ -488,9 +488,3 @@ func (s *sched) bandWith(own *tenant, tenantKey string, req int) (band int, lowe
 	}
 	return b, false
 }
-
-// bandName names the band of bandFor(tenantKey, req); "" without bands.
-func (s *sched) bandName(tenantKey string, req int) string {
-	b, _ := s.bandFor(tenantKey, req)
-	return s.weights.BandName(b)
-}
