@@ -529,7 +529,7 @@ type FairQueuing struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:XValidation:rule="self.map(b, has(b.minShare) ? b.minShare : 0.0).sum() < 1.0",message="the minShare of all priorityBands must sum to less than 1: they are fractions of the same grants, and the highest band needs the rest"
-	// +kubebuilder:validation:XValidation:rule="!has(self[0].minShare) || self[0].minShare == 0.0",message="the highest band (the first of priorityBands) must not set minShare: it already receives every grant it can use; set minShare on a lower band"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || !has(self[0].minShare) || self[0].minShare == 0.0",message="the highest band (the first of priorityBands) must not set minShare: it already receives every grant it can use; set minShare on a lower band"
 	PriorityBands []PriorityBand `json:"priorityBands,omitempty"`
 
 	// defaultBand is the band of every tenant that neither a weights entry
