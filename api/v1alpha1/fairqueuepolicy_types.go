@@ -594,9 +594,9 @@ type WeightsSource struct {
 	SecretRef LocalSecretReference `json:"secretRef"`
 
 	// band, one of priorityBands, puts every identity the Secret holds in
-	// that band: each data value (surrounding whitespace removed) is one
-	// raw identity matching tenantDimension, at most 4096 across all such
-	// Secrets, at defaultWeight. This keeps band membership in Secrets, for
+	// that band: each data value is one raw identity matching
+	// tenantDimension, on one line (surrounding whitespace is removed), at
+	// most 4096 across all such Secrets, at defaultWeight. This keeps band membership in Secrets, for
 	// GitOps. A weights entry naming the same identity sets its weight, and
 	// its band when the entry names one; an identity in several such Secrets
 	// is in the band of the first listed. Unset by default: the Secret only

@@ -151,6 +151,8 @@ func TestRenderBandFailures(t *testing.T) {
 	}{
 		{"an empty value", map[string]string{"GOLD": "sk-secret-value", "EMPTY": " \n"},
 			`Secret "premium-keys" (spec.fairQueuing.weightsFrom[2], band "interactive") key "EMPTY" is empty`},
+		{"a list in one value", map[string]string{"KEYS": "sk-secret-value-1\nsk-secret-value-2\n"},
+			`Secret "premium-keys" (spec.fairQueuing.weightsFrom[2], band "interactive") key "KEYS" holds several lines`},
 		{"more identities than a ConfigMap holds", many,
 			"the weightsFrom Secrets with a band hold more than 4096 identities"},
 	}

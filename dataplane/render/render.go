@@ -310,6 +310,13 @@ func bandMembers(fq *fqv1alpha1.FairQueuing, sources []*corev1.Secret, key []byt
 					"Secret %q (spec.fairQueuing.weightsFrom[%d], band %q) key %q is empty: every value of a Secret with a band is one identity; fill it in or remove the key",
 					s.Name, i, src.Band, k)
 			}
+			// No identity spans lines (header values cannot), so this is a
+			// list pasted into one value, which would match nobody.
+			if strings.ContainsAny(id, "\r\n") {
+				return nil, Invalid(fqv1alpha1.ReasonInvalid,
+					"Secret %q (spec.fairQueuing.weightsFrom[%d], band %q) key %q holds several lines: every value of a Secret with a band is one identity; give each identity a key of its own",
+					s.Name, i, src.Band, k)
+			}
 			if members++; members > maxBandMembers {
 				return nil, Invalid(fqv1alpha1.ReasonInvalid,
 					"the weightsFrom Secrets with a band hold more than %d identities; place fewer identities in bands (for example bands of teams, with tenantDimension team) and leave the rest to defaultBand", maxBandMembers)
