@@ -50,6 +50,9 @@ const (
 	QueueGrantsName = "rate_limit_fair_queue_grants_total"
 	// QueueRefusedName counts queue refusals, by tenant_dimension and reason.
 	QueueRefusedName = "rate_limit_fair_queue_refused_total"
+	// QueueBandIgnoredName counts request band headers ignored, by reason:
+	// an unknown band, or one above the tenant's.
+	QueueBandIgnoredName = "rate_limit_fair_queue_band_header_ignored_total"
 	// DecisionsName counts limiter bucket checks, by dimension and outcome.
 	DecisionsName = "rate_limit_decisions_total"
 )
@@ -83,7 +86,14 @@ type Metrics struct {
 	refusedBy    [len(tenantDimensions)][len(reasons)]prometheus.Counter
 	decisions    [limiter.NumDimensions][limiter.NumOutcomes]prometheus.Counter
 	decisionsVec *prometheus.CounterVec
+
+	bandIgnored   *prometheus.CounterVec
+	bandIgnoredBy [len(bandIgnoredReasons)]prometheus.Counter
 }
+
+// bandIgnoredReasons are the reason label values of QueueBandIgnoredName
+// (admission.BandIgnoredUnknown and admission.BandIgnoredRaise).
+var bandIgnoredReasons = [...]string{"unknown", "raise"}
 
 var (
 	_ fairqueue.Observer = (*Metrics)(nil)
@@ -102,6 +112,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		refused: collector.CounterVec(QueueRefusedName, "Requests refused at enqueue or after waiting, by reason.", "tenant_dimension", "reason"),
 		decisionsVec: collector.CounterVec(DecisionsName, "Rate-limit bucket checks by dimension (limit_type) and outcome.",
 			"dimension", "outcome"),
+		bandIgnored: collector.CounterVec(QueueBandIgnoredName,
+			"Request band headers ignored: naming no configured band (unknown) or a band above the tenant's (raise).", "reason"),
+	}
+	for i, r := range bandIgnoredReasons {
+		m.bandIgnoredBy[i] = m.bandIgnored.WithLabelValues(r)
 	}
 	for i, d := range tenantDimensions {
 		m.waitBy[i] = m.wait.WithLabelValues(string(d))
@@ -116,7 +131,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 
-	if err := registerAll(reg, "data-plane metrics", "New", m.depth, m.tenants, m.wait, m.grants, m.refused, m.decisionsVec); err != nil {
+	if err := registerAll(reg, "data-plane metrics", "New", m.depth, m.tenants, m.wait, m.grants, m.refused, m.decisionsVec, m.bandIgnored); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -176,6 +191,17 @@ func (m *Metrics) Refused(dimension string, reason fairqueue.Reason) {
 		d = dimension
 	}
 	m.refused.WithLabelValues(d, unknownLabel).Inc()
+}
+
+// BandIgnored implements admission.BandObserver: it counts a request band
+// header ignored for reason; a reason outside the known set is not counted.
+func (m *Metrics) BandIgnored(reason string) {
+	for i, r := range bandIgnoredReasons {
+		if r == reason {
+			m.bandIgnoredBy[i].Inc()
+			return
+		}
+	}
 }
 
 // ObserveDecision implements limiter.Observer.

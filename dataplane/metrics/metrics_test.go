@@ -159,6 +159,8 @@ func TestLintAndLabelNames(t *testing.T) {
 		QueueGrantsName:  {"tenant_dimension"},
 		QueueRefusedName: {"tenant_dimension", "reason"},
 		DecisionsName:    {"dimension", "outcome"},
+
+		QueueBandIgnoredName: {"reason"},
 	}
 	seen := map[string]bool{}
 	eachFamily(t, reg, func(mf *dto.MetricFamily) {

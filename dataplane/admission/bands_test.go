@@ -1,0 +1,204 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package admission
+
+import (
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+)
+
+// threeBands is a fair-queuing config with bands interactive, standard and
+// batch, in which h-gold is interactive, h-bronze batch and everyone else
+// standard.
+func threeBands() *config.Config {
+	return &config.Config{FairQueuing: config.FairQueuing{
+		Enabled: true, TenantDimension: identity.DimensionUser, DefaultWeight: 1,
+		Bands:       []config.Band{{Name: "interactive"}, {Name: "standard", MinShare: 0.1}, {Name: "batch", MinShare: 0.05}},
+		DefaultBand: "standard",
+		Weights: []config.Weight{
+			{TenantHash: "h-gold", Weight: 3, Band: "interactive"},
+			{TenantHash: "h-bronze", Weight: 1, Band: "batch"},
+			{TenantHash: "h-silver", Weight: 2},
+		},
+	}}
+}
+
+func TestCompileBands(t *testing.T) {
+	cases := []struct {
+		name    string
+		edit    func(*config.FairQueuing)
+		want    fairqueue.Weights
+		wantErr string
+	}{{
+		name: "no bands: one band, as before bands existed",
+		edit: func(f *config.FairQueuing) {
+			f.Bands, f.DefaultBand = nil, ""
+			for i := range f.Weights {
+				f.Weights[i].Band = ""
+			}
+		},
+		want: fairqueue.Weights{Default: 1, ByTenant: map[string]int{"h-gold": 3, "h-bronze": 1, "h-silver": 2}},
+	}, {
+		name: "bands, the default and each weighted tenant's band",
+		edit: func(*config.FairQueuing) {},
+		want: fairqueue.Weights{
+			Default: 1, ByTenant: map[string]int{"h-gold": 3, "h-bronze": 1, "h-silver": 2},
+			Bands:       []fairqueue.Band{{Name: "interactive"}, {Name: "standard", MinShare: 0.1}, {Name: "batch", MinShare: 0.05}},
+			DefaultBand: 1,
+			TenantBand:  map[string]int{"h-gold": 0, "h-bronze": 2},
+		},
+	}, {
+		name: "no default band named: the lowest",
+		edit: func(f *config.FairQueuing) { f.DefaultBand = "" },
+		want: fairqueue.Weights{
+			Default: 1, ByTenant: map[string]int{"h-gold": 3, "h-bronze": 1, "h-silver": 2},
+			Bands:       []fairqueue.Band{{Name: "interactive"}, {Name: "standard", MinShare: 0.1}, {Name: "batch", MinShare: 0.05}},
+			DefaultBand: 2,
+			TenantBand:  map[string]int{"h-gold": 0, "h-bronze": 2},
+		},
+	}, {
+		name:    "unknown default band",
+		edit:    func(f *config.FairQueuing) { f.DefaultBand = "gold" },
+		wantErr: `fairQueuing.defaultBand: "gold" is not among fairQueuing.bands ("interactive", "standard", "batch")`,
+	}, {
+		name:    "unknown band of a weight",
+		edit:    func(f *config.FairQueuing) { f.Weights[1].Band = "bulk" },
+		wantErr: `fairQueuing.weights[1].band: "bulk" is not among`,
+	}, {
+		name:    "duplicate band",
+		edit:    func(f *config.FairQueuing) { f.Bands[2].Name = "interactive" },
+		wantErr: `fairQueuing.bands[2].name: "interactive" duplicates fairQueuing.bands[0]`,
+	}, {
+		name:    "unnamed band",
+		edit:    func(f *config.FairQueuing) { f.Bands[1].Name = "" },
+		wantErr: "fairQueuing.bands[1].name: must not be empty",
+	}, {
+		name:    "minShare of 1",
+		edit:    func(f *config.FairQueuing) { f.Bands[1].MinShare = 1 },
+		wantErr: "fairQueuing.bands[1].minShare: must be in [0, 1), got 1",
+	}, {
+		name:    "negative minShare",
+		edit:    func(f *config.FairQueuing) { f.Bands[1].MinShare = -0.1 },
+		wantErr: "fairQueuing.bands[1].minShare: must be in [0, 1)",
+	}, {
+		name:    "minShares summing to 1",
+		edit:    func(f *config.FairQueuing) { f.Bands[1].MinShare, f.Bands[2].MinShare = 0.5, 0.5 },
+		wantErr: "fairQueuing.bands: the minShares sum to 1",
+	}, {
+		name: "too many bands",
+		edit: func(f *config.FairQueuing) {
+			for i := range fairqueue.MaxBands {
+				f.Bands = append(f.Bands, config.Band{Name: "extra" + string(rune('a'+i))})
+			}
+		},
+		wantErr: "fairQueuing.bands: at most 8 priority bands, got 11",
+	}, {
+		name: "a weight's band without bands",
+		edit: func(f *config.FairQueuing) {
+			f.Bands, f.DefaultBand = nil, ""
+			f.Weights[2].Band = "standard"
+			f.Weights[0].Band, f.Weights[1].Band = "", ""
+		},
+		wantErr: `fairQueuing.weights[2].band: "standard" names a band but fairQueuing.bands is empty`,
+	}, {
+		name:    "a default band without bands",
+		edit:    func(f *config.FairQueuing) { f.Bands = nil; f.Weights = nil },
+		wantErr: `fairQueuing.defaultBand: "standard" names a band but fairQueuing.bands is empty`,
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := threeBands()
+			tc.edit(&cfg.FairQueuing)
+			p, err := compile(cfg, nil, nil)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("compile = %v, want an error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.queues.weights; !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("weights = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// bandLog counts the request bands ignored, by reason.
+type bandLog struct {
+	mu      sync.Mutex
+	ignored map[string]int
+}
+
+func (l *bandLog) BandIgnored(reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ignored == nil {
+		l.ignored = map[string]int{}
+	}
+	l.ignored[reason]++
+}
+
+func TestRequestBand(t *testing.T) {
+	gold, silver, bronze := identity.Set{User: "h-gold"}, identity.Set{User: "h-silver"}, identity.Set{User: "h-bronze"}
+	cases := []struct {
+		name        string
+		off         bool
+		id          identity.Set
+		band        string
+		want        int
+		wantIgnored map[string]int
+	}{
+		{name: "no band asked", id: gold, want: 0},
+		{name: "interactive tenant lowers to batch", id: gold, band: "batch", want: 2},
+		{name: "interactive tenant lowers to standard", id: gold, band: "standard", want: 1},
+		{name: "default-band tenant lowers to batch", id: silver, band: "batch", want: 2},
+		{name: "its own band changes nothing and is no raise", id: silver, band: "standard", want: 1},
+		{name: "batch tenant cannot raise", id: bronze, band: "interactive", want: 0, wantIgnored: map[string]int{"raise": 1}},
+		{name: "default-band tenant cannot raise", id: silver, band: "interactive", want: 0, wantIgnored: map[string]int{"raise": 1}},
+		{name: "unknown band", id: gold, band: "Batch", want: 0, wantIgnored: map[string]int{"unknown": 1}},
+		{name: "no tenant identity: nothing to schedule", id: identity.Set{}, band: "nonsense", want: 0},
+		{name: "fair queuing off: nothing to schedule", off: true, id: gold, band: "nonsense", want: 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := threeBands()
+			cfg.FairQueuing.Enabled = !tc.off
+			var log bandLog
+			c, err := NewController(t0Clock(), cfg, Options{Bands: &log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			r := Request{Identity: tc.id, Band: tc.band}
+			if got := c.requestBand(&r); got != tc.want {
+				t.Errorf("requestBand = %d, want %d", got, tc.want)
+			}
+			if !reflect.DeepEqual(log.ignored, tc.wantIgnored) {
+				t.Errorf("ignored = %v, want %v", log.ignored, tc.wantIgnored)
+			}
+		})
+	}
+}
