@@ -105,11 +105,11 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 	now := q.now()
 	switch {
 	case q.closed:
-		q.obs.Refused(r.Dimension, ReasonShutdown)
+		q.obs.Refused(r.Dimension, q.s.bandName(r.Tenant, r.Band), ReasonShutdown)
 		q.mu.Unlock()
 		return Result{Reason: ReasonShutdown, RetryAfter: r.RetryAfter}, nil
 	case q.disabled:
-		q.obs.Refused(r.Dimension, ReasonDisabled)
+		q.obs.Refused(r.Dimension, q.s.bandName(r.Tenant, r.Band), ReasonDisabled)
 		q.mu.Unlock()
 		return Result{Reason: ReasonDisabled, RetryAfter: r.RetryAfter}, nil
 	}
@@ -124,7 +124,7 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 	w, reason, pos, est := q.s.enqueue(now, &a)
 	if w == nil {
 		retryAfter := time.Duration(q.s.refusalRetry(now, &a, reason, est))
-		q.obs.Refused(r.Dimension, reason)
+		q.obs.Refused(r.Dimension, q.s.bandName(r.Tenant, r.Band), reason)
 		q.mu.Unlock()
 		return Result{Reason: reason, Position: pos, Estimate: time.Duration(est), RetryAfter: retryAfter}, nil
 	}
@@ -185,9 +185,9 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 		res, err := q.resultLocked(w), w.err
 		switch {
 		case res.Admitted:
-			q.obs.Granted(w.dim, res.Waited)
+			q.obs.Granted(w.dim, q.s.weights.BandName(res.Band), res.Waited)
 		case res.Reason != "":
-			q.obs.Refused(w.dim, res.Reason)
+			q.obs.Refused(w.dim, q.s.weights.BandName(res.Band), res.Reason)
 		}
 		q.obs.QueueChanged(q.s.depth, q.s.active)
 		q.s.release(w)

@@ -340,3 +340,19 @@ func (s *sched) nextWake() (int64, bool) {
 	}
 	return wake, ok
 }
+
+// bandFor returns the band a request of tenantKey asking for band req is
+// scheduled in: the tenant's band, or req when that is a lower band (a
+// larger index) that exists. 0 without bands.
+func (s *sched) bandFor(tenantKey string, req int) int {
+	b := s.weights.BandOf(tenantKey)
+	if req > b && req < len(s.weights.Bands) {
+		return req
+	}
+	return b
+}
+
+// bandName names the band of bandFor(tenantKey, req); "" without bands.
+func (s *sched) bandName(tenantKey string, req int) string {
+	return s.weights.BandName(s.bandFor(tenantKey, req))
+}
