@@ -491,7 +491,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 	case res.Admitted:
 		dec := Decision{Allowed: true, Status: StatusOK, Quota: last.Tightest, HasQuota: last.HasQuota, Queue: info}
 		if cost := c.queueCost(r); cost > 1 {
-			dec.settle = settlement{accounted: cost, fq: c.queue, fqTenant: tenant, fqBand: r.band}
+			dec.settle = settlement{accounted: cost, fq: c.queue, fqTenant: tenant, fqBand: res.Band}
 		}
 		return dec
 	case res.Reason == fairqueue.ReasonDisabled:

@@ -16,8 +16,6 @@ limitations under the License.
 
 package admission
 
-import "github.com/fairqueue/fairqueue/dataplane/fairqueue"
-
 // Reasons a request's band (Request.Band) is ignored, as a BandObserver
 // sees them.
 const (
@@ -83,11 +81,4 @@ func (c *Controller) bandName(i int) string {
 		return q.weights.BandName(i)
 	}
 	return ""
-}
-
-// adjust corrects by delta the cost queue q charged tenant for a request
-// scheduled in band (fairQueuing.cost Tokens).
-func adjust(q *fairqueue.Queue, tenant string, band int, delta int64) {
-	_ = band // the queue keeps one virtual time per tenant across its bands
-	q.Adjust(tenant, delta)
 }

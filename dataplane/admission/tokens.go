@@ -99,7 +99,8 @@ type settlement struct {
 	// accounted is the reservation a queue charged a tenant for.
 	accounted int64
 	// fq and dq are the queues (fair queue, deferral queue) that charged
-	// tenant fqTenant / dqTenant in band fqBand / dqBand, nil when none did.
+	// tenant fqTenant / dqTenant, scheduled in band fqBand / dqBand (a
+	// lowered request's queue is its own), nil when none did.
 	fq, dq             *fairqueue.Queue
 	fqTenant, dqTenant string
 	fqBand, dqBand     int
@@ -352,7 +353,7 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 				c.log.V(1).Info("Could not give back the tokens of a hold the client left", "err", rerr)
 			}
 			if cost > 1 {
-				adjust(q, tenant, r.band, -cost)
+				q.AdjustIn(tenant, res.Band, -cost)
 			}
 		}
 		dec.Tokens.Waited += ahead
@@ -367,7 +368,7 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 	case res.Admitted:
 		c.reserved(keys, r.Tokens, &dec, last)
 		if cost > 1 {
-			dec.settle.dq, dec.settle.dqTenant, dec.settle.dqBand = q, tenant, r.band
+			dec.settle.dq, dec.settle.dqTenant, dec.settle.dqBand = q, tenant, res.Band
 			dec.settle.accounted = r.Tokens
 		}
 		return dec
@@ -433,7 +434,7 @@ func (c *Controller) undoCount(r Request, dec *Decision) {
 		c.log.V(1).Info("Could not give back request-count tokens of a request refused for its token budget", "err", err)
 	}
 	if st := &dec.settle; st.fq != nil && st.accounted > 0 {
-		adjust(st.fq, st.fqTenant, st.fqBand, -st.accounted)
+		st.fq.AdjustIn(st.fqTenant, st.fqBand, -st.accounted)
 		st.fq = nil
 	}
 }
@@ -448,10 +449,10 @@ func (c *Controller) settle(r Request, st *settlement, used int64) error {
 	if st.accounted > 0 {
 		delta := used - st.accounted
 		if st.fq != nil {
-			adjust(st.fq, st.fqTenant, st.fqBand, delta)
+			st.fq.AdjustIn(st.fqTenant, st.fqBand, delta)
 		}
 		if st.dq != nil {
-			adjust(st.dq, st.dqTenant, st.dqBand, delta)
+			st.dq.AdjustIn(st.dqTenant, st.dqBand, delta)
 		}
 	}
 	if st.reserved <= 0 {
