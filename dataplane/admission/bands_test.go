@@ -17,14 +17,17 @@ limitations under the License.
 package admission
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
 )
 
 // threeBands is a fair-queuing config with bands interactive, standard and
@@ -200,5 +203,54 @@ func TestRequestBand(t *testing.T) {
 				t.Errorf("ignored = %v, want %v", log.ignored, tc.wantIgnored)
 			}
 		})
+	}
+}
+
+// TestTokenCostSettlesInTheLoweredQueue: with fairQueuing.cost Tokens, the
+// settle correction of a request that lowered its band reaches the queue it
+// waited in, so fairness holds in the tokens used: alice, using a fifth of
+// what she reserves, gets about five times bob's requests, who uses all of
+// his. Were the correction lost, both would be charged their reservations
+// and get equal requests.
+func TestTokenCostSettlesInTheLoweredQueue(t *testing.T) {
+	w := fairqueue.Weights{
+		Default:     1,
+		Bands:       []fairqueue.Band{{Name: "interactive"}, {Name: "batch"}},
+		DefaultBand: 1,
+		TenantBand:  map[string]int{alice.User: 0, bob.User: 0},
+	}
+	tokens := TokenSettings{Enabled: true, MaxWait: 10 * time.Second, CostTokens: true}
+	e := newTokenEnv(t, tokenOpts{
+		cfg:      limiter.Config{ModelTokens: tokensPerSecond(20000)},
+		settings: on,
+		tokens:   tokens,
+		bounds:   fairqueue.Bounds{MaxWait: 10 * time.Second},
+		weights:  w,
+	})
+	// The band names come from the policy's weights, as a loaded config's do.
+	reload(e.c, func(p *policy) {
+		p.queues = &queueConfig{weights: w, bounds: fairqueue.Bounds{MaxWait: time.Hour}, deferralBounds: fairqueue.Bounds{MaxWait: 10 * time.Second}}
+	})
+	size := func(next func(uint64) uint64) int64 { return int64(900 + next(201)) }
+	var clients []simClient
+	for range 4 {
+		clients = append(clients,
+			simClient{id: alice, size: size, band: "batch", uses: 20},
+			simClient{id: bob, size: size, band: "batch", uses: 100})
+	}
+	results, _ := simulate(t, e, clients, 5*time.Second, 45*time.Second, 45*time.Second)
+	var used, requests [2]float64
+	for i, r := range results {
+		used[i%2] += float64(r.settled)
+		requests[i%2] += float64(r.admitted)
+	}
+	gap := math.Abs(used[0]-used[1]) / math.Max(used[0], used[1])
+	t.Logf("lowered to batch, cost Tokens: alice (uses 20%%) %.0f requests %.0f tokens, bob (uses 100%%) %.0f requests %.0f tokens: tokens differ by %.1f%%",
+		requests[0], used[0], requests[1], used[1], 100*gap)
+	if gap > 0.05 {
+		t.Errorf("tokens used differ by %.1f%%, want within 5%%: the settle corrections did not reach the lowered queues", 100*gap)
+	}
+	if requests[0] < 3*requests[1] {
+		t.Errorf("alice got %.0f requests and bob %.0f; using a fifth of her reservations she should get about five times his", requests[0], requests[1])
 	}
 }
