@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -139,6 +138,19 @@ func (p *probes) send(ctx context.Context) {
 
 func (p *probes) pending() int { return int(p.sent.Load() - p.done.Load()) }
 
+// answered waits until every probe is answered, fails the test if one went
+// wrong, and returns their waits.
+func (p *probes) answered(t *testing.T) []time.Duration {
+	t.Helper()
+	testutil.Eventually(t, "every probe answered", func() bool { return p.pending() == 0 })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.bad) > 0 {
+		t.Fatalf("%d of %d requests of %v went wrong, first: %s", len(p.bad), p.sent.Load(), p.header, p.bad[0])
+	}
+	return slices.Clone(p.waits)
+}
+
 // percentile returns the q-quantile (0 < q <= 1) of ds by the nearest rank.
 func percentile(ds []time.Duration, q float64) time.Duration {
 	s := slices.Clone(ds)
@@ -196,18 +208,13 @@ func TestBandsHighBandTakesWhatItAsks(t *testing.T) {
 	hs.queued(floodClients)
 	base := lo.admitted.Load()
 	hs.stepGrants(ctx, ticks, floodClients, 2, hi, func() int64 { return lo.admitted.Load() - base + hi.granted.Load() })
+	waits := hi.answered(t)
 	cancel()
 	testutil.WaitGroupWithin(t, 10*time.Second, "the flooding clients to stop", &wg)
-	testutil.Eventually(t, "every probe answered", func() bool { return hi.pending() == 0 })
 
-	hi.mu.Lock()
-	defer hi.mu.Unlock()
-	if len(hi.bad) > 0 {
-		t.Fatalf("%d high-band requests went wrong, first: %s", len(hi.bad), hi.bad[0])
-	}
 	asked, got := hi.sent.Load(), hi.granted.Load()
 	loShare := float64(ticks-int(got)) / ticks
-	p50, p99, worst := percentile(hi.waits, 0.5), percentile(hi.waits, 0.99), slices.Max(hi.waits)
+	p50, p99, worst := percentile(waits, 0.5), percentile(waits, 0.99), slices.Max(waits)
 	t.Logf("high band offered 50%%: granted %d of %d asked (%.1f%%); low band %.3f of %d grants; high-band wait p50 %v p99 %v max %v (grant interval %v)",
 		got, asked, 100*float64(got)/float64(asked), loShare, ticks, p50, p99, worst, grantEvery)
 	if got != asked {
@@ -303,19 +310,14 @@ func TestBandHeaderLowersOnlyTheRequest(t *testing.T) {
 	hs.stepGrants(ctx, ticks, 2*floodClients, 2, hi, func() int64 {
 		return hiBatch.admitted.Load() - baseB + lo.admitted.Load() - baseL + hi.granted.Load()
 	})
+	waits := hi.answered(t)
 	cancel()
 	testutil.WaitGroupWithin(t, 10*time.Second, "the flooding clients to stop", &wg)
-	testutil.Eventually(t, "every probe answered", func() bool { return hi.pending() == 0 })
 
-	hi.mu.Lock()
-	defer hi.mu.Unlock()
-	if len(hi.bad) > 0 {
-		t.Fatalf("%d interactive requests went wrong, first: %s", len(hi.bad), hi.bad[0])
-	}
 	batchOwn, batchLo := hiBatch.admitted.Load()-baseB, lo.admitted.Load()-baseL
-	worst := slices.Max(hi.waits)
+	worst := slices.Max(waits)
 	t.Logf("interactive tenant with its own batch flood: %d of %d interactive requests granted, wait p99 %v max %v; batch grants: its own %d, the batch tenant's %d",
-		hi.granted.Load(), hi.sent.Load(), percentile(hi.waits, 0.99), worst, batchOwn, batchLo)
+		hi.granted.Load(), hi.sent.Load(), percentile(waits, 0.99), worst, batchOwn, batchLo)
 	if hi.granted.Load() != hi.sent.Load() {
 		t.Errorf("%d of %d interactive requests granted, want all", hi.granted.Load(), hi.sent.Load())
 	}
@@ -505,17 +507,12 @@ func TestBandsHighBandWaitRealClock(t *testing.T) {
 		<-tick.C
 		hi.send(ctx)
 	}
-	testutil.Eventually(t, "every probe answered", func() bool { return hi.pending() == 0 })
+	waits := hi.answered(t)
 	cancel()
 	testutil.WaitGroupWithin(t, 10*time.Second, "the flooding clients to stop", &wg)
-	hi.mu.Lock()
-	defer hi.mu.Unlock()
-	if len(hi.bad) > 0 {
-		t.Fatalf("%d high-band requests went wrong, first: %s", len(hi.bad), strings.Join(hi.bad[:1], ""))
-	}
-	p99 := percentile(hi.waits, 0.99)
+	p99 := percentile(waits, 0.99)
 	t.Logf("real clock, grant interval %v, low band flooding (%d admitted): high-band wait p50 %v p99 %v max %v over %d requests",
-		interval, lo.admitted.Load(), percentile(hi.waits, 0.5), p99, slices.Max(hi.waits), len(hi.waits))
+		interval, lo.admitted.Load(), percentile(waits, 0.5), p99, slices.Max(waits), len(waits))
 	if limit := interval + interval/10; p99 > limit {
 		t.Errorf("high-band p99 wait %v, want at most one grant interval + 10%% (%v)", p99, limit)
 	}
