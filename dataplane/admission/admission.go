@@ -265,7 +265,7 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r Request
 			defer func() { observeTenant(o, now, tenant, used, &dec) }()
 		}
 		all := limitKeysOf(keys)
-		if gate = c.gateFor(keys); gate != nil {
+		if gate = c.gateFor(keys, r.band); gate != nil {
 			gate.Arrive(tenant, keys.Model)
 		}
 		if c.queue.HasWaitersAny(all[:]) {

@@ -17,6 +17,8 @@ limitations under the License.
 package admission
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -252,5 +254,63 @@ func TestTokenCostSettlesInTheLoweredQueue(t *testing.T) {
 	}
 	if requests[0] < 3*requests[1] {
 		t.Errorf("alice got %.0f requests and bob %.0f; using a fifth of her reservations she should get about five times his", requests[0], requests[1])
+	}
+}
+
+// bandGateLog is a BandGate that records its calls.
+type bandGateLog struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (g *bandGateLog) add(format string, a ...any) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls = append(g.calls, fmt.Sprintf(format, a...))
+}
+func (g *bandGateLog) Arrive(tenant, key string) { g.add("Arrive %s %s", tenant, key) }
+func (g *bandGateLog) Allow(_ time.Time, tenant, key string) (bool, time.Duration) {
+	g.add("Allow %s %s", tenant, key)
+	return true, 0
+}
+func (g *bandGateLog) Done(tenant, key string, ok bool) { g.add("Done %s %s %v", tenant, key, ok) }
+func (g *bandGateLog) ArriveBand(tenant string, band int, key string) {
+	g.add("ArriveBand %s %d %s", tenant, band, key)
+}
+func (g *bandGateLog) AllowBand(_ time.Time, tenant string, band int, key string) (bool, time.Duration) {
+	g.add("AllowBand %s %d %s", tenant, band, key)
+	return true, 0
+}
+func (g *bandGateLog) DoneBand(tenant string, band int, key string, ok bool) {
+	g.add("DoneBand %s %d %s %v", tenant, band, key, ok)
+}
+
+// TestLoweredRequestIsPacedInItsBand: the fleet gate paces a request that
+// lowered its band as demand of its tenant in that band, and every other
+// request as before bands existed.
+func TestLoweredRequestIsPacedInItsBand(t *testing.T) {
+	for _, tc := range []struct {
+		band string
+		want []string
+	}{
+		{"batch", []string{"ArriveBand h-gold 2 m", "AllowBand h-gold 2 m", "DoneBand h-gold 2 m true"}},
+		{"", []string{"Arrive h-gold m", "Allow h-gold m", "Done h-gold m true"}},
+		{"interactive", []string{"Arrive h-gold m", "Allow h-gold m", "Done h-gold m true"}}, // its own band
+	} {
+		t.Run("band "+tc.band, func(t *testing.T) {
+			c, err := NewController(t0Clock(), threeBands(), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			g := &bandGateLog{}
+			c.SetGate(g)
+			if d := c.Admit(context.Background(), Request{Identity: identity.Set{User: "h-gold"}, Model: "m", Band: tc.band}); !d.Allowed {
+				t.Fatalf("not admitted: %+v", d)
+			}
+			if !reflect.DeepEqual(g.calls, tc.want) {
+				t.Errorf("gate calls %q, want %q", g.calls, tc.want)
+			}
+		})
 	}
 }
