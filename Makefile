@@ -114,6 +114,12 @@ bench-http: vegeta ## Drive a bare httputil.ReverseProxy and the data plane with
 		$(GO) build -o "$$tmp/dataplane" ./cmd/dataplane && $(GO) build -o "$$tmp/bench-http" ./hack/bench-http && \
 		"$$tmp/bench-http" --dataplane "$$tmp/dataplane" --vegeta $(VEGETA) $(BENCH_HTTP_FLAGS)
 
+.PHONY: bench-capacity
+bench-capacity: ## Three tenants on a simulated vLLM server (internal/modelsim): TTFT, completions/s and output tokens/s per tenant for no gateway, a static model limit, and capacity mode (plain, cost: Tokens, bands), side by side (about 12 minutes; BENCH_CAPACITY_FLAGS="--heavy-prompts 1500 --duration 20s").
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+		$(GO) build -o "$$tmp/dataplane" ./cmd/dataplane && $(GO) build -o "$$tmp/bench-capacity" ./hack/bench-capacity && \
+		"$$tmp/bench-capacity" --dataplane "$$tmp/dataplane" $(BENCH_CAPACITY_FLAGS)
+
 .PHONY: bench-check
 bench-check: vegeta ## Run the benchmarks whose ratios docs/benchmarks.md reports and fail when a median misses its target (about 2 minutes; CI passes BENCH_CHECK_FLAGS="--report" to print without failing).
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
@@ -155,7 +161,7 @@ demo-fleet: ## Run three replicas sharing one Redis limit with skewed routing: l
 
 .PHONY: test-e2e
 test-e2e: envtest ## Run the demo's scenario headless with assertions through the whole stack.
-	$(GO) test -tags e2e -count=1 -timeout=10m -v ./test/e2e/
+	$(GO) test -tags e2e -count=1 -timeout=20m -v ./test/e2e/
 
 ##@ Build
 

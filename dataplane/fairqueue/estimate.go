@@ -41,15 +41,41 @@ func unitPositionOf(k, w, sumW int) (int, float64) {
 	return int(math.Ceil(grants - 1e-9)), grants - 1
 }
 
+// above is the demand of the bands above a request's, which strict priority
+// serves before it: the grants and the cost queued there now, and the
+// request's band's minShare in parts of shareOne. Arrivals to those bands
+// while the request waits are not foreseen; with a minShare m the request's
+// band is served at least m of the cost, so at most (1-m)/m of its own
+// band's cost ahead of it is counted from above.
+type above struct {
+	grants, cost float64
+	share        int64
+}
+
+// higher returns the demand of the bands above o.
+func (s *sched) higher(o *fairOrder) above {
+	a := above{share: o.share}
+	for i := range s.nb {
+		p := &s.orders[i]
+		if p == o {
+			break
+		}
+		a.grants += float64(p.depth)
+		a.cost += float64(p.queuedCost)
+	}
+	return a
+}
+
 // placeOf returns the service position of the k-th waiter, of cost c, of a
 // tenant of the given weight whose queue holds upTo cost up to and including
-// it, when the tracked tenants (counting this one) weigh sumW: its position,
+// it, when the tracked tenants of its band (counting this one) weigh sumW
+// and hi is the demand of the bands above (see above): its position,
 // the time the grants expected before it take by the grant model (the
 // grants times alpha plus their cost times beta), and step, the time one
 // more grant of the tenant's (cost c, at its weighted share) takes. Until
 // grants have been measured every grant is taken to be like this one and to
 // take interval.
-func (s *sched) placeOf(k int, upTo, c uint64, weight, sumW int, interval time.Duration) (pos int, wait, step float64) {
+func (s *sched) placeOf(k int, upTo, c uint64, weight, sumW int, interval time.Duration, hi above) (pos int, wait, step float64) {
 	alpha, beta, meanCost, ok := s.spacing.model()
 	if !ok {
 		// Nothing measured yet: take every grant to be like this one.
@@ -61,6 +87,15 @@ func (s *sched) placeOf(k int, upTo, c uint64, weight, sumW int, interval time.D
 		costAhead = grantsAhead
 	} else {
 		pos, grantsAhead, costAhead = positionOf(k, upTo, c, weight, sumW, meanCost)
+	}
+	if hi.grants > 0 {
+		f := 1.0
+		if hi.share > 0 {
+			f = min(1, (costAhead+float64(c))*float64(shareOne-hi.share)/float64(hi.share)/hi.cost)
+		}
+		grantsAhead += hi.grants * f
+		costAhead += hi.cost * f
+		pos = int(min(max(math.Ceil(grantsAhead+1-1e-9), 1), math.MaxInt32))
 	}
 	wait = min(alpha*grantsAhead+beta*costAhead, float64(maxEstimate))
 	// While the tenant is granted c, the others are granted c*(share-1) in
@@ -74,11 +109,11 @@ func (s *sched) placeOf(k int, upTo, c uint64, weight, sumW int, interval time.D
 // stepOf returns the time one more grant of cost to queue t takes at its
 // weighted share (see placeOf), at least minRetry.
 func (s *sched) stepOf(t *tenant, cost int64, interval time.Duration) int64 {
-	sumW := s.sumWeights
+	sumW := s.order(t).sumWeights
 	if t.depth == 0 {
 		sumW += t.weight
 	}
-	_, _, step := s.placeOf(1, costOf(cost), costOf(cost), t.weight, sumW, interval)
+	_, _, step := s.placeOf(1, costOf(cost), costOf(cost), t.weight, sumW, interval, above{})
 	return max(int64(step), minRetry)
 }
 
@@ -91,7 +126,8 @@ func (s *sched) stepOf(t *tenant, cost int64, interval time.Duration) int64 {
 func (s *sched) ownPlace(now int64, w *waiter, ready int64) int64 {
 	t := w.t
 	k, upTo := placeIn(t, w)
-	_, wait, _ := s.placeOf(k, upTo, w.cost, t.weight, max(s.sumWeights, t.weight), w.interval)
+	o := s.order(t)
+	_, wait, _ := s.placeOf(k, upTo, w.cost, t.weight, max(o.sumWeights, t.weight), w.interval, s.higher(o))
 	return max(min(ready+int64(wait), maxEstimate), minRetry)
 }
 

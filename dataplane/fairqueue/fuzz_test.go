@@ -9,10 +9,13 @@ import (
 
 // FuzzScheduler drives the core with random enqueue (of costs from 1 to
 // beyond MaxCost) / grant / complete / cancel / tick / reweight / rebound /
-// adjust sequences and checks after every step that no bound is exceeded, no
-// waiter is lost or duplicated, no waiter is granted at or past its
-// deadline, virtual tags stay within wrap-around range of the virtual time,
-// and a correction moves a tag no further than Adjust promises.
+// adjust sequences, with priority bands (minShare, lowered requests, reloads
+// that add, remove and reorder bands), and checks after every step that no
+// bound is exceeded, no waiter is lost or duplicated, no waiter is granted at
+// or past its deadline, a grant goes to the highest band with a ready
+// tenant unless a minShare credit covers a lower band's head, virtual tags
+// stay within wrap-around range of their band's virtual time, and a
+// correction moves a tag no further than Adjust promises.
 func FuzzScheduler(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 2, 1, 3, 4, 9, 1, 2, 0})
 	f.Add([]byte{0, 0, 0, 5, 0, 10, 1, 1, 1, 2, 2, 2, 4, 200, 1, 3, 0})
@@ -22,6 +25,10 @@ func FuzzScheduler(f *testing.F) {
 	// corrections both ways.
 	f.Add([]byte{0, 48, 0, 49, 0, 65, 1, 0, 2, 0, 1, 0, 2, 1, 7, 0, 7, 255, 1, 0, 4, 30, 1, 0, 2, 0})
 	f.Add([]byte{0, 64, 0, 65, 1, 0, 2, 0, 1, 0, 2, 0, 1, 0, 2, 0, 1, 0, 2, 0, 7, 224, 7, 32, 1, 0, 2, 0})
+	// Bands: a reload into bands, arrivals lowering their band, grants,
+	// a reload that reorders and then drops the bands with waiters queued.
+	f.Add([]byte{5, 1, 0, 1, 8, 2, 16, 3, 0, 4, 24, 0, 1, 0, 2, 0, 1, 0, 2, 1, 1, 0, 5, 2, 1, 0, 2, 0, 5, 0, 1, 0, 2, 0})
+	f.Add([]byte{5, 3, 0, 0, 0, 1, 8, 2, 8, 3, 1, 0, 1, 0, 2, 0, 2, 0, 1, 0, 2, 0, 1, 0, 4, 30, 1, 0, 5, 5, 3, 2, 1, 0, 2, 0})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		s := newSched(Bounds{MaxQueueDepthPerTenant: 3, MaxTotalQueued: 8, MaxTenants: 4, MaxInFlight: 2, MaxWait: 200 * time.Millisecond}, Weights{Default: 1})
 		// live holds the waiters in arrival order, so every choice the
@@ -50,7 +57,7 @@ func FuzzScheduler(f *testing.F) {
 			return 0
 		}
 		for i := 0; i < len(ops); i += 2 {
-			a := arg(i + 1)
+			a, band := arg(i+1), int(ops[i]/8%4)
 			switch ops[i] % 8 {
 			case 0: // enqueue
 				keys := lk("model", tenantName(int(a%3)))
@@ -58,10 +65,11 @@ func FuzzScheduler(f *testing.F) {
 				if a&8 != 0 {
 					deadline = now + int64(a%16)*15*ms
 				}
-				b, tenantsBefore := s.bounds, len(s.tenants)
+				b, tenantsBefore := s.bounds, s.tracked()
 				retryAfter := int64(a/64) * 20 * ms
 				cost, size := fuzzCosts[int(a/16)%len(fuzzCosts)], fuzzCosts[int(a/4)%len(fuzzCosts)]
-				w, reason, pos, est := s.enqueue(now, &arrival{tenant: tenantName(int(a % 5)), dim: "user", keys: keys, deadline: deadline, retryAfter: time.Duration(retryAfter), interval: time.Duration(a%4) * time.Millisecond, cost: cost, size: size})
+				arr := arrival{tenant: tenantName(int(a % 5)), dim: "user", keys: keys, deadline: deadline, retryAfter: time.Duration(retryAfter), interval: time.Duration(a%4) * time.Millisecond, cost: cost, size: size, band: band}
+				w, reason, pos, est := s.enqueue(now, &arr)
 				if pos < 1 {
 					t.Fatalf("position %d < 1", pos)
 				}
@@ -74,7 +82,7 @@ func FuzzScheduler(f *testing.F) {
 						t.Fatalf("refusal without a reason")
 					}
 					if reason != ReasonWaitExceedsBudget {
-						if room := s.room(now, tenantName(int(a%5)), reason, time.Duration(a%4)*time.Millisecond); room < minRetry {
+						if room := s.room(now, &arr, reason); room < minRetry {
 							t.Fatalf("%s refusal: room in %d, want at least %d", reason, room, minRetry)
 						}
 					}
@@ -84,15 +92,23 @@ func FuzzScheduler(f *testing.F) {
 				if w.cost != costOf(cost) || w.cost < 1 || w.cost > MaxCost || w.size < 1 || w.size > MaxCost {
 					t.Fatalf("cost %d and size %d queued as %d and %d", cost, size, w.cost, w.size)
 				}
-				grew := len(s.tenants) > tenantsBefore
-				if s.depth > b.MaxTotalQueued || w.t.depth > b.MaxQueueDepthPerTenant || (grew && len(s.tenants) > b.MaxTenants) {
-					t.Fatalf("enqueue exceeded a bound: depth %d tenant depth %d tenants %d bounds %+v", s.depth, w.t.depth, len(s.tenants), b)
+				grew := s.tracked() > tenantsBefore
+				if s.depth > b.MaxTotalQueued || w.t.depth > b.MaxQueueDepthPerTenant || (grew && s.tracked() > b.MaxTenants) {
+					t.Fatalf("enqueue exceeded a bound: depth %d tenant depth %d tenants %d bounds %+v", s.depth, w.t.depth, s.tracked(), b)
+				}
+				want := s.weights.BandOf(arr.tenant)
+				if band < len(s.weights.Bands) {
+					want = max(want, band)
+				}
+				if w.t.band != want && !w.t.overflow {
+					t.Fatalf("request asking for band %d queued in band %d, want %d", band, w.t.band, want)
 				}
 			case 1: // grant
 				w := s.next(now)
 				if w == nil {
 					break
 				}
+				checkGrantBand(t, s, w)
 				if !live.has(w) || w.state != stateGranted {
 					t.Fatalf("granted a waiter that is not live")
 				}
@@ -131,8 +147,8 @@ func FuzzScheduler(f *testing.F) {
 				done(w)
 			case 4: // tick
 				now += int64(a) * ms
-			case 5: // reweight
-				s.setWeights(Weights{Default: int(a%3) + 1, ByTenant: map[string]int{tenantName(int(a % 5)): int(a%7) + 1}})
+			case 5: // reweight, into one of the band sets
+				s.setWeights(fuzzWeights(a, band), now)
 			case 6: // rebound
 				s.setBounds(Bounds{MaxQueueDepthPerTenant: int(a%4) + 1, MaxTotalQueued: int(a%9) + 1, MaxTenants: int(a%5) + 1, MaxInFlight: int(a%3) + 1, MaxWait: time.Duration(a%5+1) * 50 * time.Millisecond})
 			case 7: // adjust
@@ -151,8 +167,8 @@ func FuzzScheduler(f *testing.F) {
 				switch {
 				case delta < 0 && (moved > 0 || moved < d*int64(tn.stride)):
 					t.Fatalf("Adjust(%d) moved the finish tag by %d strides", delta, moved/int64(tn.stride))
-				case delta < 0 && moved < 0 && vless(tn.finish, s.vnow-max(tn.lastCost, 1)*tn.stride):
-					t.Fatalf("a refund took the finish tag %d strides behind the virtual time, more than one grant of %d", int64(s.vnow-tn.finish)/int64(tn.stride), tn.lastCost)
+				case delta < 0 && moved < 0 && vless(tn.finish, s.order(tn).vnow-max(tn.lastCost, 1)*tn.stride):
+					t.Fatalf("a refund took the finish tag %d strides behind the virtual time, more than one grant of %d", int64(s.order(tn).vnow-tn.finish)/int64(tn.stride), tn.lastCost)
 				case delta > 0 && (moved < 0 || moved > d*int64(tn.stride)):
 					t.Fatalf("Adjust(%d) moved the finish tag by %d strides", delta, moved/int64(tn.stride))
 				}
@@ -160,6 +176,51 @@ func FuzzScheduler(f *testing.F) {
 			checkInvariants(t, s, live, len(granted))
 		}
 	})
+}
+
+// fuzzBands are the band sets a reweight picks from: none, two, three with
+// minimum shares, and a reordered pair.
+var fuzzBands = [][]Band{
+	nil,
+	{{Name: "hi"}, {Name: "lo", MinShare: 0.25}},
+	{{Name: "hi"}, {Name: "mid", MinShare: 0.1}, {Name: "lo", MinShare: 0.3}},
+	{{Name: "lo"}, {Name: "hi"}},
+}
+
+// fuzzWeights returns the weights a reweight op with argument a and band
+// bits applies: weights as before, a band set, and tenants spread over it.
+func fuzzWeights(a byte, band int) Weights {
+	w := Weights{Default: int(a%3) + 1, ByTenant: map[string]int{tenantName(int(a % 5)): int(a%7) + 1}}
+	w.Bands = fuzzBands[band]
+	if len(w.Bands) > 0 {
+		w.DefaultBand = int(a/8) % len(w.Bands)
+		w.TenantBand = map[string]int{}
+		for i := range 5 {
+			w.TenantBand[tenantName(i)] = (int(a>>5) + i) % (len(w.Bands) + 1) // one index out of range
+		}
+	}
+	return w
+}
+
+// checkGrantBand verifies that granted waiter w went to the band pick
+// allows, judged just after the grant: a band above w's with a ready tenant
+// is passed only when w's band's credit (before w's debit) covered its cost,
+// and a lower band whose credit covers its head's cost is passed only for a
+// band whose credit covered too.
+func checkGrantBand(t *testing.T, s *sched, w *waiter) {
+	t.Helper()
+	b := w.t.band
+	o := &s.orders[b]
+	covered := o.share > 0 && o.credit+w.debit >= int64(w.cost)*shareOne
+	for i := range s.nb {
+		p := &s.orders[i]
+		switch {
+		case i < b && p.ready.len() > 0 && !covered:
+			t.Fatalf("granted band %d while band %d had a ready tenant and no credit covered band %d", b, i, b)
+		case i > b && !covered && p.share > 0 && p.ready.len() > 0 && p.credit >= int64(p.ready.top().head().cost)*shareOne:
+			t.Fatalf("granted band %d by priority while band %d's credit covered its head", b, i)
+		}
+	}
 }
 
 // fuzzCosts are the Request.Cost values enqueue picks from: unset, unit,
@@ -190,25 +251,36 @@ func (l *liveSet) remove(w *waiter) {
 func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 	t.Helper()
 	seen := map[*waiter]bool{}
-	sumW, inFlight, queued, active, idle := 0, 0, 0, 0, 0
+	var sumW, depth, inFlightBy [MaxBands]int
+	var costBy [MaxBands]uint64
+	inFlight, queued, active, idle := 0, 0, 0, 0
 	keys := map[LimitKey]int{}
 	queues := make(map[string]*tenant, len(s.tenants)+overflowQueues)
 	for key, tn := range s.tenants {
-		if tn.key != key || tn.overflow {
-			t.Fatalf("tenant %q: key %q overflow %v", key, tn.key, tn.overflow)
+		if tn.key != key || tn.overflow || tn.lowered || tn.band != s.bandNow(tn) {
+			t.Fatalf("tenant %q: key %q overflow %v lowered %v band %d", key, tn.key, tn.overflow, tn.lowered, tn.band)
 		}
 		queues[key] = tn
 	}
-	for i, tn := range s.overflow {
-		if tn != nil {
-			if !tn.overflow {
-				t.Fatalf("overflow queue %d not marked", i)
+	for key, tn := range s.lowered {
+		if tn.key != key.tenant || tn.lowerTo != key.band || !tn.lowered || tn.overflow || tn.band != s.bandNow(tn) {
+			t.Fatalf("lowered queue %v: key %q to %q band %d", key, tn.key, tn.lowerTo, tn.band)
+		}
+		queues[fmt.Sprintf("%s lowered to %s", key.tenant, key.band)] = tn
+	}
+	for b := range s.overflow {
+		for i, tn := range s.overflow[b] {
+			if tn != nil {
+				if !tn.overflow || tn.slot != b || (tn.depth == 0 && tn.band != b) {
+					t.Fatalf("overflow queue %d of band %d: marked %v, slot %d, band %d", i, b, tn.overflow, tn.slot, tn.band)
+				}
+				queues[fmt.Sprintf("overflow %d/%d", b, i)] = tn
 			}
-			queues[fmt.Sprintf("overflow %d", i)] = tn
 		}
 	}
 	for n, tn := s.idle.front(), 0; n != nil; n, tn = n.inIdle.nextElem(), tn+1 {
-		if next := n.inIdle.nextElem(); !n.idle || n.depth != 0 || s.tenants[n.key] != n || (next != nil && next.inIdle.prevElem() != n) {
+		inTable := s.tenants[n.key] == n || (n.lowered && s.lowered[loweredKey{n.key, n.lowerTo}] == n)
+		if next := n.inIdle.nextElem(); !n.idle || n.depth != 0 || !inTable || (next != nil && next.inIdle.prevElem() != n) {
 			t.Fatalf("idle list entry %d (%q) is not an idle tenant of the table", tn, n.key)
 		}
 		idle++
@@ -224,7 +296,12 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 			t.Fatalf("tenant %q with waiters is on the idle list", key)
 		}
 		active++
-		sumW += tn.weight
+		if tn.band < 0 || tn.band >= s.nb {
+			t.Fatalf("queue %q in band %d of %d", key, tn.band, s.nb)
+		}
+		sumW[tn.band] += tn.weight
+		depth[tn.band] += tn.depth
+		costBy[tn.band] += tn.queuedCost
 		n := 0
 		var prev *waiter
 		var cost uint64
@@ -240,6 +317,7 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 					t.Fatalf("granted waiter is not its tenant's head")
 				}
 				inFlight++
+				inFlightBy[tn.band]++
 			case stateQueued:
 				queued++
 				if w.inDeadlineHeap.idx == inDeadlineList {
@@ -263,15 +341,22 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 		if cost != tn.queuedCost {
 			t.Fatalf("tenant %q: queued cost %d, counted %d", key, tn.queuedCost, cost)
 		}
+		o := s.order(tn)
 		switch tn.place {
 		case placeReady:
-			if e := s.ready.items[tn.inHeap.idx]; e.slot.elem != tn || e.key != tn.tag() {
+			if tn.inHeap.idx >= o.ready.len() {
+				t.Fatalf("tenant %q not in its band's ready heap", key)
+			}
+			if e := o.ready.items[tn.inHeap.idx]; e.slot.elem != tn || e.key != tn.tag() {
 				t.Fatalf("tenant %q not at its ready-heap index or stale finish tag", key)
 			}
 		case placePending:
 			// Parked behind a hold, a tenant waits past its head's ready
 			// time.
-			if e := s.pending.items[tn.inHeap.idx]; e.slot.elem != tn || int64(e.key) < tn.head().readyAt {
+			if tn.inHeap.idx >= o.pending.len() {
+				t.Fatalf("tenant %q not in its band's pending heap", key)
+			}
+			if e := o.pending.items[tn.inHeap.idx]; e.slot.elem != tn || int64(e.key) < tn.head().readyAt {
 				t.Fatalf("tenant %q not at its pending-heap index or before its ready time", key)
 			}
 		case placeNone:
@@ -281,23 +366,34 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 	if len(seen) != len(live.order) || s.depth != len(live.order) {
 		t.Fatalf("%d live waiters, %d in queues, depth %d: a waiter was lost or duplicated", len(live.order), len(seen), s.depth)
 	}
-	if active != s.active || idle+active > len(s.tenants)+overflowQueues {
+	if active != s.active || idle+active > s.tracked()+MaxBands*overflowQueues {
 		t.Fatalf("%d active queues counted, scheduler says %d; %d idle", active, s.active, idle)
 	}
-	if len(s.tenants) > s.bounds.MaxTenants && idle > 0 {
-		t.Fatalf("tenant table holds %d over its bound %d with %d idle tenants left to evict", len(s.tenants), s.bounds.MaxTenants, idle)
+	if s.tracked() > s.bounds.MaxTenants && idle > 0 {
+		t.Fatalf("tenant table holds %d over its bound %d with %d idle tenants left to evict", s.tracked(), s.bounds.MaxTenants, idle)
 	}
 	if inFlight != s.inFlight || inFlight != granted {
 		t.Fatalf("in flight: counted %d, scheduler %d, test %d", inFlight, s.inFlight, granted)
 	}
-	if queued != s.deadlines.len() || sumW != s.sumWeights {
-		t.Fatalf("deadline heap %d vs %d queued; weight sum %d vs %d", s.deadlines.len(), queued, s.sumWeights, sumW)
+	if queued != s.deadlines.len() {
+		t.Fatalf("deadline heap %d vs %d queued", s.deadlines.len(), queued)
 	}
-	if s.ready.len()+s.pending.len()+inFlight != active {
-		t.Fatalf("heaps hold %d+%d tenants plus %d in flight, %d active", s.ready.len(), s.pending.len(), inFlight, active)
+	placed := 0
+	limit := (s.shares + 1) * int64(max(s.maxCost, 1)) * shareOne
+	for i := range s.orders {
+		o := &s.orders[i]
+		if sumW[i] != o.sumWeights || depth[i] != o.depth || costBy[i] != o.queuedCost || inFlightBy[i] != o.inFlight {
+			t.Fatalf("band %d: weight sum %d vs %d, depth %d vs %d, cost %d vs %d, in flight %d vs %d", i, o.sumWeights, sumW[i], o.depth, depth[i], o.queuedCost, costBy[i], o.inFlight, inFlightBy[i])
+		}
+		if o.credit < 0 || o.credit > limit || (o.share == 0 && o.credit != 0) || (i >= s.nb && o.ready.len()+o.pending.len() != 0) {
+			t.Fatalf("band %d of %d: credit %d (share %d, cap %d), %d+%d tenants", i, s.nb, o.credit, o.share, limit, o.ready.len(), o.pending.len())
+		}
+		placed += o.ready.len() + o.pending.len()
+		checkHeap(t, "tenant", &o.ready)
+		checkHeap(t, "tenant", &o.pending)
 	}
-	for _, h := range []*minHeap[*tenant]{&s.ready, &s.pending} {
-		checkHeap(t, "tenant", h)
+	if placed+inFlight != active {
+		t.Fatalf("heaps hold %d tenants plus %d in flight, %d active", placed, inFlight, active)
 	}
 	checkHeap(t, "deadline", &s.deadlines.heap)
 	for i, e := range s.deadlines.heap.items {
@@ -345,11 +441,12 @@ func checkTags(t *testing.T, s *sched, queues map[string]*tenant) {
 	t.Helper()
 	const b = MaxCost * strideScale
 	for key, tn := range queues {
-		if d := int64(tn.finish - s.vnow); d < -4*b || d > maxLead {
+		vnow := s.order(tn).vnow
+		if d := int64(tn.finish - vnow); d < -4*b || d > maxLead {
 			t.Fatalf("tenant %q: finish tag %d grants of MaxCost from the virtual time", key, d/b)
 		}
 		if tn.place == placeReady {
-			if d := int64(tn.tag() - s.vnow); d < -2*b || d > 3*b {
+			if d := int64(tn.tag() - vnow); d < -2*b || d > 3*b {
 				t.Fatalf("ready tenant %q: tag %d grants of MaxCost from the virtual time", key, d/b)
 			}
 		}

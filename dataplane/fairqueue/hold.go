@@ -27,15 +27,15 @@ func (s *sched) hold(w *waiter, now int64) {
 	if until <= now {
 		return
 	}
-	tag := w.t.tag() // the tag it was granted under
+	tag, band := w.t.tag(), w.t.band // the tag it was granted under
 	for _, ks := range w.ks {
 		switch {
 		case ks.holder == nil:
 			s.holds++
-		case ks.holder != w && ks.holdUntil > now && !vless(tag, ks.holdTag):
+		case ks.holder != w && ks.holdUntil > now && behind(band, tag, ks.holdBand, ks.holdTag):
 			continue
 		}
-		ks.holder, ks.holdUntil, ks.holdTag = w, until, tag
+		ks.holder, ks.holdUntil, ks.holdTag, ks.holdBand = w, until, tag, band
 	}
 }
 
@@ -44,9 +44,9 @@ func (s *sched) hold(w *waiter, now int64) {
 // pending heap, keyed by the end of the hold and keeping their tags, until
 // the top tenant's head is not held (or is blocked by a running attempt,
 // which next handles).
-func (s *sched) parkHeld(now int64) {
-	for s.ready.len() > 0 {
-		t := s.ready.top()
+func (s *sched) parkHeld(o *fairOrder, now int64) {
+	for o.ready.len() > 0 {
+		t := o.ready.top()
 		if t.head().keysBusy() {
 			return
 		}
@@ -54,9 +54,9 @@ func (s *sched) parkHeld(now int64) {
 		if until <= now {
 			return
 		}
-		s.ready.pop()
+		o.ready.pop()
 		t.place = placePending
-		s.pending.push(t, uint64(until), t.seq, &t.inHeap)
+		o.pending.push(t, uint64(until), t.seq, &t.inHeap)
 	}
 }
 
@@ -85,9 +85,16 @@ func (s *sched) heldFor(w *waiter, now int64) int64 {
 		if !tagged {
 			tag, tagged = w.t.tag(), true
 		}
-		if !vless(tag, ks.holdTag) {
+		if behind(w.t.band, tag, ks.holdBand, ks.holdTag) {
 			until = max(until, ks.holdUntil)
 		}
 	}
 	return until
+}
+
+// behind reports whether a tenant of band with finish tag tag is behind (or
+// tied with) one of band hb with tag ht in the fair order: every band is
+// behind the bands above it, and within a band the tags decide.
+func behind(band int, tag uint64, hb int, ht uint64) bool {
+	return band > hb || (band == hb && !vless(tag, ht))
 }

@@ -9,6 +9,7 @@ type keyState struct {
 	holder    *waiter // nil: not held
 	holdUntil int64
 	holdTag   uint64 // the holder's finish tag when it was refused
+	holdBand  int    // the holder's band then
 }
 
 // keyRef returns the state of key, creating it (from the free list) for the
@@ -43,6 +44,7 @@ func (w *waiter) keysBusy() bool {
 // d is 1 when the attempt starts, -1 when it ends.
 func (s *sched) countAttempt(w *waiter, d int) {
 	s.inFlight += d
+	s.order(w.t).inFlight += d
 	for _, ks := range w.ks {
 		ks.inFlight += d
 	}

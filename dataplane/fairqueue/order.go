@@ -1,17 +1,29 @@
 package fairqueue
 
-// fairOrder is one weighted-fair order of tenants: a virtual time and the
-// heaps of the tenants competing in it. Tags are compared only within one
-// order. The scheduler has one, embedded; priority bands would each own one
-// (a tenant competing in its band's), and next would serve the highest band
-// with a grantable tenant.
+// fairOrder is one priority band's weighted-fair order of tenants: a virtual
+// time, the heaps of the tenants competing in it, and the band's counts. Tags
+// are compared only within one order. Without bands the scheduler has one.
 type fairOrder struct {
 	// vnow is the virtual time: the largest start tag of an admitted grant.
 	vnow    uint64
 	swept   uint64           // vnow at the last sweep
 	ready   minHeap[*tenant] // by finish tag, then arrival
 	pending minHeap[*tenant] // by head ready time, then arrival
+
+	sumWeights int    // sum of the weights of the band's active queues
+	depth      int    // waiters held in the band, granted ones included
+	queuedCost uint64 // the sum of their costs
+	inFlight   int    // the band's granted waiters whose attempt runs
+
+	// share is the band's minShare in parts of shareOne; credit is what the
+	// band is owed, in cost units times shareOne (see grant and accrue).
+	share  int64
+	credit int64
 }
+
+// shareOne is minShare 1 in the fixed point of fairOrder.share: credits are
+// integers, so the scheduler stays deterministic and exact.
+const shareOne = 1 << 16
 
 // place puts a tenant that has a head waiter and no running attempt into the
 // ready or pending heap. Entering the ready heap, its start tag is its last
@@ -42,3 +54,16 @@ func (o *fairOrder) unplace(t *tenant) {
 	}
 	t.place = placeNone
 }
+
+// backlogged reports whether the band has a waiter ready for a grant or an
+// attempt running: it competes for the next grants (see accrue).
+func (o *fairOrder) backlogged() bool { return o.ready.len() > 0 || o.inFlight > 0 }
+
+// order returns the order of t's band.
+func (s *sched) order(t *tenant) *fairOrder { return &s.orders[t.band] }
+
+// place puts t into its band's ready or pending heap (see fairOrder.place).
+func (s *sched) place(t *tenant, now int64) { s.orders[t.band].place(t, now) }
+
+// unplace takes t out of its band's heaps.
+func (s *sched) unplace(t *tenant) { s.orders[t.band].unplace(t) }

@@ -3,6 +3,7 @@ package fairqueue
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ type Queue struct {
 	mu       sync.RWMutex
 	idle     *sync.Cond // broadcast when the scheduler goes to sleep; tests only
 	s        *sched
+	reported [MaxBands]int // band depths last told the Observer
 	disabled bool
 	closed   bool
 
@@ -54,6 +56,7 @@ func New(clk clock.Clock, b Bounds, w Weights, obs Observer) *Queue {
 		done: make(chan struct{}),
 	}
 	q.idle = sync.NewCond(&q.mu)
+	q.forgetReported()
 	q.s.onDone = q.signal
 	go q.run()
 	return q
@@ -105,11 +108,11 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 	now := q.now()
 	switch {
 	case q.closed:
-		q.obs.Refused(r.Dimension, ReasonShutdown)
+		q.obs.Refused(r.Dimension, q.s.bandName(r.Tenant, r.Band), ReasonShutdown)
 		q.mu.Unlock()
 		return Result{Reason: ReasonShutdown, RetryAfter: r.RetryAfter}, nil
 	case q.disabled:
-		q.obs.Refused(r.Dimension, ReasonDisabled)
+		q.obs.Refused(r.Dimension, q.s.bandName(r.Tenant, r.Band), ReasonDisabled)
 		q.mu.Unlock()
 		return Result{Reason: ReasonDisabled, RetryAfter: r.RetryAfter}, nil
 	}
@@ -119,20 +122,21 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 	}
 	a := arrival{
 		tenant: r.Tenant, dim: r.Dimension, keys: r.LimitKeys, deadline: deadline,
-		retryAfter: r.RetryAfter, interval: r.Interval, cost: r.Cost, size: r.Size,
+		retryAfter: r.RetryAfter, interval: r.Interval, cost: r.Cost, size: r.Size, band: r.Band,
 	}
 	w, reason, pos, est := q.s.enqueue(now, &a)
 	if w == nil {
 		retryAfter := time.Duration(q.s.refusalRetry(now, &a, reason, est))
-		q.obs.Refused(r.Dimension, reason)
+		band, _ := q.s.bandFor(r.Tenant, r.Band)
+		q.obs.Refused(r.Dimension, q.s.weights.BandName(band), reason)
 		q.mu.Unlock()
-		return Result{Reason: reason, Position: pos, Estimate: time.Duration(est), RetryAfter: retryAfter}, nil
+		return Result{Reason: reason, Position: pos, Estimate: time.Duration(est), RetryAfter: retryAfter, Band: band}, nil
 	}
 	if w.signal == nil {
 		w.signal = make(chan struct{}, 1)
 	}
 	w.attempt = r.Attempt
-	q.obs.QueueChanged(q.s.depth, q.s.active)
+	q.changedLocked()
 	q.kickLocked()
 	q.mu.Unlock()
 
@@ -143,7 +147,7 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 			q.mu.Lock()
 			if w.state != stateDone {
 				q.s.cancel(q.now(), w)
-				q.obs.QueueChanged(q.s.depth, q.s.active)
+				q.changedLocked()
 				q.kickLocked()
 				res := q.resultLocked(w)
 				q.s.release(w)
@@ -185,11 +189,11 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 		res, err := q.resultLocked(w), w.err
 		switch {
 		case res.Admitted:
-			q.obs.Granted(w.dim, res.Waited)
+			q.obs.Granted(w.dim, q.s.weights.BandName(res.Band), res.Waited)
 		case res.Reason != "":
-			q.obs.Refused(w.dim, res.Reason)
+			q.obs.Refused(w.dim, q.s.weights.BandName(res.Band), res.Reason)
 		}
-		q.obs.QueueChanged(q.s.depth, q.s.active)
+		q.changedLocked()
 		q.s.release(w)
 		q.mu.Unlock()
 		return res, err
@@ -218,9 +222,9 @@ func (q *Queue) runAttempt(w *waiter) (ok bool, retryAfter time.Duration, err er
 
 // resultLocked builds the Result of a waiter that is done or being cancelled.
 func (q *Queue) resultLocked(w *waiter) Result {
-	end := w.doneAt
+	end, band := w.doneAt, w.band
 	if w.state != stateDone {
-		end = q.now()
+		end, band = q.now(), w.t.band
 	}
 	return Result{
 		Admitted:   w.admitted,
@@ -229,6 +233,30 @@ func (q *Queue) resultLocked(w *waiter) Result {
 		Waited:     time.Duration(end - w.enqueuedAt),
 		Estimate:   time.Duration(w.estimate),
 		RetryAfter: time.Duration(w.retryAfter),
+		Band:       band,
+	}
+}
+
+// forgetReported makes the next changedLocked report every band's depth,
+// even 0.
+func (q *Queue) forgetReported() {
+	for i := range q.reported {
+		q.reported[i] = -1
+	}
+}
+
+// changedLocked reports the queue's depth, and each band's depth that
+// changed, to the Observer. Callers hold mu.
+func (q *Queue) changedLocked() {
+	q.obs.QueueChanged(q.s.depth, q.s.active)
+	if len(q.s.weights.Bands) == 0 {
+		return
+	}
+	for i := range q.s.nb {
+		if d := q.s.orders[i].depth; d != q.reported[i] {
+			q.reported[i] = d
+			q.obs.BandQueueChanged(q.s.weights.Bands[i].Name, d)
+		}
 	}
 }
 
@@ -249,7 +277,7 @@ func (q *Queue) run() {
 			q.signal(w)
 		}
 		wake, ok := q.s.nextWake()
-		q.obs.QueueChanged(q.s.depth, q.s.active)
+		q.changedLocked()
 		var d time.Duration
 		if ok {
 			d = time.Duration(wake - q.now())
@@ -337,6 +365,18 @@ func (q *Queue) Adjust(tenant string, delta int64) {
 	}
 }
 
+// AdjustIn is Adjust for a request that was scheduled in band (its
+// Result.Band): a request that lowered its band waited in a queue of its own
+// for its tenant and that band, which the correction moves; for the
+// tenant's own band it is Adjust.
+func (q *Queue) AdjustIn(tenant string, band int, delta int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.s.adjustIn(tenant, band, delta) {
+		q.kickLocked()
+	}
+}
+
 // SetBounds applies b (zero fields mean defaults) to the next decision.
 // Tightened bounds refuse new arrivals but never evict a waiter.
 func (q *Queue) SetBounds(b Bounds) {
@@ -347,11 +387,24 @@ func (q *Queue) SetBounds(b Bounds) {
 }
 
 // SetWeights applies w to the next scheduling decision without losing or
-// re-ordering waiters.
+// re-ordering waiters. When w's bands differ, every queue moves to its new
+// band with its waiters in order (a tenant whose band is gone to
+// DefaultBand, unless its entry names another), and the Observer is told
+// every band's depth, and 0 for each band that is gone.
 func (q *Queue) SetWeights(w Weights) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.s.setWeights(w)
+	old := q.s.weights.Bands
+	q.s.setWeights(w, q.now())
+	if !slices.Equal(old, q.s.weights.Bands) {
+		for _, b := range old {
+			if _, ok := q.s.weights.BandIndex(b.Name); !ok {
+				q.obs.BandQueueChanged(b.Name, 0)
+			}
+		}
+		q.forgetReported()
+		q.changedLocked()
+	}
 	q.kickLocked()
 }
 

@@ -416,13 +416,15 @@ type recordingObserver struct {
 
 func (o *recordingObserver) QueueChanged(int, int) {}
 
-func (o *recordingObserver) Granted(string, time.Duration) {
+func (o *recordingObserver) BandQueueChanged(string, int) {}
+
+func (o *recordingObserver) Granted(string, string, time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.grants++
 }
 
-func (o *recordingObserver) Refused(_ string, r Reason) {
+func (o *recordingObserver) Refused(_, _ string, r Reason) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.refusal == nil {

@@ -1,9 +1,7 @@
 package fairqueue
 
-import "time"
-
-// room returns the expected time from now until a request refused at enqueue
-// with reason could join. For tenant_queue_full it is when its tenant's head
+// room returns the expected time from now until request a, refused at
+// enqueue with reason, could join. For tenant_queue_full it is when its tenant's head
 // is expected to be admitted: the head's own estimate, made at its enqueue
 // from its position and the grant spacing, or one grant from now when the
 // head is overdue, never before the head's Retry-After. For
@@ -11,12 +9,12 @@ import "time"
 // hand. For queue_full it is the next grant or expiry anywhere. It is at
 // least minRetry; the caller applies the limiter's next token and the
 // request's budget.
-func (s *sched) room(now int64, tenantKey string, reason Reason, interval time.Duration) int64 {
-	sp := int64(s.spacing.or(interval))
+func (s *sched) room(now int64, a *arrival, reason Reason) int64 {
+	sp := int64(s.spacing.or(a.interval))
 	var d int64
 	switch reason {
 	case ReasonTenantQueueFull, ReasonTenantTableFull:
-		t, _ := s.queueFor(now, tenantKey)
+		t, _ := s.queueOf(now, a)
 		if t == nil || t.head() == nil {
 			return minRetry
 		}
@@ -61,12 +59,13 @@ func (s *sched) refusalRetry(now int64, a *arrival, reason Reason, est int64) in
 	switch reason {
 	case ReasonWaitExceedsBudget:
 		slot := now + est
-		t, _ := s.queueFor(now, a.tenant)
+		t, _ := s.queueOf(now, a)
 		if t == nil {
 			// A tenant without a queue yet keeps its promise in the
 			// table like an idle tenant (evicted first when a slot is
 			// needed), so its next refusals are told the places after.
-			t = s.newTenant(now, a.tenant, s.weights.Of(a.tenant))
+			band, lowered := s.bandFor(a.tenant, a.band)
+			t = s.newTenant(now, a.tenant, band, lowered, s.weights.Of(a.tenant))
 			s.linkIdle(t, now)
 		}
 		if t.promised != 0 {
@@ -75,8 +74,8 @@ func (s *sched) refusalRetry(now int64, a *arrival, reason Reason, est int64) in
 		t.promised = slot
 		return max(slot-now, retryAfter, minRetry)
 	case ReasonTenantQueueFull, ReasonTenantTableFull:
-		t, _ := s.queueFor(now, a.tenant)
-		base := s.room(now, a.tenant, reason, a.interval)
+		t, _ := s.queueOf(now, a)
+		base := s.room(now, a, reason)
 		if t == nil {
 			return fit(base)
 		}
@@ -93,7 +92,7 @@ func (s *sched) refusalRetry(now int64, a *arrival, reason Reason, est int64) in
 		return fit(d)
 	case ReasonQueueFull:
 		step := int64(s.spacing.or(a.interval))
-		at := now + s.room(now, a.tenant, reason, a.interval)
+		at := now + s.room(now, a, reason)
 		if s.promised != 0 {
 			at = max(at, s.promised+step)
 		}

@@ -36,24 +36,34 @@ type sched struct {
 	// queue after every grant comes back where it left off instead of at vnow
 	// (which would let it win every token while vnow stands still).
 	tenants map[string]*tenant
+	// lowered holds the queues of requests that lowered their band below
+	// their tenant's (Request.Band), one per tenant and band, so they never
+	// delay the tenant's own-band requests; allocated on first use. They
+	// count against MaxTenants and are evicted like tenants.
+	lowered map[loweredKey]*tenant
 	// idle holds the idle tenants, least recently active first: the
 	// eviction order when a new tenant needs a slot.
 	idle list[tenant]
-	// overflow holds the shared queues of tenants that found the table full
-	// of active tenants (see overflowFor); allocated on first use.
-	overflow  [overflowQueues]*tenant
+	// overflow holds, per band, the shared queues of tenants that found the
+	// table full of active tenants (see overflowFor); allocated on first use.
+	overflow  [MaxBands][overflowQueues]*tenant
 	keys      map[LimitKey]*keyState
 	active    int           // queues (tenant or overflow) holding waiters
 	deadlines deadlineIndex // queued (not granted) waiters by deadline
 
-	// fairOrder holds the virtual time and the tenants competing in it.
-	fairOrder
+	// orders holds each band's virtual time and the tenants competing in
+	// it; nb bands are in use (1 without bands).
+	orders [MaxBands]fairOrder
+	nb     int
+	// shares counts the bands with a minShare; maxCost is the largest cost
+	// of an admitted grant, which caps a band's credit (see accrue).
+	shares  int64
+	maxCost uint64
 
-	depth      int // waiters held, granted ones included
-	inFlight   int // granted waiters whose attempt is running
-	holds      int // keys with a holder
-	sumWeights int // sum of the weights of tracked tenants
-	seq        uint64
+	depth    int // waiters held, granted ones included
+	inFlight int // granted waiters whose attempt is running
+	holds    int // keys with a holder
+	seq      uint64
 
 	// spacing turns grants into time (see grantSpacing).
 	spacing grantSpacing
@@ -80,6 +90,7 @@ func newSched(b Bounds, w Weights) *sched {
 		keys:    make(map[LimitKey]*keyState),
 		onDone:  func(*waiter) {},
 	}
+	s.setShares()
 	return s
 }
 
@@ -102,6 +113,8 @@ type arrival struct {
 	// cost and size are Request.Cost and Request.Size in cost units,
 	// normalized by costOf; a size of 0 or less means cost.
 	cost, size int64
+	// band is Request.Band: the band the request asks for (see bandFor).
+	band int
 }
 
 // enqueue adds request a arriving at now, or refuses it with the reason and
@@ -116,9 +129,14 @@ func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 	}
 	retryAfter := max(int64(a.retryAfter), 0)
 	c := costOf(a.cost)
-	t, overflow := s.queueFor(now, a.tenant)
+	band, lowered := s.bandFor(a.tenant, a.band)
+	t, overflow := s.queueFor(now, a.tenant, band, lowered)
+	o := &s.orders[band]
+	if t != nil {
+		o = s.order(t) // after a reload, until it drains
+	}
 	var weight int
-	k, upTo, sumW := 1, c, s.sumWeights
+	k, upTo, sumW := 1, c, o.sumWeights
 	if t != nil {
 		weight, k, upTo = t.weight, t.depth+1, t.queuedCost+c
 		if t.depth == 0 {
@@ -128,7 +146,7 @@ func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 		weight = s.weights.Of(a.tenant)
 		sumW += weight
 	}
-	pos, wait, _ := s.placeOf(k, upTo, c, weight, sumW, a.interval)
+	pos, wait, _ := s.placeOf(k, upTo, c, weight, sumW, a.interval, s.higher(o))
 	// A request that waits is never estimated at 0: even the first in line
 	// waits for the scheduler to grant it.
 	raw := min(retryAfter+int64(wait), maxEstimate)
@@ -148,7 +166,7 @@ func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 	}
 
 	if t == nil {
-		t = s.newTenant(now, a.tenant, weight)
+		t = s.newTenant(now, a.tenant, band, lowered, weight)
 	}
 	if t.depth == 0 {
 		s.activate(t, now)
@@ -167,6 +185,8 @@ func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 	t.queue.pushBack(&w.inQueue, w)
 	t.depth++
 	t.queuedCost += c
+	o.depth++
+	o.queuedCost += c
 	s.depth++
 	w.ks = w.ks[:0]
 	for _, key := range a.keys {
@@ -181,8 +201,15 @@ func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 	return w, "", pos, est
 }
 
+// queueOf is queueFor for arrival a in the band it asks for.
+func (s *sched) queueOf(now int64, a *arrival) (*tenant, bool) {
+	band, lowered := s.bandFor(a.tenant, a.band)
+	return s.queueFor(now, a.tenant, band, lowered)
+}
+
 // next expires overdue waiters and grants an attempt to the head waiter of the
-// ready tenant with the smallest finish tag. It returns nil when MaxInFlight
+// ready tenant with the smallest finish tag in the band chosen by pick. It
+// returns nil when MaxInFlight
 // attempts run, when no head is ready, or when the chosen head shares a limit
 // key with a running attempt (attempts on one key run in fair order, one at a
 // time). A head needing a key held for a waiter ahead of it in the fair order
@@ -193,28 +220,98 @@ func (s *sched) next(now int64) *waiter {
 	if s.inFlight >= s.bounds.MaxInFlight {
 		return nil
 	}
-	for s.pending.len() > 0 && int64(s.pending.topKey()) <= now {
-		t := s.pending.pop()
-		t.place = placeNone
-		s.place(t, now)
+	for i := range s.nb {
+		o := &s.orders[i]
+		for o.pending.len() > 0 && int64(o.pending.topKey()) <= now {
+			t := o.pending.pop()
+			t.place = placeNone
+			o.place(t, now)
+		}
+		if s.holds > 0 {
+			s.parkHeld(o, now)
+		}
 	}
-	if s.holds > 0 {
-		s.parkHeld(now)
-	}
-	if s.ready.len() == 0 {
+	o := s.pick()
+	if o == nil {
 		return nil
 	}
-	t := s.ready.top()
+	t := o.ready.top()
 	w := t.head()
 	if w.keysBusy() {
 		return nil
 	}
-	s.ready.pop()
+	o.ready.pop()
 	t.place = placeInFlight
 	s.deadlines.remove(w)
 	w.state = stateGranted
 	s.countAttempt(w, 1)
+	if s.shares > 0 {
+		// Reserve the grant's cost from the band's credit so concurrent
+		// attempts cannot spend it twice; refunded unless admitted.
+		w.debit = min(o.credit, int64(w.cost)*shareOne)
+		o.credit -= w.debit
+	}
 	return w
+}
+
+// pick returns the band the next grant goes to: the highest band whose
+// minShare credit covers its next head's cost, else the highest band with a
+// ready tenant; nil when no band has one. A band that is not backlogged
+// loses its credit (no banking).
+func (s *sched) pick() *fairOrder {
+	if s.shares > 0 {
+		for i := range s.nb {
+			o := &s.orders[i]
+			switch {
+			case o.share == 0:
+			case !o.backlogged():
+				o.credit = 0
+			case o.ready.len() > 0 && o.credit >= int64(o.ready.top().head().cost)*shareOne:
+				return o
+			}
+		}
+	}
+	for i := range s.nb {
+		if o := &s.orders[i]; o.ready.len() > 0 {
+			return o
+		}
+	}
+	return nil
+}
+
+// accrue credits every backlogged band with a minShare its share of an
+// admitted grant of cost c made in band granted, up to (bands with a share
+// + 1) grants of the largest cost admitted; see the package doc for why the
+// cap never binds while a band is backlogged and what it bounds otherwise.
+func (s *sched) accrue(granted *fairOrder, c uint64) {
+	s.maxCost = max(s.maxCost, c)
+	limit := s.creditLimit()
+	for i := range s.nb {
+		o := &s.orders[i]
+		switch {
+		case o.share == 0:
+		case o == granted || o.backlogged():
+			o.credit = min(o.credit+o.share*int64(c), limit)
+		default:
+			o.credit = 0
+		}
+	}
+}
+
+// creditLimit is the most credit a band may hold: (bands with a share + 1)
+// grants of the largest cost admitted.
+func (s *sched) creditLimit() int64 {
+	return (s.shares + 1) * int64(max(s.maxCost, 1)) * shareOne
+}
+
+// refund returns the credit a granted waiter reserved when its attempt was
+// not admitted.
+func (s *sched) refund(w *waiter) {
+	if o := s.order(w.t); w.debit != 0 && o.share > 0 {
+		// A reload may have moved the waiter or reset the credits since.
+		o.credit = min(o.credit+w.debit, s.creditLimit())
+	}
+	w.debit = 0
 }
 
 // complete records the outcome of a granted waiter's attempt at now. An
@@ -224,7 +321,11 @@ func (s *sched) next(now int64) *waiter {
 // an error removes it.
 func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err error) outcome {
 	t := w.t
+	o := s.order(t)
 	s.countAttempt(w, -1)
+	if !ok || err != nil {
+		s.refund(w)
+	}
 	switch {
 	case err != nil:
 		t.flightAdj = 0
@@ -234,15 +335,19 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 	case ok:
 		t.finish = t.tag()
 		t.lastCost = w.cost
-		s.vnow = vmax(s.vnow, t.start)
+		o.vnow = vmax(o.vnow, t.start)
 		if t.flightAdj != 0 {
 			// Corrections made during the attempt move its finish tag,
 			// not the virtual time.
-			t.finish = s.moveTag(t, t.finish, t.flightAdj)
+			t.finish = o.moveTag(t, t.finish, t.flightAdj)
 			t.flightAdj = 0
 		}
-		if s.vnow-s.swept >= sweepEvery {
-			s.sweep()
+		if o.vnow-o.swept >= sweepEvery {
+			s.sweep(o)
+		}
+		if s.shares > 0 {
+			w.debit = 0
+			s.accrue(o, w.cost)
 		}
 		s.spacing.admitted(now, w.cost, s.depth > 1) // w still counts
 		s.finish(w, now, true, "")
@@ -274,6 +379,7 @@ func (s *sched) cancel(now int64, w *waiter) {
 		s.deadlines.remove(w)
 	case stateGranted:
 		s.countAttempt(w, -1)
+		s.refund(w)
 		w.t.flightAdj = 0
 	default:
 		return
@@ -290,6 +396,10 @@ func (s *sched) finish(w *waiter, now int64, admitted bool, reason Reason) {
 	w.t = nil
 	t.depth--
 	t.queuedCost -= w.cost
+	o := s.order(t)
+	o.depth--
+	o.queuedCost -= w.cost
+	w.band = t.band
 	s.depth--
 	for i, ks := range w.ks {
 		if ks.holder == w {
@@ -332,11 +442,33 @@ func (s *sched) setBounds(b Bounds) {
 // a pending head turning ready or a queued waiter's deadline.
 func (s *sched) nextWake() (int64, bool) {
 	wake, ok := int64(noDeadline), false
-	if s.pending.len() > 0 {
-		wake, ok = int64(s.pending.topKey()), true
+	for i := range s.nb {
+		if o := &s.orders[i]; o.pending.len() > 0 && int64(o.pending.topKey()) < wake {
+			wake, ok = int64(o.pending.topKey()), true
+		}
 	}
 	if w := s.deadlines.earliest(); w != nil && w.deadline < wake {
 		wake, ok = w.deadline, true
 	}
 	return wake, ok
+}
+
+// bandFor returns the band a request of tenantKey asking for band req is
+// scheduled in: the tenant's band, or req when that is a lower band (a
+// larger index) that exists, reported by lowered. 0 without bands.
+func (s *sched) bandFor(tenantKey string, req int) (band int, lowered bool) {
+	if len(s.weights.Bands) == 0 {
+		return 0, false
+	}
+	b := s.weights.BandOf(tenantKey)
+	if req > b && req < len(s.weights.Bands) {
+		return req, true
+	}
+	return b, false
+}
+
+// bandName names the band of bandFor(tenantKey, req); "" without bands.
+func (s *sched) bandName(tenantKey string, req int) string {
+	b, _ := s.bandFor(tenantKey, req)
+	return s.weights.BandName(b)
 }

@@ -33,6 +33,13 @@ type tenant struct {
 	idle      bool  // on the idle list
 	idleSince int64 // when the queue last emptied
 	overflow  bool
+	// band is the band the queue competes in. lowerTo names the band of a
+	// lowered queue (requests that lowered their band), "" for a tenant's
+	// own queue.
+	band    int
+	slot    int // an overflow queue's index in sched.overflow
+	lowered bool
+	lowerTo string
 	// promised is the latest grant time (slot) promised to a request of
 	// this queue refused at arrival; 0 for none (see refusalRetry).
 	promised int64
@@ -46,20 +53,34 @@ type tenant struct {
 // head returns the tenant's first waiter, the next to be granted, or nil.
 func (t *tenant) head() *waiter { return t.queue.front() }
 
-// queueFor returns the queue a request of tenantKey arriving at now joins: its
-// own tenant (nil when it has none and the table has room, or an idle tenant
+// loweredKey names the queue of a tenant's requests that lowered their band
+// to the band named band.
+type loweredKey struct {
+	tenant, band string
+}
+
+// queueFor returns the queue a request of tenantKey scheduled in band
+// arriving at now joins: its own tenant, or with lowered its lowered queue
+// for band (nil when it has none and the table has room, or an idle tenant
 // can be evicted to make room), or, when the table is full of tenants that
-// are active or were active within MaxWait, an overflow queue, reported by
-// the second result.
-func (s *sched) queueFor(now int64, tenantKey string) (*tenant, bool) {
-	if t := s.tenants[tenantKey]; t != nil {
+// are active or were active within MaxWait, the band's overflow queue,
+// reported by the second result.
+func (s *sched) queueFor(now int64, tenantKey string, band int, lowered bool) (*tenant, bool) {
+	if !lowered {
+		if t := s.tenants[tenantKey]; t != nil {
+			return t, false
+		}
+	} else if t := s.lowered[loweredKey{tenantKey, s.weights.BandName(band)}]; t != nil {
 		return t, false
 	}
-	if len(s.tenants) < s.bounds.MaxTenants || s.evictable(now) {
+	if s.tracked() < s.bounds.MaxTenants || s.evictable(now) {
 		return nil, false
 	}
-	return s.overflowFor(tenantKey), true
+	return s.overflowFor(tenantKey, band), true
 }
+
+// tracked returns the queues in the table: tenants and lowered queues.
+func (s *sched) tracked() int { return len(s.tenants) + len(s.lowered) }
 
 // evictable reports whether the least recently active idle tenant has been
 // idle for MaxWait, so a new tenant may take its slot. The grace keeps a
@@ -84,29 +105,29 @@ const (
 // keys therefore shares a few queues scheduled at the default weight, and a
 // tenant is refused (tenant_table_full) only when both queues of its hand are
 // full.
-func (s *sched) overflowFor(tenantKey string) *tenant {
+func (s *sched) overflowFor(tenantKey string, band int) *tenant {
 	h := fnv64(tenantKey)
 	first := int(h % overflowQueues)
 	second := int((h / overflowQueues) % (overflowQueues - 1))
 	if second >= first {
 		second++
 	}
-	a, b := s.overflowQueue(first), s.overflowQueue(second)
+	a, b := s.overflowQueue(band, first), s.overflowQueue(band, second)
 	if b.depth < a.depth {
 		return b
 	}
 	return a
 }
 
-// overflowQueue returns overflow queue i, creating it on first use.
-func (s *sched) overflowQueue(i int) *tenant {
-	if t := s.overflow[i]; t != nil {
+// overflowQueue returns band's overflow queue i, creating it on first use.
+func (s *sched) overflowQueue(band, i int) *tenant {
+	if t := s.overflow[band][i]; t != nil {
 		return t
 	}
 	weight := s.weights.Of("")
 	s.seq++
-	t := &tenant{key: "", weight: weight, stride: strideScale / uint64(weight), finish: s.vnow, inHeap: heapSlot[*tenant]{idx: -1}, seq: s.seq, overflow: true}
-	s.overflow[i] = t
+	t := &tenant{key: "", weight: weight, stride: strideScale / uint64(weight), finish: s.orders[band].vnow, inHeap: heapSlot[*tenant]{idx: -1}, seq: s.seq, overflow: true, band: band, slot: band}
+	s.overflow[band][i] = t
 	return t
 }
 
@@ -128,17 +149,23 @@ func (s *sched) activate(t *tenant, now int64) {
 	if t.idle {
 		s.unlinkIdle(t)
 	}
-	t.finish = vmax(t.finish, s.vnow)
-	s.sumWeights += t.weight
+	o := s.order(t)
+	t.finish = vmax(t.finish, o.vnow)
+	o.sumWeights += t.weight
 	s.active++
 }
 
 // deactivate takes a tenant whose queue emptied at now out of the weight sum
 // and appends it to the idle list (overflow queues stay where they are).
 func (s *sched) deactivate(t *tenant, now int64) {
-	s.sumWeights -= t.weight
+	s.order(t).sumWeights -= t.weight
 	s.active--
 	if t.overflow {
+		if t.band != t.slot {
+			// Moved by a reload while it held waiters: back to serving
+			// its slot's band.
+			t.band, t.finish = t.slot, s.orders[t.slot].vnow
+		}
 		return
 	}
 	s.linkIdle(t, now)
@@ -157,16 +184,25 @@ func (s *sched) unlinkIdle(t *tenant) {
 	t.idle = false
 }
 
-// newTenant adds a tenant to the table at now, first evicting the least
-// recently active idle tenant when the table is at MaxTenants (queueFor has
-// checked that it may).
-func (s *sched) newTenant(now int64, key string, weight int) *tenant {
-	if len(s.tenants) >= s.bounds.MaxTenants && s.evictable(now) {
+// newTenant adds a queue for tenant key in band to the table at now (its
+// lowered queue for band when lowered), first evicting the least recently
+// active idle queue when the table is at MaxTenants (queueFor has checked
+// that it may).
+func (s *sched) newTenant(now int64, key string, band int, lowered bool, weight int) *tenant {
+	if s.tracked() >= s.bounds.MaxTenants && s.evictable(now) {
 		s.evictIdle()
 	}
 	t := s.freeT.get()
 	s.seq++
-	*t = tenant{key: key, weight: weight, stride: strideScale / uint64(weight), finish: s.vnow, inHeap: heapSlot[*tenant]{idx: -1}, seq: s.seq}
+	*t = tenant{key: key, weight: weight, stride: strideScale / uint64(weight), finish: s.orders[band].vnow, inHeap: heapSlot[*tenant]{idx: -1}, seq: s.seq, band: band}
+	if lowered {
+		t.lowered, t.lowerTo = true, s.weights.BandName(band)
+		if s.lowered == nil {
+			s.lowered = make(map[loweredKey]*tenant)
+		}
+		s.lowered[loweredKey{key, t.lowerTo}] = t
+		return t
+	}
 	s.tenants[key] = t
 	return t
 }
@@ -177,7 +213,11 @@ func (s *sched) newTenant(now int64, key string, weight int) *tenant {
 func (s *sched) evictIdle() {
 	t := s.idle.front()
 	s.unlinkIdle(t)
-	delete(s.tenants, t.key)
+	if t.lowered {
+		delete(s.lowered, loweredKey{t.key, t.lowerTo})
+	} else {
+		delete(s.tenants, t.key)
+	}
 	*t = tenant{}
 	s.freeT.put(t)
 }
@@ -185,28 +225,141 @@ func (s *sched) evictIdle() {
 // trimIdle evicts idle tenants until the table is within MaxTenants, after
 // the bound was lowered.
 func (s *sched) trimIdle() {
-	for len(s.tenants) > s.bounds.MaxTenants && s.idle.head != nil {
+	for s.tracked() > s.bounds.MaxTenants && s.idle.head != nil {
 		s.evictIdle()
 	}
 }
 
-// setWeights applies new weights to every tracked tenant without moving any
-// waiter; the ready heap is re-ordered by the new finish tags.
-func (s *sched) setWeights(w Weights) {
+// setWeights applies new weights at now to every tracked queue without
+// moving any waiter within its queue; the ready heaps are re-ordered by the
+// new finish tags. When the bands change (see rebands), queues move to
+// their new band.
+func (s *sched) setWeights(w Weights, now int64) {
+	old := s.weights
 	s.weights = w.Clone()
-	reweight := func(t *tenant, nw int) {
+	s.setShares()
+	s.forQueues(func(t *tenant) {
+		nw := s.weights.Of(t.key)
 		if t.depth > 0 {
-			s.sumWeights += nw - t.weight
+			s.order(t).sumWeights += nw - t.weight
 		}
 		t.weight, t.stride = nw, strideScale/uint64(nw)
+	})
+	if len(old.Bands) == 0 && len(s.weights.Bands) == 0 {
+		s.orders[0].ready.rekey((*tenant).tag)
+		return
 	}
+	s.rebands(old, now)
+}
+
+// forQueues calls f for every queue: tenants, lowered queues and overflow
+// queues.
+func (s *sched) forQueues(f func(t *tenant)) {
 	for _, t := range s.tenants {
-		reweight(t, s.weights.Of(t.key))
+		f(t)
 	}
-	for _, t := range s.overflow {
-		if t != nil {
-			reweight(t, s.weights.Of(""))
+	for _, t := range s.lowered {
+		f(t)
+	}
+	for i := range s.overflow {
+		for _, t := range s.overflow[i] {
+			if t != nil {
+				f(t)
+			}
 		}
 	}
-	s.ready.rekey((*tenant).tag)
+}
+
+// setShares sets the band count and each band's minShare from the weights.
+// A band keeps no credit across a change of bands.
+func (s *sched) setShares() {
+	s.nb, s.shares = max(len(s.weights.Bands), 1), 0
+	for i := range s.orders {
+		o := &s.orders[i]
+		o.share, o.credit = 0, 0
+		if i < len(s.weights.Bands) {
+			o.share = int64(min(max(s.weights.Bands[i].MinShare, 0), 1) * shareOne)
+		}
+		if o.share > 0 {
+			s.shares++
+		}
+	}
+}
+
+// bandNow returns the band t competes in under the current weights: its
+// tenant's band, or for a lowered queue the lower of that and the band it
+// lowered to (DefaultBand when that band is gone).
+func (s *sched) bandNow(t *tenant) int {
+	b := s.weights.BandOf(t.key)
+	if t.overflow {
+		b = t.band
+	}
+	if t.lowered {
+		to, ok := s.weights.BandIndex(t.lowerTo)
+		if !ok {
+			to = s.defaultBand()
+		}
+		b = max(b, to)
+	}
+	return min(max(b, 0), s.nb-1)
+}
+
+// defaultBand returns the index of DefaultBand within the bands, 0 without.
+func (s *sched) defaultBand() int {
+	return min(max(s.weights.DefaultBand, 0), s.nb-1)
+}
+
+// rebands moves every queue to its band under the new weights, whose bands
+// differ from old's (a reload). A band keeps its virtual time when a band of
+// the same name existed, and each queue keeps its finish tag's distance from
+// its band's virtual time, so queues that stay in their band keep their
+// order. A queue's waiters never move within it. A band that is gone sends
+// its tenants to their new band (DefaultBand unless their entry names
+// another); an overflow queue goes to the band of its old band's name, or
+// DefaultBand, and serves arrivals of its slot's band once it drains.
+func (s *sched) rebands(old Weights, now int64) {
+	prev := s.orders
+	for i := range s.nb {
+		o := &s.orders[i]
+		*o = fairOrder{share: o.share}
+		if j, ok := old.BandIndex(s.weights.BandName(i)); ok && len(s.weights.Bands) > 0 {
+			o.vnow, o.swept = prev[j].vnow, prev[j].swept
+		} else if len(old.Bands) == 0 && i == 0 {
+			o.vnow, o.swept = prev[0].vnow, prev[0].swept
+		}
+	}
+	for i := s.nb; i < MaxBands; i++ {
+		s.orders[i] = fairOrder{}
+	}
+	s.forQueues(func(t *tenant) {
+		from := &prev[t.band]
+		if t.overflow {
+			// Follow the old band by name; its slot stays where it is.
+			b, ok := s.weights.BandIndex(old.BandName(t.band))
+			if !ok {
+				b = s.defaultBand()
+			}
+			t.band = b
+			if t.depth == 0 {
+				t.band = t.slot
+			}
+		} else {
+			t.band = s.bandNow(t)
+		}
+		to := &s.orders[t.band]
+		t.finish = to.vnow + (t.finish - from.vnow)
+		t.start = to.vnow + (t.start - from.vnow)
+		if t.depth == 0 {
+			return
+		}
+		to.sumWeights += t.weight
+		to.depth += t.depth
+		to.queuedCost += t.queuedCost
+		if t.place == placeInFlight {
+			to.inFlight++
+			return
+		}
+		t.place = placeNone
+		to.place(t, now)
+	})
 }

@@ -201,7 +201,7 @@ func TestReweightKeepsOrder(t *testing.T) {
 		order = append(order, enq(t, s, 0, "a", 0, "k"))
 		enq(t, s, 0, "b", 0, "k")
 	}
-	s.setWeights(Weights{Default: 1, ByTenant: map[string]int{"a": 100}})
+	s.setWeights(Weights{Default: 1, ByTenant: map[string]int{"a": 100}}, 0)
 	// With a weight of 100, a's three waiters go first and in FIFO order.
 	for i, want := range order {
 		w := s.next(0)

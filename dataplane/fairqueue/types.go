@@ -304,18 +304,27 @@ type Result struct {
 
 // Observer receives queue events, typically to update Prometheus metrics.
 // Methods are called with the Queue's lock held: they must be fast, must not
-// block and must not call back into the Queue.
+// block and must not call back into the Queue. A band argument is the name
+// of the band the request was scheduled in (Result.Band's name), "" without
+// bands; band names are bounded by MaxBands per configuration.
 type Observer interface {
 	// QueueChanged reports the requests queued and the tenant queues tracked
 	// after a change.
 	QueueChanged(depth, tenants int)
+	// BandQueueChanged reports the requests queued in one band after its
+	// depth changed. It is called only while there are bands. When
+	// SetWeights changes the bands, every band of the new set is reported,
+	// and every band of the old set that is gone is reported once with depth
+	// 0, so a gauge per band never keeps a stale value.
+	BandQueueChanged(band string, depth int)
 	// Granted reports a request admitted from the queue (its attempt passed
-	// the limiter) and the time it spent queued.
-	Granted(dimension string, waited time.Duration)
-	// Refused reports a request refused at enqueue or after waiting. Besides
-	// the five specification reasons, reason may be ReasonDisabled or
-	// ReasonShutdown; cancellations and Attempt errors are not reported.
-	Refused(dimension string, reason Reason)
+	// the limiter), its band and the time it spent queued.
+	Granted(dimension, band string, waited time.Duration)
+	// Refused reports a request refused at enqueue or after waiting, with the
+	// band it was (or would have been) scheduled in. Besides the five
+	// specification reasons, reason may be ReasonDisabled or ReasonShutdown;
+	// cancellations and Attempt errors are not reported.
+	Refused(dimension, band string, reason Reason)
 }
 
 // NopObserver is an Observer that ignores every event.
@@ -324,8 +333,11 @@ type NopObserver struct{}
 // QueueChanged implements Observer.
 func (NopObserver) QueueChanged(int, int) {}
 
+// BandQueueChanged implements Observer.
+func (NopObserver) BandQueueChanged(string, int) {}
+
 // Granted implements Observer.
-func (NopObserver) Granted(string, time.Duration) {}
+func (NopObserver) Granted(string, string, time.Duration) {}
 
 // Refused implements Observer.
-func (NopObserver) Refused(string, Reason) {}
+func (NopObserver) Refused(string, string, Reason) {}

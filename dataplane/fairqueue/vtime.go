@@ -72,16 +72,30 @@ func (t *tenant) tag() uint64 { return t.start + t.stride*t.head().cost }
 // evicted, or queued in an overflow queue) is left alone. It reports
 // whether the ready heap changed.
 func (s *sched) adjust(tenantKey string, delta int64) bool {
-	t := s.tenants[tenantKey]
+	return s.adjustQueue(s.tenants[tenantKey], delta)
+}
+
+// adjustIn is adjust for the queue a request of tenantKey scheduled in band
+// was in: the tenant's own queue, or its lowered queue for band.
+func (s *sched) adjustIn(tenantKey string, band int, delta int64) bool {
+	if band == s.weights.BandOf(tenantKey) || band < 0 || band >= len(s.weights.Bands) {
+		return s.adjust(tenantKey, delta)
+	}
+	return s.adjustQueue(s.lowered[loweredKey{tenantKey, s.weights.BandName(band)}], delta)
+}
+
+// adjustQueue is adjust for queue t (nil: untracked).
+func (s *sched) adjustQueue(t *tenant, delta int64) bool {
 	if t == nil || delta == 0 {
 		return false
 	}
+	o := s.order(t)
 	delta = min(max(delta, -MaxCost), MaxCost)
-	t.finish = s.moveTag(t, t.finish, delta)
+	t.finish = o.moveTag(t, t.finish, delta)
 	switch t.place {
 	case placeReady:
-		t.start = s.moveTag(t, t.start, delta)
-		s.ready.fix(t.inHeap.idx, t.tag())
+		t.start = o.moveTag(t, t.start, delta)
+		o.ready.fix(t.inHeap.idx, t.tag())
 		return true
 	case placeInFlight:
 		t.flightAdj = min(max(t.flightAdj+delta, -MaxCost), MaxCost)
@@ -101,29 +115,24 @@ func (o *fairOrder) moveTag(t *tenant, v uint64, delta int64) uint64 {
 	return vmin(nv, vmax(v, o.vnow+maxLead))
 }
 
-// sweep raises the tags of every tenant outside the ready heap to at least
-// MaxCost of its strides behind the virtual time, and records when it ran.
+// sweep raises the tags of every tenant of band o outside the ready heap to
+// at least MaxCost of its strides behind o's virtual time, and records when
+// it ran.
 // Ready tags stay within wrap-around range of the virtual time on their own;
 // idle, pending and in-flight tenants would otherwise fall arbitrarily far
 // behind it while it advances (see strideScale). Raising a tag that far
 // behind costs no tenant anything: place and activate raise it further on
 // their own.
-func (s *sched) sweep() {
-	s.swept = s.vnow
-	raise := func(t *tenant) {
-		if t == nil || t.place == placeReady {
+func (s *sched) sweep(o *fairOrder) {
+	o.swept = o.vnow
+	s.forQueues(func(t *tenant) {
+		if s.order(t) != o || t.place == placeReady {
 			return
 		}
-		floor := s.vnow - MaxCost*t.stride
+		floor := o.vnow - MaxCost*t.stride
 		t.finish = vmax(t.finish, floor)
 		if t.place == placeInFlight {
 			t.start = vmax(t.start, floor)
 		}
-	}
-	for _, t := range s.tenants {
-		raise(t)
-	}
-	for _, t := range s.overflow {
-		raise(t)
-	}
+	})
 }

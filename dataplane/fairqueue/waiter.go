@@ -39,7 +39,11 @@ type waiter struct {
 	estimate   int64
 	interval   time.Duration
 	cost       uint64 // within [1, MaxCost]
-	size       uint64 // within [1, MaxCost]; holds its keys when above 1
+	// band is the band the waiter was scheduled in, set when it is done.
+	band int
+	// debit is the band credit reserved for its running attempt (see next).
+	debit int64
+	size  uint64 // within [1, MaxCost]; holds its keys when above 1
 
 	state    waiterState
 	admitted bool

@@ -145,9 +145,13 @@ func (m *Metrics) QueueChanged(depth, tenants int) {
 // so a caller's mistake can never put an identity into a label.
 const unknownLabel = "unknown"
 
+// BandQueueChanged implements fairqueue.Observer; the band label is not
+// recorded yet.
+func (m *Metrics) BandQueueChanged(string, int) {}
+
 // Granted implements fairqueue.Observer. A dimension other than user, apiKey
-// or team is recorded as "unknown".
-func (m *Metrics) Granted(dimension string, waited time.Duration) {
+// or team is recorded as "unknown"; the band is not recorded yet.
+func (m *Metrics) Granted(dimension, _ string, waited time.Duration) {
 	if i := dimensionIndex(dimension); i >= 0 {
 		m.waitBy[i].Observe(waited.Seconds())
 		m.grantsBy[i].Inc()
@@ -158,8 +162,8 @@ func (m *Metrics) Granted(dimension string, waited time.Duration) {
 }
 
 // Refused implements fairqueue.Observer. A dimension or reason outside the
-// known sets is recorded as "unknown".
-func (m *Metrics) Refused(dimension string, reason fairqueue.Reason) {
+// known sets is recorded as "unknown"; the band is not recorded yet.
+func (m *Metrics) Refused(dimension, _ string, reason fairqueue.Reason) {
 	i := dimensionIndex(dimension)
 	for j, r := range reasons {
 		if r == reason {

@@ -43,12 +43,12 @@ func newMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
 func TestQueueMetricsMatchTheSpec(t *testing.T) {
 	m, reg := newMetrics(t)
 	m.QueueChanged(3, 2)
-	m.Granted("user", 20*time.Millisecond)
-	m.Granted("user", 2*time.Second)
-	m.Granted("team", 0)
-	m.Refused("apiKey", fairqueue.ReasonTenantQueueFull)
-	m.Refused("user", fairqueue.ReasonWaitExceedsBudget)
-	m.Refused("user", fairqueue.ReasonWaitExceedsBudget)
+	m.Granted("user", "", 20*time.Millisecond)
+	m.Granted("user", "", 2*time.Second)
+	m.Granted("team", "", 0)
+	m.Refused("apiKey", "", fairqueue.ReasonTenantQueueFull)
+	m.Refused("user", "", fairqueue.ReasonWaitExceedsBudget)
+	m.Refused("user", "", fairqueue.ReasonWaitExceedsBudget)
 
 	const want = `
 # HELP rate_limit_fair_queue_depth Requests held in the fair queues now.
@@ -202,8 +202,8 @@ func TestRecordingDoesNotAllocate(t *testing.T) {
 	m, _ := newMetrics(t)
 	allocs := testing.AllocsPerRun(100, func() {
 		m.QueueChanged(1, 1)
-		m.Granted("team", time.Millisecond)
-		m.Refused("user", fairqueue.ReasonQueueFull)
+		m.Granted("team", "", time.Millisecond)
+		m.Refused("user", "", fairqueue.ReasonQueueFull)
 		m.ObserveDecision(limiter.DimensionModel, limiter.OutcomeAllowed)
 	})
 	if allocs != 0 {
@@ -214,9 +214,9 @@ func TestRecordingDoesNotAllocate(t *testing.T) {
 func TestUnknownLabelValuesNeverCarryIdentities(t *testing.T) {
 	m, reg := newMetrics(t)
 	const hash = "433deb45467e4e53dbaba594c88bc3a200f705a2150788c3d11e6040e63e8510"
-	m.Granted(hash, time.Second)
-	m.Refused(hash, fairqueue.ReasonQueueFull)
-	m.Refused("user", fairqueue.Reason(hash))
+	m.Granted(hash, "", time.Second)
+	m.Refused(hash, "", fairqueue.ReasonQueueFull)
+	m.Refused("user", "", fairqueue.Reason(hash))
 	eachLabel(t, reg, func(family string, l *dto.LabelPair) {
 		if strings.Contains(l.GetValue(), hash[:12]) {
 			t.Errorf("%s{%s=%q}: an identity reached a label", family, l.GetName(), l.GetValue())

@@ -203,7 +203,7 @@ func BenchmarkQueueGranted(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		m.Granted("user", 0)
+		m.Granted("user", "", 0)
 	}
 }
 

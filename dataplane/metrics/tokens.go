@@ -124,15 +124,19 @@ func (t *Tokens) HeldAhead(delta int) {
 	t.held.Set(float64(t.ahead.Add(int64(delta)) + t.depth.Load()))
 }
 
+// BandQueueChanged implements fairqueue.Observer for the deferral queue,
+// whose depth is not split by band.
+func (t *Tokens) BandQueueChanged(string, int) {}
+
 // Granted implements fairqueue.Observer for the deferral queue.
-func (t *Tokens) Granted(_ string, waited time.Duration) {
+func (t *Tokens) Granted(_, _ string, waited time.Duration) {
 	t.wait.Observe(waited.Seconds())
 	t.grants.Inc()
 }
 
 // Refused implements fairqueue.Observer for the deferral queue. Disabling
 // deferred admission admits held requests, so ReasonDisabled is not a refusal.
-func (t *Tokens) Refused(_ string, reason fairqueue.Reason) {
+func (t *Tokens) Refused(_, _ string, reason fairqueue.Reason) {
 	if reason != fairqueue.ReasonDisabled {
 		t.DeferralRefused(string(reason))
 	}

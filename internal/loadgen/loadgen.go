@@ -409,6 +409,8 @@ type outcome struct {
 	hasUsage   bool
 	held       time.Duration
 	hasHeld    bool
+	ttft       time.Duration
+	hasTTFT    bool
 }
 
 // requestBody is an OpenAI chat completion request.
@@ -466,10 +468,17 @@ func (g *generator) do(ctx context.Context, ts *tenantState, target string) outc
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body := io.Reader(resp.Body)
-	var tap *UsageTap
+	var (
+		tap   *UsageTap
+		first *firstToken
+	)
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		tap = NewUsageTap(resp.Header.Get("Content-Type"))
 		body = io.TeeReader(resp.Body, tap)
+		if tap.stream {
+			first = &firstToken{clk: g.clk}
+			body = io.TeeReader(body, first)
+		}
 	}
 	data, readErr := io.ReadAll(io.LimitReader(body, maxBodyRead))
 	if readErr == nil {
@@ -484,6 +493,9 @@ func (g *generator) do(ctx context.Context, ts *tenantState, target string) outc
 	}
 	if tap != nil {
 		o.usage, o.hasUsage = tap.Usage()
+	}
+	if first != nil && !first.at.IsZero() {
+		o.ttft, o.hasTTFT = first.at.Sub(began), true
 	}
 	o.wait, o.hasWait = WaitHeader(resp.Header)
 	o.held, o.hasHeld = HeldHeader(resp.Header)
@@ -616,6 +628,9 @@ func (ts *tenantState) record(o outcome, second int) {
 			s.withoutUsage++
 		}
 		s.admittedLatency.record(o.latency)
+		if o.hasTTFT {
+			s.ttft.record(o.ttft)
+		}
 		if o.hasWait {
 			s.admittedWait.record(o.wait)
 		}

@@ -70,6 +70,9 @@ type TenantSummary struct {
 	// admitted answers that carried one: how long deferred admission held
 	// them until their token budget allowed them.
 	AdmittedHeldMS Percentiles `json:"admitted_held_ms"`
+	// TTFTMS summarises the time to first token of the admitted streamed
+	// answers: from send to the first event that carries generated text.
+	TTFTMS Percentiles `json:"ttft_ms"`
 	// AdmittedPerSecond counts admitted answers by the second of the run
 	// they arrived in.
 	AdmittedPerSecond []uint64 `json:"admitted_per_second"`
@@ -114,7 +117,7 @@ type tenantStats struct {
 	reasons, limitTypes, errors       map[string]uint64
 	latency, wait                     histogram
 	admittedLatency, admittedWait     histogram
-	admittedHeld                      histogram
+	admittedHeld, ttft                histogram
 	tokens, promptTokens              uint64
 	completionTokens, withoutUsage    uint64
 }
@@ -151,6 +154,7 @@ func (g *generator) summary(interrupted bool) *Summary {
 			WaitMS:             st.wait.summary(),
 			AdmittedWaitMS:     st.admittedWait.summary(),
 			AdmittedHeldMS:     st.admittedHeld.summary(),
+			TTFTMS:             st.ttft.summary(),
 			AdmittedPerSecond:  append([]uint64(nil), ts.admitted[:last+1]...),
 			RefusedPerSecond:   append([]uint64(nil), ts.refused[:last+1]...),
 
