@@ -522,7 +522,7 @@ func TestTopShowsBands(t *testing.T) {
 	}
 	// A data plane without bands: no band table.
 	plain := newReplica(t)
-	plain.m.Granted("apiKey", 0)
+	plain.m.Granted("apiKey", "", 0)
 	s := []replicaSample{parseSample(plain.page(t))}
 	out.Reset()
 	if err := printBands(&out, s, s, time.Second, nil); err != nil || out.Len() != 0 {
