@@ -41,56 +41,17 @@ func bandTenants(capacity float64, floodAt time.Duration) []Tenant {
 	}
 }
 
-// bandsSecret returns the tenants Secret of the bands scenario: ChatVar
-// holds chat's API key.
-func bandsSecret(chatKey string) []byte {
-	return fmt.Appendf(nil, `apiVersion: v1
-kind: Secret
-metadata:
-  name: %[1]s
-  namespace: %[2]s
-type: Opaque
-stringData:
-  %[3]s: %[4]s
-`, TenantsSecret, Namespace, ChatVar, chatKey)
-}
-
 // bandsPolicy returns the bands scenario's FairQueuePolicy: the model
 // limited to perModel requests per second per replica, fair queuing on API
 // keys, and, with bands, priority bands interactive and batch (the default),
 // the tenant whose key ChatVar holds in interactive. Without bands (the
 // negative control) both tenants share one band at weight 1.
 func bandsPolicy(backendURL string, perModel int, bands bool) []byte {
-	bandSpec, chatBand := "", ""
-	if bands {
-		bandSpec = fmt.Sprintf("    priorityBands:\n    - {name: %s}\n    - {name: %s}\n    defaultBand: %s\n", BandInteractive, BandBatch, BandBatch)
-		chatBand = "\n      band: " + BandInteractive
+	if !bands {
+		return requestPolicy(backendURL, perModel, "", ChatVar, "1")
 	}
-	return fmt.Appendf(nil, `apiVersion: fairqueue.dev/v1alpha1
-kind: FairQueuePolicy
-metadata:
-  name: %[1]s
-  namespace: %[2]s
-spec:
-  rateLimits:
-    perModel: {requests: %[3]d, period: 1s, burst: 5}
-  fairQueuing:
-    enabled: true
-    tenantDimension: apiKey
-    defaultWeight: 1
-%[4]s    weights:
-    - identity: ${%[5]s}
-      weight: 1%[6]s
-    weightsFrom:
-    - secretRef: {name: %[7]s}
-    bounds: {maxQueueDepthPerTenant: 32, maxInFlight: 8, maxWait: 5s}
-  timeouts:
-    request:
-      default: {total: 30s}
-  backends:
-  - name: fakeupstream
-    url: %[8]s
-`, PolicyName, Namespace, perModel, bandSpec, ChatVar, chatBand, TenantsSecret, backendURL)
+	spec := fmt.Sprintf("    priorityBands:\n    - {name: %s}\n    - {name: %s}\n    defaultBand: %s\n", BandInteractive, BandBatch, BandBatch)
+	return requestPolicy(backendURL, perModel, spec, ChatVar, "1\n      band: "+BandInteractive)
 }
 
 // bandsExpected returns each tenant's expected share of the admissions in a

@@ -2,7 +2,6 @@ package demo
 
 import (
 	"bytes"
-	"context"
 	"math"
 	"net/http"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
-	"github.com/fairqueue/fairqueue/internal/gobuild"
 )
 
 // TestBandsScenarioOffersTwoThirdsAndAFlood checks the scenario's premise
@@ -98,7 +96,7 @@ func TestBandsPolicy(t *testing.T) {
 			t.Errorf("bands %v: bands %+v default %q chat's band %q; want interactive above batch, batch the default, chat in interactive (none without bands)",
 				bands, fq.PriorityBands, fq.DefaultBand, fq.Weights[0].Band)
 		}
-		if !strings.Contains(string(bandsSecret("sk-chat")), ChatVar+": sk-chat") {
+		if !strings.Contains(string(tenantsSecret(ChatVar, "sk-chat")), ChatVar+": sk-chat") {
 			t.Errorf("the Secret does not set %s to chat's key", ChatVar)
 		}
 		// The API types must take the policy strictly: the negative
@@ -161,24 +159,7 @@ func TestStandaloneScenarioBands(t *testing.T) {
 	if _, ok := reflect.TypeFor[fqv1alpha1.FairQueuing]().FieldByName("PriorityBands"); !ok {
 		t.Skip("api/v1alpha1 has no fairQueuing.priorityBands yet (issue #21, helper apibands)")
 	}
-	root, err := gobuild.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, Options{RepoDir: root, BinDir: t.TempDir(), Build: true, Standalone: true, Scenario: ScenarioBands,
-		Duration: 24 * time.Second, Out: &out})
-	if err != nil {
-		t.Fatalf("standalone run: %v\n%s", err, out.String())
-	}
-	if res.ShutdownErr != nil || len(res.OpenPorts) > 0 {
-		t.Errorf("shutdown: %v, ports still open %v", res.ShutdownErr, res.OpenPorts)
-	}
-	var report bytes.Buffer
-	res.WriteReport(&report)
-	t.Logf("report:\n%s", report.String())
+	res, _ := runStandalone(t, Options{Scenario: ScenarioBands, Duration: 24 * time.Second})
 	if len(res.BandWindows) != 2 {
 		t.Fatalf("windows %+v, want chat alone and the flood", res.BandWindows)
 	}

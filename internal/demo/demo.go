@@ -560,7 +560,7 @@ func startKube(ctx context.Context, o Options, sc scenario, p *progress, sup *Su
 	case sc.tokens:
 		manifest, objects = tokenManifests("http://"+upstreamAddr, o.TokensPerPeriod, o.Cost), "FairQueuePolicy "+PolicyName
 	case sc.bands:
-		manifest = append(append(bandsSecret(sc.tenants[0].APIKey), "---\n"...), bandsPolicy("http://"+upstreamAddr, o.PerModel, !o.NoBands)...)
+		manifest = append(append(tenantsSecret(ChatVar, sc.tenants[0].APIKey), "---\n"...), bandsPolicy("http://"+upstreamAddr, o.PerModel, !o.NoBands)...)
 	}
 	if err := os.WriteFile(manifestPath, manifest, 0o600); err != nil {
 		return pl, err
