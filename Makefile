@@ -47,7 +47,7 @@ help: ## Show this help (coloured only on a terminal).
 
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRD and the RBAC Role from the kubebuilder markers, and the plain Prometheus rule file from the PrometheusRule.
-	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) crd:allowDangerousTypes=true paths=./api/... output:crd:artifacts:config=config/crd/bases
 	cp config/crd/bases/fairqueue.dev_fairqueuepolicies.yaml dataplane/reload/fairqueuepolicy_crd.yaml # --policy validates with it
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./controllers/... output:rbac:artifacts:config=config/rbac
 	$(GO) run ./hack/promrules

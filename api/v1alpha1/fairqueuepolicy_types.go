@@ -115,6 +115,7 @@ const (
 // FairQueuePolicySpec is the desired admission policy of one shared HTTP API:
 // how callers are identified, which rate limits apply, whether and how refused
 // requests are fairly queued, request timeouts and the backends to proxy to.
+// +kubebuilder:validation:XValidation:rule="!has(self.capacity) || self.capacity.backends.all(c, self.backends.exists(b, b.name == c.name))",message="capacity.backends names a backend that is not in spec.backends; each entry must name one of spec.backends",fieldPath=".capacity.backends"
 // +kubebuilder:validation:XValidation:rule="!has(self.fairQueuing) || !has(self.fairQueuing.cost) || self.fairQueuing.cost != 'Tokens' || (has(self.deferredAdmission) && has(self.deferredAdmission.enabled) && self.deferredAdmission.enabled)",message="fairQueuing.cost Tokens needs deferredAdmission.enabled: token-weighted fairness charges the reservation that deferred admission estimates",fieldPath=".fairQueuing.cost"
 type FairQueuePolicySpec struct {
 	// identity says where the data plane finds a request's API key, user,
@@ -175,6 +176,12 @@ type FairQueuePolicySpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Store Store `json:"store,omitzero"`
+
+	// capacity admits requests against what the backends can take: per
+	// backend, the most requests at once and optionally saturation signals
+	// read from its metrics. When unset, the backends do not limit.
+	// +optional
+	Capacity *Capacity `json:"capacity,omitempty"`
 }
 
 // LocalSecretReference names a Secret in the same namespace as the policy.

@@ -91,6 +91,7 @@ func (c *Config) normalize() {
 	slices.SortFunc(c.Timeouts.Models, func(a, b ModelTimeout) int { return strings.Compare(a.Model, b.Model) })
 	c.Timeouts.Models = nilIfEmpty(c.Timeouts.Models)
 	c.Backends = nilIfEmpty(c.Backends)
+	c.Capacity.normalize()
 }
 
 func nilIfEmpty[T any](s []T) []T {

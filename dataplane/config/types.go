@@ -108,6 +108,9 @@ type Config struct {
 	// DeferredAdmission configures token budgets with deferred admission;
 	// nil means the mode is off.
 	DeferredAdmission *DeferredAdmission `json:"deferredAdmission,omitempty"`
+	// Capacity configures admission against what the backends can take;
+	// nil means the mode is off.
+	Capacity *Capacity `json:"capacity,omitempty"`
 }
 
 // PolicyRef identifies the FairQueuePolicy a config was rendered from.

@@ -65,6 +65,7 @@ func (c *Config) Validate() error {
 	c.Store.validate(c, &errs)
 	c.DeferredAdmission.validate(&errs)
 	c.validateCost(&errs)
+	c.Capacity.validate(c.Backends, &errs)
 	return errors.Join(errs...)
 }
 
@@ -216,17 +217,22 @@ func validateBackends(backends []Backend, errs *fieldErrors) {
 		if b.Weight < 1 || b.Weight > MaxWeight {
 			errs.add(path+".weight", "must be in [1, %d], got %d", MaxWeight, b.Weight)
 		}
-		// Messages never quote the URL: its query or userinfo may hold a
-		// token, and these errors reach logs, status and Events.
-		u, err := url.Parse(b.URL)
-		switch {
-		case err != nil:
-			errs.add(path+".url", "must be an absolute http or https URL, got a value of %d characters that does not parse", len(b.URL))
-		case u.Scheme != "http" && u.Scheme != "https":
-			errs.add(path+".url", "scheme must be http or https, got %q", u.Scheme)
-		case u.Host == "":
-			errs.add(path+".url", "must have a host")
-		}
+		validateHTTPURL(path+".url", b.URL, errs)
+	}
+}
+
+// validateHTTPURL checks that v is an absolute http or https URL the data
+// plane can dial. Messages never quote the URL: its query or userinfo may
+// hold a token, and these errors reach logs, status and Events.
+func validateHTTPURL(path, v string, errs *fieldErrors) {
+	u, err := url.Parse(v)
+	switch {
+	case err != nil:
+		errs.add(path, "must be an absolute http or https URL, got a value of %d characters that does not parse", len(v))
+	case u.Scheme != "http" && u.Scheme != "https":
+		errs.add(path, "scheme must be http or https, got %q", u.Scheme)
+	case u.Host == "":
+		errs.add(path, "must have a host")
 	}
 }
 

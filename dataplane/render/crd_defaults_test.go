@@ -79,6 +79,14 @@ spec:
   backends:
   - name: b
     url: http://b:8000
+  capacity:
+    backends:
+    - name: b
+      maxInFlight: 8
+      saturation:
+        signals:
+        - metric: vllm:num_requests_waiting
+          max: 0.5
 ---
 apiVersion: v1
 kind: Secret

@@ -123,6 +123,7 @@ func Render(in Input) (*Rendered, error) {
 		Timeouts:          renderTimeouts(&spec.Timeouts.Request),
 		Store:             renderStore(p.Namespace, &spec.Store),
 		DeferredAdmission: renderDeferredAdmission(&spec.DeferredAdmission),
+		Capacity:          renderCapacity(spec),
 	}
 	// The cost, like the weights, matters only while fair queuing is on, and
 	// the default renders nothing so that existing configs keep their bytes.

@@ -19,7 +19,8 @@ limitations under the License.
 // and waits until it answers PING, Kill stops it and Restart brings it back,
 // empty, on the same port; Pause and Resume freeze and thaw it. Start is
 // Launch for a test, skipping it when redis-server is not installed (failing
-// it under CI); StartSentinel and LaunchSentinel start a Redis Sentinel.
+// it under CI); StartSentinel and LaunchSentinel start a Redis Sentinel. Run
+// is a TestMain body that checks for goroutine leaks with go-redis's grace.
 package redistest
 
 import (

@@ -53,10 +53,16 @@ func TestMarkerDefaultsMatchConfig(t *testing.T) {
 		{"deferredAdmission.bounds.maxHeldPerTenant", config.DefaultMaxHeldPerTenant},
 		{"deferredAdmission.bounds.maxWait", config.DefaultMaxHoldWait},
 		{"store.redis.timeout", config.DefaultStoreTimeout},
+		{"capacity.backends.saturation.interval", config.DefaultSaturationInterval},
+		{"capacity.backends.saturation.staleAfter", config.DefaultSaturationStaleAfter},
+		{"capacity.backends.saturation.timeout", config.DefaultSaturationTimeout},
 	} {
 		t.Run(tt.path, func(t *testing.T) {
 			s := spec
 			for _, name := range strings.Split(tt.path, ".") {
+				if s.Type == "array" { // a list's field is its items'
+					s = *s.Items.Schema
+				}
 				p, ok := s.Properties[name]
 				if !ok {
 					t.Fatalf("the CRD has no field spec.%s", tt.path)

@@ -93,6 +93,7 @@ func TestKubectlApplyAndGet(t *testing.T) {
 	t.Logf("kubectl get fqp:\n%s", out)
 	want := []*regexp.Regexp{
 		regexp.MustCompile(`^NAME\s+ENABLED\s+TENANT\s+READY\s+REASON\s+UPDATED\s+REPLICAS\s+AGE$`),
+		regexp.MustCompile(`^capacity\s+true\s+apiKey\s+\S+$`),
 		regexp.MustCompile(`^full\s+true\s+apiKey\s+True\s+Rendered\s+1\s+2\s+\S+$`),
 		regexp.MustCompile(`^minimal\s+false\s+user\s+\S+$`),
 		regexp.MustCompile(`^tokens\s+true\s+apiKey\s+\S+$`),
@@ -104,6 +105,7 @@ func TestKubectlApplyAndGet(t *testing.T) {
 	t.Logf("kubectl get fqp -o wide:\n%s", wide)
 	matchLines(t, "kubectl get fqp -o wide", wide, []*regexp.Regexp{
 		regexp.MustCompile(`^NAME\s+ENABLED\s+TENANT\s+READY\s+REASON\s+UPDATED\s+REPLICAS\s+AGE\s+CONFIG HASH\s+GENERATION\s+OBSERVED$`),
+		regexp.MustCompile(`^capacity\s+true\s+apiKey\s+\S+\s+1\s*$`),
 		regexp.MustCompile(`^full\s+true\s+apiKey\s+True\s+Rendered\s+1\s+2\s+\S+\s+0123456789abcdef\s+1\s+1$`),
 		regexp.MustCompile(`^minimal\s+false\s+user\s+\S+\s+1\s*$`),
 		regexp.MustCompile(`^tokens\s+true\s+apiKey\s+\S+\s+1\s*$`),

@@ -25,29 +25,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"go.uber.org/goleak"
 
 	"github.com/fairqueue/fairqueue/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
 	SetClientLogger(logr.Discard()) // failed dials during outages are expected here
-	code := m.Run()
-	// go-redis retries a failed dial every second in a goroutine that exits
-	// at its next attempt once its client is closed: give it that long.
-	deadline := time.Now().Add(3 * time.Second)
-	for code == 0 {
-		err := goleak.Find()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			fmt.Fprintln(os.Stderr, "goroutines left running after the tests:", err)
-			code = 1
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	os.Exit(code)
+	os.Exit(redistest.Run(m))
 }
 
 // redisServer is a redis-server process started by a test on a free

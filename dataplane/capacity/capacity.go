@@ -1,0 +1,504 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package capacity
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
+)
+
+// Result is the outcome of an Acquire.
+type Result uint8
+
+const (
+	// Acquired means the slot is held; release it when the response ends.
+	Acquired Result = iota
+	// Untracked means the backend has no capacity entry, so nothing bounds it;
+	// dispatch, there is nothing to release (Release is a no-op).
+	Untracked
+	// Saturated means the backend is at maxInFlight (locally or fleet-wide), or
+	// a fresh saturation signal is over its max.
+	Saturated
+	// Unavailable means the fleet-wide count could not be read and the store
+	// fails closed; the server answers 503 store_unavailable.
+	Unavailable
+)
+
+// OK reports whether the request may be dispatched to the backend.
+func (r Result) OK() bool { return r <= Untracked }
+
+// String names the result, for logs and tests.
+func (r Result) String() string {
+	switch r {
+	case Acquired:
+		return "acquired"
+	case Untracked:
+		return "untracked"
+	case Saturated:
+		return "saturated"
+	case Unavailable:
+		return "unavailable"
+	}
+	return fmt.Sprintf("Result(%d)", r)
+}
+
+// Backend is one backend's capacity, as the rendered config holds it:
+// MaxInFlight and, optionally, the Saturation its poller reads, with
+// every default resolved and the metrics URL absolute.
+type Backend = config.BackendCapacity
+
+// Shared keeps in-flight counts for the whole fleet (see package
+// redisslots). Implementations must be safe for concurrent use.
+type Shared interface {
+	// Acquire takes lease seq on backend when fewer than limit are held
+	// across the fleet. local is this replica's count, this request
+	// included, for a fallback that decides alone. It returns Acquired,
+	// Saturated or Unavailable.
+	Acquire(backend string, limit int, local int64, seq uint64) Result
+	// Release gives lease seq of backend back.
+	Release(backend string, seq uint64)
+}
+
+// Poll error kinds reported to Observer.PollError.
+const (
+	ErrorTimeout    = "timeout"    // no complete answer within the timeout
+	ErrorConnection = "connection" // the endpoint could not be reached
+	ErrorStatus     = "status"     // an answer other than 200
+	ErrorTooLarge   = "too_large"  // a body over the read limit
+	ErrorParse      = "parse"      // not the Prometheus text format
+	ErrorMissing    = "missing"    // a signal's metric absent, or not a gauge
+)
+
+// Observer receives what the pollers measure. In-flight counts and
+// saturation are read when scraped, from Tracker.Stats. Implementations must
+// be cheap and safe for concurrent use.
+type Observer interface {
+	// SignalValue records a signal's latest reading.
+	SignalValue(backend, metric string, v float64)
+	// PollError counts one failed poll of kind (Error*).
+	PollError(backend, kind string)
+	// Stale records that a backend's signals went stale, or fresh again.
+	Stale(backend string, stale bool)
+}
+
+// NopObserver discards everything.
+type NopObserver struct{}
+
+// SignalValue implements Observer.
+func (NopObserver) SignalValue(string, string, float64) {}
+
+// PollError implements Observer.
+func (NopObserver) PollError(string, string) {}
+
+// Stale implements Observer.
+func (NopObserver) Stale(string, bool) {}
+
+// DefaultMaxBodyBytes bounds the metrics body read per poll. vLLM's
+// /metrics, histograms included, is a few hundred kilobytes.
+const DefaultMaxBodyBytes = 4 << 20
+
+// Options configures a Tracker.
+type Options struct {
+	// OnRoom, if set, is told a backend has room again (see the package
+	// doc). It must not block.
+	OnRoom func(backend string)
+	// Shared, if set, makes counts fleet-wide.
+	Shared Shared
+	// Observer receives poll measurements; nil discards them.
+	Observer Observer
+	// Logger receives one line per staleness or poll-failure transition.
+	Logger logr.Logger
+	// Clock drives the pollers; nil means the real clock.
+	Clock clock.WithDelayedExecution
+	// HTTPClient polls the metrics endpoints; nil means a client of the
+	// Tracker's own, whose idle connections Close closes.
+	HTTPClient *http.Client
+	// MaxBodyBytes bounds a metrics body; zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+}
+
+// Tracker counts slots per backend and runs one poller per backend with
+// saturation signals. It is safe for concurrent use. Close it to stop the
+// pollers.
+type Tracker struct {
+	opts    Options
+	clk     clock.WithDelayedExecution
+	obs     Observer
+	log     logr.Logger
+	client  *http.Client
+	ownHTTP bool
+	seq     atomic.Uint64 // the last lease number handed out
+
+	current atomic.Pointer[snapshot]
+
+	mu     sync.Mutex // serialises Apply and Close
+	closed bool
+}
+
+// snapshot is the immutable set of backends in force.
+type snapshot struct {
+	byName map[string]*backend
+	order  []*backend // as configured, for Stats
+}
+
+// backend is one backend's live state. Its count outlives a reload that
+// keeps the backend.
+type backend struct {
+	name      string
+	t         *Tracker
+	max       atomic.Int64
+	inFlight  atomic.Int64
+	full      atomic.Bool        // a fresh signal is over its max
+	contended atomic.Bool        // refused a request since the last OnRoom
+	sat       *config.Saturation // guarded by Tracker.mu
+	// poller is nil without signals; it is replaced under Tracker.mu and
+	// read without it, so that Stats never waits for a poller to stop.
+	poller atomic.Pointer[poller]
+}
+
+// New returns a Tracker with no backends; Apply gives it some.
+func New(o Options) *Tracker {
+	t := &Tracker{opts: o, clk: o.Clock, obs: o.Observer, log: o.Logger, client: o.HTTPClient}
+	if t.clk == nil {
+		t.clk = clock.RealClock{}
+	}
+	if t.obs == nil {
+		t.obs = NopObserver{}
+	}
+	if t.client == nil {
+		t.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		t.ownHTTP = true
+	}
+	if t.opts.MaxBodyBytes <= 0 {
+		t.opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	t.current.Store(&snapshot{byName: map[string]*backend{}})
+	return t
+}
+
+// ErrClosed is returned by Apply after Close.
+var ErrClosed = errors.New("capacity tracker closed")
+
+// Validate reports what would keep bs from running, naming the backend
+// and field. config.Validate checks more (URLs, metric names, backends
+// that exist); this guards the Tracker against a config that skipped it.
+func Validate(bs []Backend) error {
+	seen := make(map[string]bool, len(bs))
+	var errs []error
+	for i, b := range bs {
+		switch {
+		case b.Name == "":
+			errs = append(errs, fmt.Errorf("capacity.backends[%d].name is empty; name a backend of the policy", i))
+		case seen[b.Name]:
+			errs = append(errs, fmt.Errorf("capacity backend %q is listed twice; list each backend once", b.Name))
+		}
+		seen[b.Name] = true
+		if b.MaxInFlight < 1 {
+			errs = append(errs, fmt.Errorf("capacity backend %q: maxInFlight %d must be at least 1", b.Name, b.MaxInFlight))
+		}
+		if s := b.Saturation; s != nil {
+			if s.MetricsURL == "" {
+				errs = append(errs, fmt.Errorf("capacity backend %q: saturation needs a metrics URL", b.Name))
+			}
+			if s.Interval.Duration <= 0 || s.Timeout.Duration <= 0 || s.StaleAfter.Duration <= 0 {
+				errs = append(errs, fmt.Errorf("capacity backend %q: saturation interval, timeout and staleAfter must be positive, got %s, %s, %s",
+					b.Name, s.Interval.Duration, s.Timeout.Duration, s.StaleAfter.Duration))
+			}
+			if len(s.Signals) == 0 {
+				errs = append(errs, fmt.Errorf("capacity backend %q: saturation lists no signals; add one (e.g. vllm:num_requests_waiting) or remove saturation", b.Name))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Apply puts bs in force (see the package doc's Reload). On an error
+// nothing changes.
+func (t *Tracker) Apply(bs []Backend) error {
+	if err := Validate(bs); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	old := t.current.Load()
+	next := &snapshot{byName: make(map[string]*backend, len(bs)), order: make([]*backend, 0, len(bs))}
+	var room []*backend
+	for _, cfg := range bs {
+		b := old.byName[cfg.Name]
+		if b == nil {
+			b = &backend{name: cfg.Name, t: t}
+		}
+		prev := b.max.Swap(int64(cfg.MaxInFlight))
+		if prev != 0 && int64(cfg.MaxInFlight) > prev {
+			room = append(room, b)
+		}
+		if want := cloneSaturation(cfg.Saturation); !sameSaturation(b.sat, want) {
+			if p := b.poller.Swap(nil); p != nil {
+				p.stop()
+				if b.full.Swap(false) {
+					room = append(room, b)
+				}
+			}
+			b.sat = want
+			if b.sat != nil {
+				b.poller.Store(t.startPoller(b, *b.sat))
+			}
+		}
+		next.byName[cfg.Name] = b
+		next.order = append(next.order, b)
+	}
+	for name, b := range old.byName {
+		if next.byName[name] != nil {
+			continue
+		}
+		if p := b.poller.Swap(nil); p != nil {
+			p.stop()
+			b.full.Store(false)
+		}
+	}
+	t.current.Store(next)
+	for _, b := range room {
+		b.roomed()
+	}
+	return nil
+}
+
+// Close stops every poller and drops the backends; slots still held
+// release harmlessly. Apply fails afterwards.
+func (t *Tracker) Close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	t.closed = true
+	for _, b := range t.current.Load().byName {
+		if p := b.poller.Swap(nil); p != nil {
+			p.stop()
+		}
+	}
+	t.current.Store(&snapshot{byName: map[string]*backend{}})
+	if t.ownHTTP {
+		t.client.CloseIdleConnections()
+	}
+}
+
+// Slot is one request's place at a backend. The zero Slot holds nothing.
+// Keep it where the request's other state lives (it must not be copied
+// while held) and Release it on every ending of the response.
+type Slot struct {
+	b    *backend
+	seq  uint64
+	held atomic.Bool
+}
+
+// Backend returns the name of the backend the slot is held on, or "".
+func (s *Slot) Backend() string {
+	if !s.held.Load() {
+		return ""
+	}
+	return s.b.name
+}
+
+// Release gives the slot back. Only the first call after an Acquire does
+// anything; later calls, and calls on a zero Slot, are no-ops.
+func (s *Slot) Release() {
+	if !s.held.CompareAndSwap(true, false) {
+		return
+	}
+	b := s.b
+	if sh := b.t.opts.Shared; sh != nil {
+		sh.Release(b.name, s.seq)
+	}
+	n := b.inFlight.Add(-1)
+	if n+1 >= b.max.Load() || b.contended.Load() {
+		b.roomed()
+	}
+}
+
+// Acquire takes a slot on the named backend into s, releasing first any
+// slot s still holds. It returns Acquired (s now holds the slot), Untracked
+// (no entry for the backend: dispatch, s holds nothing), Saturated or
+// Unavailable.
+func (t *Tracker) Acquire(s *Slot, name string) Result {
+	if s.held.Load() {
+		s.Release()
+	}
+	b := t.current.Load().byName[name]
+	if b == nil {
+		return Untracked
+	}
+	return b.acquire(s)
+}
+
+// AcquireAny tries candidates in order from start (wrapping round), as the
+// proxy's weighted round-robin orders them, and takes a slot on the first
+// with room. It returns the chosen index, or -1 with Saturated when every
+// candidate refused (Unavailable when one could not be decided and none
+// had room).
+func (t *Tracker) AcquireAny(s *Slot, candidates []string, start int) (int, Result) {
+	n := len(candidates)
+	if n == 0 {
+		return -1, Saturated
+	}
+	if s.held.Load() {
+		s.Release()
+	}
+	snap := t.current.Load()
+	worst := Saturated
+	for i := range n {
+		idx := (start + i) % n
+		b := snap.byName[candidates[idx]]
+		if b == nil {
+			return idx, Untracked
+		}
+		r := b.acquire(s)
+		if r.OK() {
+			return idx, r
+		}
+		if r == Unavailable {
+			worst = Unavailable
+		}
+	}
+	return -1, worst
+}
+
+// Saturated reports whether the named backend would refuse a request now
+// (false for a backend without an entry), by this replica's count and
+// signals. It is a hint: a slot is only taken by Acquire.
+func (t *Tracker) Saturated(name string) bool {
+	b := t.current.Load().byName[name]
+	return b != nil && (b.full.Load() || b.inFlight.Load() >= b.max.Load())
+}
+
+// acquire takes a slot on b into s.
+func (b *backend) acquire(s *Slot) Result {
+	if b.full.Load() {
+		return b.refused()
+	}
+	limit := b.max.Load()
+	for {
+		n := b.inFlight.Load()
+		if n >= limit {
+			return b.refused()
+		}
+		if b.inFlight.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	var seq uint64
+	if sh := b.t.opts.Shared; sh != nil {
+		seq = b.t.seq.Add(1)
+		if r := sh.Acquire(b.name, int(limit), b.inFlight.Load(), seq); r != Acquired {
+			b.inFlight.Add(-1)
+			if r == Saturated {
+				return b.refused()
+			}
+			return r
+		}
+	}
+	s.b, s.seq = b, seq
+	s.held.Store(true)
+	return Acquired
+}
+
+// refused marks b contended, so that its next release wakes a waiter.
+func (b *backend) refused() Result {
+	if !b.contended.Load() {
+		b.contended.Store(true)
+	}
+	return Saturated
+}
+
+// roomed tells OnRoom that b has room.
+func (b *backend) roomed() {
+	b.contended.Store(false)
+	if f := b.t.opts.OnRoom; f != nil {
+		f(b.name)
+	}
+}
+
+// BackendStats is one backend's state, for metrics and status tools.
+type BackendStats struct {
+	Backend     string
+	InFlight    int
+	MaxInFlight int
+	// Saturated: at MaxInFlight, or a fresh signal over its max, as this
+	// replica sees it; with Options.Shared a backend full across the fleet
+	// shows only as refused acquires.
+	Saturated bool
+	// Stale: a signal has had no reading for longer than staleAfter.
+	Stale   bool
+	Signals []SignalStats
+}
+
+// SignalStats is one signal's latest reading.
+type SignalStats struct {
+	Metric string
+	Max    float64
+	Value  float64
+	// Fresh: read within staleAfter; only a fresh signal saturates.
+	Fresh bool
+}
+
+// Stats returns every backend's state, in configured order.
+func (t *Tracker) Stats() []BackendStats {
+	snap := t.current.Load()
+	out := make([]BackendStats, 0, len(snap.order))
+	for _, b := range snap.order {
+		st := BackendStats{
+			Backend:     b.name,
+			InFlight:    int(b.inFlight.Load()),
+			MaxInFlight: int(b.max.Load()),
+		}
+		st.Saturated = b.full.Load() || int64(st.InFlight) >= int64(st.MaxInFlight)
+		if p := b.poller.Load(); p != nil {
+			st.Stale, st.Signals = p.stats()
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+func sameSaturation(a, b *config.Saturation) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.MetricsURL == b.MetricsURL && a.Interval == b.Interval && a.Timeout == b.Timeout &&
+		a.StaleAfter == b.StaleAfter && slices.Equal(a.Signals, b.Signals)
+}
+
+func cloneSaturation(s *config.Saturation) *config.Saturation {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Signals = slices.Clone(s.Signals)
+	return &c
+}

@@ -1,0 +1,488 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package redisslots makes capacity's in-flight counts fleet-wide: a slot
+// is also a lease in Redis, so a backend's maxInFlight holds for every
+// data-plane replica together (SPEC 6b, 9). It implements capacity.Shared.
+//
+// # Leases
+//
+// Each backend has one sorted set, "fq:{ns/policy}:capacity:<backend>" (the
+// policy's hash tag, so Redis Cluster puts it in the slot of the policy's
+// buckets), whose members are leases ("<replica>/<incarnation>:<seq>") and
+// whose scores are their expiry in milliseconds by Redis's own clock, so
+// replicas' clock skew does not matter. One script, atomic, drops the
+// expired leases, counts the rest against maxInFlight and adds the new
+// one. A release removes its lease. Every RenewInterval each replica
+// re-asserts its live leases (RenewBatch per call) with a fresh expiry; a
+// renewal re-adds a lease that expired while Redis was unreachable, since
+// its request is still at the backend.
+//
+// # Waking waiters across the fleet
+//
+// A refused acquire marks the backend contended in Redis for two TTLs.
+// While it is, a release publishes the backend's name on the policy's room
+// channel, and so does a heartbeat that finds expired leases on a backend
+// this replica was refused on (a crashed replica's slots). Every replica's
+// heartbeat goroutine subscribes to the channel and calls Options.OnRoom,
+// so a waiter on one replica hears of a slot freed on another. A replica
+// does not hear its own releases, which its Tracker already reported.
+//
+// # Expiry bound
+//
+// A replica that crashes renews nothing more: its leases expire at most
+// TTL (default 3 x RenewInterval = 3 s) after its last renewal, and the
+// next acquire on the backend drops them, so its slots come back within
+// TTL of the crash. A live replica loses a lease only if TTL passes with
+// no renewal reaching Redis (three missed renewals by default).
+//
+// # Failure
+//
+// The conventions of package redisstore's store: each call is bounded by
+// the store's timeout; a failed call fails only itself, and with the store
+// marked down (Store.Up false, after its run of consecutive failures) Redis
+// is not called at all. Failing Closed, the acquire is Unavailable (503
+// store_unavailable); failing Open, it is decided locally against
+// maxInFlight divided by the live replicas (redisstore.Replicas), at least
+// one. A failed release is left to expire.
+package redisslots
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/redis/go-redis/v9"
+	"k8s.io/utils/clock"
+
+	"github.com/fairqueue/fairqueue/dataplane/capacity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
+)
+
+// Defaults for Options fields left zero.
+const (
+	// DefaultRenewInterval is how often live leases are renewed.
+	DefaultRenewInterval = time.Second
+	// DefaultRenewBatch bounds the leases renewed by one call.
+	DefaultRenewBatch = 256
+)
+
+// acquireScript drops the expired leases, and adds ARGV[3] expiring in
+// ARGV[2] ms if fewer than ARGV[1] remain. A refusal marks the backend
+// contended for 2 x ARGV[2] ms. It returns {1|0, count}.
+//
+// KEYS[1] the backend's lease set; KEYS[2] its contended mark.
+var acquireScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local n = redis.call('ZCARD', KEYS[1])
+if n >= tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[2], '1', 'PX', 2 * ttl)
+  return {0, n}
+end
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[3])
+redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+return {1, n + 1}
+`)
+
+// releaseScript removes lease ARGV[1] and, while the backend is contended
+// (a replica was refused within two TTLs), publishes ARGV[3] on channel
+// ARGV[2] so that every replica's waiters hear of the room.
+//
+// KEYS[1] the backend's lease set; KEYS[2] its contended mark.
+var releaseScript = redis.NewScript(`
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if removed == 1 and redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return removed
+`)
+
+// renewScript drops the expired leases, sets the leases ARGV[4..] to
+// expire ARGV[1] ms from now (adding those that expired), and, when it
+// dropped some while the backend is contended, publishes ARGV[3] on channel
+// ARGV[2]: a crashed replica's slots wake the fleet's waiters when they
+// expire. It returns 1 while the backend is contended, else 0.
+//
+// KEYS[1] the backend's lease set; KEYS[2] its contended mark.
+var renewScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+local expired = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+for i = 4, #ARGV do
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
+end
+if #ARGV >= 4 then
+  redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+end
+local contended = redis.call('EXISTS', KEYS[2])
+if expired > 0 and contended == 1 then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return contended
+`)
+
+// Options configures Leases.
+type Options struct {
+	// Store returns the Redis store in force, or nil while the policy's
+	// store is memory (then the local count alone decides): for a data
+	// plane, redisstore.Switch.Redis.
+	Store func() *redisstore.Store
+	// Replica names this replica (a pod name); with a random incarnation
+	// it makes lease names unique across the fleet and restarts.
+	Replica string
+	// FailureMode is the store's failureMode; empty means FailClosed.
+	FailureMode redisstore.FailureMode
+	// Replicas counts the live replicas for the fail-open share; nil
+	// means 1.
+	Replicas redisstore.Replicas
+	// Timeout bounds each call; zero means redisstore.DefaultTimeout.
+	Timeout time.Duration
+	// RenewInterval is the heartbeat period; zero means
+	// DefaultRenewInterval.
+	RenewInterval time.Duration
+	// TTL is how long a lease outlives its last renewal; zero means
+	// 3 x RenewInterval. It must exceed RenewInterval.
+	TTL time.Duration
+	// RenewBatch bounds the leases renewed per call; zero means
+	// DefaultRenewBatch.
+	RenewBatch int
+	// Clock drives the heartbeat; nil means the real clock.
+	Clock clock.WithTicker
+	// Logger receives one line when calls start and stop failing.
+	Logger logr.Logger
+	// OnRoom, if set, is told when another replica releases a slot on a
+	// backend that refused a request within two TTLs (give it the
+	// Tracker's OnRoom): waiters on every replica then hear of the room.
+	// It is called from the heartbeat goroutine and must not block.
+	OnRoom func(backend string)
+}
+
+// Leases is a capacity.Shared on Redis. Close it to stop its heartbeat.
+type Leases struct {
+	o      Options
+	prefix string // "<replica>/<incarnation>:"
+
+	mu      sync.Mutex
+	live    map[string]map[uint64]struct{} // backend -> leases held in Redis
+	refused map[string]struct{}            // backends Redis refused lately: swept while contended
+	failing bool
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+var _ capacity.Shared = (*Leases)(nil)
+
+// New returns Leases and starts their heartbeat.
+func New(o Options) (*Leases, error) {
+	if o.Store == nil {
+		return nil, errors.New("redisslots: Options.Store is required")
+	}
+	if o.Replica == "" {
+		return nil, errors.New("redisslots: Options.Replica is required; name the replica (its pod name)")
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = redisstore.DefaultTimeout
+	}
+	if o.RenewInterval <= 0 {
+		o.RenewInterval = DefaultRenewInterval
+	}
+	if o.TTL <= 0 {
+		o.TTL = 3 * o.RenewInterval
+	}
+	if o.TTL <= o.RenewInterval {
+		return nil, errors.New("redisslots: the lease TTL " + o.TTL.String() + " must exceed the renew interval " + o.RenewInterval.String() + " (3x is the default)")
+	}
+	if o.RenewBatch <= 0 {
+		o.RenewBatch = DefaultRenewBatch
+	}
+	if o.Replicas == nil {
+		o.Replicas = redisstore.StaticReplicas(1)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	var inc [6]byte
+	_, _ = rand.Read(inc[:])
+	l := &Leases{
+		o:       o,
+		prefix:  o.Replica + "/" + hex.EncodeToString(inc[:]) + ":",
+		live:    map[string]map[uint64]struct{}{},
+		refused: map[string]struct{}{},
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go l.heartbeat()
+	return l, nil
+}
+
+// key returns backend's lease set in st.
+func key(st *redisstore.Store, backend string) string {
+	return "fq:" + st.HashTag() + ":capacity:" + backend
+}
+
+// contendedKey marks backend as having refused a request lately.
+func contendedKey(st *redisstore.Store, backend string) string {
+	return "fq:" + st.HashTag() + ":capacity-contended:" + backend
+}
+
+// roomChannel is the policy's channel of releases on contended backends;
+// a message is the backend's name, a NUL and the releasing replica's
+// lease prefix.
+func roomChannel(st *redisstore.Store) string { return "fq:" + st.HashTag() + ":capacity-room" }
+
+func (l *Leases) member(seq uint64) string { return l.prefix + strconv.FormatUint(seq, 10) }
+
+// Acquire implements capacity.Shared.
+func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) capacity.Result {
+	st := l.o.Store()
+	if st == nil {
+		return capacity.Acquired // memory store: the local count decides
+	}
+	if !st.Up() {
+		return l.fallback(limit, local)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
+	defer cancel()
+	res, err := acquireScript.Run(ctx, st.Client(), []string{key(st, backend), contendedKey(st, backend)},
+		limit, l.o.TTL.Milliseconds(), l.member(seq)).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = errors.New("the slot script answered " + strconv.Itoa(len(res)) + " values, want 2")
+	}
+	l.outcome(err)
+	if err != nil {
+		return l.fallback(limit, local)
+	}
+	if res[0] != 1 {
+		l.mu.Lock()
+		l.refused[backend] = struct{}{}
+		l.mu.Unlock()
+		return capacity.Saturated
+	}
+	l.mu.Lock()
+	set := l.live[backend]
+	if set == nil {
+		set = map[uint64]struct{}{}
+		l.live[backend] = set
+	}
+	set[seq] = struct{}{}
+	l.mu.Unlock()
+	return capacity.Acquired
+}
+
+// fallback decides an acquire Redis could not: Unavailable failing
+// closed, else this replica's share of limit.
+func (l *Leases) fallback(limit int, local int64) capacity.Result {
+	if l.o.FailureMode != redisstore.FailOpen {
+		return capacity.Unavailable
+	}
+	share := max(int64(limit/max(l.o.Replicas.Live(), 1)), 1)
+	if local > share {
+		return capacity.Saturated
+	}
+	return capacity.Acquired
+}
+
+// Release implements capacity.Shared. A lease Redis did not grant (the
+// fallback's) has nothing to remove; a failed removal expires.
+func (l *Leases) Release(backend string, seq uint64) {
+	l.mu.Lock()
+	set := l.live[backend]
+	_, ok := set[seq]
+	if ok {
+		delete(set, seq)
+		if len(set) == 0 {
+			delete(l.live, backend)
+		}
+	}
+	l.mu.Unlock()
+	st := l.o.Store()
+	if !ok || st == nil || !st.Up() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
+	defer cancel()
+	err := releaseScript.Run(ctx, st.Client(), []string{key(st, backend), contendedKey(st, backend)},
+		l.member(seq), roomChannel(st), backend+"\x00"+l.prefix).Err()
+	l.outcome(err)
+}
+
+// outcome logs when calls start and stop failing.
+func (l *Leases) outcome(err error) {
+	l.mu.Lock()
+	was := l.failing
+	l.failing = err != nil
+	l.mu.Unlock()
+	switch {
+	case err != nil && !was:
+		l.o.Logger.Info("capacity slot call to Redis failed; such acquires are decided by the failure mode and leases expire within the TTL",
+			"failureMode", string(l.o.FailureMode), "ttl", l.o.TTL, "error", err.Error())
+	case err == nil && was:
+		l.o.Logger.Info("capacity slot calls to Redis succeed again")
+	}
+}
+
+func (l *Leases) heartbeat() {
+	defer close(l.done)
+	t := l.o.Clock.NewTicker(l.o.RenewInterval)
+	defer t.Stop()
+	var sub subscription
+	defer sub.close()
+	sub.follow(l.o.Store(), l.o.OnRoom != nil)
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C():
+			l.renew()
+			sub.follow(l.o.Store(), l.o.OnRoom != nil)
+		case m, ok := <-sub.ch:
+			if !ok {
+				sub.close() // resubscribed at the next tick
+				continue
+			}
+			backend, from, _ := strings.Cut(m.Payload, "\x00")
+			if from != l.prefix {
+				l.o.OnRoom(backend)
+			}
+		}
+	}
+}
+
+// subscription is the heartbeat's subscription to the room channel of the
+// store in force, if any.
+type subscription struct {
+	client redis.UniversalClient
+	ps     *redis.PubSub
+	ch     <-chan *redis.Message // nil while not subscribed: never ready
+}
+
+// follow subscribes to st's room channel, unless already subscribed
+// through st's current client, or unsubscribes when st is nil or want is
+// false. go-redis reconnects a subscription by itself; a client the store
+// replaced after an outage is followed here.
+func (s *subscription) follow(st *redisstore.Store, want bool) {
+	if !want || st == nil {
+		s.close()
+		return
+	}
+	c := st.Client()
+	if s.ps != nil && s.client == c {
+		return
+	}
+	s.close()
+	s.client = c
+	s.ps = c.Subscribe(context.Background(), roomChannel(st))
+	s.ch = s.ps.Channel(redis.WithChannelSize(64))
+}
+
+func (s *subscription) close() {
+	if s.ps != nil {
+		_ = s.ps.Close()
+	}
+	*s = subscription{}
+}
+
+// renew re-asserts every live lease, RenewBatch per call, and sweeps the
+// expired leases of the backends this replica was refused on, so that
+// their expiry wakes its waiters.
+func (l *Leases) renew() {
+	st := l.o.Store()
+	if st == nil || !st.Up() {
+		return
+	}
+	type batch struct {
+		backend string
+		args    []any
+	}
+	ttl := l.o.TTL.Milliseconds()
+	head := func(backend string) []any {
+		return []any{ttl, roomChannel(st), backend + "\x00"} // from no one: every replica hears it
+	}
+	var batches []batch
+	l.mu.Lock()
+	for backend, set := range l.live {
+		args := head(backend)
+		for seq := range set {
+			if len(args) >= 3+l.o.RenewBatch {
+				batches = append(batches, batch{backend, args})
+				args = head(backend)
+			}
+			args = append(args, l.member(seq))
+		}
+		batches = append(batches, batch{backend, args})
+	}
+	for backend := range l.refused {
+		if l.live[backend] == nil {
+			batches = append(batches, batch{backend, head(backend)})
+		}
+	}
+	l.mu.Unlock()
+	for _, b := range batches {
+		select {
+		case <-l.stop:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
+		contended, err := renewScript.Run(ctx, st.Client(), []string{key(st, b.backend), contendedKey(st, b.backend)}, b.args...).Int64()
+		cancel()
+		l.outcome(err)
+		if err == nil && contended == 0 {
+			l.mu.Lock()
+			delete(l.refused, b.backend)
+			l.mu.Unlock()
+		}
+	}
+}
+
+// Close stops the heartbeat and removes this replica's live leases from
+// Redis (best effort: what is not removed expires).
+func (l *Leases) Close() {
+	l.once.Do(func() {
+		close(l.stop)
+		<-l.done
+		l.mu.Lock()
+		live := l.live
+		l.live = map[string]map[uint64]struct{}{}
+		l.mu.Unlock()
+		st := l.o.Store()
+		if st == nil || !st.Up() {
+			return
+		}
+		for backend, set := range live {
+			members := make([]any, 0, len(set))
+			for seq := range set {
+				members = append(members, l.member(seq))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
+			_ = st.Client().ZRem(ctx, key(st, backend), members...).Err()
+			_ = st.Client().Publish(ctx, roomChannel(st), backend+"\x00"+l.prefix).Err()
+			cancel()
+		}
+	})
+}

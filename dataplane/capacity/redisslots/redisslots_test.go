@@ -1,0 +1,409 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package redisslots
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/redis/go-redis/v9"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/fairqueue/fairqueue/dataplane/capacity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
+	"github.com/fairqueue/fairqueue/internal/redistest"
+	"github.com/fairqueue/fairqueue/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	redisstore.SetClientLogger(logr.Discard()) // failed dials during outages are expected here
+	os.Exit(redistest.Run(m))
+}
+
+// fleet is a Redis server and the policy's store on it.
+type fleet struct {
+	t        *testing.T
+	replicas int
+	srv      *redistest.Server
+	client   *redis.Client
+	store    *redisstore.Store
+}
+
+func newFleet(t *testing.T) *fleet {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	st := redisstore.NewWithClient(c, redisstore.Options{
+		Namespace: "ns", Policy: fmt.Sprintf("p%d", time.Now().UnixNano()), Timeout: 200 * time.Millisecond,
+	})
+	t.Cleanup(func() { _ = st.Close() })
+	return &fleet{t: t, srv: srv, client: c, store: st}
+}
+
+// replica is one data plane's tracker and leases on the fleet's store.
+type replica struct {
+	tr     *capacity.Tracker
+	leases *Leases
+	clk    *clocktesting.FakeClock
+	rooms  chan string // what Leases.OnRoom was told, from other replicas
+}
+
+func (f *fleet) replica(name string, maxInFlight int, o Options) *replica {
+	f.t.Helper()
+	clk := clocktesting.NewFakeClock(time.Now())
+	rooms := make(chan string, 64)
+	o.Store = func() *redisstore.Store { return f.store }
+	o.Replica, o.Clock = name, clk
+	o.OnRoom = func(b string) {
+		select {
+		case rooms <- b:
+		default:
+		}
+	}
+	l, err := New(o)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(l.Close)
+	tr := capacity.New(capacity.Options{Shared: l})
+	f.t.Cleanup(tr.Close)
+	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: int32(maxInFlight)}}); err != nil {
+		f.t.Fatal(err)
+	}
+	r := &replica{tr: tr, leases: l, clk: clk, rooms: rooms}
+	f.waitSubscribers(int64(f.replicas + 1))
+	f.replicas++
+	return r
+}
+
+func (r *replica) acquire(s *capacity.Slot) capacity.Result { return r.tr.Acquire(s, "vllm-a") }
+
+// crash stops the heartbeat and forgets the leases without removing them,
+// as a killed process does.
+func (r *replica) crash() {
+	close(r.leases.stop)
+	<-r.leases.done
+	r.leases.once.Do(func() {})
+}
+
+// renewNow steps the heartbeat once and waits until it has renewed.
+func (r *replica) renewNow(t *testing.T, f *fleet) {
+	t.Helper()
+	before := f.scores(t)
+	testutil.Eventually(t, "the heartbeat's ticker", r.clk.HasWaiters)
+	r.clk.Step(r.leases.o.RenewInterval)
+	testutil.Eventually(t, "a renewal", func() bool { return f.scores(t) > before })
+}
+
+// waitSubscribers waits until n replicas listen on the room channel.
+func (f *fleet) waitSubscribers(n int64) {
+	f.t.Helper()
+	testutil.Eventually(f.t, fmt.Sprintf("%d subscribers", n), func() bool {
+		m, err := f.client.PubSubNumSub(context.Background(), roomChannel(f.store)).Result()
+		return err == nil && m[roomChannel(f.store)] >= n
+	})
+}
+
+// room waits for r to be told of room on vllm-a by another replica.
+func (r *replica) room(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case b := <-r.rooms:
+		if b != "vllm-a" {
+			t.Fatalf("%s: room on %q", what, b)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no room reported within 10s", what)
+	}
+}
+
+// scores sums the lease expiries in the backend's set.
+func (f *fleet) scores(t *testing.T) float64 {
+	zs, err := f.client.ZRangeWithScores(context.Background(), key(f.store, "vllm-a"), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, z := range zs {
+		sum += z.Score
+	}
+	return sum
+}
+
+func (f *fleet) leases(t *testing.T) int64 {
+	n, err := f.client.ZCard(context.Background(), key(f.store, "vllm-a")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestMaxInFlightHoldsAcrossTheFleet(t *testing.T) {
+	f := newFleet(t)
+	a, b := f.replica("a", 3, Options{}), f.replica("b", 3, Options{})
+	var a1, a2, b1, b2 capacity.Slot
+	for _, step := range []struct {
+		r    *replica
+		s    *capacity.Slot
+		want capacity.Result
+	}{
+		{a, &a1, capacity.Acquired},
+		{a, &a2, capacity.Acquired},
+		{b, &b1, capacity.Acquired},
+		{b, &b2, capacity.Saturated}, // 3 in flight across the fleet
+		{a, &b2, capacity.Saturated},
+	} {
+		if got := step.r.acquire(step.s); got != step.want {
+			t.Fatalf("got %v, want %v", got, step.want)
+		}
+	}
+	a1.Release()
+	a1.Release() // one lease removed, once
+	if n := f.leases(t); n != 2 {
+		t.Fatalf("%d leases after a release, want 2", n)
+	}
+	if got := b.acquire(&b2); got != capacity.Acquired {
+		t.Fatalf("after a release on another replica: %v", got)
+	}
+	for _, s := range []*capacity.Slot{&a2, &b1, &b2} {
+		s.Release()
+	}
+	if n := f.leases(t); n != 0 {
+		t.Fatalf("%d leases after every release", n)
+	}
+}
+
+func TestACrashedReplicasSlotsComeBackWithinTheTTL(t *testing.T) {
+	f := newFleet(t)
+	const ttl = 600 * time.Millisecond
+	o := Options{RenewInterval: 200 * time.Millisecond, TTL: ttl}
+	a, b := f.replica("a", 2, o), f.replica("b", 2, o)
+	var a1, a2, b1 capacity.Slot
+	a.acquire(&a1)
+	a.acquire(&a2)
+	crashed := time.Now()
+	a.crash()
+	if got := b.acquire(&b1); got != capacity.Saturated {
+		t.Fatalf("right after the crash: %v, want saturated", got)
+	}
+	testutil.EventuallyWithin(t, ttl+2*time.Second, "the crashed replica's slots to expire", func() bool {
+		return b.acquire(&b1) == capacity.Acquired
+	})
+	if waited := time.Since(crashed); waited < ttl-50*time.Millisecond {
+		t.Fatalf("slots came back %v after the crash, before the TTL %v: a live replica could lose its slots", waited, ttl)
+	}
+	b1.Release()
+}
+
+// fast renews every 100 ms with a 300 ms TTL, so that expiry shows in a
+// test's time.
+var fast = Options{RenewInterval: 100 * time.Millisecond, TTL: 300 * time.Millisecond}
+
+// pair starts replicas a and b of one slot each with o.
+func (f *fleet) pair(o Options) (a, b *replica) { return f.replica("a", 1, o), f.replica("b", 1, o) }
+
+func TestALiveReplicasLeasesAreRenewedPastTheTTL(t *testing.T) {
+	f := newFleet(t)
+	ttl := fast.TTL
+	a, b := f.pair(fast)
+	var a1, b1 capacity.Slot
+	if a.acquire(&a1) != capacity.Acquired {
+		t.Fatal("first acquire refused")
+	}
+	start := time.Now()
+	for time.Since(start) < 3*ttl {
+		time.Sleep(50 * time.Millisecond)
+		a.renewNow(t, f)
+		if got := b.acquire(&b1); got != capacity.Saturated {
+			t.Fatalf("%v after the acquire, with renewals: %v, want saturated", time.Since(start), got)
+		}
+	}
+	a1.Release()
+	if got := b.acquire(&b1); got != capacity.Acquired {
+		t.Fatalf("after the release: %v", got)
+	}
+	b1.Release()
+}
+
+func TestARenewalRestoresALeaseThatExpiredWhileItsRequestRuns(t *testing.T) {
+	f := newFleet(t)
+	a := f.replica("a", 2, fast)
+	var a1 capacity.Slot
+	a.acquire(&a1)
+	if err := f.client.Del(context.Background(), key(f.store, "vllm-a")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the heartbeat's ticker", a.clk.HasWaiters)
+	a.clk.Step(100 * time.Millisecond)
+	testutil.Eventually(t, "the lease to be re-added", func() bool { return f.leases(t) == 1 })
+	a1.Release()
+	if n := f.leases(t); n != 0 {
+		t.Fatalf("%d leases after the release", n)
+	}
+}
+
+func TestRedisDownFailsClosedOrDecidesOnTheLocalShare(t *testing.T) {
+	tests := []struct {
+		mode     redisstore.FailureMode
+		replicas int
+		want     []capacity.Result
+	}{
+		{redisstore.FailClosed, 2, []capacity.Result{capacity.Unavailable}},
+		// maxInFlight 4 over 2 live replicas: 2 each.
+		{redisstore.FailOpen, 2, []capacity.Result{capacity.Acquired, capacity.Acquired, capacity.Saturated}},
+		{redisstore.FailOpen, 8, []capacity.Result{capacity.Acquired, capacity.Saturated}},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s/%d", tc.mode, tc.replicas), func(t *testing.T) {
+			f := newFleet(t)
+			a := f.replica("a", 4, Options{FailureMode: tc.mode, Replicas: redisstore.StaticReplicas(tc.replicas)})
+			if err := f.srv.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			slots := make([]capacity.Slot, len(tc.want))
+			for i, want := range tc.want {
+				if got := a.acquire(&slots[i]); got != want {
+					t.Fatalf("acquire %d with Redis down: %v, want %v", i, got, want)
+				}
+			}
+			for i := range slots {
+				slots[i].Release() // no lease in Redis: nothing to remove
+			}
+		})
+	}
+}
+
+func TestOnTheMemoryStoreTheLocalCountDecides(t *testing.T) {
+	l, err := New(Options{Store: func() *redisstore.Store { return nil }, Replica: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := l.Acquire("vllm-a", 1, 1, 1); got != capacity.Acquired {
+		t.Fatalf("memory store: %v", got)
+	}
+	l.Release("vllm-a", 1)
+}
+
+func TestNewRefusesATTLNotLongerThanTheRenewal(t *testing.T) {
+	_, err := New(Options{Store: func() *redisstore.Store { return nil }, Replica: "a", RenewInterval: time.Second, TTL: time.Second})
+	if err == nil {
+		t.Fatal("TTL equal to the renew interval accepted")
+	}
+	if _, err := New(Options{Store: func() *redisstore.Store { return nil }}); err == nil {
+		t.Fatal("no replica name accepted")
+	}
+}
+
+func TestAStoreMarkedDownIsNotCalled(t *testing.T) {
+	f := newFleet(t)
+	a := f.replica("a", 4, Options{FailureMode: redisstore.FailOpen, Replicas: redisstore.StaticReplicas(4)})
+	if err := f.srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.Check(context.Background()); err == nil || f.store.Up() {
+		t.Fatal("the store was not marked down with Redis killed")
+	}
+	var s1, s2 capacity.Slot
+	if got := a.acquire(&s1); got != capacity.Acquired {
+		t.Fatalf("first on a share of 1: %v", got)
+	}
+	if got := a.acquire(&s2); got != capacity.Saturated {
+		t.Fatalf("second on a share of 1: %v", got)
+	}
+	s1.Release()
+}
+
+// One fleet-wide slot: a script round trip to take it, one ZREM to give
+// it back, against a redis-server on loopback.
+func BenchmarkFleetAcquireRelease(b *testing.B) {
+	srv := redistest.Start(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer func() { _ = c.Close() }()
+	st := redisstore.NewWithClient(c, redisstore.Options{Namespace: "ns", Policy: "bench"})
+	defer func() { _ = st.Close() }()
+	l, err := New(Options{Store: func() *redisstore.Store { return st }, Replica: "a"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	tr := capacity.New(capacity.Options{Shared: l})
+	defer tr.Close()
+	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: 1 << 20}}); err != nil {
+		b.Fatal(err)
+	}
+	var s capacity.Slot
+	b.ReportAllocs()
+	for b.Loop() {
+		if tr.Acquire(&s, "vllm-a") != capacity.Acquired {
+			b.Fatal("refused")
+		}
+		s.Release()
+	}
+}
+
+func TestAReleaseWakesTheOtherReplicasWaitersOnlyWhileContended(t *testing.T) {
+	f := newFleet(t)
+	a, b := f.pair(Options{})
+	var a1, b1 capacity.Slot
+	a.acquire(&a1)
+	a1.Release() // nobody refused: no message
+	a.acquire(&a1)
+	if b.acquire(&b1) != capacity.Saturated {
+		t.Fatal("b not refused")
+	}
+	a1.Release()
+	b.room(t, "a release after b was refused")
+	select {
+	case got := <-b.rooms:
+		t.Fatalf("a second room message %q: the uncontended release published", got)
+	default:
+	}
+	select {
+	case got := <-a.rooms:
+		t.Fatalf("a heard its own release: %q", got)
+	default:
+	}
+	if b.acquire(&b1) != capacity.Acquired {
+		t.Fatal("b refused after the room")
+	}
+	b1.Release()
+}
+
+func TestACrashedReplicasExpiredSlotsWakeTheWaiters(t *testing.T) {
+	f := newFleet(t)
+	a, b := f.pair(fast)
+	var a1, b1 capacity.Slot
+	a.acquire(&a1)
+	a.crash()
+	if b.acquire(&b1) != capacity.Saturated {
+		t.Fatal("b not refused")
+	}
+	time.Sleep(fast.TTL + 50*time.Millisecond) // Redis's clock: the lease expires
+	testutil.Eventually(t, "b's heartbeat ticker", b.clk.HasWaiters)
+	b.clk.Step(fast.RenewInterval) // b's heartbeat sweeps the expired lease
+	b.room(t, "the crashed replica's lease expiring")
+	if b.acquire(&b1) != capacity.Acquired {
+		t.Fatal("b refused after the expiry")
+	}
+	b1.Release()
+}
