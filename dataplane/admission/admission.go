@@ -104,6 +104,14 @@ type Request struct {
 	// its body; or first, when the fair queue charges the tenant by tokens
 	// and so needs the reservation before the limits decide.
 	Reserver Reserver
+	// Band names the priority band the request asks to wait in (the
+	// policy's request band header); empty means its tenant's band. Only a
+	// band below the tenant's takes effect; another name is ignored and
+	// reported to the BandObserver.
+	Band string
+
+	// band is the index Admit resolved Band to (bands.go).
+	band int
 }
 
 // QueueInfo describes the fair queue's part in a decision, for the
@@ -122,6 +130,9 @@ type QueueInfo struct {
 	Waited time.Duration
 	// Estimate is the wait predicted at enqueue.
 	Estimate time.Duration
+	// Band names the priority band the request waited in; empty without
+	// bands.
+	Band string
 }
 
 // Decision is the outcome of Admit.
@@ -173,6 +184,7 @@ type Controller struct {
 	loadMu   sync.Mutex
 	gate     gateRef // optional fleet pacing (gate.go)
 	tenants  obsRef  // optional per-tenant observer (tenants.go)
+	bandObs  BandObserver
 	tokenObs atomic.Pointer[TokenObserver]
 	// aheadDue holds the due time of every admitted hold still waiting for
 	// tokens it overdrew (bounded by the holds admitted: at most one per
@@ -213,6 +225,7 @@ func (c *Controller) settings() *Settings { return &c.pol.Load().settings }
 // once, giving back what it was charged.
 func (c *Controller) Admit(ctx context.Context, r Request) Decision {
 	arrival := c.clk.Now()
+	r.band = c.requestBand(&r)
 	estimate := r.Tokens <= 0 && r.Reserver != nil
 	if estimate && c.chargesTokens(r) {
 		r.Tokens, estimate = r.Reserver.Reservation(), false
@@ -252,7 +265,7 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r Request
 			defer func() { observeTenant(o, now, tenant, used, &dec) }()
 		}
 		all := limitKeysOf(keys)
-		if gate = c.gateFor(keys); gate != nil {
+		if gate = c.gateFor(keys, r.band); gate != nil {
 			gate.Arrive(tenant, keys.Model)
 		}
 		if c.queue.HasWaitersAny(all[:]) {
@@ -453,6 +466,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		Cost:       c.queueCost(r),
 		Size:       1, // a request-count bucket: one token whatever the cost
 		Attempt:    attempt,
+		Band:       r.band,
 	})
 	info := QueueInfo{
 		Queued:          true,
@@ -461,6 +475,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		Position:        res.Position,
 		Waited:          res.Waited,
 		Estimate:        res.Estimate,
+		Band:            c.bandName(res.Band),
 	}
 	log := c.log.WithValues("tenant", identity.Short(tenant), "tenantDimension", used)
 
@@ -476,7 +491,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 	case res.Admitted:
 		dec := Decision{Allowed: true, Status: StatusOK, Quota: last.Tightest, HasQuota: last.HasQuota, Queue: info}
 		if cost := c.queueCost(r); cost > 1 {
-			dec.settle = settlement{accounted: cost, fq: c.queue, fqTenant: tenant}
+			dec.settle = settlement{accounted: cost, fq: c.queue, fqTenant: tenant, fqBand: res.Band}
 		}
 		return dec
 	case res.Reason == fairqueue.ReasonDisabled:

@@ -69,16 +69,37 @@ func (c *Controller) SetGate(g Gate) {
 	c.gate.p.Store(&g)
 }
 
-// gateFor returns the Gate that applies to a queueable request on keys, or nil.
-func (c *Controller) gateFor(keys limiter.Keys) Gate {
+// gateFor returns the Gate that applies to a queueable request on keys
+// asking for band (Request.band), or nil. A request that lowered its band
+// gets a BandGate's view of that band.
+func (c *Controller) gateFor(keys limiter.Keys, band int) Gate {
 	if keys.Model == "" {
 		return nil
 	}
-	if g := c.gate.p.Load(); g != nil {
-		return *g
+	p := c.gate.p.Load()
+	if p == nil {
+		return nil
 	}
-	return nil
+	if bg, ok := (*p).(BandGate); ok && band != 0 {
+		return inBand{g: bg, band: band}
+	}
+	return *p
 }
+
+// inBand is a BandGate seen as the Gate of one band, for a request that
+// lowered its band to it.
+type inBand struct {
+	g    BandGate
+	band int
+}
+
+func (b inBand) Arrive(tenant, key string) { b.g.ArriveBand(tenant, b.band, key) }
+
+func (b inBand) Allow(now time.Time, tenant, key string) (bool, time.Duration) {
+	return b.g.AllowBand(now, tenant, b.band, key)
+}
+
+func (b inBand) Done(tenant, key string, admitted bool) { b.g.DoneBand(tenant, b.band, key, admitted) }
 
 // gated returns the decision of a request the Gate held back: refused by the
 // model dimension, to retry after retryAfter.

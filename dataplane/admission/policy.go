@@ -19,6 +19,8 @@ package admission
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
@@ -66,6 +68,8 @@ type Options struct {
 	Tokens  TokenObserver
 	// Fleet, when set, paces tenants on shared model limits.
 	Fleet FleetGate
+	// Bands is told of the request bands ignored; nil means none.
+	Bands BandObserver
 	// Log receives the controller's logs.
 	Log logr.Logger
 }
@@ -123,6 +127,9 @@ func compile(cfg *config.Config, store Store, obs limiter.Observer) (*policy, er
 			deferralBounds: fairqueue.Bounds{MaxTenants: int(fq.Bounds.MaxTenants), MaxInFlight: int(fq.Bounds.MaxInFlight)},
 		},
 	}
+	if err := compileBands(&fq, &p.queues.weights); err != nil {
+		return nil, err
+	}
 	for _, w := range fq.Weights {
 		p.queues.weights.ByTenant[w.TenantHash] = int(w.Weight)
 	}
@@ -142,6 +149,79 @@ func compile(cfg *config.Config, store Store, obs limiter.Observer) (*policy, er
 	return p, nil
 }
 
+// compileBands puts fq's priority bands into w: the bands in order, the
+// default band's index and each weighted tenant's band by its hash. Without
+// bands w is left as it was, so the scheduler sees one band as before bands
+// existed. A tenant's band comes only from its weights entry or the default:
+// the request band header may lower a request's band, never its tenant's.
+func compileBands(fq *config.FairQueuing, w *fairqueue.Weights) error {
+	if len(fq.Bands) == 0 {
+		for i, e := range fq.Weights {
+			if e.Band != "" {
+				return fmt.Errorf("fairQueuing.weights[%d].band: %q names a band but fairQueuing.bands is empty; define the bands or remove the entry's band", i, e.Band)
+			}
+		}
+		if fq.DefaultBand != "" {
+			return fmt.Errorf("fairQueuing.defaultBand: %q names a band but fairQueuing.bands is empty; define the bands or remove defaultBand", fq.DefaultBand)
+		}
+		return nil
+	}
+	if len(fq.Bands) > fairqueue.MaxBands {
+		return fmt.Errorf("fairQueuing.bands: at most %d priority bands, got %d", fairqueue.MaxBands, len(fq.Bands))
+	}
+	w.Bands = make([]fairqueue.Band, len(fq.Bands))
+	var shares float64
+	for i, b := range fq.Bands {
+		if b.Name == "" {
+			return fmt.Errorf("fairQueuing.bands[%d].name: must not be empty", i)
+		}
+		if j, dup := w.BandIndex(b.Name); dup && j < i {
+			return fmt.Errorf("fairQueuing.bands[%d].name: %q duplicates fairQueuing.bands[%d]; band names must be unique", i, b.Name, j)
+		}
+		if !(b.MinShare >= 0 && b.MinShare < 1) {
+			return fmt.Errorf("fairQueuing.bands[%d].minShare: must be in [0, 1), got %v", i, b.MinShare)
+		}
+		shares += b.MinShare
+		w.Bands[i] = fairqueue.Band{Name: b.Name, MinShare: b.MinShare}
+	}
+	if shares >= 1 {
+		return fmt.Errorf("fairQueuing.bands: the minShares sum to %v, which leaves the highest band nothing; their sum must be below 1", shares)
+	}
+	// Without a named default, a tenant without an entry is in the lowest
+	// band: a tenant nobody listed never outranks one somebody did.
+	w.DefaultBand = len(w.Bands) - 1
+	if fq.DefaultBand != "" {
+		i, ok := w.BandIndex(fq.DefaultBand)
+		if !ok {
+			return fmt.Errorf("fairQueuing.defaultBand: %q is not among fairQueuing.bands (%s)", fq.DefaultBand, bandNames(w.Bands))
+		}
+		w.DefaultBand = i
+	}
+	for i, e := range fq.Weights {
+		if e.Band == "" {
+			continue
+		}
+		b, ok := w.BandIndex(e.Band)
+		if !ok {
+			return fmt.Errorf("fairQueuing.weights[%d].band: %q is not among fairQueuing.bands (%s)", i, e.Band, bandNames(w.Bands))
+		}
+		if w.TenantBand == nil {
+			w.TenantBand = make(map[string]int, len(fq.Weights))
+		}
+		w.TenantBand[e.TenantHash] = b
+	}
+	return nil
+}
+
+// bandNames lists the names of bs for an error message.
+func bandNames(bs []fairqueue.Band) string {
+	names := make([]string, len(bs))
+	for i, b := range bs {
+		names[i] = strconv.Quote(b.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
 // NewController validates cfg and returns a Controller deciding by it, with
 // its fair queue and deferral queue started. Nothing is started when cfg is
 // refused.
@@ -154,7 +234,7 @@ func NewController(clk clock.Clock, cfg *config.Config, o Options) (*Controller,
 		return nil, err
 	}
 	c := &Controller{
-		clk: clk, log: o.Log, store: o.Store, limitObs: o.Limits, fleet: o.Fleet,
+		clk: clk, log: o.Log, store: o.Store, limitObs: o.Limits, fleet: o.Fleet, bandObs: o.Bands,
 		queue:  fairqueue.New(clk, p.queues.bounds, p.queues.weights, o.Queue),
 		deferq: fairqueue.New(clk, p.queues.deferralBounds, p.queues.weights, o.Deferral),
 	}

@@ -86,6 +86,9 @@ type TokenInfo struct {
 	Waited time.Duration
 	// Estimate is the hold predicted when the request was held.
 	Estimate time.Duration
+	// Band names the priority band the request was held in; empty without
+	// bands or when it was not held.
+	Band string
 }
 
 // settlement is what Settle needs to correct an admitted request's
@@ -96,9 +99,11 @@ type settlement struct {
 	// accounted is the reservation a queue charged a tenant for.
 	accounted int64
 	// fq and dq are the queues (fair queue, deferral queue) that charged
-	// tenant fqTenant / dqTenant, nil when none did.
+	// tenant fqTenant / dqTenant, scheduled in band fqBand / dqBand (a
+	// lowered request's queue is its own), nil when none did.
 	fq, dq             *fairqueue.Queue
 	fqTenant, dqTenant string
+	fqBand, dqBand     int
 }
 
 // tokenSettings returns the token settings in force.
@@ -316,6 +321,7 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 		Cost:       cost,
 		Size:       r.Tokens,
 		Attempt:    attempt,
+		Band:       r.band,
 	})
 	if err == nil && res.Reason == fairqueue.ReasonWaitExceedsBudget && res.Waited == 0 {
 		// Refused at arrival: the place it would have had among the holds
@@ -323,7 +329,7 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 		// its budget. It is told when that place would be granted. (The
 		// queue's observer has counted the refusal.)
 		c.undoCount(r, &dec)
-		dec.Tokens.Reason, dec.Tokens.Estimate = res.Reason, res.Estimate
+		dec.Tokens.Reason, dec.Tokens.Estimate, dec.Tokens.Band = res.Reason, res.Estimate, c.bandName(res.Band)
 		if d.RefusedBy == 0 && len(limitKeys) > 0 {
 			// Queued behind holders while its own tokens were free: the
 			// bucket the holders wait on refuses it.
@@ -335,6 +341,7 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 		return out
 	}
 	dec.Tokens.Deferred = true
+	dec.Tokens.Band = c.bandName(res.Band)
 	dec.Tokens.Waited = res.Waited
 	dec.Tokens.Estimate = res.Estimate
 	dec.Tokens.Reason = res.Reason
@@ -346,7 +353,7 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 				c.log.V(1).Info("Could not give back the tokens of a hold the client left", "err", rerr)
 			}
 			if cost > 1 {
-				q.Adjust(tenant, -cost)
+				q.AdjustIn(tenant, res.Band, -cost)
 			}
 		}
 		dec.Tokens.Waited += ahead
@@ -361,7 +368,7 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 	case res.Admitted:
 		c.reserved(keys, r.Tokens, &dec, last)
 		if cost > 1 {
-			dec.settle.dq, dec.settle.dqTenant = q, tenant
+			dec.settle.dq, dec.settle.dqTenant, dec.settle.dqBand = q, tenant, res.Band
 			dec.settle.accounted = r.Tokens
 		}
 		return dec
@@ -427,7 +434,7 @@ func (c *Controller) undoCount(r Request, dec *Decision) {
 		c.log.V(1).Info("Could not give back request-count tokens of a request refused for its token budget", "err", err)
 	}
 	if st := &dec.settle; st.fq != nil && st.accounted > 0 {
-		st.fq.Adjust(st.fqTenant, -st.accounted)
+		st.fq.AdjustIn(st.fqTenant, st.fqBand, -st.accounted)
 		st.fq = nil
 	}
 }
@@ -442,10 +449,10 @@ func (c *Controller) settle(r Request, st *settlement, used int64) error {
 	if st.accounted > 0 {
 		delta := used - st.accounted
 		if st.fq != nil {
-			st.fq.Adjust(st.fqTenant, delta)
+			st.fq.AdjustIn(st.fqTenant, st.fqBand, delta)
 		}
 		if st.dq != nil {
-			st.dq.Adjust(st.dqTenant, delta)
+			st.dq.AdjustIn(st.dqTenant, st.dqBand, delta)
 		}
 	}
 	if st.reserved <= 0 {

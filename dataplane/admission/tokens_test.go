@@ -321,6 +321,11 @@ type simClient struct {
 	shortBudget bool
 	// leaves makes a quarter of the requests leave while held.
 	leaves bool
+	// band is the band each request asks for (Request.Band).
+	band string
+	// uses is the percentage of its reservation a request uses; 0 means a
+	// pseudo-random 30-100%.
+	uses int64
 }
 
 // simResult is what one client got.
@@ -357,7 +362,7 @@ func simulate(t *testing.T, e *tokenEnv, clients []simClient, warmup, run, windo
 			}
 			for !stop.Load() {
 				size := sc.size(next)
-				r := Request{Identity: sc.id, Model: "m", Tokens: size}
+				r := Request{Identity: sc.id, Model: "m", Tokens: size, Band: sc.band}
 				ctx, cancel := context.WithCancel(context.Background())
 				if sc.shortBudget {
 					r.Deadline = e.clk.Now().Add(50 * time.Millisecond)
@@ -373,7 +378,11 @@ func simulate(t *testing.T, e *tokenEnv, clients []simClient, warmup, run, windo
 				cancel()
 				switch {
 				case d.Allowed:
-					used := size * int64(30+next(71)) / 100
+					pct := sc.uses
+					if pct == 0 {
+						pct = int64(30 + next(71))
+					}
+					used := size * pct / 100
 					at := e.clk.Since(start)
 					tk.Done(used)
 					if at >= warmup && at < run {

@@ -50,6 +50,9 @@ const (
 	QueueGrantsName = "rate_limit_fair_queue_grants_total"
 	// QueueRefusedName counts queue refusals, by tenant_dimension and reason.
 	QueueRefusedName = "rate_limit_fair_queue_refused_total"
+	// QueueBandIgnoredName counts request band headers ignored, by reason:
+	// an unknown band, or one above the tenant's.
+	QueueBandIgnoredName = "rate_limit_fair_queue_band_header_ignored_total"
 	// DecisionsName counts limiter bucket checks, by dimension and outcome.
 	DecisionsName = "rate_limit_decisions_total"
 )
@@ -69,21 +72,28 @@ var reasons = [...]fairqueue.Reason{
 }
 
 // Metrics holds the data plane's collectors with their label children
-// created up front, so recording an event does no map lookup and no
-// allocation. It implements fairqueue.Observer and limiter.Observer.
+// created up front (a priority band's on its first event), so recording an
+// event does no allocation. It implements fairqueue.Observer and
+// limiter.Observer.
 type Metrics struct {
-	depth   prometheus.Gauge
+	depth   *prometheus.GaugeVec
 	tenants prometheus.Gauge
 	wait    *prometheus.HistogramVec
 	grants  *prometheus.CounterVec
 	refused *prometheus.CounterVec
+	// bands are the queue series of each band (bands.go).
+	bands bandTable
 
-	waitBy       [len(tenantDimensions)]prometheus.Observer
-	grantsBy     [len(tenantDimensions)]prometheus.Counter
-	refusedBy    [len(tenantDimensions)][len(reasons)]prometheus.Counter
 	decisions    [limiter.NumDimensions][limiter.NumOutcomes]prometheus.Counter
 	decisionsVec *prometheus.CounterVec
+
+	bandIgnored   *prometheus.CounterVec
+	bandIgnoredBy [len(bandIgnoredReasons)]prometheus.Counter
 }
+
+// bandIgnoredReasons are the reason label values of QueueBandIgnoredName
+// (admission.BandIgnoredUnknown and admission.BandIgnoredRaise).
+var bandIgnoredReasons = [...]string{"unknown", "raise"}
 
 var (
 	_ fairqueue.Observer = (*Metrics)(nil)
@@ -94,29 +104,29 @@ var (
 // already registered there, e.g. when New is called twice on one registry.
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		depth:   collector.Gauge(QueueDepthName, "Requests held in the fair queues now."),
+		depth:   collector.GaugeVec(QueueDepthName, "Requests held in the fair queues now, by priority band.", "band"),
 		tenants: collector.Gauge(QueueTenantsName, "Tenant queues tracked now."),
 		wait: collector.HistogramVec(QueueWaitName, "Time a request spent queued before its admission attempt was granted.",
-			WaitBuckets, "tenant_dimension"),
-		grants:  collector.CounterVec(QueueGrantsName, "Queued requests admitted.", "tenant_dimension"),
-		refused: collector.CounterVec(QueueRefusedName, "Requests refused at enqueue or after waiting, by reason.", "tenant_dimension", "reason"),
+			WaitBuckets, "tenant_dimension", "band"),
+		grants: collector.CounterVec(QueueGrantsName, "Queued requests admitted.", "tenant_dimension", "band"),
+		refused: collector.CounterVec(QueueRefusedName, "Requests refused at enqueue or after waiting, by reason.",
+			"tenant_dimension", "reason", "band"),
 		decisionsVec: collector.CounterVec(DecisionsName, "Rate-limit bucket checks by dimension (limit_type) and outcome.",
 			"dimension", "outcome"),
+		bandIgnored: collector.CounterVec(QueueBandIgnoredName,
+			"Request band headers ignored: naming no configured band (unknown) or a band above the tenant's (raise).", "reason"),
 	}
-	for i, d := range tenantDimensions {
-		m.waitBy[i] = m.wait.WithLabelValues(string(d))
-		m.grantsBy[i] = m.grants.WithLabelValues(string(d))
-		for j, r := range reasons {
-			m.refusedBy[i][j] = m.refused.WithLabelValues(string(d), string(r))
-		}
+	for i, r := range bandIgnoredReasons {
+		m.bandIgnoredBy[i] = m.bandIgnored.WithLabelValues(r)
 	}
+	m.bands.init(m)
 	for d := range limiter.NumDimensions {
 		for o := range limiter.NumOutcomes {
 			m.decisions[d][o] = m.decisionsVec.WithLabelValues(limiter.Dimension(d).String(), limiter.Outcome(o).String())
 		}
 	}
 
-	if err := registerAll(reg, "data-plane metrics", "New", m.depth, m.tenants, m.wait, m.grants, m.refused, m.decisionsVec); err != nil {
+	if err := registerAll(reg, "data-plane metrics", "New", m.depth, m.tenants, m.wait, m.grants, m.refused, m.decisionsVec, m.bandIgnored); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -137,7 +147,7 @@ func dimensionIndex(d string) int {
 
 // QueueChanged implements fairqueue.Observer.
 func (m *Metrics) QueueChanged(depth, tenants int) {
-	m.depth.Set(float64(depth))
+	m.bands.setTotal(depth)
 	m.tenants.Set(float64(tenants))
 }
 
@@ -145,32 +155,32 @@ func (m *Metrics) QueueChanged(depth, tenants int) {
 // so a caller's mistake can never put an identity into a label.
 const unknownLabel = "unknown"
 
-// BandQueueChanged implements fairqueue.Observer; the band label is not
-// recorded yet.
-func (m *Metrics) BandQueueChanged(string, int) {}
-
 // Granted implements fairqueue.Observer. A dimension other than user, apiKey
-// or team is recorded as "unknown"; the band is not recorded yet.
-func (m *Metrics) Granted(dimension, _ string, waited time.Duration) {
+// or team is recorded as "unknown", and so is a band past the bound of
+// bands.go.
+func (m *Metrics) Granted(dimension, band string, waited time.Duration) {
+	b := m.bands.of(band)
 	if i := dimensionIndex(dimension); i >= 0 {
-		m.waitBy[i].Observe(waited.Seconds())
-		m.grantsBy[i].Inc()
+		b.wait[i].Observe(waited.Seconds())
+		b.grants[i].Inc()
 		return
 	}
-	m.wait.WithLabelValues(unknownLabel).Observe(waited.Seconds())
-	m.grants.WithLabelValues(unknownLabel).Inc()
+	m.wait.WithLabelValues(unknownLabel, b.name).Observe(waited.Seconds())
+	m.grants.WithLabelValues(unknownLabel, b.name).Inc()
 }
 
 // Refused implements fairqueue.Observer. A dimension or reason outside the
-// known sets is recorded as "unknown"; the band is not recorded yet.
-func (m *Metrics) Refused(dimension, _ string, reason fairqueue.Reason) {
+// known sets is recorded as "unknown", and so is a band past the bound of
+// bands.go.
+func (m *Metrics) Refused(dimension, band string, reason fairqueue.Reason) {
+	b := m.bands.of(band)
 	i := dimensionIndex(dimension)
 	for j, r := range reasons {
 		if r == reason {
 			if i >= 0 {
-				m.refusedBy[i][j].Inc()
+				b.refused[i][j].Inc()
 			} else {
-				m.refused.WithLabelValues(unknownLabel, string(r)).Inc()
+				m.refused.WithLabelValues(unknownLabel, string(r), b.name).Inc()
 			}
 			return
 		}
@@ -179,7 +189,21 @@ func (m *Metrics) Refused(dimension, _ string, reason fairqueue.Reason) {
 	if i >= 0 {
 		d = dimension
 	}
-	m.refused.WithLabelValues(d, unknownLabel).Inc()
+	m.refused.WithLabelValues(d, unknownLabel, b.name).Inc()
+}
+
+// BandQueueChanged implements fairqueue.Observer: the depth of one band.
+func (m *Metrics) BandQueueChanged(band string, depth int) { m.bands.setDepth(band, depth) }
+
+// BandIgnored implements admission.BandObserver: it counts a request band
+// header ignored for reason; a reason outside the known set is not counted.
+func (m *Metrics) BandIgnored(reason string) {
+	for i, r := range bandIgnoredReasons {
+		if r == reason {
+			m.bandIgnoredBy[i].Inc()
+			return
+		}
+	}
 }
 
 // ObserveDecision implements limiter.Observer.

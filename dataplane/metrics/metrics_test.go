@@ -51,17 +51,17 @@ func TestQueueMetricsMatchTheSpec(t *testing.T) {
 	m.Refused("user", "", fairqueue.ReasonWaitExceedsBudget)
 
 	const want = `
-# HELP rate_limit_fair_queue_depth Requests held in the fair queues now.
+# HELP rate_limit_fair_queue_depth Requests held in the fair queues now, by priority band.
 # TYPE rate_limit_fair_queue_depth gauge
-rate_limit_fair_queue_depth 3
+rate_limit_fair_queue_depth{band=""} 3
 # HELP rate_limit_fair_queue_tenants Tenant queues tracked now.
 # TYPE rate_limit_fair_queue_tenants gauge
 rate_limit_fair_queue_tenants 2
 # HELP rate_limit_fair_queue_grants_total Queued requests admitted.
 # TYPE rate_limit_fair_queue_grants_total counter
-rate_limit_fair_queue_grants_total{tenant_dimension="apiKey"} 0
-rate_limit_fair_queue_grants_total{tenant_dimension="team"} 1
-rate_limit_fair_queue_grants_total{tenant_dimension="user"} 2
+rate_limit_fair_queue_grants_total{band="",tenant_dimension="apiKey"} 0
+rate_limit_fair_queue_grants_total{band="",tenant_dimension="team"} 1
+rate_limit_fair_queue_grants_total{band="",tenant_dimension="user"} 2
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), QueueDepthName, QueueTenantsName, QueueGrantsName); err != nil {
 		t.Fatal(err)
@@ -70,9 +70,9 @@ rate_limit_fair_queue_grants_total{tenant_dimension="user"} 2
 		labels []string
 		want   float64
 	}{
-		{[]string{"apiKey", "tenant_queue_full"}, 1},
-		{[]string{"user", "wait_exceeds_budget"}, 2},
-		{[]string{"user", "queue_full"}, 0},
+		{[]string{"apiKey", "tenant_queue_full", ""}, 1},
+		{[]string{"user", "wait_exceeds_budget", ""}, 2},
+		{[]string{"user", "queue_full", ""}, 0},
 	}
 	for _, tc := range cases {
 		if got := testutil.ToFloat64(m.refused.WithLabelValues(tc.labels...)); got != tc.want {
@@ -80,7 +80,7 @@ rate_limit_fair_queue_grants_total{tenant_dimension="user"} 2
 		}
 	}
 	if got := testutil.CollectAndCount(m.wait); got != 3 {
-		t.Errorf("wait_seconds has %d series, want one per tenant dimension", got)
+		t.Errorf("wait_seconds has %d series without bands, want one per tenant dimension", got)
 	}
 	// The histogram: user waited 20ms and 2s, team 0s.
 	for _, tc := range []struct {
@@ -100,16 +100,27 @@ rate_limit_fair_queue_grants_total{tenant_dimension="user"} 2
 	}
 }
 
-// histogram returns the wait histogram series with the given tenant_dimension.
+// histogram returns the wait histogram series with the given
+// tenant_dimension and no band.
 func histogram(t *testing.T, reg *prometheus.Registry, name, dim string) *dto.Histogram {
 	t.Helper()
 	for _, m := range series(t, reg, name) {
-		if m.GetLabel()[0].GetValue() == dim {
+		if label(m, "tenant_dimension") == dim && label(m, "band") == "" {
 			return m.GetHistogram()
 		}
 	}
 	t.Fatalf("no %s{tenant_dimension=%q}", name, dim)
 	return nil
+}
+
+// label returns the value of m's label name, "" when it has none.
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
 
 func TestDecisionsAreCountedByDimensionAndOutcome(t *testing.T) {
@@ -153,12 +164,14 @@ func TestLintAndLabelNames(t *testing.T) {
 		t.Errorf("lint %s: %s", p.Metric, p.Text)
 	}
 	wantLabels := map[string][]string{
-		QueueDepthName:   nil,
+		QueueDepthName:   {"band"},
 		QueueTenantsName: nil,
-		QueueWaitName:    {"tenant_dimension"},
-		QueueGrantsName:  {"tenant_dimension"},
-		QueueRefusedName: {"tenant_dimension", "reason"},
+		QueueWaitName:    {"tenant_dimension", "band"},
+		QueueGrantsName:  {"tenant_dimension", "band"},
+		QueueRefusedName: {"tenant_dimension", "reason", "band"},
 		DecisionsName:    {"dimension", "outcome"},
+
+		QueueBandIgnoredName: {"reason"},
 	}
 	seen := map[string]bool{}
 	eachFamily(t, reg, func(mf *dto.MetricFamily) {
@@ -204,6 +217,9 @@ func TestRecordingDoesNotAllocate(t *testing.T) {
 		m.QueueChanged(1, 1)
 		m.Granted("team", "", time.Millisecond)
 		m.Refused("user", "", fairqueue.ReasonQueueFull)
+		m.Granted("team", "interactive", time.Millisecond)
+		m.Refused("user", "batch", fairqueue.ReasonQueueFull)
+		m.BandQueueChanged("batch", 2)
 		m.ObserveDecision(limiter.DimensionModel, limiter.OutcomeAllowed)
 	})
 	if allocs != 0 {
@@ -226,9 +242,9 @@ func TestUnknownLabelValuesNeverCarryIdentities(t *testing.T) {
 		c      prometheus.Collector
 		labels []string
 	}{
-		{m.grants, []string{"unknown"}},
-		{m.refused, []string{"unknown", "queue_full"}},
-		{m.refused, []string{"user", "unknown"}},
+		{m.grants, []string{"unknown", ""}},
+		{m.refused, []string{"unknown", "queue_full", ""}},
+		{m.refused, []string{"user", "unknown", ""}},
 	}
 	for _, tc := range cases {
 		vec, ok := tc.c.(*prometheus.CounterVec)

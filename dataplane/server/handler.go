@@ -85,6 +85,9 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		Model:        model,
 		TotalTimeout: total,
 	}
+	if rt.bandHeader != "" {
+		ar.Band = resolver.HeaderValue(r.Header, rt.bandHeader)
+	}
 	if d, ok := clientTimeout(r.Header, rt.deadlineHeader); ok {
 		ar.Deadline = start.Add(d - config.DefaultClientDeadlineMargin)
 	}
@@ -135,9 +138,10 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	writeTokenHeaders(h, &dec.Tokens)
 	if q := &dec.Queue; q.Queued {
-		h.Set(headerQueuePosition, strconv.Itoa(q.Position))
-		h.Set(headerQueueWaitMS, strconv.FormatInt(q.Waited.Milliseconds(), 10))
+		writeQueueHeaders(h, &queueInfo{position: q.Position, waited: q.Waited, band: q.Band})
 		h.Set(headerQueueEstimatedWait, strconv.FormatInt(q.Estimate.Milliseconds(), 10))
+	} else if dec.Tokens.Deferred {
+		writeBandHeader(h, dec.Tokens.Band)
 	}
 
 	// The total timeout runs from arrival: queued time is deducted from what
@@ -230,7 +234,9 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 	}
 	if q.Queued {
 		e.queue = &queueInfo{tenantDimension: string(q.TenantDimension), reason: string(q.Reason),
-			position: q.Position, waited: q.Waited}
+			position: q.Position, waited: q.Waited, band: q.Band}
+	} else {
+		writeBandHeader(w.Header(), dec.Tokens.Band)
 	}
 	if dec.HasQuota {
 		writeQuotaHeaders(w.Header(), quota{limit: dec.Quota.Limit, remaining: dec.Quota.Remaining, reset: dec.Quota.Reset})

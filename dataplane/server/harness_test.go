@@ -136,15 +136,17 @@ type decodedError struct {
 			LimitType    string `json:"limit_type"`
 			RetryAfterMS *int64 `json:"retry_after_ms"`
 			FairQueue    *struct {
-				TenantDimension string `json:"tenant_dimension"`
-				Reason          string `json:"reason"`
-				Position        *int   `json:"position"`
-				WaitedMS        *int64 `json:"waited_ms"`
+				TenantDimension string  `json:"tenant_dimension"`
+				Reason          string  `json:"reason"`
+				Position        *int    `json:"position"`
+				WaitedMS        *int64  `json:"waited_ms"`
+				Band            *string `json:"band"`
 			} `json:"fair_queue"`
 			Deferred *struct {
-				Reason   string `json:"reason"`
-				WaitedMS *int64 `json:"waited_ms"`
-				Tokens   int64  `json:"tokens"`
+				Reason   string  `json:"reason"`
+				WaitedMS *int64  `json:"waited_ms"`
+				Tokens   int64   `json:"tokens"`
+				Band     *string `json:"band"`
 			} `json:"deferred"`
 		} `json:"details"`
 	} `json:"error"`

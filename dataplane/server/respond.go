@@ -14,6 +14,7 @@ const (
 	headerQueuePosition       = "X-Fair-Queue-Position"
 	headerQueueWaitMS         = "X-Fair-Queue-Wait-Ms"
 	headerQueueEstimatedWait  = "X-Fair-Queue-Estimated-Wait-Ms"
+	headerQueueBand           = "X-Fair-Queue-Band"
 	headerRateLimitLimit      = "X-Ratelimit-Limit-Requests"
 	headerRateLimitRemaining  = "X-Ratelimit-Remaining-Requests"
 	headerRateLimitReset      = "X-Ratelimit-Reset-Requests"
@@ -42,6 +43,9 @@ type queueInfo struct {
 	position int
 	// waited is the time spent queued.
 	waited time.Duration
+	// band names the priority band the request waited in; empty without
+	// bands.
+	band string
 }
 
 // quota is the tightest identity bucket, for the x-ratelimit-* headers.
@@ -89,6 +93,7 @@ type fairQueueDetails struct {
 	Reason          string `json:"reason"`
 	Position        int    `json:"position"`
 	WaitedMS        int64  `json:"waited_ms"`
+	Band            string `json:"band,omitempty"`
 }
 
 // write sends e to the client.
@@ -115,6 +120,7 @@ func (e *apiError) write(w http.ResponseWriter) {
 			Reason:          q.reason,
 			Position:        q.position,
 			WaitedMS:        q.waited.Milliseconds(),
+			Band:            q.band,
 		}
 	}
 	if e.deferred != nil && body.Error.Details != nil {
@@ -131,10 +137,19 @@ func (e *apiError) write(w http.ResponseWriter) {
 }
 
 // writeQueueHeaders sets the position and wait headers every queued request
-// carries, refused or admitted.
+// carries, refused or admitted, and its band when there are bands.
 func writeQueueHeaders(h http.Header, q *queueInfo) {
 	h.Set(headerQueuePosition, strconv.Itoa(q.position))
 	h.Set(headerQueueWaitMS, strconv.FormatInt(q.waited.Milliseconds(), 10))
+	writeBandHeader(h, q.band)
+}
+
+// writeBandHeader sets x-fair-queue-band to the band a request waited in,
+// when there are bands (band is empty without them).
+func writeBandHeader(h http.Header, band string) {
+	if band != "" {
+		h.Set(headerQueueBand, band)
+	}
 }
 
 // writeQuotaHeaders sets the OpenAI-style x-ratelimit-* headers.

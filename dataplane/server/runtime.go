@@ -15,6 +15,7 @@ import (
 var (
 	_ admission.TenantObserver  = (*metrics.Tenants)(nil)
 	_ admission.WeightsObserver = (*metrics.Tenants)(nil)
+	_ admission.BandObserver    = (*metrics.Metrics)(nil)
 )
 
 // runtime is what the request path takes from one loaded config: identity
@@ -42,6 +43,9 @@ type runtime struct {
 	// deadlineHeader is the canonical name of the policy's client deadline
 	// header; empty means none.
 	deadlineHeader string
+	// bandHeader is the canonical name of the header with which a request
+	// may lower its priority band; empty means none.
+	bandHeader string
 }
 
 // newRuntime builds the runtime for cfg, hashing identities with hasher. It
@@ -66,6 +70,9 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime, hasher *identity.
 	if h := cfg.Timeouts.ClientDeadlineHeader; h != "" {
 		rt.deadlineHeader = http.CanonicalHeaderKey(h)
 	}
+	if h := cfg.FairQueuing.RequestBandHeader; h != "" {
+		rt.bandHeader = http.CanonicalHeaderKey(h)
+	}
 	var prevTokens *tokenRuntime
 	var prevCap int64
 	if prev != nil && prev.tokens != nil {
@@ -89,7 +96,7 @@ func (s *Server) loadAdmission(cfg *config.Config) (*admission.Controller, error
 		return s.admit, s.admit.Load(cfg)
 	}
 	opts := admission.Options{Store: s.store, Limits: s.metrics, Queue: s.metrics, Deferral: s.tokenMetrics,
-		Tenants: s.tenants, Tokens: s.tokenMetrics, Fleet: s.fleet, Log: s.log.WithName("admission")}
+		Tenants: s.tenants, Tokens: s.tokenMetrics, Fleet: s.fleet, Bands: s.metrics, Log: s.log.WithName("admission")}
 	a, err := admission.NewController(s.clock, cfg, opts)
 	if err != nil {
 		return nil, err

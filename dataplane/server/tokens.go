@@ -89,6 +89,9 @@ type deferredDetails struct {
 	Reason   string `json:"reason,omitempty"`
 	WaitedMS int64  `json:"waited_ms"`
 	Tokens   int64  `json:"tokens"`
+	// Band names the priority band the request was held in; absent
+	// without bands.
+	Band string `json:"band,omitempty"`
 }
 
 // tokenError fills e for a token-budget refusal: its code, message and hold
@@ -106,5 +109,5 @@ func tokenError(e *apiError, dec *admission.Decision) {
 		e.message = "token budget exceeded for " + dec.LimitType + ": the request reserves " + strconv.FormatInt(reserve, 10) +
 			" tokens (prompt estimate plus its output cap); retry after the indicated time, or lower max_tokens"
 	}
-	e.deferred = &deferredDetails{Reason: string(t.Reason), WaitedMS: t.Waited.Milliseconds(), Tokens: reserve}
+	e.deferred = &deferredDetails{Reason: string(t.Reason), WaitedMS: t.Waited.Milliseconds(), Tokens: reserve, Band: t.Band}
 }

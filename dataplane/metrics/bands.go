@@ -1,0 +1,136 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package metrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+)
+
+// MaxBandSeries bounds the values of the queue series' band label besides
+// "" (no band) and "unknown": the bands of the configs loaded since the
+// process started, twice the bands one config may have, so that renaming
+// every band once keeps its own series. A band past it is recorded as
+// "unknown".
+const MaxBandSeries = 2 * fairqueue.MaxBands
+
+// bandSeries are one band's label children of the queue series.
+type bandSeries struct {
+	name    string
+	depth   prometheus.Gauge
+	wait    [len(tenantDimensions)]prometheus.Observer
+	grants  [len(tenantDimensions)]prometheus.Counter
+	refused [len(tenantDimensions)][len(reasons)]prometheus.Counter
+	// queued is the band's last reported depth; bandTable.mu guards it.
+	queued int
+}
+
+// bandTable holds the series of every band seen. The series of band "" (no
+// band) exist from the start, so that without bands every series keeps the
+// identity it had before the band label existed (Prometheus drops an empty
+// label). Its depth is the requests in no named band: all of them without
+// bands, none with them, so the depth summed over bands is the queue's.
+type bandTable struct {
+	m *Metrics
+	// none is the series of band "", set by init and never changed.
+	none *bandSeries
+	mu   sync.Mutex
+	// named are the series of named bands, at most MaxBandSeries plus
+	// "unknown".
+	named []*bandSeries
+	total int
+}
+
+// init creates the series of band "".
+func (t *bandTable) init(m *Metrics) {
+	t.m = m
+	t.none = t.newSeries("")
+}
+
+// newSeries creates the label children of band name.
+func (t *bandTable) newSeries(name string) *bandSeries {
+	m := t.m
+	b := &bandSeries{name: name, depth: m.depth.WithLabelValues(name)}
+	for i, d := range tenantDimensions {
+		b.wait[i] = m.wait.WithLabelValues(string(d), name)
+		b.grants[i] = m.grants.WithLabelValues(string(d), name)
+		for j, r := range reasons {
+			b.refused[i][j] = m.refused.WithLabelValues(string(d), string(r), name)
+		}
+	}
+	return b
+}
+
+// of returns the series of band name, creating them on its first event.
+func (t *bandTable) of(name string) *bandSeries {
+	if name == "" {
+		return t.none
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ofLocked(name)
+}
+
+func (t *bandTable) ofLocked(name string) *bandSeries {
+	for _, b := range t.named {
+		if b.name == name {
+			return b
+		}
+	}
+	switch {
+	case len(t.named) > MaxBandSeries:
+		return t.named[MaxBandSeries] // "unknown"
+	case len(t.named) == MaxBandSeries:
+		name = unknownLabel
+	}
+	b := t.newSeries(name)
+	t.named = append(t.named, b)
+	return b
+}
+
+// setTotal records the depth of the whole queue.
+func (t *bandTable) setTotal(depth int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.total = depth
+	t.setNoneLocked()
+}
+
+// setDepth records the depth of band name.
+func (t *bandTable) setDepth(name string, depth int) {
+	if name == "" {
+		return // the depth outside every band follows from the total
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.ofLocked(name)
+	b.queued = depth
+	b.depth.Set(float64(depth))
+	t.setNoneLocked()
+}
+
+// setNoneLocked sets the depth of band "": the requests in no named band.
+func (t *bandTable) setNoneLocked() {
+	n := t.total
+	for _, b := range t.named {
+		n -= b.queued
+	}
+	t.none.depth.Set(float64(max(n, 0)))
+}
