@@ -104,6 +104,9 @@ type Request struct {
 	// its body; or first, when the fair queue charges the tenant by tokens
 	// and so needs the reservation before the limits decide.
 	Reserver Reserver
+	// Capacity, with a Tracker, makes Begin take a backend slot once every
+	// limit passed (SPEC 6b, capacity.go); Admit alone ignores it.
+	Capacity Capacity
 }
 
 // QueueInfo describes the fair queue's part in a decision, for the
