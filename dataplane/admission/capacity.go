@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/capacity"
@@ -71,8 +72,9 @@ func (c *Controller) takeSlot(ctx context.Context, arrival time.Time, t *Ticket,
 	if s.Enabled {
 		tenant, used, queueable = r.Identity.Tenant(s.TenantDimension)
 	}
+	t.slot = slotPool.Get().(*capacity.Slot)
 	if !queueable || !c.queue.HasWaiters(CapacityKey) {
-		idx, res := cp.Tracker.AcquireAny(&t.slot, cp.Candidates, cp.Start)
+		idx, res := cp.Tracker.AcquireAny(t.slot, cp.Candidates, cp.Start)
 		switch res {
 		case capacity.Acquired, capacity.Untracked:
 			t.chosen = idx + 1
@@ -94,11 +96,16 @@ func (c *Controller) takeSlot(ctx context.Context, arrival time.Time, t *Ticket,
 func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket, dec *Decision, tenant string, used identity.Dimension) Decision {
 	r := &t.r
 	cp := &r.Capacity
+	spacing := cp.spacing()
+	// The attempt captures the slot and chosen, not t, so that t stays off
+	// the heap on the fast path (escape analysis is per function).
+	slot, tracker, cands, start := t.slot, cp.Tracker, cp.Candidates, cp.Start
+	chosen := 0
 	attempt := func() (bool, time.Duration, error) {
-		idx, res := cp.Tracker.AcquireAny(&t.slot, cp.Candidates, cp.Start)
+		idx, res := tracker.AcquireAny(slot, cands, start)
 		switch res {
 		case capacity.Acquired, capacity.Untracked:
-			t.chosen = idx + 1
+			chosen = idx + 1
 			return true, 0, nil
 		case capacity.Unavailable:
 			return false, 0, ErrCapacityUnavailable
@@ -106,7 +113,7 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 		// A release wakes the waiters at once; the Retry-After only bounds
 		// the wait for room that comes without a local release (another
 		// replica's, or a signal falling back under its max).
-		return false, cp.spacing(), nil
+		return false, spacing, nil
 	}
 	// A request that already waited for a rate limit was charged its cost
 	// then; this wait charges one grant, not the cost again.
@@ -125,6 +132,7 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 		Size:       1,
 		Attempt:    attempt,
 	})
+	t.chosen = chosen
 	info := QueueInfo{Queued: true, TenantDimension: used, Reason: res.Reason, Position: res.Position,
 		Waited: res.Waited + dec.Queue.Waited, Estimate: res.Estimate + dec.Queue.Estimate}
 	switch {
@@ -145,7 +153,7 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 		return out
 	case res.Reason == fairqueue.ReasonDisabled:
 		// Fair queuing was switched off meanwhile: answer as without it.
-		idx, got := cp.Tracker.AcquireAny(&t.slot, cp.Candidates, cp.Start)
+		idx, got := cp.Tracker.AcquireAny(t.slot, cp.Candidates, cp.Start)
 		if got.OK() {
 			t.chosen = idx + 1
 			return *dec
@@ -173,7 +181,6 @@ var capacityKeys = [1]fairqueue.LimitKey{CapacityKey}
 // its identity tokens, its token reservation and its queue cost. The ticket
 // is then empty, so its Done and NoBackend do nothing.
 func (c *Controller) giveBack(t *Ticket) {
-	t.slot.Release()
 	t.NoBackend(0)
 	t.Done(0)
 	t.c = nil
@@ -182,3 +189,21 @@ func (c *Controller) giveBack(t *Ticket) {
 // WakeCapacity tells the fair queue a backend slot came free: the requests
 // waiting for one are granted by band and weight, without polling.
 func (c *Controller) WakeCapacity() { c.queue.Wake(CapacityKey) }
+
+// slotPool recycles the slots of capacity mode, so taking one allocates
+// nothing; a slot goes back once its ticket is done.
+var slotPool = sync.Pool{New: func() any { return new(capacity.Slot) }}
+
+// releaseSlot releases the ticket's slot, and with recycle returns it to the
+// pool: only Done recycles, after which nothing reads it.
+func (t *Ticket) releaseSlot(recycle bool) {
+	s := t.slot
+	if s == nil {
+		return
+	}
+	s.Release()
+	if recycle {
+		t.slot = nil
+		slotPool.Put(s)
+	}
+}

@@ -51,7 +51,7 @@ type Ticket struct {
 	done, refunded atomic.Bool
 	// slot is the backend slot of capacity mode (capacity.go), released by
 	// Done and NoBackend; chosen is 1 + the index of its candidate, 0 none.
-	slot   capacity.Slot
+	slot   *capacity.Slot
 	chosen int
 }
 
@@ -80,7 +80,7 @@ func (t *Ticket) Settles() bool { return t.settle.reserved > 0 || t.settle.accou
 // immediate 429, retryable after retry: backend capacity is never queued, so
 // it carries no queue details. Its reservation is settled at nothing by Done.
 func (t *Ticket) NoBackend(retry time.Duration) Decision {
-	t.slot.Release()
+	t.releaseSlot(false)
 	if t.c == nil {
 		return Decision{}
 	}
@@ -101,7 +101,7 @@ func (t *Ticket) NoBackend(retry time.Duration) Decision {
 // cannot take the settlement is logged, never fails the request: the buckets
 // then keep the reservation, which refills on its own.
 func (t *Ticket) Done(used int64) {
-	t.slot.Release()
+	t.releaseSlot(true)
 	if t.c == nil || !t.done.CompareAndSwap(false, true) {
 		return
 	}
