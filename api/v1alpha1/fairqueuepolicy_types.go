@@ -117,6 +117,7 @@ const (
 // requests are fairly queued, request timeouts and the backends to proxy to.
 // +kubebuilder:validation:XValidation:rule="!has(self.capacity) || self.capacity.backends.all(c, self.backends.exists(b, b.name == c.name))",message="capacity.backends names a backend that is not in spec.backends; each entry must name one of spec.backends",fieldPath=".capacity.backends"
 // +kubebuilder:validation:XValidation:rule="!has(self.fairQueuing) || !has(self.fairQueuing.cost) || self.fairQueuing.cost != 'Tokens' || (has(self.deferredAdmission) && has(self.deferredAdmission.enabled) && self.deferredAdmission.enabled)",message="fairQueuing.cost Tokens needs deferredAdmission.enabled: token-weighted fairness charges the reservation that deferred admission estimates",fieldPath=".fairQueuing.cost"
+// +kubebuilder:validation:XValidation:rule="!has(self.fairQueuing) || !has(self.fairQueuing.requestBandHeader) || (self.fairQueuing.requestBandHeader.lowerAscii() != 'authorization' && !(has(self.identity) && has(self.identity.apiKeyHeaders) && self.identity.apiKeyHeaders.exists(h, h.lowerAscii() == self.fairQueuing.requestBandHeader.lowerAscii())))",message="fairQueuing.requestBandHeader must not be Authorization or one of identity.apiKeyHeaders: it would read a credential as a band name; name a header of its own, such as x-fair-queue-band",fieldPath=".fairQueuing.requestBandHeader"
 type FairQueuePolicySpec struct {
 	// identity says where the data plane finds a request's API key, user,
 	// team and model. Every field has a default, so it may be omitted.
@@ -453,6 +454,13 @@ const (
 // FairQueuing configures the per-tenant queues and weighted scheduler that hold
 // requests refused by an identity rate limit.
 // +kubebuilder:validation:XValidation:rule="!has(self.weights) || (has(self.weightsFrom) && size(self.weightsFrom) > 0) || self.weights.all(w, !w.identity.matches('^([^$]|[$][$])*[$]([{]|[A-Za-z_])'))",message="weights use a ${VAR} reference but weightsFrom names no Secret to resolve it from; add weightsFrom, or write $$ for a literal $",fieldPath=".weights"
+// +kubebuilder:validation:XValidation:rule="has(self.priorityBands) || !has(self.defaultBand)",message="defaultBand is set but priorityBands is not: list the bands in priorityBands, highest first, or remove defaultBand",fieldPath=".defaultBand"
+// +kubebuilder:validation:XValidation:rule="!has(self.priorityBands) || !has(self.defaultBand) || self.priorityBands.exists(b, b.name == self.defaultBand)",message="defaultBand names no band of priorityBands: name one of them, or leave defaultBand unset for the lowest (last) band",fieldPath=".defaultBand"
+// +kubebuilder:validation:XValidation:rule="has(self.priorityBands) || !has(self.requestBandHeader)",message="requestBandHeader is set but priorityBands is not: list the bands in priorityBands, highest first, or remove requestBandHeader",fieldPath=".requestBandHeader"
+// +kubebuilder:validation:XValidation:rule="has(self.priorityBands) || !has(self.weights) || self.weights.all(w, !has(w.band))",message="a weights entry names a band but priorityBands is not set: list the bands in priorityBands, highest first, or remove the band from weights",fieldPath=".weights"
+// +kubebuilder:validation:XValidation:rule="!has(self.priorityBands) || !has(self.weights) || self.weights.all(w, !has(w.band) || self.priorityBands.exists(b, b.name == w.band))",message="a weights entry names a band that priorityBands does not list: name one of priorityBands",fieldPath=".weights"
+// +kubebuilder:validation:XValidation:rule="has(self.priorityBands) || !has(self.weightsFrom) || self.weightsFrom.all(s, !has(s.band))",message="a weightsFrom entry names a band but priorityBands is not set: list the bands in priorityBands, highest first, or remove the band from weightsFrom",fieldPath=".weightsFrom"
+// +kubebuilder:validation:XValidation:rule="!has(self.priorityBands) || !has(self.weightsFrom) || self.weightsFrom.all(s, !has(s.band) || self.priorityBands.exists(b, b.name == s.band))",message="a weightsFrom entry names a band that priorityBands does not list: name one of priorityBands",fieldPath=".weightsFrom"
 type FairQueuing struct {
 	// enabled turns fair queuing on. When false, every exhausted limit
 	// answers 429 at once and the other fields are ignored. Defaults to
@@ -479,9 +487,9 @@ type FairQueuing struct {
 
 	// weights give tenants a relative share of admission attempts: a tenant
 	// at weight 3 is served three times as often as one at weight 1 while
-	// both wait. Identities are unique; at most 1024 entries. Weights are
-	// accepted and ignored while enabled is false, so they can be staged
-	// before fair queuing is turned on.
+	// both wait, and optionally a priority band. Identities are unique; at
+	// most 1024 entries. Weights are accepted and ignored while enabled is
+	// false, so they can be staged before fair queuing is turned on.
 	// +optional
 	// +listType=map
 	// +listMapKey=identity
@@ -491,8 +499,10 @@ type FairQueuing struct {
 	// weightsFrom names the Secrets, in the policy's namespace, whose data
 	// keys resolve ${VAR} and $VAR references in weights. A variable name is
 	// a Secret data key made of letters, digits and '_'; when several Secrets
-	// hold it, the first listed wins. At most 16 Secrets, each named once.
-	// Accepted and ignored while enabled is false.
+	// hold it, the first listed wins. An entry with a band also puts every
+	// identity the Secret holds (each data value is one) in that band. At
+	// most 16 Secrets, each named once. Accepted and ignored while enabled
+	// is false.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
@@ -513,6 +523,43 @@ type FairQueuing struct {
 	// +optional
 	// +kubebuilder:default=Requests
 	Cost FairQueuingCost `json:"cost,omitempty"`
+
+	// priorityBands are the priority bands tenants are scheduled in, highest
+	// first: freed capacity goes to the highest band with a waiting request,
+	// and within a band to its tenants by weight. At most 8 bands with
+	// unique names. A lower band's minShare bounds how long the bands above
+	// can starve it. Unset by default: every tenant is in one band, as
+	// without bands.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.map(b, has(b.minShare) ? b.minShare : 0.0).sum() < 1.0",message="the minShare of all priorityBands must sum to less than 1: they are fractions of the same grants, and the highest band needs the rest"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || !has(self[0].minShare) || self[0].minShare == 0.0",message="the highest band (the first of priorityBands) must not set minShare: it already receives every grant it can use; set minShare on a lower band"
+	PriorityBands []PriorityBand `json:"priorityBands,omitempty"`
+
+	// defaultBand is the band of every tenant that neither a weights entry
+	// nor a weightsFrom Secret with a band places in one. It must name one
+	// of priorityBands and needs them. Defaults to the lowest (last) band of
+	// priorityBands, so a tenant nobody placed never outranks one that was.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	DefaultBand string `json:"defaultBand,omitempty"`
+
+	// requestBandHeader names a request header with which a request may move
+	// itself to a lower band than its tenant's (a batch job of an
+	// interactive tenant), never a higher one: a value naming a higher or
+	// unknown band is ignored. It may not be Authorization or one of
+	// identity.apiKeyHeaders, and needs priorityBands. Unset by default:
+	// requests keep their tenant's band.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9-]*$`
+	RequestBandHeader string `json:"requestBandHeader,omitempty"`
 }
 
 // TenantWeight is the weight of one tenant.
@@ -535,13 +582,37 @@ type TenantWeight struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	Weight int32 `json:"weight"`
+
+	// band is the tenant's priority band, one of priorityBands. When unset,
+	// the tenant is in the band of the first weightsFrom Secret with a band
+	// that holds its identity, else in defaultBand.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Band string `json:"band,omitempty"`
 }
 
-// WeightsSource is a Secret whose data keys are variables for weights.
+// WeightsSource is a Secret whose data keys are variables for weights, and
+// optionally whose values are the members of one priority band.
 type WeightsSource struct {
 	// secretRef names the Secret.
 	// +required
 	SecretRef LocalSecretReference `json:"secretRef"`
+
+	// band, one of priorityBands, puts every identity the Secret holds in
+	// that band: each data value is one raw identity matching
+	// tenantDimension, on one line (surrounding whitespace is removed), at
+	// most 4096 across all such Secrets, at defaultWeight. This keeps band membership in Secrets, for
+	// GitOps. A weights entry naming the same identity sets its weight, and
+	// its band when the entry names one; an identity in several such Secrets
+	// is in the band of the first listed. Unset by default: the Secret only
+	// resolves variables.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Band string `json:"band,omitempty"`
 }
 
 // FairQueuingBounds bound the queues of one data-plane replica. A request that

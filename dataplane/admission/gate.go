@@ -40,6 +40,22 @@ type Gate interface {
 	Done(tenant, key string, admitted bool)
 }
 
+// BandGate is a Gate that tells priority bands apart (dataplane/fleet
+// implements it). A request that lowered its band (fairqueue.Request.Band)
+// must use the Band methods, with the band it gives the fair queue, so the
+// gate paces it as demand of its tenant in that band and it never takes a
+// turn of the tenant's own band; a band of 0, or at or above the tenant's
+// own, means the tenant's band, exactly like the plain methods.
+type BandGate interface {
+	Gate
+	// ArriveBand is Arrive for a request that asked for band.
+	ArriveBand(tenant string, band int, key string)
+	// AllowBand is Allow for a request that asked for band.
+	AllowBand(now time.Time, tenant string, band int, key string) (ok bool, retryAfter time.Duration)
+	// DoneBand is Done for a check AllowBand let through.
+	DoneBand(tenant string, band int, key string, admitted bool)
+}
+
 // gateRef holds the optional Gate.
 type gateRef struct{ p atomic.Pointer[Gate] }
 

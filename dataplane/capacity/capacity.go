@@ -23,10 +23,11 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
 )
 
 // Result is the outcome of an Acquire.
@@ -64,42 +65,10 @@ func (r Result) String() string {
 	return fmt.Sprintf("Result(%d)", r)
 }
 
-// Backend is one backend's capacity.
-type Backend struct {
-	// Name is the backend's name, as the proxy's pool knows it.
-	Name string
-	// MaxInFlight is how many requests may be at the backend at once
-	// (vLLM's max_num_seqs plus a small margin); at least 1.
-	MaxInFlight int
-	// Saturation, when set, is polled from the backend's metrics.
-	Saturation *Saturation
-}
-
-// Saturation says where and how often to read a backend's saturation
-// signals.
-type Saturation struct {
-	// URL is the metrics endpoint's full URL (see MetricsURL).
-	URL string
-	// Interval is the time between the end of one poll and the next.
-	Interval time.Duration
-	// Timeout bounds one poll; zero means Interval.
-	Timeout time.Duration
-	// StaleAfter is how old a signal's last reading may be before it is
-	// ignored (maxInFlight alone then decides); zero means 4 x Interval.
-	StaleAfter time.Duration
-	// Signals are the gauges read; the backend is saturated while a fresh
-	// one is over its Max.
-	Signals []Signal
-}
-
-// Signal is one gauge and the value over which it saturates its backend.
-// The gauge's value is the largest over its series (vLLM labels by
-// model_name, and by engine with data parallelism): one saturated engine
-// or model saturates the backend.
-type Signal struct {
-	Metric string
-	Max    float64
-}
+// Backend is one backend's capacity, as the rendered config holds it:
+// MaxInFlight and, optionally, the Saturation its poller reads, with
+// every default resolved and the metrics URL absolute.
+type Backend = config.BackendCapacity
 
 // Shared keeps in-flight counts for the whole fleet (see package
 // redisslots). Implementations must be safe for concurrent use.
@@ -202,9 +171,9 @@ type backend struct {
 	t         *Tracker
 	max       atomic.Int64
 	inFlight  atomic.Int64
-	full      atomic.Bool // a fresh signal is over its max
-	contended atomic.Bool // refused a request since the last OnRoom
-	sat       *Saturation // guarded by Tracker.mu
+	full      atomic.Bool        // a fresh signal is over its max
+	contended atomic.Bool        // refused a request since the last OnRoom
+	sat       *config.Saturation // guarded by Tracker.mu
 	// poller is nil without signals; it is replaced under Tracker.mu and
 	// read without it, so that Stats never waits for a poller to stop.
 	poller atomic.Pointer[poller]
@@ -233,38 +202,33 @@ func New(o Options) *Tracker {
 // ErrClosed is returned by Apply after Close.
 var ErrClosed = errors.New("capacity tracker closed")
 
-// Validate reports what is wrong with bs, naming the backend and field.
+// Validate reports what would keep bs from running, naming the backend
+// and field. config.Validate checks more (URLs, metric names, backends
+// that exist); this guards the Tracker against a config that skipped it.
 func Validate(bs []Backend) error {
 	seen := make(map[string]bool, len(bs))
 	var errs []error
 	for i, b := range bs {
 		switch {
 		case b.Name == "":
-			errs = append(errs, fmt.Errorf("capacity backend %d: name is empty; name a backend of the policy", i))
+			errs = append(errs, fmt.Errorf("capacity.backends[%d].name is empty; name a backend of the policy", i))
 		case seen[b.Name]:
-			errs = append(errs, fmt.Errorf("capacity backend %q: listed twice; list each backend once", b.Name))
+			errs = append(errs, fmt.Errorf("capacity backend %q is listed twice; list each backend once", b.Name))
 		}
 		seen[b.Name] = true
 		if b.MaxInFlight < 1 {
 			errs = append(errs, fmt.Errorf("capacity backend %q: maxInFlight %d must be at least 1", b.Name, b.MaxInFlight))
 		}
 		if s := b.Saturation; s != nil {
-			if s.URL == "" {
+			if s.MetricsURL == "" {
 				errs = append(errs, fmt.Errorf("capacity backend %q: saturation needs a metrics URL", b.Name))
 			}
-			if s.Interval <= 0 {
-				errs = append(errs, fmt.Errorf("capacity backend %q: saturation interval %s must be positive", b.Name, s.Interval))
-			}
-			if s.Timeout < 0 || s.StaleAfter < 0 {
-				errs = append(errs, fmt.Errorf("capacity backend %q: saturation timeout and staleAfter must not be negative", b.Name))
+			if s.Interval.Duration <= 0 || s.Timeout.Duration <= 0 || s.StaleAfter.Duration <= 0 {
+				errs = append(errs, fmt.Errorf("capacity backend %q: saturation interval, timeout and staleAfter must be positive, got %s, %s, %s",
+					b.Name, s.Interval.Duration, s.Timeout.Duration, s.StaleAfter.Duration))
 			}
 			if len(s.Signals) == 0 {
 				errs = append(errs, fmt.Errorf("capacity backend %q: saturation lists no signals; add one (e.g. vllm:num_requests_waiting) or remove saturation", b.Name))
-			}
-			for _, sg := range s.Signals {
-				if sg.Metric == "" {
-					errs = append(errs, fmt.Errorf("capacity backend %q: a signal has no metric name", b.Name))
-				}
 			}
 		}
 	}
@@ -522,25 +486,19 @@ func (t *Tracker) Stats() []BackendStats {
 	return out
 }
 
-func sameSaturation(a, b *Saturation) bool {
+func sameSaturation(a, b *config.Saturation) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.URL == b.URL && a.Interval == b.Interval && a.Timeout == b.Timeout &&
+	return a.MetricsURL == b.MetricsURL && a.Interval == b.Interval && a.Timeout == b.Timeout &&
 		a.StaleAfter == b.StaleAfter && slices.Equal(a.Signals, b.Signals)
 }
 
-func cloneSaturation(s *Saturation) *Saturation {
+func cloneSaturation(s *config.Saturation) *config.Saturation {
 	if s == nil {
 		return nil
 	}
 	c := *s
 	c.Signals = slices.Clone(s.Signals)
-	if c.Timeout == 0 {
-		c.Timeout = c.Interval
-	}
-	if c.StaleAfter == 0 {
-		c.StaleAfter = 4 * c.Interval
-	}
 	return &c
 }

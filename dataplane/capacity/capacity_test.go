@@ -26,6 +26,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/fairqueue/fairqueue/dataplane/config"
+
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
@@ -271,19 +273,20 @@ func TestReloadKeepsCountsAndReleaseAfterReloadIsSafe(t *testing.T) {
 }
 
 func TestValidateNamesTheBackendAndField(t *testing.T) {
-	sig := []Signal{{Metric: "vllm:num_requests_waiting", Max: 4}}
+	sig := []config.Signal{{Metric: "vllm:num_requests_waiting", Max: 4}}
+	sec := config.Duration{Duration: time.Second}
 	tests := []struct {
 		name string
 		bs   []Backend
 		want string
 	}{
-		{"ok", []Backend{{Name: "a", MaxInFlight: 1, Saturation: &Saturation{URL: "http://a/metrics", Interval: 1, Signals: sig}}}, ""},
+		{"ok", []Backend{{Name: "a", MaxInFlight: 1, Saturation: &config.Saturation{MetricsURL: "http://a/metrics", Interval: sec, Timeout: sec, StaleAfter: sec, Signals: sig}}}, ""},
 		{"no name", []Backend{{MaxInFlight: 1}}, "name is empty"},
-		{"twice", []Backend{{Name: "a", MaxInFlight: 1}, {Name: "a", MaxInFlight: 1}}, `"a": listed twice`},
+		{"twice", []Backend{{Name: "a", MaxInFlight: 1}, {Name: "a", MaxInFlight: 1}}, `"a" is listed twice`},
 		{"zero max", []Backend{{Name: "a"}}, "maxInFlight 0 must be at least 1"},
-		{"no url", []Backend{{Name: "a", MaxInFlight: 1, Saturation: &Saturation{Interval: 1, Signals: sig}}}, "needs a metrics URL"},
-		{"no interval", []Backend{{Name: "a", MaxInFlight: 1, Saturation: &Saturation{URL: "u", Signals: sig}}}, "interval 0s must be positive"},
-		{"no signals", []Backend{{Name: "a", MaxInFlight: 1, Saturation: &Saturation{URL: "u", Interval: 1}}}, "lists no signals"},
+		{"no url", []Backend{{Name: "a", MaxInFlight: 1, Saturation: &config.Saturation{Interval: sec, Timeout: sec, StaleAfter: sec, Signals: sig}}}, "needs a metrics URL"},
+		{"no interval", []Backend{{Name: "a", MaxInFlight: 1, Saturation: &config.Saturation{MetricsURL: "u", Timeout: sec, StaleAfter: sec, Signals: sig}}}, "must be positive, got 0s, 1s, 1s"},
+		{"no signals", []Backend{{Name: "a", MaxInFlight: 1, Saturation: &config.Saturation{MetricsURL: "u", Interval: sec, Timeout: sec, StaleAfter: sec}}}, "lists no signals"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,7 +25,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,41 +32,16 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-)
 
-// MetricsURL resolves a saturation endpoint against a backend's URL: a full
-// URL (with a scheme) is used as it is, and a path replaces the backend
-// URL's path when it starts with "/" ("/metrics" on http://vllm:8000/v1 is
-// http://vllm:8000/metrics), else is joined to it.
-func MetricsURL(backendURL, pathOrURL string) (string, error) {
-	ref, err := url.Parse(pathOrURL)
-	if err != nil {
-		return "", fmt.Errorf("saturation metrics %q is not a URL or path: %w", pathOrURL, err)
-	}
-	if ref.Scheme != "" {
-		if ref.Host == "" {
-			return "", fmt.Errorf("saturation metrics URL %q has no host", pathOrURL)
-		}
-		return ref.String(), nil
-	}
-	base, err := url.Parse(backendURL)
-	if err != nil || base.Scheme == "" || base.Host == "" {
-		return "", fmt.Errorf("backend URL %q is not an absolute URL; saturation metrics %q cannot be resolved against it", backendURL, pathOrURL)
-	}
-	if ref.Path != "" && ref.Path[0] != '/' {
-		dir := base.JoinPath(ref.Path)
-		dir.RawQuery = ref.RawQuery
-		return dir.String(), nil
-	}
-	return base.ResolveReference(ref).String(), nil
-}
+	"github.com/fairqueue/fairqueue/dataplane/config"
+)
 
 // poller reads one backend's signals every Interval until stopped. It is
 // the only goroutine a backend has, and Apply or Close stops it.
 type poller struct {
 	t       *Tracker
 	b       *backend
-	cfg     Saturation
+	cfg     config.Saturation
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -83,7 +57,7 @@ type poller struct {
 }
 
 // startPoller starts b's poller; Tracker.mu is held.
-func (t *Tracker) startPoller(b *backend, cfg Saturation) *poller {
+func (t *Tracker) startPoller(b *backend, cfg config.Saturation) *poller {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &poller{
 		t: t, b: b, cfg: cfg, ctx: ctx, cancel: cancel, done: make(chan struct{}),
@@ -104,8 +78,11 @@ func (p *poller) stop() {
 func (p *poller) run() {
 	defer close(p.done)
 	for {
+		start := p.t.clk.Now()
 		p.poll()
-		timer := p.t.clk.NewTimer(p.cfg.Interval)
+		// Interval runs from one poll's start to the next; a poll that
+		// took longer is followed at once, never overlapped.
+		timer := p.t.clk.NewTimer(max(p.cfg.Interval.Duration-p.t.clk.Since(start), 0))
 		p.polls.Add(1)
 		select {
 		case <-p.ctx.Done():
@@ -120,7 +97,7 @@ func (p *poller) run() {
 func (p *poller) poll() {
 	ctx, cancel := context.WithCancel(p.ctx)
 	var timedOut atomic.Bool
-	tm := p.t.clk.AfterFunc(p.cfg.Timeout, func() {
+	tm := p.t.clk.AfterFunc(p.cfg.Timeout.Duration, func() {
 		timedOut.Store(true)
 		cancel()
 	})
@@ -131,7 +108,7 @@ func (p *poller) poll() {
 		return // stopped
 	}
 	if err != nil && timedOut.Load() {
-		kind, err = ErrorTimeout, fmt.Errorf("no complete answer within %s: %w", p.cfg.Timeout, err)
+		kind, err = ErrorTimeout, fmt.Errorf("no complete answer within %s: %w", p.cfg.Timeout.Duration, err)
 	}
 	p.record(p.t.clk.Now(), vals, found, kind, err)
 }
@@ -162,11 +139,11 @@ func (p *poller) record(now time.Time, vals []float64, found []bool, kind string
 		if last.IsZero() {
 			last = p.started // a grace of staleAfter before the first reading
 		}
-		if now.Sub(last) > p.cfg.StaleAfter {
+		if now.Sub(last) > p.cfg.StaleAfter.Duration {
 			stale = true
 			continue
 		}
-		if !p.read[i].IsZero() && p.values[i] > sg.Max {
+		if !p.read[i].IsZero() && sg.Saturated(p.values[i]) {
 			full = true
 		}
 	}
@@ -176,14 +153,14 @@ func (p *poller) record(now time.Time, vals []float64, found []bool, kind string
 
 	switch {
 	case err != nil && !wasFailing:
-		p.t.log.Info("backend metrics poll failed; its signals go stale if this lasts", "backend", name, "kind", kind, "url", p.cfg.URL, "staleAfter", p.cfg.StaleAfter, "error", err.Error())
+		p.t.log.Info("backend metrics poll failed; its signals go stale if this lasts", "backend", name, "kind", kind, "url", p.cfg.MetricsURL, "staleAfter", p.cfg.StaleAfter.Duration, "error", err.Error())
 	case err == nil && wasFailing:
 		p.t.log.Info("backend metrics poll succeeded again", "backend", name)
 	}
 	if stale != wasStale {
 		p.t.obs.Stale(name, stale)
 		if stale {
-			p.t.log.Info("backend saturation signals are stale; maxInFlight alone decides until they are read again", "backend", name, "staleAfter", p.cfg.StaleAfter)
+			p.t.log.Info("backend saturation signals are stale; maxInFlight alone decides until they are read again", "backend", name, "staleAfter", p.cfg.StaleAfter.Duration)
 		} else {
 			p.t.log.Info("backend saturation signals are fresh again", "backend", name)
 		}
@@ -201,7 +178,7 @@ func (p *poller) stats() (stale bool, out []SignalStats) {
 	out = make([]SignalStats, len(p.cfg.Signals))
 	for i, sg := range p.cfg.Signals {
 		out[i] = SignalStats{Metric: sg.Metric, Max: sg.Max, Value: p.values[i],
-			Fresh: !p.read[i].IsZero() && now.Sub(p.read[i]) <= p.cfg.StaleAfter}
+			Fresh: !p.read[i].IsZero() && now.Sub(p.read[i]) <= p.cfg.StaleAfter.Duration}
 	}
 	return p.stale, out
 }
@@ -209,7 +186,7 @@ func (p *poller) stats() (stale bool, out []SignalStats) {
 // fetch GETs the endpoint and returns each signal's value and whether it
 // was found, or the error's kind and the error.
 func (p *poller) fetch(ctx context.Context) (vals []float64, found []bool, kind string, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.cfg.URL, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.cfg.MetricsURL, nil)
 	if err != nil {
 		return nil, nil, ErrorConnection, err
 	}
@@ -223,7 +200,7 @@ func (p *poller) fetch(ctx context.Context) (vals []float64, found []bool, kind 
 		_ = resp.Body.Close()
 	}()
 	if resp.StatusCode != http.StatusOK {
-		return nil, nil, ErrorStatus, fmt.Errorf("%s answered %s", p.cfg.URL, resp.Status)
+		return nil, nil, ErrorStatus, fmt.Errorf("%s answered %s", p.cfg.MetricsURL, resp.Status)
 	}
 	names := make([]string, len(p.cfg.Signals))
 	for i, sg := range p.cfg.Signals {
@@ -303,7 +280,7 @@ func wanted(line []byte, names []string) bool {
 }
 
 // gaugeValues parses text (Prometheus text format) and returns each named
-// gauge's largest value over its series (see Signal).
+// gauge's largest value over its series (see config.Signal).
 func gaugeValues(text []byte, names []string) ([]float64, []bool, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(bytes.NewReader(text))

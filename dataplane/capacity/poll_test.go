@@ -27,6 +27,8 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/fairqueue/fairqueue/dataplane/config"
+
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
@@ -138,6 +140,18 @@ const (
 	staleAfter = 3 * time.Second
 )
 
+// saturation polls url every interval with the tests' timeout and
+// staleAfter.
+func saturation(url string, signals ...config.Signal) *config.Saturation {
+	return &config.Saturation{
+		MetricsURL: url,
+		Interval:   config.Duration{Duration: interval},
+		Timeout:    config.Duration{Duration: timeout},
+		StaleAfter: config.Duration{Duration: staleAfter},
+		Signals:    signals,
+	}
+}
+
 // pollFixture is a tracker on a fake clock polling one backend "a".
 type pollFixture struct {
 	t   *testing.T
@@ -148,20 +162,14 @@ type pollFixture struct {
 	rm  *rooms
 }
 
-func newPollFixture(t *testing.T, body string, o Options, signals ...Signal) *pollFixture {
+func newPollFixture(t *testing.T, body string, o Options, signals ...config.Signal) *pollFixture {
 	f := &pollFixture{t: t, clk: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), obs: newRecorder(), rm: &rooms{}}
 	f.srv = newMetricsServer(t, body)
 	o.Clock, o.Observer, o.OnRoom = f.clk, f.obs, f.rm.on
 	if len(signals) == 0 {
-		signals = []Signal{{Metric: "vllm:num_requests_waiting", Max: 4}, {Metric: "vllm:kv_cache_usage_perc", Max: 0.95}}
+		signals = []config.Signal{{Metric: "vllm:num_requests_waiting", Max: 4}, {Metric: "vllm:kv_cache_usage_perc", Max: 0.95}}
 	}
-	url, err := MetricsURL(f.srv.URL, "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.tr = newTracker(t, o, Backend{Name: "a", MaxInFlight: 8, Saturation: &Saturation{
-		URL: url, Interval: interval, Timeout: timeout, StaleAfter: staleAfter, Signals: signals,
-	}})
+	f.tr = newTracker(t, o, Backend{Name: "a", MaxInFlight: 8, Saturation: saturation(f.srv.URL+"/metrics", signals...)})
 	f.waitPolls(1)
 	return f
 }
@@ -232,7 +240,7 @@ vllm:num_requests_waiting{engine="0",model_name="a"} 1
 vllm:num_requests_waiting{engine="1",model_name="a"} 9
 vllm:num_requests_waiting{engine="2",model_name="a"} NaN
 `
-	f := newPollFixture(t, body, Options{}, Signal{Metric: "vllm:num_requests_waiting", Max: 4})
+	f := newPollFixture(t, body, Options{}, config.Signal{Metric: "vllm:num_requests_waiting", Max: 4})
 	if !f.saturated() {
 		t.Fatal("one engine with 9 waiting (max 4) did not saturate the backend")
 	}
@@ -336,7 +344,7 @@ func TestGarbageBodiesAreCountedNotBelieved(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newPollFixture(t, "vllm:num_requests_waiting 9\n", Options{MaxBodyBytes: tc.max},
-				Signal{Metric: "vllm:num_requests_waiting", Max: 4})
+				config.Signal{Metric: "vllm:num_requests_waiting", Max: 4})
 			if !f.saturated() {
 				t.Fatal("not saturated before the garbage")
 			}
@@ -368,8 +376,7 @@ func TestReloadRestartsOnlyChangedPollersAndCloseStopsThem(t *testing.T) {
 	f := newPollFixture(t, vllmMetrics(10, 0.5), Options{})
 	p := f.poller()
 	cfg := f.tr.current.Load().byName["a"].sat
-	same := Backend{Name: "a", MaxInFlight: 4, Saturation: &Saturation{URL: cfg.URL, Interval: cfg.Interval,
-		Timeout: cfg.Timeout, StaleAfter: cfg.StaleAfter, Signals: cfg.Signals}}
+	same := Backend{Name: "a", MaxInFlight: 4, Saturation: saturation(cfg.MetricsURL, cfg.Signals...)}
 	if err := f.tr.Apply([]Backend{same}); err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +384,7 @@ func TestReloadRestartsOnlyChangedPollersAndCloseStopsThem(t *testing.T) {
 		t.Fatal("an unchanged saturation restarted the poller")
 	}
 	changed := same
-	changed.Saturation = &Saturation{URL: cfg.URL, Interval: cfg.Interval, Signals: []Signal{{Metric: "vllm:num_requests_waiting", Max: 100}}}
+	changed.Saturation = saturation(cfg.MetricsURL, config.Signal{Metric: "vllm:num_requests_waiting", Max: 100})
 	if err := f.tr.Apply([]Backend{changed}); err != nil {
 		t.Fatal(err)
 	}
@@ -400,24 +407,4 @@ func TestReloadRestartsOnlyChangedPollersAndCloseStopsThem(t *testing.T) {
 		t.Fatal("saturation removed but a poller remains")
 	}
 	f.tr.Close() // goleak in TestMain checks that nothing is left
-}
-
-func TestMetricsURL(t *testing.T) {
-	tests := []struct{ base, ref, want string }{
-		{"http://vllm:8000", "/metrics", "http://vllm:8000/metrics"},
-		{"http://vllm:8000/v1", "/metrics", "http://vllm:8000/metrics"},
-		{"http://vllm:8000/prefix/", "metrics", "http://vllm:8000/prefix/metrics"},
-		{"http://vllm:8000", "http://vllm-metrics:9090/metrics", "http://vllm-metrics:9090/metrics"},
-	}
-	for _, tc := range tests {
-		got, err := MetricsURL(tc.base, tc.ref)
-		if err != nil || got != tc.want {
-			t.Errorf("MetricsURL(%q, %q) = %q, %v; want %q", tc.base, tc.ref, got, err, tc.want)
-		}
-	}
-	for _, bad := range [][2]string{{"vllm:8000", "/metrics"}, {"http://a", "http://"}} {
-		if _, err := MetricsURL(bad[0], bad[1]); err == nil {
-			t.Errorf("MetricsURL(%q, %q) did not fail", bad[0], bad[1])
-		}
-	}
 }

@@ -3,6 +3,8 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -55,8 +57,12 @@ func validConfig() *Config {
 		},
 		FairQueuing: FairQueuing{
 			Enabled: true, TenantDimension: identity.DimensionUser, DefaultWeight: 1,
-			Weights: []Weight{{TenantHash: h("bob"), Weight: 1}, {TenantHash: h("alice"), Weight: 3}},
+			Weights: []Weight{{TenantHash: h("bob"), Weight: 1}, {TenantHash: h("alice"), Weight: 3, Band: "interactive"}},
 			Bounds:  DefaultBounds(),
+			// Highest first: the order is meaning, not to be sorted.
+			Bands:             []Band{{Name: "interactive"}, {Name: "standard"}, {Name: "batch", MinShare: 0.05}},
+			DefaultBand:       "standard",
+			RequestBandHeader: "x-fair-queue-band",
 		},
 		Timeouts: Timeouts{
 			RequestTotal: dur(60 * time.Second),
@@ -169,6 +175,41 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 			"fairQueuing.weights[0].tenantHash: must be a 64-digit lowercase hex HMAC-SHA256, got a value of 5 characters",
 			"fairQueuing.weights[1].weight: must be in [1, 1000], got 1001",
 			"fairQueuing.weights[2].tenantHash: duplicates fairQueuing.weights[1]",
+		}},
+		{"bands", func(c *Config) {
+			c.FairQueuing.Bands = []Band{{Name: "interactive"}, {Name: ""}, {Name: "interactive", MinShare: 1}, {Name: "batch", MinShare: -0.1}, {Name: "nan", MinShare: math.NaN()}}
+			c.FairQueuing.DefaultBand = "standard"
+			c.FairQueuing.RequestBandHeader = "x band"
+			c.FairQueuing.Weights[0].Band = "gold"
+			c.FairQueuing.Weights[1].Band = ""
+		}, []string{
+			`fairQueuing.bands[1].name: must not be empty`,
+			`fairQueuing.bands[2].name: duplicates fairQueuing.bands[0] ("interactive")`,
+			`fairQueuing.bands[2].minShare: must be in [0, 1), got 1`,
+			`fairQueuing.bands[3].minShare: must be in [0, 1), got -0.1`,
+			`fairQueuing.bands[4].minShare: must be in [0, 1), got NaN`,
+			`fairQueuing.bands: minShare must sum to less than 1, got NaN`,
+			`fairQueuing.defaultBand: names band "standard", which is not in fairQueuing.bands`,
+			`fairQueuing.requestBandHeader: must be a header name`,
+			`fairQueuing.weights[0].band: names band "gold", which is not in fairQueuing.bands`,
+		}},
+		{"more than MaxBands bands, with shares summing to 1", func(c *Config) {
+			c.FairQueuing.Bands = nil
+			for i := range MaxBands + 1 {
+				c.FairQueuing.Bands = append(c.FairQueuing.Bands, Band{Name: fmt.Sprintf("b%d", i), MinShare: 0.125})
+			}
+			c.FairQueuing.DefaultBand, c.FairQueuing.Weights[1].Band = "b0", "b8"
+		}, []string{"fairQueuing.bands: must list at most 8 bands, got 9", "fairQueuing.bands: minShare must sum to less than 1, got 1.125"}},
+		{"bands without a default band", func(c *Config) { c.FairQueuing.DefaultBand = "" }, []string{
+			"fairQueuing.defaultBand: must name the band of tenants without one when bands are set",
+		}},
+		{"band references without bands", func(c *Config) {
+			c.FairQueuing.Bands = nil
+			c.FairQueuing.DefaultBand, c.FairQueuing.Weights[0].Band = "a", "b"
+		}, []string{
+			`fairQueuing.defaultBand: names band "a" but fairQueuing.bands is empty`,
+			`fairQueuing.weights[0].band: names band "b" but fairQueuing.bands is empty`,
+			`fairQueuing.weights[1].band: names band "interactive" but fairQueuing.bands is empty`,
 		}},
 		{"bounds out of range", func(c *Config) {
 			c.FairQueuing.Bounds = Bounds{MaxQueueDepthPerTenant: 0, MaxTotalQueued: 0, MaxTenants: -1, MaxInFlight: 0, MaxWait: dur(0)}
@@ -531,6 +572,10 @@ func TestValidateLeavesPolicyRulesToTheCRD(t *testing.T) {
 	c.Backends[0].URL = "http://user:pw@b:8000/v1?x=1"
 	c.Store = redisConfig().Store
 	c.Store.Redis.Addresses, c.Store.Redis.DB, c.Store.Redis.Timeout = []string{"a:1", "b:1"}, 16, dur(time.Minute)
+	// The highest band setting a share, a band header naming a credential
+	// header and a band name that is no DNS label are the CRD's to refuse.
+	c.FairQueuing.Bands = []Band{{Name: "Gold Tier", MinShare: 0.5}, {Name: "interactive", MinShare: 0.2}}
+	c.FairQueuing.DefaultBand, c.FairQueuing.RequestBandHeader = "interactive", "Authorization"
 	if err := c.Validate(); err != nil {
 		t.Fatalf("Validate() = %v, want nil: these are policy rules the CRD enforces", err)
 	}

@@ -61,6 +61,10 @@ const (
 	DefaultWeight = 1
 	// MaxWeight is the largest weight a tenant can have.
 	MaxWeight = 1000
+	// MaxBands is the most priority bands a config may list; it equals
+	// fairqueue.MaxBands, which this package cannot import (test/api checks
+	// both against the CRD's maxItems).
+	MaxBands = 8
 
 	// DefaultMaxQueueDepthPerTenant is the default bound on requests queued
 	// for one tenant.

@@ -154,7 +154,11 @@ func (f *FairQueuing) validate(errs *fieldErrors) {
 		if w.Weight < 1 || w.Weight > MaxWeight {
 			errs.add(path+".weight", "must be in [1, %d], got %d", MaxWeight, w.Weight)
 		}
+		if w.Band != "" {
+			f.requireBand(path+".band", w.Band, errs)
+		}
 	}
+	f.validateBands(errs)
 	b := &f.Bounds
 	for _, v := range []struct {
 		name  string
@@ -166,6 +170,59 @@ func (f *FairQueuing) validate(errs *fieldErrors) {
 		atLeastOne("fairQueuing.bounds."+v.name, int64(v.value), errs)
 	}
 	positive("fairQueuing.bounds.maxWait", b.MaxWait, errs)
+}
+
+// validateBands checks what the scheduler needs of the priority bands:
+// at most MaxBands, names it can tell apart, shares that leave the highest
+// band something, and a default band that exists. Which band may set a
+// share, and header choices, are the CRD's rules.
+func (f *FairQueuing) validateBands(errs *fieldErrors) {
+	if len(f.Bands) > MaxBands {
+		errs.add("fairQueuing.bands", "must list at most %d bands, got %d", MaxBands, len(f.Bands))
+	}
+	seen := map[string]int{}
+	var sum float64
+	for i, b := range f.Bands {
+		path := fmt.Sprintf("fairQueuing.bands[%d]", i)
+		if b.Name == "" {
+			errs.add(path+".name", "must not be empty")
+		} else if j, dup := seen[b.Name]; dup {
+			errs.add(path+".name", "duplicates fairQueuing.bands[%d] (%q)", j, b.Name)
+		} else {
+			seen[b.Name] = i
+		}
+		// Written so that NaN fails too.
+		if !(b.MinShare >= 0 && b.MinShare < 1) {
+			errs.add(path+".minShare", "must be in [0, 1), got %v", b.MinShare)
+		}
+		sum += b.MinShare
+	}
+	if len(f.Bands) > 0 && !(sum < 1) {
+		errs.add("fairQueuing.bands", "minShare must sum to less than 1, got %v", sum)
+	}
+	switch {
+	case f.DefaultBand != "":
+		f.requireBand("fairQueuing.defaultBand", f.DefaultBand, errs)
+	case len(f.Bands) > 0:
+		errs.add("fairQueuing.defaultBand", "must name the band of tenants without one when bands are set")
+	}
+	if f.RequestBandHeader != "" {
+		validateHeaderName("fairQueuing.requestBandHeader", f.RequestBandHeader, errs)
+	}
+}
+
+// requireBand checks that name is one of f.Bands.
+func (f *FairQueuing) requireBand(path, name string, errs *fieldErrors) {
+	for _, b := range f.Bands {
+		if b.Name == name {
+			return
+		}
+	}
+	if len(f.Bands) == 0 {
+		errs.add(path, "names band %q but fairQueuing.bands is empty", name)
+		return
+	}
+	errs.add(path, "names band %q, which is not in fairQueuing.bands", name)
 }
 
 // atLeastOne checks a count the data plane sizes or divides by.

@@ -3,6 +3,7 @@ package fairqueue
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -28,13 +29,30 @@ func benchSched(tb testing.TB, n int) (*sched, []string, []LimitKey) {
 
 // benchSchedCosts is benchSched with mixed costs when mixed is set.
 func benchSchedCosts(tb testing.TB, n int, mixed bool) (*sched, []string, []LimitKey) {
+	return benchSchedBands(tb, n, mixed, nil)
+}
+
+// benchBands are three priority bands, the lower two with a minShare so
+// that grants go to every band and both the priority and the credit paths
+// run.
+var benchBands = []Band{{Name: "interactive"}, {Name: "standard", MinShare: 0.1}, {Name: "batch", MinShare: 0.05}}
+
+// benchSchedBands is benchSchedCosts with tenant i in band i%len(bands).
+func benchSchedBands(tb testing.TB, n int, mixed bool, bands []Band) (*sched, []string, []LimitKey) {
 	tenants := make([]string, n)
 	byTenant := make(map[string]int, n)
+	var tenantBand map[string]int
+	if len(bands) > 0 {
+		tenantBand = make(map[string]int, n)
+	}
 	for i := range tenants {
 		tenants[i] = tenantName(i)
 		byTenant[tenants[i]] = 1 + i%5
+		if tenantBand != nil {
+			tenantBand[tenants[i]] = i % len(bands)
+		}
 	}
-	s := newSched(Bounds{MaxTenants: n, MaxTotalQueued: 4 * n, MaxQueueDepthPerTenant: 4, MaxInFlight: 8, MaxWait: time.Hour}, Weights{Default: 1, ByTenant: byTenant})
+	s := newSched(Bounds{MaxTenants: n, MaxTotalQueued: 4 * n, MaxQueueDepthPerTenant: 4, MaxInFlight: 8, MaxWait: time.Hour}, Weights{Default: 1, ByTenant: byTenant, Bands: bands, TenantBand: tenantBand})
 	keys := lk("model:m")
 	for range 2 {
 		for _, tn := range tenants {
@@ -87,7 +105,12 @@ func grantLoopCosts(tb testing.TB, s *sched, keys []LimitKey, n int, idx map[str
 }
 
 func benchmarkGrant(b *testing.B, n int) {
-	s, _, keys := benchSched(b, n)
+	benchmarkGrantBands(b, n, nil)
+}
+
+// benchmarkGrantBands is benchmarkGrant with tenants spread over bands.
+func benchmarkGrantBands(b *testing.B, n int, bands []Band) {
+	s, _, keys := benchSchedBands(b, n, false, bands)
 	grantLoop(b, s, keys, 4*n) // warm the free lists
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -102,6 +125,15 @@ func BenchmarkGrant(b *testing.B) {
 		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) { benchmarkGrant(b, n) })
 	}
 }
+
+// BenchmarkGrantOneBand and BenchmarkGrantThreeBands are the pair the
+// priority-band target compares: one grant decision with 1,024 backlogged
+// tenants in one band (today's scheduler), and spread over three bands
+// with minimum shares, every band served.
+func BenchmarkGrantOneBand(b *testing.B) { benchmarkGrantBands(b, 1024, nil) }
+
+// BenchmarkGrantThreeBands: see BenchmarkGrantOneBand.
+func BenchmarkGrantThreeBands(b *testing.B) { benchmarkGrantBands(b, 1024, benchBands) }
 
 // BenchmarkGrantTokens is BenchmarkGrant with token costs: mixed request
 // sizes, and a settle correction (Adjust) after every grant.
@@ -158,13 +190,40 @@ func TestGrantCostRatio1024vs8(t *testing.T) {
 	}
 }
 
+// TestGrantCostRatioBands checks the priority-band target: a grant with
+// 1,024 tenants over three bands costs at most 10% more than with one band.
+// Gated like TestGrantCostRatio1024vs8.
+func TestGrantCostRatioBands(t *testing.T) {
+	if testing.Short() || os.Getenv("FAIRQUEUE_TIMING_CHECKS") != "1" {
+		t.Skip("a timing ratio: set FAIRQUEUE_TIMING_CHECKS=1 on a quiet machine to check it")
+	}
+	cost := func(bands []Band) float64 {
+		r := testing.Benchmark(func(b *testing.B) { benchmarkGrantBands(b, 1024, bands) })
+		return float64(r.T.Nanoseconds()) / float64(r.N)
+	}
+	one, three := math.Inf(1), math.Inf(1)
+	for range 5 {
+		one, three = min(one, cost(nil)), min(three, cost(benchBands))
+	}
+	t.Logf("ns/grant with 1024 tenants: one band %.1f, three bands %.1f; ratio %.3f", one, three, three/one)
+	if three > 1.1*one {
+		t.Errorf("three-band grant costs %.1fns, more than 1.1x the one-band cost %.1fns", three, one)
+	}
+}
+
 // TestGrantAllocationFree checks that the steady-state grant path does not
-// allocate, with unit costs and with token costs settled by Adjust.
+// allocate, with unit costs, with token costs settled by Adjust, and with
+// priority bands.
 func TestGrantAllocationFree(t *testing.T) {
 	s, _, keys := benchSched(t, 64)
 	grantLoop(t, s, keys, 256)
 	if a := testing.AllocsPerRun(100, func() { grantLoop(t, s, keys, 10) }); a != 0 {
 		t.Errorf("grant path allocates %.1f times per 10 grants; want 0", a)
+	}
+	s, _, keys = benchSchedBands(t, 64, false, benchBands)
+	grantLoop(t, s, keys, 256)
+	if a := testing.AllocsPerRun(100, func() { grantLoop(t, s, keys, 10) }); a != 0 {
+		t.Errorf("grant path with bands allocates %.1f times per 10 grants; want 0", a)
 	}
 	s, tenants, keys := benchSchedCosts(t, 64, true)
 	idx := benchIndex(tenants)

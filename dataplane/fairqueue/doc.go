@@ -99,6 +99,65 @@
 // run one at a time, in scheduling order, so the order in which attempts reach
 // the limiter is the fair order.
 //
+// Priority bands (Weights.Bands, highest first): each band is one fair order
+// with its own virtual time, and a tenant competes in its band's (its
+// TenantBand entry, else DefaultBand). Freed capacity goes to the highest
+// band with a ready tenant, and within the band by the fair order above, so
+// the fairness bound holds among a band's tenants. Without bands there is one
+// band and nothing changes. A request may lower its band (Request.Band, a
+// larger index), never raise it; a lowered request waits in a queue of its
+// own for its tenant and band, counted against MaxTenants like a tenant, so
+// it never delays its tenant's own-band requests (Queue.AdjustIn settles its
+// cost there). A key held by a large request (see above) is held against
+// every lower band and no higher one. SetWeights with other bands moves
+// each queue, waiters in order, to its new band (a band keeps its virtual
+// time by name; a tenant or lowered band that is gone goes to DefaultBand),
+// and resets the credits below.
+//
+// Without a minShare a lower band is granted nothing while a higher band has
+// a ready tenant. A band b with minShare m_b > 0 carries a credit: while it
+// holds waiters (queued, waiting out a Retry-After, or in an attempt) it
+// earns m_b*c for every admitted grant of cost c in any band, and it loses
+// its credit when it has none. A grant to band b reserves min(credit, c)
+// from it, refunded when the attempt is not admitted; a band whose credit
+// covers its next head's cost goes before strict priority (the highest such
+// band first). Over an interval in which b holds waiters, with T the cost
+// admitted in all bands and S_b b's, the credit's book gives
+//
+//	S_b >= m_b*T - X_b,
+//
+// X_b being b's credit and open reservations at the end. Let n_s be the
+// number of bands with a minShare (their sum M < 1), I = MaxInFlight and
+// c_max the largest cost admitted. Call the bands saturated when, at every
+// grant that is admitted, every band holding waiters has a ready one (as on
+// a shared limit, where refused attempts all wait out the same Retry-After).
+// A grant by credit lowers the sum K of the credits by its cost at once and
+// its admission raises K by at most M times that cost, so K grows only by
+// grants made by priority; at such a grant no band is covered, so under
+// saturation each band's credit is below c_max and K < n_s*c_max, and at
+// most I attempts granted up to then are admitted later. Hence every credit
+// stays below (n_s+I)*c_max (the cap the code applies, which therefore never
+// binds while saturated), b's open reservations below I*c_max, and
+//
+//	S_b >= m_b*T - (n_s + 2I)*c_max,
+//
+// with unit costs and one attempt at a time, at most n_s+2 grants short of
+// its share. Conversely a band is served by credit at most m_b*T plus its
+// credit at the start, so the bands above lose at most M*T plus the caps.
+// Without saturation a band whose waiters all wait out their own Retry-After
+// keeps earning, up to the cap: it may then be served up to (n_s+I)*c_max
+// ahead of its share, the most minShare can bank.
+//
+// With bands, a request's position and estimate count, besides its band's
+// grants ahead of it, the demand queued in the bands above it now (their
+// waiters and cost), which strict priority serves first; with a minShare m
+// its band is served at least m of the cost, so at most (1-m)/m of its
+// band's cost ahead of it is counted from above. Arrivals to higher bands
+// while it waits are not foreseen, so under a steady higher-band stream the
+// estimate is short by that stream's share. Refusal Retry-After times follow
+// from these estimates; the step between successive promised places is its
+// tenant's share of its own band only.
+//
 // The package is pure Go: no net/http, client-go or apimachinery. Time comes
 // from k8s.io/utils/clock so tests drive it with a fake clock.
 package fairqueue

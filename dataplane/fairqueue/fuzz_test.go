@@ -379,7 +379,7 @@ func checkInvariants(t *testing.T, s *sched, live liveSet, granted int) {
 		t.Fatalf("deadline heap %d vs %d queued", s.deadlines.len(), queued)
 	}
 	placed := 0
-	limit := (s.shares + 1) * int64(max(s.maxCost, 1)) * shareOne
+	limit := s.creditLimit()
 	for i := range s.orders {
 		o := &s.orders[i]
 		if sumW[i] != o.sumWeights || depth[i] != o.depth || costBy[i] != o.queuedCost || inFlightBy[i] != o.inFlight {

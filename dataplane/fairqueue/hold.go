@@ -92,7 +92,7 @@ func (s *sched) heldFor(w *waiter, now int64) int64 {
 	return until
 }
 
-// behind reports whether a tenant of band with finish tag tag is behind (or
+// behind reports whether a tenant of band whose finish tag is tag is behind (or
 // tied with) one of band hb with tag ht in the fair order: every band is
 // behind the bands above it, and within a band the tags decide.
 func behind(band int, tag uint64, hb int, ht uint64) bool {

@@ -55,10 +55,6 @@ func (o *fairOrder) unplace(t *tenant) {
 	t.place = placeNone
 }
 
-// backlogged reports whether the band has a waiter ready for a grant or an
-// attempt running: it competes for the next grants (see accrue).
-func (o *fairOrder) backlogged() bool { return o.ready.len() > 0 || o.inFlight > 0 }
-
 // order returns the order of t's band.
 func (s *sched) order(t *tenant) *fairOrder { return &s.orders[t.band] }
 

@@ -106,15 +106,15 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 	}
 	q.mu.Lock()
 	now := q.now()
-	switch {
-	case q.closed:
-		q.obs.Refused(r.Dimension, q.s.bandName(r.Tenant, r.Band), ReasonShutdown)
+	if q.closed || q.disabled {
+		reason := ReasonDisabled
+		if q.closed {
+			reason = ReasonShutdown
+		}
+		band, _ := q.s.bandFor(r.Tenant, r.Band)
+		q.obs.Refused(r.Dimension, q.s.weights.BandName(band), reason)
 		q.mu.Unlock()
-		return Result{Reason: ReasonShutdown, RetryAfter: r.RetryAfter}, nil
-	case q.disabled:
-		q.obs.Refused(r.Dimension, q.s.bandName(r.Tenant, r.Band), ReasonDisabled)
-		q.mu.Unlock()
-		return Result{Reason: ReasonDisabled, RetryAfter: r.RetryAfter}, nil
+		return Result{Reason: reason, RetryAfter: r.RetryAfter, Band: band}, nil
 	}
 	deadline := q.toSched(r.Deadline)
 	if d, ok := ctx.Deadline(); ok {

@@ -129,8 +129,14 @@ func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 	}
 	retryAfter := max(int64(a.retryAfter), 0)
 	c := costOf(a.cost)
-	band, lowered := s.bandFor(a.tenant, a.band)
-	t, overflow := s.queueFor(now, a.tenant, band, lowered)
+	// The tenant's own queue, when it has one, knows its band: one map
+	// lookup on the common path.
+	own := s.tenants[a.tenant]
+	band, lowered := s.bandWith(own, a.tenant, a.band)
+	t, overflow := own, false
+	if own == nil || lowered {
+		t, overflow = s.queueFor(now, a.tenant, band, lowered)
+	}
 	o := &s.orders[band]
 	if t != nil {
 		o = s.order(t) // after a reload, until it drains
@@ -256,17 +262,17 @@ func (s *sched) next(now int64) *waiter {
 
 // pick returns the band the next grant goes to: the highest band whose
 // minShare credit covers its next head's cost, else the highest band with a
-// ready tenant; nil when no band has one. A band that is not backlogged
-// loses its credit (no banking).
+// ready tenant; nil when no band has one. A band without waiters loses its
+// credit (no banking).
 func (s *sched) pick() *fairOrder {
 	if s.shares > 0 {
 		for i := range s.nb {
 			o := &s.orders[i]
 			switch {
 			case o.share == 0:
-			case !o.backlogged():
+			case o.depth == 0:
 				o.credit = 0
-			case o.ready.len() > 0 && o.credit >= int64(o.ready.top().head().cost)*shareOne:
+			case o.credit >= shareOne && o.ready.len() > 0 && o.credit >= int64(o.ready.top().head().cost)*shareOne:
 				return o
 			}
 		}
@@ -279,18 +285,19 @@ func (s *sched) pick() *fairOrder {
 	return nil
 }
 
-// accrue credits every backlogged band with a minShare its share of an
-// admitted grant of cost c made in band granted, up to (bands with a share
-// + 1) grants of the largest cost admitted; see the package doc for why the
-// cap never binds while a band is backlogged and what it bounds otherwise.
-func (s *sched) accrue(granted *fairOrder, c uint64) {
+// accrue credits every band with a minShare that holds waiters (queued,
+// waiting out a Retry-After or in an attempt) its share of an admitted grant
+// of cost c, up to creditLimit; a band without waiters loses its credit.
+// See the package doc for the bound this gives and why the cap does not
+// bind while the bands are saturated.
+func (s *sched) accrue(c uint64) {
 	s.maxCost = max(s.maxCost, c)
 	limit := s.creditLimit()
 	for i := range s.nb {
 		o := &s.orders[i]
 		switch {
 		case o.share == 0:
-		case o == granted || o.backlogged():
+		case o.depth > 0:
 			o.credit = min(o.credit+o.share*int64(c), limit)
 		default:
 			o.credit = 0
@@ -298,10 +305,11 @@ func (s *sched) accrue(granted *fairOrder, c uint64) {
 	}
 }
 
-// creditLimit is the most credit a band may hold: (bands with a share + 1)
-// grants of the largest cost admitted.
+// creditLimit is the most credit a band may hold: (bands with a share +
+// MaxInFlight) grants of the largest cost admitted. It bounds the grants a
+// band held back by its own limit can take ahead of its share later.
 func (s *sched) creditLimit() int64 {
-	return (s.shares + 1) * int64(max(s.maxCost, 1)) * shareOne
+	return (s.shares + int64(s.bounds.MaxInFlight)) * int64(max(s.maxCost, 1)) * shareOne
 }
 
 // refund returns the credit a granted waiter reserved when its attempt was
@@ -347,7 +355,7 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 		}
 		if s.shares > 0 {
 			w.debit = 0
-			s.accrue(o, w.cost)
+			s.accrue(w.cost)
 		}
 		s.spacing.admitted(now, w.cost, s.depth > 1) // w still counts
 		s.finish(w, now, true, "")
@@ -436,6 +444,9 @@ func (s *sched) finish(w *waiter, now int64, admitted bool, reason Reason) {
 func (s *sched) setBounds(b Bounds) {
 	s.bounds = b.withDefaults()
 	s.trimIdle()
+	for i := range s.orders {
+		s.orders[i].credit = min(s.orders[i].credit, s.creditLimit())
+	}
 }
 
 // nextWake returns the earliest time something becomes due without an event:
@@ -457,18 +468,23 @@ func (s *sched) nextWake() (int64, bool) {
 // scheduled in: the tenant's band, or req when that is a lower band (a
 // larger index) that exists, reported by lowered. 0 without bands.
 func (s *sched) bandFor(tenantKey string, req int) (band int, lowered bool) {
+	return s.bandWith(s.tenants[tenantKey], tenantKey, req)
+}
+
+// bandWith is bandFor given the tenant's own queue, own (nil when it has
+// none), whose band is its tenant's.
+func (s *sched) bandWith(own *tenant, tenantKey string, req int) (band int, lowered bool) {
 	if len(s.weights.Bands) == 0 {
 		return 0, false
 	}
-	b := s.weights.BandOf(tenantKey)
+	var b int
+	if own != nil {
+		b = own.band
+	} else {
+		b = s.weights.BandOf(tenantKey)
+	}
 	if req > b && req < len(s.weights.Bands) {
 		return req, true
 	}
 	return b, false
-}
-
-// bandName names the band of bandFor(tenantKey, req); "" without bands.
-func (s *sched) bandName(tenantKey string, req int) string {
-	b, _ := s.bandFor(tenantKey, req)
-	return s.weights.BandName(b)
 }

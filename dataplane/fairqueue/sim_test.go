@@ -71,32 +71,7 @@ func (m *sim) arrive(tenant string) (admittedNow bool, w *waiter, reason Reason)
 // advance) or nothing is left to do.
 func (m *sim) runUntil(pred func() bool) {
 	for {
-		for w := m.s.next(m.now); w != nil; w = m.s.next(m.now) {
-			m.attempts++
-			var ok bool
-			var ra int64
-			if m.attempt != nil {
-				ok, ra = m.attempt(w)
-			} else {
-				ok, ra = m.bucket.take(m.now)
-			}
-			switch m.s.complete(m.now, w, ok, ra, nil) {
-			case outcomeAdmitted:
-				if m.admitted != nil {
-					m.admitted(w)
-				}
-				m.s.release(w)
-				if pred() {
-					return
-				}
-			case outcomeRefused:
-				if m.refused != nil {
-					m.refused(w)
-				}
-				m.s.release(w)
-			}
-		}
-		if pred() {
+		if m.grantDue(pred) || pred() {
 			return
 		}
 		wake, ok := m.s.nextWake()
@@ -105,6 +80,51 @@ func (m *sim) runUntil(pred func() bool) {
 		}
 		m.now = wake
 	}
+}
+
+// runTo processes every grant due up to and including time end, leaving
+// the clock at the last wake-up before end.
+func (m *sim) runTo(end int64) {
+	never := func() bool { return false }
+	for {
+		m.grantDue(never)
+		wake, ok := m.s.nextWake()
+		if !ok || wake > end {
+			return
+		}
+		m.now = wake
+	}
+}
+
+// grantDue grants and attempts every waiter due now, until pred returns true
+// after an admission, which it reports.
+func (m *sim) grantDue(pred func() bool) bool {
+	for w := m.s.next(m.now); w != nil; w = m.s.next(m.now) {
+		m.attempts++
+		var ok bool
+		var ra int64
+		if m.attempt != nil {
+			ok, ra = m.attempt(w)
+		} else {
+			ok, ra = m.bucket.take(m.now)
+		}
+		switch m.s.complete(m.now, w, ok, ra, nil) {
+		case outcomeAdmitted:
+			if m.admitted != nil {
+				m.admitted(w)
+			}
+			m.s.release(w)
+			if pred() {
+				return true
+			}
+		case outcomeRefused:
+			if m.refused != nil {
+				m.refused(w)
+			}
+			m.s.release(w)
+		}
+	}
+	return false
 }
 
 // fairnessReport checks admitted counts against weights: each share within

@@ -58,7 +58,7 @@ func newBenchController(tb testing.TB, gated bool) (*admission.Controller, admis
 		p.SetLimits(cfg)
 		p.Arrive("tenant", "m")
 		p.mu.Lock()
-		p.keys["m"].tenants["tenant"].rate = 1e12
+		p.keys["m"].tenants[claimant{tenant: "tenant"}].rate = 1e12
 		p.mu.Unlock()
 		c.SetGate(p)
 	}

@@ -16,7 +16,8 @@ limitations under the License.
 
 // Package fleet makes N data-plane replicas that share one Redis bucket
 // divide it among tenants by weighted max-min fairness of the whole fleet,
-// whatever the load balancer does.
+// strictly by priority band when there are bands, whatever the load
+// balancer does.
 //
 // # The problem
 //
@@ -75,6 +76,59 @@ limitations under the License.
 // scheduling state is shared. The shared bucket stays the hard limit: the
 // gates only divide it.
 //
+// # Priority bands
+//
+// With priority bands (fairqueue.Weights.Bands, SPEC 5) a claimant is a
+// tenant in a band: the tenant's own band, or a lower one its requests
+// asked for (fairqueue.Request.Band; admission.BandGate). A tenant whose
+// batch requests lowered themselves claims twice, and has a gate per band,
+// so its lowered requests never take a turn of its own band. Reports carry
+// each claimant's band and the replica's minShares m_b, and every replica
+// computes, for bands b = 0 (the highest) to B−1 (Banded):
+//
+//   - D_b, the band's demand: unbounded when any claimant in it is
+//     backlogged, else the sum of their demands;
+//   - r_b = min(D_b, m_b·C), what band b keeps back from the bands above,
+//     and R_b = Σ_{c>b} r_c, what the bands below b keep back from it;
+//   - L_0 = C; band b divides L_b − R_b among its claimants by weighted
+//     max-min (MaxMin), receiving A_b = min(D_b, L_b − R_b); L_{b+1} = L_b − A_b.
+//
+// Strict priority: with every m_b = 0, A_b = min(D_b, C − Σ_{c<b} A_c): a
+// band gets only what the bands above leave. Floor: A_b ≥ r_b. Since the
+// minShares sum below 1, L_0 = C ≥ Σ_c r_c; if L_b ≥ Σ_{c≥b} r_c then
+// A_b ≥ min(D_b, r_b) = r_b (as L_b − R_b ≥ r_b) and L_{b+1} ≥ L_b − (L_b −
+// R_b) = Σ_{c>b} r_c, so by induction every band gets at least min(D_b,
+// m_b·C), taken from the bands above it. Work conservation: when a band b
+// is backlogged it takes L_b − R_b, leaving exactly R_b, and every band c
+// below then gets r_c (A_c = min(D_c, r_c)), so Σ_b A_b = C as without
+// bands. Within a band the allocation is the max-min one above, so with a
+// single band (no bands configured) it is exactly MaxMin.
+//
+// A claimant allocated nothing (its band starved, m_b = 0) has a closed gate
+// instead of one at minRate: closed gates pass nothing, so the starved band
+// admits nothing, where minRate would let every starved gate leak 1/s per
+// replica past strict priority. A claimant new since the last round has an
+// open gate until its replica's next round, like any tenant: at most one
+// period of its arrivals, and the shared bucket still caps the total.
+// When the higher bands' demand falls, a closed band reopens at the first
+// round that sees it, within 2P.
+//
+// The wire format is unchanged without bands: a report carries band
+// fields only when its replica has bands (BandShares), and omits band 0.
+// Version skew, as in a rolling upgrade: a replica that predates bands, or
+// has none configured, ignores the others' band fields (encoding/json skips
+// unknown fields) and plans exactly as before bands; a replica with bands
+// places the tenants of a report without BandShares in the bands of its
+// own configuration, so its plan is the one it would compute had that
+// replica known them. While both kinds of replica pace one key the gates no
+// longer agree, so the bands hold only approximately, but the shared bucket
+// still holds the fleet to C: in the simulation, with one old replica of
+// three pacing the batch tenants there to their share without bands, a
+// flooding interactive tenant got 67.5/s of its 90/s allocation (61.7/s of
+// 72/s with a batch minShare of 0.2), against 22.5/s without bands. The band
+// table (the minShares) is the one of the report with the smallest replica
+// name, so the replicas agree on it while a reload reaches them one by one.
+//
 // # Fairness bound
 //
 // Consider an interval over which demands do not change. A change is
@@ -87,15 +141,25 @@ limitations under the License.
 // tolerance of one interval passes at most g·τ + 2 requests in any window τ,
 // and a backlogged tenant's waiters retry as soon as the gate lets them, so
 // it passes at least g·τ − 1 minus whatever its replica lost to delays longer
-// than one interval (CPU starvation, a slow Redis call). The bucket (burst at
-// least 2 per gate) then never refuses a paced attempt. So over a window τ
-// the admissions N_T of a backlogged tenant on R_T replicas satisfy
+// than one interval (CPU starvation, a slow Redis call). The tolerance is at
+// least J = 25 ms (gateJitter), so a gate above 1/J = 40/s, which has less
+// than 25 ms between turns, passes at most g·τ + 1 + g·J: one interval
+// would lose capacity to every scheduling delay of a busy replica. The
+// bucket (burst at least 2 per gate) then never refuses a paced attempt. So
+// over a window τ the admissions N_T of a backlogged tenant (a claimant,
+// with bands) on R_T replicas satisfy
 //
-//	|N_T − a_T·τ| ≤ 2·R_T + (requests delayed more than one interval)
+//	|N_T − a_T·τ| ≤ R_T·(1 + max(1, g·J)) + (requests delayed more than the tolerance)
 //
 // and its share of the fleet deviates from a_T/C by at most about
 // 2·R_T/(C·τ) plus the lost fraction: on the reference scenario, 6 requests
-// in 8 s at 90/s, under 1%. A tenant below its fair share gets everything it
+// in 8 s at 90/s, under 1%. With bands a band's admissions are the sum of
+// its claimants', so it receives A_b·τ, and in particular at least
+// min(D_b, m_b·C)·τ, up to the sum of its claimants' errors: the
+// interactive tenant of the scenario, alone in its band on one
+// replica at 90/s, is within 1 + 90·0.025 ≈ 3 requests of its allocation
+// over any window, and the batch band's minShare holds to within the
+// 2·R errors of its claimants. A tenant below its fair share gets everything it
 // asks for, fleet-wide, since its gate is open; if it grows faster than its
 // last report it takes at most one period's growth from the paced tenants
 // before the next round paces it.

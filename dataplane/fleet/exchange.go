@@ -40,6 +40,10 @@ type TenantReport struct {
 	Backlogged bool `json:"b,omitempty"`
 	// Admitted is the rate of requests admitted on the key, per second.
 	Admitted float64 `json:"a"`
+	// Band is the index of the priority band the demand is in (see
+	// Report.BandShares), omitted for band 0. A tenant whose requests
+	// lowered their band (fairqueue.Request.Band) has one entry per band.
+	Band int `json:"p,omitempty"`
 }
 
 // Report is what one replica publishes for one contended key.
@@ -53,6 +57,14 @@ type Report struct {
 	// message, which reveals nothing of the key). Replicas publish it in
 	// their membership report (key MembersKey); empty elsewhere.
 	Fingerprint string `json:"f,omitempty"`
+	// BandShares is the minShare of each priority band of the replica's
+	// configuration, highest band first. It is present exactly when the
+	// replica has bands: a report without it comes from a replica that
+	// does not know them (an older version, or one without bands
+	// configured), and the reader places its tenants in the bands of its
+	// own configuration. Without bands a report is byte for byte what it
+	// was before bands existed.
+	BandShares []float64 `json:"ps,omitempty"`
 }
 
 // MembersKey is the exchange key of the membership reports: every replica

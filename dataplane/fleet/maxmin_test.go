@@ -17,6 +17,7 @@ limitations under the License.
 package fleet
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -42,17 +43,24 @@ func TestMaxMin(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := MaxMin(tc.capacity, tc.weights, tc.demands)
-			sum := 0.0
-			for i := range got {
-				sum += got[i]
-				if math.Abs(got[i]-tc.want[i]) > 1e-9 {
-					t.Fatalf("MaxMin(%v, %v, %v) = %v, want %v", tc.capacity, tc.weights, tc.demands, got, tc.want)
-				}
-			}
-			if sum > tc.capacity+1e-9 {
-				t.Fatalf("allocations sum to %v, more than the capacity %v", sum, tc.capacity)
-			}
+			checkAllocation(t, got, tc.want, tc.capacity, fmt.Sprintf("MaxMin(%v, %v, %v)", tc.capacity, tc.weights, tc.demands))
 		})
+	}
+}
+
+// checkAllocation fails the test unless got is want (call names the call
+// that returned it) and sums to at most capacity.
+func checkAllocation(t *testing.T, got, want []float64, capacity float64, call string) {
+	t.Helper()
+	sum := 0.0
+	for i := range got {
+		sum += got[i]
+		if math.Abs(got[i]-want[i]) > 1e-9 {
+			t.Fatalf("%s = %v, want %v", call, got, want)
+		}
+	}
+	if sum > capacity+1e-9 {
+		t.Fatalf("%s: allocations sum to %v, more than the capacity %v", call, sum, capacity)
 	}
 }
 
@@ -76,16 +84,16 @@ func TestPlanSplitsATenantBetweenItsReplicas(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.self, func(t *testing.T) {
-			p := makePlan(84, tc.self, reports, 1, 0.1)
+			p := makePlan(84, tc.self, reports, 1, 0.1, nil)
 			if !p.contended || p.replicas != 3 {
 				t.Fatalf("plan contended=%v replicas=%d, want true and 3", p.contended, p.replicas)
 			}
 			for tenant, want := range tc.wantRates {
-				if got := p.tenants[tenant].rate; math.Abs(got-want) > 1e-9 {
+				if got := p.tenants[claimant{tenant: tenant}].rate; math.Abs(got-want) > 1e-9 {
 					t.Errorf("gate of %s on %s = %v, want %v (0 = open)", tenant, tc.self, got, want)
 				}
 			}
-			if got := p.tenants["C"].fleetShare; math.Abs(got-54.0/76) > 1e-9 {
+			if got := p.tenants[claimant{tenant: "C"}].fleetShare; math.Abs(got-54.0/76) > 1e-9 {
 				t.Errorf("fleet share of C = %v, want 54/76", got)
 			}
 		})
@@ -94,8 +102,8 @@ func TestPlanSplitsATenantBetweenItsReplicas(t *testing.T) {
 
 func TestPlanLeavesAnUncontendedKeyOpen(t *testing.T) {
 	reports := []Report{{Replica: "r1", Tenants: []TenantReport{{Tenant: "A", Weight: 1, Demand: 30}, {Tenant: "B", Weight: 1, Demand: 40}}}}
-	p := makePlan(90, "r1", reports, 1, 0.1)
-	if p.contended || p.tenants["A"].rate != 0 || p.tenants["B"].rate != 0 {
-		t.Fatalf("demand 70/s under capacity 90/s: got contended=%v and gates %v/%v, want open gates", p.contended, p.tenants["A"].rate, p.tenants["B"].rate)
+	p := makePlan(90, "r1", reports, 1, 0.1, nil)
+	if p.contended || p.tenants[claimant{tenant: "A"}].rate != 0 || p.tenants[claimant{tenant: "B"}].rate != 0 {
+		t.Fatalf("demand 70/s under capacity 90/s: got contended=%v and gates %v/%v, want open gates", p.contended, p.tenants[claimant{tenant: "A"}].rate, p.tenants[claimant{tenant: "B"}].rate)
 	}
 }

@@ -59,10 +59,14 @@ const (
 	ewmaAlpha = 0.5
 )
 
-// Share is one tenant's part of one key after an exchange round.
+// Share is one tenant's part of one key in one priority band after an
+// exchange round.
 type Share struct {
 	// Tenant is the tenant key (an identity hash).
 	Tenant string
+	// Band is the index of the priority band (0 without bands). A tenant
+	// whose requests lowered their band has a Share in each band.
+	Band int
 	// Fleet is the tenant's fraction of the key's admissions across the
 	// fleet during the last period.
 	Fleet float64
@@ -72,8 +76,11 @@ type Share struct {
 	// capacity, per second.
 	Allocation float64
 	// Gate is this replica's pacing rate for the tenant, per second; 0 means
-	// the gate is open (the key is not contended).
+	// the gate is open (the key is not contended), unless Closed.
 	Gate float64
+	// Closed is true when the bands above take the whole capacity: the gate
+	// passes nothing until a later round.
+	Closed bool
 }
 
 // Observer receives the outcome of every exchange round, typically to update
@@ -149,15 +156,17 @@ type Pacer struct {
 
 // keyState is the Pacer's state for one limit key.
 type keyState struct {
-	tenants map[string]*tenantState
+	tenants map[claimant]*tenantState
 }
 
-// tenantState is the Pacer's state for one tenant on one key.
+// tenantState is the Pacer's state for one claimant (a tenant in a band) on
+// one key.
 type tenantState struct {
 	arrivals, admitted int64 // since the last round
 	held               bool  // a request was held back since the last round
 	demand, admitRate  float64
 	rate               float64   // gate rate per second; 0 = open
+	closed             bool      // the band is starved: nothing passes
 	tat                time.Time // the gate's theoretical arrival time (GCRA)
 	idle               int
 }
@@ -191,7 +200,8 @@ func New(clk clock.WithTicker, opts Options, log logr.Logger) (*Pacer, error) {
 	return &Pacer{clk: clk, opts: opts, log: log, keys: map[string]*keyState{}, weights: fairqueue.Weights{Default: 1}}, nil
 }
 
-// SetWeights sets the tenant weights, the same ones given to the fair queue.
+// SetWeights sets the tenant weights and priority bands, the same ones
+// given to the fair queue.
 func (p *Pacer) SetWeights(w fairqueue.Weights) {
 	c := w.Clone()
 	p.mu.Lock()
@@ -231,32 +241,51 @@ func (p *Pacer) weightLocked(tenant string) int {
 	return p.weights.Of(tenant)
 }
 
-// stateLocked returns tenant's state on key, creating it within the bounds;
-// nil means the bounds are reached and the tenant passes unpaced.
-func (p *Pacer) stateLocked(tenant, key string) *tenantState {
+// bandLocked returns the band a request of tenant that asked for band is
+// paced in, as the fair queue schedules it (fairqueue.Request.Band): band
+// when it is below the tenant's own (a larger index) and exists, else the
+// tenant's own band.
+func (p *Pacer) bandLocked(tenant string, band int) int {
+	own := p.weights.BandOf(tenant)
+	if band > own && band < len(p.weights.Bands) {
+		return band
+	}
+	return own
+}
+
+// stateLocked returns the state of tenant's requests that asked for band
+// on key, creating it within the bounds; nil means the bounds are reached
+// and the requests pass unpaced.
+func (p *Pacer) stateLocked(tenant string, band int, key string) *tenantState {
 	ks := p.keys[key]
 	if ks == nil {
 		if len(p.keys) >= p.opts.MaxKeys {
 			return nil
 		}
-		ks = &keyState{tenants: map[string]*tenantState{}}
+		ks = &keyState{tenants: map[claimant]*tenantState{}}
 		p.keys[key] = ks
 	}
-	ts := ks.tenants[tenant]
+	c := claimant{tenant: tenant, band: p.bandLocked(tenant, band)}
+	ts := ks.tenants[c]
 	if ts == nil {
 		if len(ks.tenants) >= p.opts.MaxTenants {
 			return nil
 		}
 		ts = &tenantState{}
-		ks.tenants[tenant] = ts
+		ks.tenants[c] = ts
 	}
 	return ts
 }
 
-// Arrive records a new request of tenant that needs key.
-func (p *Pacer) Arrive(tenant, key string) {
+// Arrive records a new request of tenant, in its own band, that needs key.
+func (p *Pacer) Arrive(tenant, key string) { p.ArriveBand(tenant, 0, key) }
+
+// ArriveBand records a new request of tenant that asked for band
+// (fairqueue.Request.Band: a band below the tenant's own lowers the
+// request, anything else means the tenant's own band) and needs key.
+func (p *Pacer) ArriveBand(tenant string, band int, key string) {
 	p.mu.Lock()
-	if ts := p.stateLocked(tenant, key); ts != nil {
+	if ts := p.stateLocked(tenant, band, key); ts != nil {
 		ts.arrivals++
 	}
 	p.mu.Unlock()
@@ -266,10 +295,24 @@ func (p *Pacer) Arrive(tenant, key string) {
 // consumes its turn if so. Otherwise it returns how long to wait, at most one
 // exchange period (the allocation may change by then).
 func (p *Pacer) Allow(now time.Time, tenant, key string) (bool, time.Duration) {
+	return p.AllowBand(now, tenant, 0, key)
+}
+
+// AllowBand is Allow for a request of tenant that asked for band (see
+// ArriveBand): a lowered request is paced to the tenant's allocation in the
+// lower band, so it never takes a turn of the tenant's own band.
+func (p *Pacer) AllowBand(now time.Time, tenant string, band int, key string) (bool, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ts := p.stateLocked(tenant, key)
-	if ts == nil || ts.rate <= 0 {
+	ts := p.stateLocked(tenant, band, key)
+	if ts == nil {
+		return true, 0
+	}
+	if ts.closed {
+		ts.held = true
+		return false, p.opts.Period
+	}
+	if ts.rate <= 0 {
 		return true, 0
 	}
 	interval := time.Duration(float64(time.Second) / ts.rate)
@@ -277,9 +320,10 @@ func (p *Pacer) Allow(now time.Time, tenant, key string) (bool, time.Duration) {
 	if next.Before(now) {
 		next = now
 	}
-	// One interval of tolerance: a gate admits at most two requests back
-	// to back, then one per interval.
-	if wait := next.Sub(now) - interval; wait > 0 {
+	// One interval of tolerance, at least gateJitter: a gate admits at most
+	// two requests back to back (more above 1/gateJitter per second), then
+	// one per interval.
+	if wait := next.Sub(now) - tolerance(interval); wait > 0 {
 		ts.held = true
 		return false, min(wait, p.opts.Period)
 	}
@@ -290,9 +334,12 @@ func (p *Pacer) Allow(now time.Time, tenant, key string) (bool, time.Duration) {
 // Done records the outcome of an attempt Allow let through: admitted, or
 // refused by the shared bucket of key (which marks the tenant backlogged).
 // Refusals by other buckets must not be reported.
-func (p *Pacer) Done(tenant, key string, admitted bool) {
+func (p *Pacer) Done(tenant, key string, admitted bool) { p.DoneBand(tenant, 0, key, admitted) }
+
+// DoneBand is Done for an attempt AllowBand let through.
+func (p *Pacer) DoneBand(tenant string, band int, key string, admitted bool) {
 	p.mu.Lock()
-	if ts := p.stateLocked(tenant, key); ts != nil {
+	if ts := p.stateLocked(tenant, band, key); ts != nil {
 		if admitted {
 			ts.admitted++
 		} else {
@@ -374,10 +421,14 @@ func (p *Pacer) collect() []round {
 		dt = p.opts.Period.Seconds()
 	}
 	p.lastSync = now
+	var shares []float64 // nil without bands: the report is as before bands
+	for _, b := range p.weights.Bands {
+		shares = append(shares, b.MinShare)
+	}
 	rounds := make([]round, 0, len(p.keys))
 	for key, ks := range p.keys {
-		r := round{key: key, capacity: p.capacityLocked(key), report: Report{Replica: p.opts.Replica}}
-		for tenant, ts := range ks.tenants {
+		r := round{key: key, capacity: p.capacityLocked(key), report: Report{Replica: p.opts.Replica, BandShares: shares}}
+		for c, ts := range ks.tenants {
 			ts.demand = ewma(ts.demand, float64(ts.arrivals)/dt)
 			ts.admitRate = ewma(ts.admitRate, float64(ts.admitted)/dt)
 			if ts.arrivals == 0 && ts.admitted == 0 && !ts.held {
@@ -388,11 +439,11 @@ func (p *Pacer) collect() []round {
 			held := ts.held
 			ts.arrivals, ts.admitted, ts.held = 0, 0, false
 			if ts.idle > idlePeriods {
-				delete(ks.tenants, tenant)
+				delete(ks.tenants, c)
 				continue
 			}
 			r.report.Tenants = append(r.report.Tenants, TenantReport{
-				Tenant: tenant, Weight: p.weightLocked(tenant),
+				Tenant: c.tenant, Weight: p.weightLocked(c.tenant), Band: c.band,
 				Demand: ts.demand, Backlogged: held, Admitted: ts.admitRate,
 			})
 		}
@@ -425,7 +476,7 @@ func (p *Pacer) apply(rounds []round) error {
 			// Per-replica buckets: there is no fleet to divide.
 			if ks := p.keys[r.key]; ks != nil {
 				for _, ts := range ks.tenants {
-					ts.rate = 0
+					ts.open()
 				}
 			}
 			continue
@@ -434,17 +485,19 @@ func (p *Pacer) apply(rounds []round) error {
 			errs = append(errs, fmt.Errorf("fleet exchange for key %q: %w", r.key, r.err))
 			continue
 		}
-		pl := makePlan(r.capacity, p.opts.Replica, r.reports, p.opts.Headroom, minRate(r.capacity))
+		pl := makePlan(r.capacity, p.opts.Replica, r.reports, p.opts.Headroom, minRate(r.capacity), &p.weights)
 		ks := p.keys[r.key]
 		if ks == nil {
 			continue
 		}
 		s := synced{key: r.key, replicas: pl.replicas, contended: pl.contended}
-		for tenant, tp := range pl.tenants {
-			if ts := ks.tenants[tenant]; ts != nil {
+		for c, tp := range pl.tenants {
+			if ts := ks.tenants[c]; ts != nil {
+				ts.closed = tp.closed
 				ts.setRate(now, tp.rate)
 			}
-			s.shares = append(s.shares, Share{Tenant: tenant, Fleet: tp.fleetShare, Local: tp.localShare, Allocation: tp.allocation, Gate: tp.rate})
+			s.shares = append(s.shares, Share{Tenant: c.tenant, Band: c.band, Fleet: tp.fleetShare, Local: tp.localShare,
+				Allocation: tp.allocation, Gate: tp.rate, Closed: tp.closed})
 		}
 		out = append(out, s)
 	}
@@ -457,7 +510,7 @@ func (p *Pacer) apply(rounds []round) error {
 		// The fleet's view is stale: fall back to local fairness.
 		for _, ks := range p.keys {
 			for _, ts := range ks.tenants {
-				ts.rate = 0
+				ts.open()
 			}
 		}
 	}
@@ -625,21 +678,43 @@ func (p *Pacer) leaveAll() {
 }
 
 // Gates returns this replica's gate rates on key per tenant (named by
-// identity.Short), as of the last round, for a demo or a debug endpoint.
+// identity.Short, followed by "@" and the band's name with bands), as of
+// the last round, for a demo or a debug endpoint. A closed gate's rate is
+// -1.
 func (p *Pacer) Gates(key string) map[string]float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := map[string]float64{}
 	if ks := p.keys[key]; ks != nil {
-		for t, ts := range ks.tenants {
-			out[identity.Short(t)] = ts.rate
+		for c, ts := range ks.tenants {
+			name := identity.Short(c.tenant)
+			if len(p.weights.Bands) > 0 {
+				name += "@" + p.weights.BandName(c.band)
+			}
+			out[name] = ts.rate
+			if ts.closed {
+				out[name] = -1
+			}
 		}
 	}
 	return out
 }
 
+// open opens the gate: local fairness only.
+func (ts *tenantState) open() { ts.rate, ts.closed = 0, false }
+
+// gateJitter is the least tolerance of a gate: a replica's waiter that
+// wakes this late (a busy CPU, a slow Redis call) still finds its turn, so
+// a fast gate (above 40/s, an interactive band taking most of a key) does
+// not lose capacity to every scheduling delay longer than its interval.
+const gateJitter = 25 * time.Millisecond
+
+// tolerance is how far ahead of now a gate of the given interval may have
+// scheduled its next turn and still pass a request.
+func tolerance(interval time.Duration) time.Duration { return max(interval, gateJitter) }
+
 // setRate changes the gate's rate. At a steady rate the theoretical arrival
-// time is at most two intervals ahead (one interval plus the tolerance); a
+// time is at most one interval plus the tolerance ahead; a
 // turn scheduled further ahead at a lower rate is pulled back to that, so a
 // tenant owed more is not held back by its old pace, and a steady gate is
 // left alone.
@@ -648,7 +723,8 @@ func (ts *tenantState) setRate(now time.Time, rate float64) {
 	if rate <= 0 {
 		return
 	}
-	if limit := now.Add(2 * time.Duration(float64(time.Second)/rate)); ts.tat.After(limit) {
+	interval := time.Duration(float64(time.Second) / rate)
+	if limit := now.Add(interval + tolerance(interval)); ts.tat.After(limit) {
 		ts.tat = limit
 	}
 }

@@ -34,7 +34,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The Pacer is the admission controller's fleet gate.
-var _ admission.Gate = (*Pacer)(nil)
+var _ admission.BandGate = (*Pacer)(nil)
 
 func newTestPacer(t *testing.T, clk *testingclock.FakeClock, ex Exchange, replica string, opts Options) *Pacer {
 	t.Helper()
@@ -226,7 +226,7 @@ func TestRaisedRateIsNotHeldBackByTheOldPace(t *testing.T) {
 	clk := testingclock.NewFakeClock(simT0)
 	p := newTestPacer(t, clk, NewMemoryExchange(clk), "r1", Options{})
 	p.Arrive("A", "m")
-	ts := p.keys["m"].tenants["A"]
+	ts := p.keys["m"].tenants[claimant{tenant: "A"}]
 	now := clk.Now()
 	ts.setRate(now, 1)
 	for i := range 2 {

@@ -16,17 +16,33 @@ limitations under the License.
 
 package fleet
 
-import "math"
+import (
+	"math"
 
-// tenantPlan is what one exchange round decides for one tenant of a key.
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+)
+
+// claimant is one tenant's demand in one priority band: a tenant whose
+// requests lowered their band (fairqueue.Request.Band) claims in two, so
+// its lowered requests never use its allocation in its own band.
+type claimant struct {
+	tenant string
+	band   int
+}
+
+// tenantPlan is what one exchange round decides for one claimant.
 type tenantPlan struct {
-	// rate is this replica's gate rate for the tenant in requests per
+	// rate is this replica's gate rate for the claimant in requests per
 	// second; 0 leaves the gate open.
 	rate float64
-	// allocation is the tenant's weighted max-min share of the key's
-	// capacity across the fleet, per second.
+	// closed is true when the claimant's band gets nothing while the bands
+	// above it take the whole capacity: its gate passes nothing until the
+	// next round.
+	closed bool
+	// allocation is the claimant's share of the key's capacity across the
+	// fleet, per second.
 	allocation float64
-	// fleetShare is the tenant's fraction of the key's admissions across
+	// fleetShare is the claimant's fraction of the key's admissions across
 	// the fleet during the last period; localShare the same on this replica.
 	fleetShare, localShare float64
 }
@@ -37,24 +53,48 @@ type plan struct {
 	contended bool
 	// replicas is the number of live replicas that reported on the key.
 	replicas int
-	// tenants holds a plan for every tenant any replica reported.
-	tenants map[string]tenantPlan
+	// tenants holds a plan for every claimant any replica reported.
+	tenants map[claimant]tenantPlan
 }
 
-// tenantView aggregates the reports of every replica for one tenant.
+// tenantView aggregates the reports of every replica for one claimant.
 type tenantView struct {
 	weight      float64
 	demand      float64 // summed over non-backlogged replicas
-	backlogged  int     // replicas where the tenant is backlogged
+	backlogged  int     // replicas where the claimant is backlogged
 	admitted    float64
 	self        TenantReport
 	selfPresent bool
 }
 
-// makePlan computes the fleet's weighted max-min allocation of capacity
-// (requests per second) from reports, and the gate rates of replica self.
+// bandTable returns the minShares of the priority bands the fleet
+// allocates with: those of the report with the smallest replica name among
+// the reports that carry bands, so that every replica reading the same
+// reports picks the same table while a reload reaches them one by one. ok
+// is false when no report carries bands: the fleet has one band.
+func bandTable(reports []Report) (minShares []float64, ok bool) {
+	from := ""
+	for _, r := range reports {
+		if len(r.BandShares) > 0 && (!ok || r.Replica < from) {
+			minShares, from, ok = r.BandShares, r.Replica, true
+		}
+	}
+	return minShares, ok
+}
+
+// makePlan computes the fleet's allocation of capacity (requests per
+// second) from reports, and the gate rates of replica self.
 //
-// Each tenant's fleet demand is unbounded when any replica reports it
+// Claimants are tenants in priority bands. While this replica has no bands
+// (local, its weights, has none) or no report carries BandShares, every
+// tenant is in one band and the plan is exactly what it was before bands:
+// a replica without bands behaves like one that predates them, whatever it
+// reads. Otherwise a tenant's band is the one its report gives, or local's
+// for a report that carries no bands (from a replica that does not know
+// them); the capacity is divided strictly by band with the minShare floors
+// of bandTable (Banded), and within a band by weighted max-min fairness.
+//
+// Each claimant's fleet demand is unbounded when any replica reports it
 // backlogged, else the sum of its arrival rates. Its allocation a is then
 // split between the replicas that host it: a replica where it is not
 // backlogged gets the demand it reported (scaled down if those alone exceed
@@ -62,19 +102,30 @@ type tenantView struct {
 // backlogged replica that needs less soon stops being backlogged, reports a
 // finite demand, and hands the difference back at the next round. Gate
 // rates are the split times headroom, so that the shared bucket, not the
-// gates, is the binding limit; minRate is the floor of a gate.
-func makePlan(capacity float64, self string, reports []Report, headroom, minRate float64) plan {
-	p := plan{replicas: len(reports), tenants: map[string]tenantPlan{}}
-	views := map[string]*tenantView{}
-	names := []string{}
+// gates, is the binding limit; minRate is the floor of a gate. A claimant
+// allocated nothing (its band is starved) has a closed gate.
+func makePlan(capacity float64, self string, reports []Report, headroom, minRate float64, local *fairqueue.Weights) plan {
+	p := plan{replicas: len(reports), tenants: map[claimant]tenantPlan{}}
+	minShares, banded := bandTable(reports)
+	banded = banded && local != nil && len(local.Bands) > 0
+	views := map[claimant]*tenantView{}
+	names := []claimant{}
 	var totalDemand, totalAdmitted, selfAdmitted float64
 	for _, r := range reports {
 		for _, t := range r.Tenants {
-			v := views[t.Tenant]
+			c := claimant{tenant: t.Tenant}
+			switch {
+			case !banded:
+			case len(r.BandShares) > 0:
+				c.band = min(max(t.Band, 0), fairqueue.MaxBands-1)
+			default:
+				c.band = local.BandOf(t.Tenant)
+			}
+			v := views[c]
 			if v == nil {
 				v = &tenantView{}
-				views[t.Tenant] = v
-				names = append(names, t.Tenant)
+				views[c] = v
+				names = append(names, c)
 			}
 			v.weight = math.Max(v.weight, float64(max(t.Weight, 1)))
 			v.admitted += t.Admitted
@@ -93,9 +144,10 @@ func makePlan(capacity float64, self string, reports []Report, headroom, minRate
 	}
 	weights := make([]float64, len(names))
 	demands := make([]float64, len(names))
+	bands := make([]int, len(names))
 	for i, n := range names {
 		v := views[n]
-		weights[i], demands[i] = v.weight, v.demand
+		weights[i], demands[i], bands[i] = v.weight, v.demand, n.band
 		if v.backlogged > 0 {
 			demands[i] = unbounded
 			p.contended = true
@@ -104,7 +156,7 @@ func makePlan(capacity float64, self string, reports []Report, headroom, minRate
 	if totalDemand > capacity {
 		p.contended = true
 	}
-	alloc := MaxMin(capacity, weights, demands)
+	alloc := Banded(capacity, minShares, bands, weights, demands)
 	for i, n := range names {
 		v := views[n]
 		tp := tenantPlan{allocation: alloc[i]}
@@ -114,18 +166,23 @@ func makePlan(capacity float64, self string, reports []Report, headroom, minRate
 		if selfAdmitted > 0 {
 			tp.localShare = v.self.Admitted / selfAdmitted
 		}
-		// Only tenants at the water level are paced: one whose whole demand
-		// fits under its fair share is entitled to all it asks for, so its
-		// gate stays open and it never waits for a round to see a burst.
+		// Only claimants at their band's water level are paced: one whose
+		// whole demand fits under its allocation is entitled to all it asks
+		// for, so its gate stays open and it never waits for a round to see
+		// a burst.
 		if p.contended && capacity > 0 && v.selfPresent && (v.backlogged > 0 || v.demand > alloc[i]) {
-			tp.rate = math.Max(headroom*splitFor(alloc[i], v), minRate)
+			if alloc[i] > 0 {
+				tp.rate = math.Max(headroom*splitFor(alloc[i], v), minRate)
+			} else {
+				tp.closed = true
+			}
 		}
 		p.tenants[n] = tp
 	}
 	return p
 }
 
-// splitFor returns this replica's part of a tenant's fleet allocation a.
+// splitFor returns this replica's part of a claimant's fleet allocation a.
 func splitFor(a float64, v *tenantView) float64 {
 	finite := math.Min(v.demand, a)
 	if !v.self.Backlogged {

@@ -125,6 +125,22 @@ func (l *realLoad) start(ctx context.Context, r *realReplica, tenant string, cli
 	}
 }
 
+// stopFleet ends the clients' context, closes the replicas and waits for
+// the clients to return.
+func stopFleet(t *testing.T, cancel context.CancelFunc, reps []*realReplica, load *realLoad) {
+	cancel()
+	for _, r := range reps {
+		r.close(t)
+	}
+	stopped := make(chan struct{})
+	go func() { load.wg.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Error("clients still blocked in Admit 10s after their replicas closed")
+	}
+}
+
 func (l *realLoad) snapshot() map[string]int64 {
 	out := map[string]int64{}
 	for t, n := range l.admitted {
@@ -179,19 +195,7 @@ func TestRealRedisFleet(t *testing.T) {
 			}
 			load.start(ctx, reps[0], "A", 8)
 			load.start(ctx, reps[1], "B", 8)
-			defer func() {
-				cancel()
-				for _, r := range reps {
-					r.close(t)
-				}
-				stopped := make(chan struct{})
-				go func() { load.wg.Wait(); close(stopped) }()
-				select {
-				case <-stopped:
-				case <-time.After(10 * time.Second):
-					t.Error("clients still blocked in Admit 10s after their replicas closed")
-				}
-			}()
+			defer stopFleet(t, cancel, reps, load)
 
 			time.Sleep(warm)
 			s0 := load.snapshot()

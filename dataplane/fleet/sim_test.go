@@ -56,16 +56,33 @@ type simReplica struct {
 	queues map[string][]time.Time // per tenant: ready time of each waiter, head first
 	finish map[string]float64     // local virtual finish tag per tenant
 	phase  time.Duration          // offset of the replica's exchange rounds
+	old    bool                   // predates bands (simScenario.old)
 }
 
 // simLoad is one tenant's traffic: closed-loop clients per replica (a new
 // request the moment one is admitted), or an open-loop rate spread round-robin
-// over the live replicas.
+// over the live replicas (or over on, when set).
 type simLoad struct {
 	tenant  string
 	weight  int
 	clients map[int]int // replica index -> concurrent clients
 	rate    float64     // open-loop requests per second, spread over replicas
+	on      []int       // replicas of the open-loop rate; nil means every live one
+	// band is the tenant's priority band (with simScenario.bands).
+	band int
+	// lower, when set, makes this load the tenant's requests that lowered
+	// themselves to that band (fairqueue.Request.Band); name then tells
+	// them apart from the tenant's other load in the results.
+	lower int
+	name  string
+}
+
+// key names the load in the replicas' queues and in the results.
+func (l simLoad) key() string {
+	if l.name != "" {
+		return l.name
+	}
+	return l.tenant
 }
 
 type simScenario struct {
@@ -82,6 +99,16 @@ type simScenario struct {
 	// goodbye; its closed-loop clients reconnect to the other replicas.
 	scaleAt time.Duration
 	seed    uint64
+	// bands are the priority bands (none when empty).
+	bands []fairqueue.Band
+	// exchange, when set, replaces the in-process exchange (redis must be
+	// false): a RedisExchange on a real redis-server, whose report expiry
+	// follows Redis's real clock, so ttl should cover the whole run.
+	exchange Exchange
+	ttl      time.Duration
+	// old are replicas that predate bands: neither their pacer nor their
+	// local queue knows the bands (as during a rolling upgrade).
+	old map[int]bool
 }
 
 type simResult struct {
@@ -105,10 +132,21 @@ func simulate(t *testing.T, sc simScenario, windows ...[2]time.Duration) simResu
 	clk := testingclock.NewFakeClock(simT0)
 	rng := rand.New(rand.NewPCG(sc.seed, 7))
 	limits := limiter.Config{Model: &limiter.Limit{Requests: 90, Period: time.Second}}
-	weights := fairqueue.Weights{Default: 1, ByTenant: map[string]int{}}
+	weights := fairqueue.Weights{Default: 1, ByTenant: map[string]int{}, Bands: sc.bands, TenantBand: map[string]int{}}
+	loadOf := map[string]simLoad{}
 	for _, l := range sc.loads {
-		weights.ByTenant[l.tenant] = l.weight
+		loadOf[l.key()] = l
+		if l.lower == 0 {
+			weights.ByTenant[l.tenant] = l.weight
+			weights.TenantBand[l.tenant] = l.band
+		}
 	}
+	// bandOf is the band a load's requests are scheduled in locally.
+	bandOf := func(key string) int {
+		l := loadOf[key]
+		return max(weights.BandOf(l.tenant), min(l.lower, len(sc.bands)-1))
+	}
+	noBands := func(string) int { return 0 }
 	var (
 		ex         Exchange = NewMemoryExchange(clk)
 		store      limiter.Store
@@ -131,6 +169,9 @@ func simulate(t *testing.T, sc simScenario, windows ...[2]time.Duration) simResu
 		}
 		return l
 	}
+	if sc.exchange != nil {
+		ex = sc.exchange
+	}
 	if sc.redis && !sc.shared {
 		t.Fatal("a Redis store is shared by every replica: set shared too")
 	}
@@ -140,22 +181,26 @@ func simulate(t *testing.T, sc simScenario, windows ...[2]time.Duration) simResu
 	reps := make([]*simReplica, sc.replicas)
 	for i := range reps {
 		r := &simReplica{alive: true, lim: shared, queues: map[string][]time.Time{}, finish: map[string]float64{},
-			phase: time.Duration(i) * 67 * time.Millisecond}
+			phase: time.Duration(i) * 67 * time.Millisecond, old: sc.old[i]}
 		if !sc.shared {
 			r.lim = newLimiter()
 		}
 		if sc.paced {
-			p, err := New(clk, Options{Replica: fmt.Sprintf("replica-%d", i), Exchange: ex}, logr.Discard())
+			p, err := New(clk, Options{Replica: fmt.Sprintf("replica-%d", i), Exchange: ex, TTL: sc.ttl}, logr.Discard())
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.SetWeights(weights)
+			if r.old {
+				p.SetWeights(fairqueue.Weights{Default: weights.Default, ByTenant: weights.ByTenant})
+			} else {
+				p.SetWeights(weights)
+			}
 			p.SetLimits(limits)
 			r.pacer = p
 		}
 		reps[i] = r
 	}
-	weightOf := func(tenant string) float64 { return float64(weights.ByTenant[tenant]) }
+	weightOf := func(key string) float64 { return float64(weights.Of(loadOf[key].tenant)) }
 	arrive := func(r *simReplica, tenant string, now time.Time) {
 		if len(r.queues[tenant]) == 0 {
 			// A tenant that becomes active starts at the smallest tag of the
@@ -172,14 +217,14 @@ func simulate(t *testing.T, sc simScenario, windows ...[2]time.Duration) simResu
 		}
 		r.queues[tenant] = append(r.queues[tenant], now)
 		if r.pacer != nil {
-			r.pacer.Arrive(tenant, simModel)
+			r.pacer.ArriveBand(loadOf[tenant].tenant, loadOf[tenant].lower, simModel)
 		}
 	}
 	// Start every closed-loop client.
 	for _, l := range sc.loads {
 		for i, n := range l.clients {
 			for range n {
-				arrive(reps[i], l.tenant, simT0)
+				arrive(reps[i], l.key(), simT0)
 			}
 		}
 	}
@@ -220,9 +265,13 @@ func simulate(t *testing.T, sc simScenario, windows ...[2]time.Duration) simResu
 			if l.rate <= 0 {
 				continue
 			}
-			for float64(openSent[l.tenant]) < l.rate*el.Seconds() {
-				arrive(reps[live[openSent[l.tenant]%len(live)]], l.tenant, now)
-				openSent[l.tenant]++
+			on := live
+			if l.on != nil {
+				on = l.on
+			}
+			for float64(openSent[l.key()]) < l.rate*el.Seconds() {
+				arrive(reps[on[openSent[l.key()]%len(on)]], l.key(), now)
+				openSent[l.key()]++
 			}
 		}
 		// Exchange rounds.
@@ -238,12 +287,17 @@ func simulate(t *testing.T, sc simScenario, windows ...[2]time.Duration) simResu
 				continue
 			}
 			for {
-				tenant := r.next(now)
+				localBand := bandOf
+				if r.old {
+					localBand = noBands
+				}
+				tenant := r.next(now, localBand)
 				if tenant == "" {
 					break
 				}
+				l := loadOf[tenant]
 				if r.pacer != nil {
-					if ok, wait := r.pacer.Allow(now, tenant, simModel); !ok {
+					if ok, wait := r.pacer.AllowBand(now, l.tenant, l.lower, simModel); !ok {
 						r.queues[tenant][0] = now.Add(max(wait, simTick))
 						continue
 					}
@@ -253,7 +307,7 @@ func simulate(t *testing.T, sc simScenario, windows ...[2]time.Duration) simResu
 					t.Fatal(err)
 				}
 				if r.pacer != nil {
-					r.pacer.Done(tenant, simModel, d.Allowed)
+					r.pacer.DoneBand(l.tenant, l.lower, simModel, d.Allowed)
 				}
 				if !d.Allowed {
 					r.queues[tenant][0] = now.Add(max(d.RetryAfter, simTick))
@@ -276,24 +330,26 @@ func simulate(t *testing.T, sc simScenario, windows ...[2]time.Duration) simResu
 	return res
 }
 
-func isClosedLoop(loads []simLoad, tenant string) bool {
+func isClosedLoop(loads []simLoad, key string) bool {
 	for _, l := range loads {
-		if l.tenant == tenant {
+		if l.key() == key {
 			return len(l.clients) > 0
 		}
 	}
 	return false
 }
 
-// next returns the ready tenant with the smallest virtual finish tag, or "".
-func (r *simReplica) next(now time.Time) string {
-	best, tag := "", math.Inf(1)
-	for tenant, q := range r.queues {
+// next returns the ready load of the highest band (the smallest bandOf)
+// with the smallest virtual finish tag, or "".
+func (r *simReplica) next(now time.Time, bandOf func(string) int) string {
+	best, band, tag := "", math.MaxInt, math.Inf(1)
+	for key, q := range r.queues {
 		if len(q) == 0 || q[0].After(now) {
 			continue
 		}
-		if f := r.finish[tenant]; f < tag || (f == tag && tenant < best) {
-			best, tag = tenant, f
+		b, f := bandOf(key), r.finish[key]
+		if b < band || (b == band && (f < tag || (f == tag && key < best))) {
+			best, band, tag = key, b, f
 		}
 	}
 	return best

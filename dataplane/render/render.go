@@ -6,6 +6,8 @@ package render
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -163,6 +165,7 @@ func Render(in Input) (*Rendered, error) {
 			return nil, err
 		}
 		c.FairQueuing.Weights, merged = weights, m
+		renderBands(&spec.FairQueuing, &c.FairQueuing)
 	}
 
 	data, err := config.Marshal(c)
@@ -193,8 +196,29 @@ func ReferencedSecrets(p *fqv1alpha1.FairQueuePolicy) []string {
 	return names
 }
 
+// renderBands renders the priority bands, with the default band made
+// explicit. Without bands it renders nothing, so that policies without them
+// keep their bytes.
+func renderBands(fq *fqv1alpha1.FairQueuing, out *config.FairQueuing) {
+	if len(fq.PriorityBands) == 0 {
+		return
+	}
+	for _, b := range fq.PriorityBands {
+		out.Bands = append(out.Bands, config.Band{Name: b.Name, MinShare: b.MinShare})
+	}
+	out.DefaultBand = fq.EffectiveDefaultBand()
+	out.RequestBandHeader = fq.RequestBandHeader
+}
+
+// maxBandMembers bounds the identities weightsFrom Secrets with a band put in
+// bands, so that a large Secret cannot push the ConfigMap past its size
+// limit (each renders to about 110 bytes).
+const maxBandMembers = 4096
+
 // renderWeights resolves and hashes every weights entry. Variables are looked
 // up in the weightsFrom Secrets in order, the first holding the key winning.
+// Then every value of a weightsFrom Secret with a band becomes a member of
+// that band (see bandMembers).
 //
 // Entries that resolve to the same identity are merged, the first one
 // winning, and named in merged; they are not refused. The API server already
@@ -244,9 +268,73 @@ func renderWeights(fq *fqv1alpha1.FairQueuing, key []byte, secrets map[string]*c
 			continue
 		}
 		byHash[h] = i
-		weights = append(weights, config.Weight{TenantHash: h, Weight: w.Weight})
+		weights = append(weights, config.Weight{TenantHash: h, Weight: w.Weight, Band: w.Band})
+	}
+	weights, err = bandMembers(fq, sources, key, weights)
+	if err != nil {
+		return nil, nil, err
 	}
 	return weights, merged, nil
+}
+
+// bandMembers adds the identities of the weightsFrom Secrets with a band to
+// weights. Each data value is one identity, at the policy's default weight,
+// so that GitOps can keep band membership in Secrets. A weights entry for the same identity
+// keeps its weight, and its band when it names one; the first Secret listed
+// places an identity that several hold. Only hashes are kept, and errors
+// name Secrets and data keys, never values.
+func bandMembers(fq *fqv1alpha1.FairQueuing, sources []*corev1.Secret, key []byte, weights []config.Weight) ([]config.Weight, error) {
+	if len(fq.PriorityBands) == 0 {
+		return weights, nil
+	}
+	def := fq.DefaultWeight
+	if def == 0 {
+		def = fqv1alpha1.DefaultWeight
+	}
+	// at indexes weights by hash; placed says whether an identity's band
+	// is settled (named by its weights entry or by an earlier Secret).
+	at := make(map[string]int, len(weights))
+	placed := make(map[string]bool, len(weights))
+	for j, w := range weights {
+		at[w.TenantHash], placed[w.TenantHash] = j, w.Band != ""
+	}
+	members := 0
+	for i, src := range fq.WeightsFrom {
+		if src.Band == "" {
+			continue
+		}
+		s := sources[i]
+		for _, k := range slices.Sorted(maps.Keys(s.Data)) {
+			id := strings.TrimSpace(string(s.Data[k]))
+			if id == "" {
+				return nil, Invalid(fqv1alpha1.ReasonInvalid,
+					"Secret %q (spec.fairQueuing.weightsFrom[%d], band %q) key %q is empty: every value of a Secret with a band is one identity; fill it in or remove the key",
+					s.Name, i, src.Band, k)
+			}
+			// No identity spans lines (header values cannot), so this is a
+			// list pasted into one value, which would match nobody.
+			if strings.ContainsAny(id, "\r\n") {
+				return nil, Invalid(fqv1alpha1.ReasonInvalid,
+					"Secret %q (spec.fairQueuing.weightsFrom[%d], band %q) key %q holds several lines: every value of a Secret with a band is one identity; give each identity a key of its own",
+					s.Name, i, src.Band, k)
+			}
+			if members++; members > maxBandMembers {
+				return nil, Invalid(fqv1alpha1.ReasonInvalid,
+					"the weightsFrom Secrets with a band hold more than %d identities; place fewer identities in bands (for example bands of teams, with tenantDimension team) and leave the rest to defaultBand", maxBandMembers)
+			}
+			h := identity.Hash(key, id)
+			if placed[h] {
+				continue
+			}
+			placed[h] = true
+			if j, ok := at[h]; ok {
+				weights[j].Band = src.Band
+				continue
+			}
+			weights = append(weights, config.Weight{TenantHash: h, Weight: def, Band: src.Band})
+		}
+	}
+	return weights, nil
 }
 
 // describeEntry names a weights entry without its raw identity: by the

@@ -97,6 +97,16 @@ func main() {
 		fmt.Println("bench-check: limiter scaling skipped: one CPU")
 	}
 
+	// Priority bands: a grant with 1,024 tenants over three bands against
+	// one band (issue 21's target is at most 1.10). Report-only: it never
+	// fails the run.
+	soft["bands"] = true
+	bands, err := pairRatio("./dataplane/fairqueue", "BenchmarkGrantThreeBands", "BenchmarkGrantOneBand", "1", "1", *rounds)
+	if err != nil {
+		fail(err)
+	}
+	check("bands", "fair-queue grant, three bands / one band (1024 tenants)", bands, "<=", 1.10)
+
 	if *benchHTTP != "" {
 		cmd := exec.Command(*benchHTTP, "--dataplane", *dataplane, "--vegeta", *vegeta,
 			"--rounds", strconv.Itoa(*httpRounds), "--max-rounds", strconv.Itoa(*httpMaxRounds), "--duration", httpDuration.String(), "--check")

@@ -116,7 +116,10 @@ func limitsOf(s apiextensionsv1.JSONSchemaProps) string {
 	if s.Minimum != nil {
 		l = append(l, fmt.Sprintf("min %v", *s.Minimum))
 	}
-	if s.Maximum != nil {
+	switch {
+	case s.Maximum != nil && s.ExclusiveMaximum:
+		l = append(l, fmt.Sprintf("below %v", *s.Maximum))
+	case s.Maximum != nil:
 		l = append(l, fmt.Sprintf("max %v", *s.Maximum))
 	}
 	if s.MinLength != nil && *s.MinLength > 0 {

@@ -144,7 +144,7 @@ func TestSamplesAccepted(t *testing.T) {
 		}
 	}
 	slices.Sort(policies)
-	if want := []string{"capacity", "full", "minimal", "tokens"}; !slices.Equal(policies, want) {
+	if want := []string{"bands", "capacity", "full", "minimal", "tokens"}; !slices.Equal(policies, want) {
 		t.Errorf("sample policies = %v, want %v", policies, want)
 	}
 	// The stored objects must decode into the Go types the operator and the

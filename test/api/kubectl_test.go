@@ -93,6 +93,7 @@ func TestKubectlApplyAndGet(t *testing.T) {
 	t.Logf("kubectl get fqp:\n%s", out)
 	want := []*regexp.Regexp{
 		regexp.MustCompile(`^NAME\s+ENABLED\s+TENANT\s+READY\s+REASON\s+UPDATED\s+REPLICAS\s+AGE$`),
+		regexp.MustCompile(`^bands\s+true\s+apiKey\s+\S+$`),
 		regexp.MustCompile(`^capacity\s+true\s+apiKey\s+\S+$`),
 		regexp.MustCompile(`^full\s+true\s+apiKey\s+True\s+Rendered\s+1\s+2\s+\S+$`),
 		regexp.MustCompile(`^minimal\s+false\s+user\s+\S+$`),
@@ -105,6 +106,7 @@ func TestKubectlApplyAndGet(t *testing.T) {
 	t.Logf("kubectl get fqp -o wide:\n%s", wide)
 	matchLines(t, "kubectl get fqp -o wide", wide, []*regexp.Regexp{
 		regexp.MustCompile(`^NAME\s+ENABLED\s+TENANT\s+READY\s+REASON\s+UPDATED\s+REPLICAS\s+AGE\s+CONFIG HASH\s+GENERATION\s+OBSERVED$`),
+		regexp.MustCompile(`^bands\s+true\s+apiKey\s+\S+\s+1\s*$`),
 		regexp.MustCompile(`^capacity\s+true\s+apiKey\s+\S+\s+1\s*$`),
 		regexp.MustCompile(`^full\s+true\s+apiKey\s+True\s+Rendered\s+1\s+2\s+\S+\s+0123456789abcdef\s+1\s+1$`),
 		regexp.MustCompile(`^minimal\s+false\s+user\s+\S+\s+1\s*$`),
@@ -119,12 +121,29 @@ func TestKubectlApplyAndGet(t *testing.T) {
 		}
 	}
 
+	// minShare reads back as written, not as a Quantity's 50m.
+	bandsYAML := kubectl(ctx, t, bin, "get", "fqp", "bands", "-n", ns, "-o", "yaml")
+	if !strings.Contains(bandsYAML, "minShare: 0.05") {
+		t.Errorf("kubectl get fqp bands -o yaml lacks %q:\n%s", "minShare: 0.05", bandsYAML)
+	}
+
 	// kubectl explain teaches the bounds from the field docs.
 	explain := kubectl(ctx, t, bin, "explain", "fqp.spec.fairQueuing.bounds")
 	for _, s := range []string{"maxWait", "maxWait is the longest time one request may spend queued", "maxTotalQueued"} {
 		if !strings.Contains(explain, s) {
 			t.Errorf("kubectl explain fqp.spec.fairQueuing.bounds lacks %q:\n%s", s, explain)
 		}
+	}
+	// ... and the band fields' defaults, which no marker can state.
+	explain = kubectl(ctx, t, bin, "explain", "fqp.spec.fairQueuing")
+	for _, s := range []string{"priorityBands", "Defaults to the lowest (last) band of", "requestBandHeader", "Unset by default: requests keep their tenant's band."} {
+		if !strings.Contains(strings.Join(strings.Fields(explain), " "), s) {
+			t.Errorf("kubectl explain fqp.spec.fairQueuing lacks %q:\n%s", s, explain)
+		}
+	}
+	explain = kubectl(ctx, t, bin, "explain", "fqp.spec.fairQueuing.priorityBands.minShare")
+	if !strings.Contains(strings.Join(strings.Fields(explain), " "), "Defaults to 0: strict priority.") {
+		t.Errorf("kubectl explain fqp.spec.fairQueuing.priorityBands.minShare lacks its default:\n%s", explain)
 	}
 	explain = kubectl(ctx, t, bin, "explain", "fqp.spec.deferredAdmission.tokenLimits.perModel")
 	for _, s := range []string{"tokens", "overrides", "Defaults to \"1m\"."} {

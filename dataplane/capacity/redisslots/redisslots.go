@@ -31,6 +31,16 @@ limitations under the License.
 // renewal re-adds a lease that expired while Redis was unreachable, since
 // its request is still at the backend.
 //
+// # Waking waiters across the fleet
+//
+// A refused acquire marks the backend contended in Redis for two TTLs.
+// While it is, a release publishes the backend's name on the policy's room
+// channel, and so does a heartbeat that finds expired leases on a backend
+// this replica was refused on (a crashed replica's slots). Every replica's
+// heartbeat goroutine subscribes to the channel and calls Options.OnRoom,
+// so a waiter on one replica hears of a slot freed on another. A replica
+// does not hear its own releases, which its Tracker already reported.
+//
 // # Expiry bound
 //
 // A replica that crashes renews nothing more: its leases expire at most
@@ -56,6 +66,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,34 +87,61 @@ const (
 )
 
 // acquireScript drops the expired leases, and adds ARGV[3] expiring in
-// ARGV[2] ms if fewer than ARGV[1] remain. It returns {1|0, count}.
+// ARGV[2] ms if fewer than ARGV[1] remain. A refusal marks the backend
+// contended for 2 x ARGV[2] ms. It returns {1|0, count}.
 //
-// KEYS[1] the backend's lease set.
+// KEYS[1] the backend's lease set; KEYS[2] its contended mark.
 var acquireScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 if n >= tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[2], '1', 'PX', 2 * ttl)
   return {0, n}
 end
-local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[3])
 redis.call('PEXPIRE', KEYS[1], 2 * ttl)
 return {1, n + 1}
 `)
 
-// renewScript sets the leases ARGV[2..] to expire ARGV[1] ms from now,
-// adding those that expired, and returns how many it set.
+// releaseScript removes lease ARGV[1] and, while the backend is contended
+// (a replica was refused within two TTLs), publishes ARGV[3] on channel
+// ARGV[2] so that every replica's waiters hear of the room.
+//
+// KEYS[1] the backend's lease set; KEYS[2] its contended mark.
+var releaseScript = redis.NewScript(`
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if removed == 1 and redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return removed
+`)
+
+// renewScript drops the expired leases, sets the leases ARGV[4..] to
+// expire ARGV[1] ms from now (adding those that expired), and, when it
+// dropped some while the backend is contended, publishes ARGV[3] on channel
+// ARGV[2]: a crashed replica's slots wake the fleet's waiters when they
+// expire. It returns 1 while the backend is contended, else 0.
+//
+// KEYS[1] the backend's lease set; KEYS[2] its contended mark.
 var renewScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[1])
-for i = 2, #ARGV do
+local expired = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+for i = 4, #ARGV do
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
 end
-redis.call('PEXPIRE', KEYS[1], 2 * ttl)
-return #ARGV - 1
+if #ARGV >= 4 then
+  redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+end
+local contended = redis.call('EXISTS', KEYS[2])
+if expired > 0 and contended == 1 then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return contended
 `)
 
 // Options configures Leases.
@@ -135,6 +173,11 @@ type Options struct {
 	Clock clock.WithTicker
 	// Logger receives one line when calls start and stop failing.
 	Logger logr.Logger
+	// OnRoom, if set, is told when another replica releases a slot on a
+	// backend that refused a request within two TTLs (give it the
+	// Tracker's OnRoom): waiters on every replica then hear of the room.
+	// It is called from the heartbeat goroutine and must not block.
+	OnRoom func(backend string)
 }
 
 // Leases is a capacity.Shared on Redis. Close it to stop its heartbeat.
@@ -144,6 +187,7 @@ type Leases struct {
 
 	mu      sync.Mutex
 	live    map[string]map[uint64]struct{} // backend -> leases held in Redis
+	refused map[string]struct{}            // backends Redis refused lately: swept while contended
 	failing bool
 
 	stop chan struct{}
@@ -185,11 +229,12 @@ func New(o Options) (*Leases, error) {
 	var inc [6]byte
 	_, _ = rand.Read(inc[:])
 	l := &Leases{
-		o:      o,
-		prefix: o.Replica + "/" + hex.EncodeToString(inc[:]) + ":",
-		live:   map[string]map[uint64]struct{}{},
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		o:       o,
+		prefix:  o.Replica + "/" + hex.EncodeToString(inc[:]) + ":",
+		live:    map[string]map[uint64]struct{}{},
+		refused: map[string]struct{}{},
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	go l.heartbeat()
 	return l, nil
@@ -199,6 +244,16 @@ func New(o Options) (*Leases, error) {
 func key(st *redisstore.Store, backend string) string {
 	return "fq:" + st.HashTag() + ":capacity:" + backend
 }
+
+// contendedKey marks backend as having refused a request lately.
+func contendedKey(st *redisstore.Store, backend string) string {
+	return "fq:" + st.HashTag() + ":capacity-contended:" + backend
+}
+
+// roomChannel is the policy's channel of releases on contended backends;
+// a message is the backend's name, a NUL and the releasing replica's
+// lease prefix.
+func roomChannel(st *redisstore.Store) string { return "fq:" + st.HashTag() + ":capacity-room" }
 
 func (l *Leases) member(seq uint64) string { return l.prefix + strconv.FormatUint(seq, 10) }
 
@@ -213,7 +268,7 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
 	defer cancel()
-	res, err := acquireScript.Run(ctx, st.Client(), []string{key(st, backend)},
+	res, err := acquireScript.Run(ctx, st.Client(), []string{key(st, backend), contendedKey(st, backend)},
 		limit, l.o.TTL.Milliseconds(), l.member(seq)).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = errors.New("the slot script answered " + strconv.Itoa(len(res)) + " values, want 2")
@@ -223,6 +278,9 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 		return l.fallback(limit, local)
 	}
 	if res[0] != 1 {
+		l.mu.Lock()
+		l.refused[backend] = struct{}{}
+		l.mu.Unlock()
 		return capacity.Saturated
 	}
 	l.mu.Lock()
@@ -268,7 +326,9 @@ func (l *Leases) Release(backend string, seq uint64) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
 	defer cancel()
-	l.outcome(st.Client().ZRem(ctx, key(st, backend), l.member(seq)).Err())
+	err := releaseScript.Run(ctx, st.Client(), []string{key(st, backend), contendedKey(st, backend)},
+		l.member(seq), roomChannel(st), backend+"\x00"+l.prefix).Err()
+	l.outcome(err)
 }
 
 // outcome logs when calls start and stop failing.
@@ -290,17 +350,66 @@ func (l *Leases) heartbeat() {
 	defer close(l.done)
 	t := l.o.Clock.NewTicker(l.o.RenewInterval)
 	defer t.Stop()
+	var sub subscription
+	defer sub.close()
+	sub.follow(l.o.Store(), l.o.OnRoom != nil)
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-t.C():
 			l.renew()
+			sub.follow(l.o.Store(), l.o.OnRoom != nil)
+		case m, ok := <-sub.ch:
+			if !ok {
+				sub.close() // resubscribed at the next tick
+				continue
+			}
+			backend, from, _ := strings.Cut(m.Payload, "\x00")
+			if from != l.prefix {
+				l.o.OnRoom(backend)
+			}
 		}
 	}
 }
 
-// renew re-asserts every live lease, RenewBatch per call.
+// subscription is the heartbeat's subscription to the room channel of the
+// store in force, if any.
+type subscription struct {
+	client redis.UniversalClient
+	ps     *redis.PubSub
+	ch     <-chan *redis.Message // nil while not subscribed: never ready
+}
+
+// follow subscribes to st's room channel, unless already subscribed
+// through st's current client, or unsubscribes when st is nil or want is
+// false. go-redis reconnects a subscription by itself; a client the store
+// replaced after an outage is followed here.
+func (s *subscription) follow(st *redisstore.Store, want bool) {
+	if !want || st == nil {
+		s.close()
+		return
+	}
+	c := st.Client()
+	if s.ps != nil && s.client == c {
+		return
+	}
+	s.close()
+	s.client = c
+	s.ps = c.Subscribe(context.Background(), roomChannel(st))
+	s.ch = s.ps.Channel(redis.WithChannelSize(64))
+}
+
+func (s *subscription) close() {
+	if s.ps != nil {
+		_ = s.ps.Close()
+	}
+	*s = subscription{}
+}
+
+// renew re-asserts every live lease, RenewBatch per call, and sweeps the
+// expired leases of the backends this replica was refused on, so that
+// their expiry wakes its waiters.
 func (l *Leases) renew() {
 	st := l.o.Store()
 	if st == nil || !st.Up() {
@@ -311,18 +420,26 @@ func (l *Leases) renew() {
 		args    []any
 	}
 	ttl := l.o.TTL.Milliseconds()
+	head := func(backend string) []any {
+		return []any{ttl, roomChannel(st), backend + "\x00"} // from no one: every replica hears it
+	}
 	var batches []batch
 	l.mu.Lock()
 	for backend, set := range l.live {
-		args := []any{ttl}
+		args := head(backend)
 		for seq := range set {
-			if len(args) > l.o.RenewBatch {
+			if len(args) >= 3+l.o.RenewBatch {
 				batches = append(batches, batch{backend, args})
-				args = []any{ttl}
+				args = head(backend)
 			}
 			args = append(args, l.member(seq))
 		}
 		batches = append(batches, batch{backend, args})
+	}
+	for backend := range l.refused {
+		if l.live[backend] == nil {
+			batches = append(batches, batch{backend, head(backend)})
+		}
 	}
 	l.mu.Unlock()
 	for _, b := range batches {
@@ -332,9 +449,14 @@ func (l *Leases) renew() {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
-		err := renewScript.Run(ctx, st.Client(), []string{key(st, b.backend)}, b.args...).Err()
+		contended, err := renewScript.Run(ctx, st.Client(), []string{key(st, b.backend), contendedKey(st, b.backend)}, b.args...).Int64()
 		cancel()
 		l.outcome(err)
+		if err == nil && contended == 0 {
+			l.mu.Lock()
+			delete(l.refused, b.backend)
+			l.mu.Unlock()
+		}
 	}
 }
 
@@ -359,6 +481,7 @@ func (l *Leases) Close() {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
 			_ = st.Client().ZRem(ctx, key(st, backend), members...).Err()
+			_ = st.Client().Publish(ctx, roomChannel(st), backend+"\x00"+l.prefix).Err()
 			cancel()
 		}
 	})

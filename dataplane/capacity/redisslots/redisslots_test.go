@@ -40,10 +40,11 @@ func TestMain(m *testing.M) {
 
 // fleet is a Redis server and the policy's store on it.
 type fleet struct {
-	t      *testing.T
-	srv    *redistest.Server
-	client *redis.Client
-	store  *redisstore.Store
+	t        *testing.T
+	replicas int
+	srv      *redistest.Server
+	client   *redis.Client
+	store    *redisstore.Store
 }
 
 func newFleet(t *testing.T) *fleet {
@@ -63,13 +64,21 @@ type replica struct {
 	tr     *capacity.Tracker
 	leases *Leases
 	clk    *clocktesting.FakeClock
+	rooms  chan string // what Leases.OnRoom was told, from other replicas
 }
 
 func (f *fleet) replica(name string, maxInFlight int, o Options) *replica {
 	f.t.Helper()
 	clk := clocktesting.NewFakeClock(time.Now())
+	rooms := make(chan string, 64)
 	o.Store = func() *redisstore.Store { return f.store }
 	o.Replica, o.Clock = name, clk
+	o.OnRoom = func(b string) {
+		select {
+		case rooms <- b:
+		default:
+		}
+	}
 	l, err := New(o)
 	if err != nil {
 		f.t.Fatal(err)
@@ -77,10 +86,13 @@ func (f *fleet) replica(name string, maxInFlight int, o Options) *replica {
 	f.t.Cleanup(l.Close)
 	tr := capacity.New(capacity.Options{Shared: l})
 	f.t.Cleanup(tr.Close)
-	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: maxInFlight}}); err != nil {
+	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: int32(maxInFlight)}}); err != nil {
 		f.t.Fatal(err)
 	}
-	return &replica{tr: tr, leases: l, clk: clk}
+	r := &replica{tr: tr, leases: l, clk: clk, rooms: rooms}
+	f.waitSubscribers(int64(f.replicas + 1))
+	f.replicas++
+	return r
 }
 
 func (r *replica) acquire(s *capacity.Slot) capacity.Result { return r.tr.Acquire(s, "vllm-a") }
@@ -100,6 +112,28 @@ func (r *replica) renewNow(t *testing.T, f *fleet) {
 	testutil.Eventually(t, "the heartbeat's ticker", r.clk.HasWaiters)
 	r.clk.Step(r.leases.o.RenewInterval)
 	testutil.Eventually(t, "a renewal", func() bool { return f.scores(t) > before })
+}
+
+// waitSubscribers waits until n replicas listen on the room channel.
+func (f *fleet) waitSubscribers(n int64) {
+	f.t.Helper()
+	testutil.Eventually(f.t, fmt.Sprintf("%d subscribers", n), func() bool {
+		m, err := f.client.PubSubNumSub(context.Background(), roomChannel(f.store)).Result()
+		return err == nil && m[roomChannel(f.store)] >= n
+	})
+}
+
+// room waits for r to be told of room on vllm-a by another replica.
+func (r *replica) room(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case b := <-r.rooms:
+		if b != "vllm-a" {
+			t.Fatalf("%s: room on %q", what, b)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no room reported within 10s", what)
+	}
 }
 
 // scores sums the lease expiries in the backend's set.
@@ -180,11 +214,17 @@ func TestACrashedReplicasSlotsComeBackWithinTheTTL(t *testing.T) {
 	b1.Release()
 }
 
+// fast renews every 100 ms with a 300 ms TTL, so that expiry shows in a
+// test's time.
+var fast = Options{RenewInterval: 100 * time.Millisecond, TTL: 300 * time.Millisecond}
+
+// pair starts replicas a and b of one slot each with o.
+func (f *fleet) pair(o Options) (a, b *replica) { return f.replica("a", 1, o), f.replica("b", 1, o) }
+
 func TestALiveReplicasLeasesAreRenewedPastTheTTL(t *testing.T) {
 	f := newFleet(t)
-	const ttl = 300 * time.Millisecond
-	o := Options{RenewInterval: 100 * time.Millisecond, TTL: ttl}
-	a, b := f.replica("a", 1, o), f.replica("b", 1, o)
+	ttl := fast.TTL
+	a, b := f.pair(fast)
 	var a1, b1 capacity.Slot
 	if a.acquire(&a1) != capacity.Acquired {
 		t.Fatal("first acquire refused")
@@ -206,7 +246,7 @@ func TestALiveReplicasLeasesAreRenewedPastTheTTL(t *testing.T) {
 
 func TestARenewalRestoresALeaseThatExpiredWhileItsRequestRuns(t *testing.T) {
 	f := newFleet(t)
-	a := f.replica("a", 2, Options{RenewInterval: 100 * time.Millisecond, TTL: 300 * time.Millisecond})
+	a := f.replica("a", 2, fast)
 	var a1 capacity.Slot
 	a.acquire(&a1)
 	if err := f.client.Del(context.Background(), key(f.store, "vllm-a")).Err(); err != nil {
@@ -319,4 +359,51 @@ func BenchmarkFleetAcquireRelease(b *testing.B) {
 		}
 		s.Release()
 	}
+}
+
+func TestAReleaseWakesTheOtherReplicasWaitersOnlyWhileContended(t *testing.T) {
+	f := newFleet(t)
+	a, b := f.pair(Options{})
+	var a1, b1 capacity.Slot
+	a.acquire(&a1)
+	a1.Release() // nobody refused: no message
+	a.acquire(&a1)
+	if b.acquire(&b1) != capacity.Saturated {
+		t.Fatal("b not refused")
+	}
+	a1.Release()
+	b.room(t, "a release after b was refused")
+	select {
+	case got := <-b.rooms:
+		t.Fatalf("a second room message %q: the uncontended release published", got)
+	default:
+	}
+	select {
+	case got := <-a.rooms:
+		t.Fatalf("a heard its own release: %q", got)
+	default:
+	}
+	if b.acquire(&b1) != capacity.Acquired {
+		t.Fatal("b refused after the room")
+	}
+	b1.Release()
+}
+
+func TestACrashedReplicasExpiredSlotsWakeTheWaiters(t *testing.T) {
+	f := newFleet(t)
+	a, b := f.pair(fast)
+	var a1, b1 capacity.Slot
+	a.acquire(&a1)
+	a.crash()
+	if b.acquire(&b1) != capacity.Saturated {
+		t.Fatal("b not refused")
+	}
+	time.Sleep(fast.TTL + 50*time.Millisecond) // Redis's clock: the lease expires
+	testutil.Eventually(t, "b's heartbeat ticker", b.clk.HasWaiters)
+	b.clk.Step(fast.RenewInterval) // b's heartbeat sweeps the expired lease
+	b.room(t, "the crashed replica's lease expiring")
+	if b.acquire(&b1) != capacity.Acquired {
+		t.Fatal("b refused after the expiry")
+	}
+	b1.Release()
 }
