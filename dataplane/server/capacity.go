@@ -36,24 +36,12 @@ type capacityState struct {
 	last    atomic.Int64
 }
 
-// capacityBackends converts the rendered config to the tracker's backends.
+// capacityBackends returns the tracker's backends of a rendered config.
 func capacityBackends(c *config.Capacity) []capacity.Backend {
 	if c == nil {
 		return nil
 	}
-	out := make([]capacity.Backend, 0, len(c.Backends))
-	for _, b := range c.Backends {
-		cb := capacity.Backend{Name: b.Name, MaxInFlight: int(b.MaxInFlight)}
-		if s := b.Saturation; s != nil {
-			cb.Saturation = &capacity.Saturation{URL: s.MetricsURL, Interval: s.Interval.Duration,
-				Timeout: s.Timeout.Duration, StaleAfter: s.StaleAfter.Duration}
-			for _, sig := range s.Signals {
-				cb.Saturation.Signals = append(cb.Saturation.Signals, capacity.Signal{Metric: sig.Metric, Max: sig.Max})
-			}
-		}
-		out = append(out, cb)
-	}
-	return out
+	return c.Backends
 }
 
 // capacityFor returns the server's capacity state, building it on the first
