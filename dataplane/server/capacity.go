@@ -61,6 +61,7 @@ func (s *Server) capacityFor(cfg *config.Config) *capacityState {
 	})
 	go cs.run(s)
 	s.capacity = cs
+	s.capLive.Store(cs)
 	return cs
 }
 
@@ -149,7 +150,16 @@ func (s *Server) applyCapacity(rt *runtime, cfg *config.Config) {
 }
 
 // capObserver returns the observer of the tracker's pollers.
-func (s *Server) capObserver() capacity.Observer { return capacity.NopObserver{} }
+func (s *Server) capObserver() capacity.Observer { return s.capMetrics }
+
+// capacityStats is what the capacity metrics read at each scrape: nothing
+// before a config turned capacity mode on.
+func (s *Server) capacityStats() []capacity.BackendStats {
+	if cs := s.capLive.Load(); cs != nil {
+		return cs.tracker.Stats()
+	}
+	return nil
+}
 
 // pick returns the backend for an admitted request: in capacity mode the one
 // its ticket holds a slot on, which must also pass the per-backend limit;

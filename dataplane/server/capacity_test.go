@@ -174,6 +174,12 @@ func TestCapacityRefusalWithoutQueueing(t *testing.T) {
 		first <- resp.StatusCode
 	}()
 	<-arrived
+	if got := gaugeValue(t, hs, "fairqueue_backend_in_flight"); got != 1 {
+		t.Errorf("fairqueue_backend_in_flight = %v while one request is at the backend, want 1", got)
+	}
+	if got := gaugeValue(t, hs, "fairqueue_backend_saturated"); got != 1 {
+		t.Errorf("fairqueue_backend_saturated = %v at maxInFlight, want 1", got)
+	}
 	resp := hs.do(capBody, map[string]string{"X-User": "bob"})
 	body := readAll(t, resp)
 	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, `"limit_type":"capacity"`) {
@@ -254,4 +260,20 @@ func TestCapacityWaiterGrantedWhenSlotFrees(t *testing.T) {
 		t.Errorf("responses with x-fair-queue-position: %d, want 1 (the one that waited)", got[true])
 	}
 	testutil.Eventually(t, "every slot is released", func() bool { return hs.inFlight() == 0 })
+}
+
+// gaugeValue returns the value of the one series of the named metric.
+func gaugeValue(t *testing.T, hs *harness, name string) float64 {
+	t.Helper()
+	mfs, err := hs.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("metric %s with one series not found", name)
+	return 0
 }

@@ -154,6 +154,10 @@ type Server struct {
 	// (capacity.go); capShared makes its counts fleet-wide.
 	capacity  *capacityState
 	capShared capacity.Shared
+	// capLive is capacity for the metrics' scrapes; capMetrics observes
+	// the tracker's pollers.
+	capLive    atomic.Pointer[capacityState]
+	capMetrics *metrics.Capacity
 
 	// sourceHealth reports the config source's failures on /readyz.
 	sourceHealth atomic.Pointer[func() error]
@@ -241,6 +245,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if s.tokenMetrics, err = metrics.NewTokens(s.reg); err != nil {
+		return nil, err
+	}
+	if s.capMetrics, err = metrics.NewCapacity(s.reg, s.capacityStats); err != nil {
 		return nil, err
 	}
 	return s, nil
