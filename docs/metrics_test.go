@@ -18,7 +18,7 @@ var metricConst = regexp.MustCompile(`\b\w+Name\s*=\s*"((?:rate_limit|fairqueue)
 // allows; a metric outside them needs the rule, and this list, extended.
 var subsystems = map[string][]string{
 	"rate_limit_": {"fair_queue_", "decisions_", "deferred_", "tokens_", "store_", "live_replicas", "fleet_"},
-	"fairqueue_":  {"config_", "request_body_", "upstream_", "policy_"},
+	"fairqueue_":  {"config_", "request_body_", "upstream_", "policy_", "backend_"},
 }
 
 // definedMetrics returns every metric name constant of the data plane and

@@ -294,8 +294,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
+	leases, err := newCapacityLeases(o, stores, log)
+	if err != nil {
+		return err
+	}
+	defer leases.Close()
 	srvOpts := server.Options{
-		Logger: log, HashKey: key, TrustedProxies: trusted, MaxBodyBytes: o.maxBodyBytes,
+		CapacityShared: leases,
+		Logger:         log, HashKey: key, TrustedProxies: trusted, MaxBodyBytes: o.maxBodyBytes,
 		Registerer: reg, Gatherer: reg, ShutdownGrace: o.shutdownGrace, ShutdownDelay: o.shutdownDelay,
 		MaxBufferedBodyBytes: o.maxBuffered, BodyReadTimeout: o.bodyTimeout,
 		MaxHeaderBytes: o.maxHeaderBytes, ReadHeaderTimeout: o.headerTimeout,

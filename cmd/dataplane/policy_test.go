@@ -187,6 +187,12 @@ func TestSamplesRunStandalone(t *testing.T) {
 	bin := testbin.Build(t, "./cmd/dataplane")
 	var hits atomic.Int64
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			// A capacity sample's saturation poller, not a proxied request.
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = io.WriteString(w, "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\n")
+			return
+		}
 		hits.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"object":"chat.completion","path":"`+r.URL.Path+`"}`)

@@ -31,6 +31,8 @@ type storeWiring struct {
 	replicas *redisstore.LeaseReplicas // nil outside Kubernetes or with --store-replicas
 	fleet    *fleetReplicas            // the fleet exchange's count: set outside Kubernetes without --store-replicas
 	metrics  *metrics.StoreMetrics
+	// count is the live-replica count in use, whichever of the above.
+	count redisstore.Replicas
 }
 
 // newStoreWiring builds the store switch. Inside Kubernetes the Redis Secret
@@ -64,6 +66,7 @@ func newStoreWiring(o *options, kube kubernetes.Interface, namespace, configMap 
 			Logger: log.WithName("replicas"), Report: sm.LiveReplicas})
 		replicas = w.replicas
 	}
+	w.count = replicas
 	var secrets redisstore.SecretGetter
 	switch {
 	case o.storeSecretDir != "":

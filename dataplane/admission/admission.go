@@ -112,6 +112,10 @@ type Request struct {
 
 	// band is the index Admit resolved Band to (bands.go).
 	band int
+
+	// Capacity, with a Tracker, makes Begin take a backend slot once every
+	// limit passed (SPEC 6b, capacity.go); Admit alone ignores it.
+	Capacity Capacity
 }
 
 // QueueInfo describes the fair queue's part in a decision, for the

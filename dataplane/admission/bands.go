@@ -42,28 +42,37 @@ type BandObserver interface {
 // changes nothing and is reported to the BandObserver. Only a request that
 // can queue (fair queuing on, a tenant identity) has a band to choose.
 func (c *Controller) requestBand(r *Request) int {
+	i, ignored := c.resolveBand(r)
+	if ignored != "" {
+		c.bandIgnored(ignored)
+	}
+	return i
+}
+
+// resolveBand is requestBand without counting: the band index r's header
+// asks for when it takes effect (else 0), and why it was ignored, if it was.
+// A capacity wait after Admit resolves the same band again with it.
+func (c *Controller) resolveBand(r *Request) (int, string) {
 	if r.Band == "" {
-		return 0
+		return 0, ""
 	}
 	p := c.pol.Load()
 	if !p.settings.Enabled || p.queues == nil {
-		return 0
+		return 0, ""
 	}
 	tenant, _, ok := r.Identity.Tenant(p.settings.TenantDimension)
 	if !ok {
-		return 0
+		return 0, ""
 	}
 	w := &p.queues.weights
 	i, known := w.BandIndex(r.Band)
 	switch {
 	case !known:
-		c.bandIgnored(BandIgnoredUnknown)
-		return 0
+		return 0, BandIgnoredUnknown
 	case i < w.BandOf(tenant):
-		c.bandIgnored(BandIgnoredRaise)
-		return 0
+		return 0, BandIgnoredRaise
 	}
-	return i
+	return i, ""
 }
 
 // bandIgnored reports a request band ignored for reason.

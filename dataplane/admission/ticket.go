@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairqueue/fairqueue/dataplane/capacity"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 )
 
@@ -48,16 +49,24 @@ type Ticket struct {
 	settle settlement
 	// done is set by the first Done; refunded by the first NoBackend.
 	done, refunded atomic.Bool
+	// slot is the backend slot of capacity mode (capacity.go), released by
+	// Done and NoBackend; chosen is 1 + the index of its candidate, 0 none.
+	slot   *capacity.Slot
+	chosen int
 }
 
 // Begin decides r as Admit does and, when it is admitted, makes t the
 // request's ticket. A refused request is charged nothing to give back: t
 // stays empty and its Done does nothing.
 func (c *Controller) Begin(ctx context.Context, r Request, t *Ticket) Decision {
+	arrival := c.clk.Now()
 	dec := c.Admit(ctx, r)
 	if dec.Allowed {
 		t.c, t.r, t.settle = c, r, dec.settle
 		dec.settle = settlement{}
+		if r.Capacity.Tracker != nil {
+			dec = c.takeSlot(ctx, arrival, t, &dec)
+		}
 	}
 	return dec
 }
@@ -71,6 +80,7 @@ func (t *Ticket) Settles() bool { return t.settle.reserved > 0 || t.settle.accou
 // immediate 429, retryable after retry: backend capacity is never queued, so
 // it carries no queue details. Its reservation is settled at nothing by Done.
 func (t *Ticket) NoBackend(retry time.Duration) Decision {
+	t.releaseSlot(false)
 	if t.c == nil {
 		return Decision{}
 	}
@@ -91,6 +101,7 @@ func (t *Ticket) NoBackend(retry time.Duration) Decision {
 // cannot take the settlement is logged, never fails the request: the buckets
 // then keep the reservation, which refills on its own.
 func (t *Ticket) Done(used int64) {
+	t.releaseSlot(true)
 	if t.c == nil || !t.done.CompareAndSwap(false, true) {
 		return
 	}

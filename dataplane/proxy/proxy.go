@@ -140,7 +140,7 @@ type TakeFunc func(backend string) (ok bool, retryAfter time.Duration)
 // shortest Retry-After among them. A nil take means no per-backend limit.
 func (p *Pool) Pick(take TakeFunc) (*Backend, time.Duration) {
 	n := len(p.backends)
-	first := p.order[int((p.next.Add(1)-1)%uint32(len(p.order)))]
+	first := p.NextIndex()
 	if take == nil {
 		return p.backends[first], 0
 	}

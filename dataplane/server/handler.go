@@ -102,6 +102,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		acct = usage.NewAccount(tokensRT.estimator, model, body.bytes())
 		ar.Reserver = acct
 	}
+	rt.capacityRequest(&ar)
 	var tk admission.Ticket
 	dec := rt.admit.Begin(r.Context(), ar, &tk)
 	if !dec.Allowed {
@@ -125,7 +126,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	// A request that waited through a reload goes to the backends in force
 	// now, not to those of the config it arrived under.
 	rt = s.rt.Load()
-	b, retry := rt.pool.Pick(rt.take)
+	b, retry := rt.pick(&tk)
 	if b == nil {
 		dec = tk.NoBackend(retry)
 		s.refuse(w, r, &dec, &id.Set)
@@ -224,6 +225,9 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 	case dec.TokenRefusal():
 		e.errType = errorTypeRateLimit
 		tokenError(&e, dec)
+	case dec.LimitType == admission.LimitTypeCapacity && !q.Queued:
+		e.errType, e.code = errorTypeRateLimit, "capacity_exceeded"
+		e.message = "every backend is at capacity and this request cannot wait for one (it has no tenant identity, or fair queuing is off); retry after the indicated time"
 	case q.Queued && q.Reason != "":
 		e.errType, e.code = errorTypeRateLimit, string(q.Reason)
 		e.message = "fair queue refused the request (" + string(q.Reason) + ") while the " + dec.LimitType +

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/admission"
+	"github.com/fairqueue/fairqueue/dataplane/capacity"
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/identity/resolver"
@@ -40,6 +42,13 @@ type runtime struct {
 	// means none.
 	defaultTimeout time.Duration
 	modelTimeouts  map[string]time.Duration
+	// capacity is the server's capacity mode state (capacity.go), nil
+	// before any config had one; capacityOn says this config uses it.
+	// backendNames are the pool's backends in configured order, its
+	// candidates.
+	capacity     *capacityState
+	capacityOn   bool
+	backendNames []string
 	// deadlineHeader is the canonical name of the policy's client deadline
 	// header; empty means none.
 	deadlineHeader string
@@ -66,6 +75,12 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime, hasher *identity.
 		resolver:       resolver.New(cfg, hasher, s.trusted),
 		pool:           pool,
 		defaultTimeout: cfg.Timeouts.RequestTotal.Duration,
+	}
+	if cfg.Capacity != nil {
+		if err := capacity.Validate(capacityBackends(cfg.Capacity)); err != nil {
+			return nil, fmt.Errorf("capacity: %w", err)
+		}
+		rt.backendNames = pool.Names()
 	}
 	if h := cfg.Timeouts.ClientDeadlineHeader; h != "" {
 		rt.deadlineHeader = http.CanonicalHeaderKey(h)
@@ -107,7 +122,12 @@ func (s *Server) loadAdmission(cfg *config.Config) (*admission.Controller, error
 
 // close answers every queued request with a shutdown refusal (503) and stops
 // the queue's scheduling goroutine.
-func (rt *runtime) close() { rt.admit.Close() }
+func (rt *runtime) close() {
+	rt.admit.Close()
+	if rt.capacity != nil {
+		rt.capacity.close()
+	}
+}
 
 // timeout returns the total timeout for a model; zero means none.
 func (rt *runtime) timeout(model string) time.Duration {

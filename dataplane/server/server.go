@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/fairqueue/fairqueue/dataplane/admission"
+	"github.com/fairqueue/fairqueue/dataplane/capacity"
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
@@ -103,6 +104,9 @@ type Options struct {
 	// ReadHeaderTimeout bounds reading a request's line and headers. Zero
 	// means DefaultReadHeaderTimeout.
 	ReadHeaderTimeout time.Duration
+	// CapacityShared, if set, makes capacity mode's in-flight counts
+	// fleet-wide (package redisslots, with the Redis store).
+	CapacityShared capacity.Shared
 	// TopTenants is how many tenants without a weights entry get
 	// per-tenant metric series of their own (metrics.NewTenants). Zero
 	// means metrics.DefaultTopTenants, negative none.
@@ -146,6 +150,15 @@ type Server struct {
 	draining atomic.Bool
 	loadMu   sync.Mutex
 
+	// capacity is capacity mode, built by the first config that has it
+	// (capacity.go); capShared makes its counts fleet-wide.
+	capacity  *capacityState
+	capShared capacity.Shared
+	// capLive is capacity for the metrics' scrapes; capMetrics observes
+	// the tracker's pollers.
+	capLive    atomic.Pointer[capacityState]
+	capMetrics *metrics.Capacity
+
 	// sourceHealth reports the config source's failures on /readyz.
 	sourceHealth atomic.Pointer[func() error]
 	// storeHealth reports a rate-limit store that does not apply charges.
@@ -158,20 +171,21 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("server: no hash key; pass --hash-key-file with the key from the policy's hash-key Secret")
 	}
 	s := &Server{
-		log:      opts.Logger,
-		clock:    opts.Clock,
-		hasher:   identity.NewHasher(opts.HashKey),
-		hashKey:  append([]byte(nil), opts.HashKey...),
-		hashKeys: opts.HashKeys,
-		trusted:  opts.TrustedProxies,
-		maxBody:  opts.MaxBodyBytes,
-		reg:      opts.Registerer,
-		gatherer: opts.Gatherer,
-		tr:       opts.Transport,
-		store:    opts.Store,
-		fleet:    opts.Fleet,
-		grace:    opts.ShutdownGrace,
-		delay:    max(opts.ShutdownDelay, 0),
+		log:       opts.Logger,
+		clock:     opts.Clock,
+		hasher:    identity.NewHasher(opts.HashKey),
+		hashKey:   append([]byte(nil), opts.HashKey...),
+		hashKeys:  opts.HashKeys,
+		trusted:   opts.TrustedProxies,
+		maxBody:   opts.MaxBodyBytes,
+		reg:       opts.Registerer,
+		gatherer:  opts.Gatherer,
+		tr:        opts.Transport,
+		store:     opts.Store,
+		fleet:     opts.Fleet,
+		capShared: opts.CapacityShared,
+		grace:     opts.ShutdownGrace,
+		delay:     max(opts.ShutdownDelay, 0),
 
 		bodies:            &bodyBudget{max: opts.MaxBufferedBodyBytes},
 		bodyTimeout:       opts.BodyReadTimeout,
@@ -233,6 +247,9 @@ func New(opts Options) (*Server, error) {
 	if s.tokenMetrics, err = metrics.NewTokens(s.reg); err != nil {
 		return nil, err
 	}
+	if s.capMetrics, err = metrics.NewCapacity(s.reg, s.capacityStats); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -262,6 +279,7 @@ func (s *Server) Load(cfg *config.Config, configHash string) error {
 		return err
 	}
 	// Nothing fails from here on.
+	s.applyCapacity(rt, cfg)
 	if cfg.RateLimits.PerBackend != nil {
 		rt.take = rt.admit.TakeBackend
 	}

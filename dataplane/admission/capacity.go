@@ -1,0 +1,211 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/fairqueue/fairqueue/dataplane/capacity"
+	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
+)
+
+// LimitTypeCapacity is the limit_type of a refusal because every candidate
+// backend was saturated (SPEC 6b).
+const LimitTypeCapacity = "capacity"
+
+// CapacityKind is the fairqueue.LimitKey kind of a wait for backend
+// capacity: a key space of its own, after the limiter's dimensions, so no
+// barging holds for slots as it does for tokens.
+const CapacityKind = uint8(limiter.NumDimensions)
+
+// CapacityKey is the fair-queue key of a wait for a slot on one set of
+// candidate backends. Every request of a config has the same candidates
+// (the whole pool), so there is one key.
+var CapacityKey = fairqueue.LimitKey{Kind: CapacityKind, Key: "backends"}
+
+// ErrCapacityUnavailable is the cause of a 503 when the fleet-wide slot
+// count could not be read and the store fails closed.
+var ErrCapacityUnavailable = errors.New("the fleet-wide backend slot count is unavailable")
+
+// Capacity is a request's part in capacity mode (SPEC 6b): the tracker that
+// counts slots and the backends it may go to, in the pool's weighted
+// round-robin order from Start. A nil Tracker means capacity mode is off.
+type Capacity struct {
+	Tracker    *capacity.Tracker
+	Candidates []string
+	Start      int
+	// Spacing is the measured mean time between slots coming free, the
+	// grant spacing assumed before the queue has measured its own and the
+	// Retry-After of an immediate refusal; at least a millisecond is used.
+	Spacing time.Duration
+}
+
+// Backend returns the name of the candidate the ticket's slot was taken for,
+// or "" when capacity mode is off or nothing was taken.
+func (t *Ticket) Backend() string {
+	if t.chosen <= 0 || t.chosen > len(t.r.Capacity.Candidates) {
+		return ""
+	}
+	return t.r.Capacity.Candidates[t.chosen-1]
+}
+
+// spacing returns the capacity grant spacing, never below a millisecond.
+func (cp *Capacity) spacing() time.Duration { return max(cp.Spacing, time.Millisecond) }
+
+// takeSlot acquires a backend slot into t for an admitted request, after
+// every rate limit passed. Without room it waits in the fair queue when the
+// request has a tenant and fair queuing is on, else it is refused at once. A
+// refused request gets back everything admission charged it (identity
+// tokens, token reservation, queue cost): no token is lost to a refusal.
+func (c *Controller) takeSlot(ctx context.Context, arrival time.Time, t *Ticket, dec *Decision) Decision {
+	r := &t.r
+	cp := &r.Capacity
+	s := c.settings()
+	var (
+		tenant    string
+		used      identity.Dimension
+		queueable bool
+	)
+	if s.Enabled {
+		tenant, used, queueable = r.Identity.Tenant(s.TenantDimension)
+	}
+	t.slot = slotPool.Get().(*capacity.Slot)
+	if !queueable || !c.queue.HasWaiters(CapacityKey) {
+		idx, res := cp.Tracker.AcquireAny(t.slot, cp.Candidates, cp.Start)
+		switch res {
+		case capacity.Acquired, capacity.Untracked:
+			t.chosen = idx + 1
+			return *dec
+		case capacity.Unavailable:
+			c.giveBack(t)
+			return unavailable(ErrCapacityUnavailable)
+		}
+		if !queueable {
+			c.giveBack(t)
+			return Decision{Status: StatusTooManyRequests, LimitType: LimitTypeCapacity, RetryAfter: cp.spacing()}
+		}
+	}
+	return c.waitSlot(ctx, arrival, t, dec, tenant, used)
+}
+
+// waitSlot queues a request for a backend slot; the queue's attempt takes
+// one, and a released slot wakes the queue (Queue.Wake on CapacityKey).
+func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket, dec *Decision, tenant string, used identity.Dimension) Decision {
+	r := &t.r
+	cp := &r.Capacity
+	spacing := cp.spacing()
+	// The attempt captures the slot and chosen, not t, so that t stays off
+	// the heap on the fast path (escape analysis is per function).
+	slot, tracker, cands, start := t.slot, cp.Tracker, cp.Candidates, cp.Start
+	chosen := 0
+	attempt := func() (bool, time.Duration, error) {
+		idx, res := tracker.AcquireAny(slot, cands, start)
+		switch res {
+		case capacity.Acquired, capacity.Untracked:
+			chosen = idx + 1
+			return true, 0, nil
+		case capacity.Unavailable:
+			return false, 0, ErrCapacityUnavailable
+		}
+		// A release wakes the waiters at once; the Retry-After only bounds
+		// the wait for room that comes without a local release (another
+		// replica's, or a signal falling back under its max).
+		return false, spacing, nil
+	}
+	// A request that already waited for a rate limit was charged its cost
+	// then; this wait charges one grant, not the cost again.
+	cost := c.queueCost(*r)
+	if t.settle.accounted > 0 {
+		cost = 1
+	}
+	band, _ := c.resolveBand(r)
+	res, err := c.queue.Wait(ctx, fairqueue.Request{
+		Tenant:     tenant,
+		Dimension:  string(used),
+		Band:       band,
+		LimitKeys:  capacityKeys[:],
+		Deadline:   budget(ctx, arrival, *r),
+		RetryAfter: 0,
+		Interval:   cp.spacing(),
+		Cost:       cost,
+		Size:       1,
+		Attempt:    attempt,
+	})
+	t.chosen = chosen
+	info := QueueInfo{Queued: true, TenantDimension: used, Reason: res.Reason, Position: res.Position,
+		Waited: res.Waited + dec.Queue.Waited, Estimate: res.Estimate + dec.Queue.Estimate, Band: c.bandName(res.Band)}
+	switch {
+	case errors.Is(err, ErrCapacityUnavailable):
+		c.giveBack(t)
+		d := unavailable(err)
+		d.Queue = info
+		return d
+	case err != nil:
+		c.giveBack(t)
+		return Decision{Status: StatusClientClosedRequest, Queue: info, Err: err}
+	case res.Admitted:
+		out := *dec
+		out.Queue = info
+		if cost > 1 && t.settle.accounted == 0 {
+			t.settle.accounted, t.settle.fq, t.settle.fqTenant, t.settle.fqBand = cost, c.queue, tenant, res.Band
+		}
+		return out
+	case res.Reason == fairqueue.ReasonDisabled:
+		// Fair queuing was switched off meanwhile: answer as without it.
+		idx, got := cp.Tracker.AcquireAny(t.slot, cp.Candidates, cp.Start)
+		if got.OK() {
+			t.chosen = idx + 1
+			return *dec
+		}
+		c.giveBack(t)
+		return Decision{Status: StatusTooManyRequests, LimitType: LimitTypeCapacity, RetryAfter: cp.spacing()}
+	}
+	c.giveBack(t)
+	d := Decision{Status: StatusTooManyRequests, LimitType: LimitTypeCapacity,
+		RetryAfter: max(res.RetryAfter, cp.spacing()), Queue: info}
+	if res.Reason == fairqueue.ReasonShutdown {
+		d.Status = StatusServiceUnavailable
+		d.Err = errors.New("fair queue shut down while the request waited for backend capacity")
+	}
+	c.log.V(4).Info("Fair queue refused request waiting for capacity", "reason", res.Reason,
+		"position", res.Position, "waited", res.Waited, "tenant", identity.Short(tenant))
+	return d
+}
+
+// capacityKeys is the LimitKeys of every capacity wait; the queue copies
+// them, so one array serves all.
+var capacityKeys = [1]fairqueue.LimitKey{CapacityKey}
+
+// giveBack undoes what admission charged a request that capacity refused:
+// its identity tokens, its token reservation and its queue cost. The ticket
+// is then empty, so its Done and NoBackend do nothing.
+func (c *Controller) giveBack(t *Ticket) {
+	t.NoBackend(0)
+	t.Done(0)
+	t.c = nil
+}
+
+// WakeCapacity tells the fair queue a backend slot came free: the requests
+// waiting for one are granted by band and weight, without polling.
+func (c *Controller) WakeCapacity() { c.queue.Wake(CapacityKey) }
+
+// slotPool recycles the slots of capacity mode, so taking one allocates
+// nothing; a slot goes back once its ticket is done.
+var slotPool = sync.Pool{New: func() any { return new(capacity.Slot) }}
+
+// releaseSlot releases the ticket's slot, and with recycle returns it to the
+// pool: only Done recycles, after which nothing reads it.
+func (t *Ticket) releaseSlot(recycle bool) {
+	s := t.slot
+	if s == nil {
+		return
+	}
+	s.Release()
+	if recycle {
+		t.slot = nil
+		slotPool.Put(s)
+	}
+}

@@ -1,0 +1,90 @@
+package fairqueue
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// TestWakeGrantsWaitersByWeightWithoutTheClock: waiters refused on a key
+// with a long Retry-After are granted as soon as Wake says the key has room,
+// on a fake clock that never moves, one grant per unit of room, by weight.
+func TestWakeGrantsWaitersByWeightWithoutTheClock(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(0, 0))
+	w := Weights{Default: 1, ByTenant: map[string]int{"heavy-weight": 3}}
+	q := New(clk, Bounds{MaxWait: time.Hour}, w, nil)
+	defer q.Close()
+	key := LimitKey{Kind: 200, Key: "backends"}
+	var room atomic.Int64 // slots free; an attempt takes one
+	attempt := func() (bool, time.Duration, error) {
+		for {
+			n := room.Load()
+			if n <= 0 {
+				return false, time.Minute, nil // the clock never gets there: only a Wake
+			}
+			if room.CompareAndSwap(n, n-1) {
+				return true, 0, nil
+			}
+		}
+	}
+	type grant struct{ tenant string }
+	grants := make(chan grant, 16)
+	start := func(tenant string) {
+		go func() {
+			res, err := q.Wait(context.Background(), Request{Tenant: tenant, LimitKeys: []LimitKey{key},
+				Interval: time.Second, Attempt: attempt})
+			if err == nil && res.Admitted {
+				grants <- grant{tenant}
+			}
+		}()
+	}
+	for range 4 {
+		start("heavy-weight")
+		start("light")
+	}
+	q.waitUntil(t, func() bool { return q.s.depth == 8 && q.s.inFlight == 0 })
+	q.waitIdle(t)
+	select {
+	case g := <-grants:
+		t.Fatalf("%s granted with no room", g.tenant)
+	default:
+	}
+	// Four slots free one at a time: each Wake grants exactly one waiter.
+	got := map[string]int{}
+	for range 4 {
+		room.Add(1)
+		q.Wake(key)
+		got[recv(t, grants).tenant]++
+		q.waitIdle(t)
+	}
+	if got["heavy-weight"] != 3 || got["light"] != 1 {
+		t.Errorf("grants by tenant = %v, want 3 to the weight-3 tenant and 1 to the other", got)
+	}
+	// A wake on another key, or with no room, grants nothing.
+	q.Wake(LimitKey{Kind: 200, Key: "other"})
+	q.Wake(key)
+	q.waitIdle(t)
+	select {
+	case g := <-grants:
+		t.Fatalf("%s granted with no room", g.tenant)
+	default:
+	}
+	room.Add(4)
+	q.Wake(key)
+	for range 4 {
+		recv(t, grants)
+	}
+}
+
+// Wake on a key nobody waits for does nothing and does not allocate.
+func TestWakeWithoutWaitersAllocatesNothing(t *testing.T) {
+	q := New(testingclock.NewFakeClock(time.Unix(0, 0)), Bounds{}, Weights{}, nil)
+	defer q.Close()
+	key := LimitKey{Kind: 200, Key: "backends"}
+	if n := testing.AllocsPerRun(100, func() { q.Wake(key) }); n != 0 {
+		t.Errorf("Wake allocates %v times, want 0", n)
+	}
+}
