@@ -148,11 +148,11 @@ DEMO_RUN = tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(GO) -C hack/demo build -o "$$tmp/demo" . && "$$tmp/demo"
 
 .PHONY: demo
-demo: envtest ## Run the three-tenant fair-share demo with a local control plane and the operator (the demo runs a little over a minute; the first run builds kube-apiserver and etcd: ~10-20 min on 2 cores, cached in bin/ afterwards; DEMO_FLAGS="--duration 30s").
+demo: envtest ## Run the three-tenant fair-share demo (SCENARIO=tokens, bands or fleet for the others) with a local control plane and the operator (the demo runs a little over a minute; the first run builds kube-apiserver and etcd: ~10-20 min on 2 cores, cached in bin/ afterwards; DEMO_FLAGS="--duration 30s").
 	@$(DEMO_RUN) $(DEMO_FLAGS)
 
 .PHONY: demo-standalone
-demo-standalone: ## Run the same fair-share scenario on one data plane reading files (dataplane --policy), with no control plane to build (about a minute; DEMO_FLAGS="--duration 20s").
+demo-standalone: ## Run the same fair-share scenario (or SCENARIO=tokens, bands) on one data plane reading files (dataplane --policy), with no control plane to build (about a minute; DEMO_FLAGS="--duration 20s").
 	@$(DEMO_RUN) --standalone --duration 40s $(DEMO_FLAGS)
 
 .PHONY: demo-fleet

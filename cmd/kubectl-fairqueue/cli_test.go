@@ -193,6 +193,14 @@ func statusFixture(t *testing.T) *globals {
 		Conditions: []metav1.Condition{{Type: fqv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Rendered",
 			LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}}}
 	chat := &fqv1alpha1.FairQueuePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "chat"}}
+	chat.Spec.FairQueuing = fqv1alpha1.FairQueuing{Enabled: true, TenantDimension: fqv1alpha1.TenantDimensionAPIKey,
+		PriorityBands:     []fqv1alpha1.PriorityBand{{Name: "interactive"}, {Name: "standard"}, {Name: "batch", MinShare: 0.05}},
+		DefaultBand:       "standard",
+		RequestBandHeader: "x-priority-band",
+		Weights: []fqv1alpha1.TenantWeight{{Identity: "${PREMIUM_KEY}", Weight: 3, Band: "interactive"},
+			{Identity: "sk-literal", Weight: 2, Band: "batch"}, {Identity: "${OTHER}", Weight: 1}},
+		WeightsFrom: []fqv1alpha1.WeightsSource{{SecretRef: fqv1alpha1.LocalSecretReference{Name: "premium-keys"}, Band: "interactive"},
+			{SecretRef: fqv1alpha1.LocalSecretReference{Name: "vars"}}}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(llm).
 		WithObjects(llm, chat, lease("dp-0", "aaaa"), lease("dp-1", "bbbb")).Build()
 	g := newGlobals(genericiooptions.IOStreams{})
@@ -288,5 +296,46 @@ func TestStatusNamespaces(t *testing.T) {
 	err := run(context.Background(), []string{"status", "llm", "-A"}, &buf, &errOut)
 	if err == nil || !strings.Contains(err.Error(), "drop -A") {
 		t.Errorf("status POLICY -A: %v, want an error", err)
+	}
+}
+
+// TestStatusShowsBands checks the bands of a policy with priorityBands: in
+// order, with minShare, the default band, the request band header and the
+// members the spec places in each (API keys by their ${VAR} or entry, never
+// raw), in the table, in -o json and in the list's BANDS column; and that a
+// policy without bands shows none.
+func TestStatusShowsBands(t *testing.T) {
+	out := status(t, "chat", "-n", "team-b")
+	for _, want := range []string{
+		"Priority bands:    interactive > standard > batch (highest first); request band header: x-priority-band\n",
+		"BAND                MIN SHARE  MEMBERS\n" +
+			"interactive         -          weights: ${PREMIUM_KEY}; every identity in Secret premium-keys\n" +
+			"standard (default)  -          every tenant placed in no band\n" +
+			"batch               5%         weights: weights[1]\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status chat lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "sk-literal") {
+		t.Errorf("status printed a raw API key:\n%s", out)
+	}
+	var s PolicyStatus
+	if err := json.Unmarshal([]byte(status(t, "chat", "-n", "team-b", "-o", "json")), &s); err != nil {
+		t.Fatal(err)
+	}
+	want := []BandStatus{
+		{Name: "interactive", Weights: []string{"${PREMIUM_KEY}"}, Secrets: []string{"premium-keys"}},
+		{Name: "standard", Default: true, Weights: []string{}, Secrets: []string{}},
+		{Name: "batch", MinShare: 0.05, Weights: []string{"weights[1]"}, Secrets: []string{}},
+	}
+	if !reflect.DeepEqual(s.Bands, want) || s.RequestBandHeader != "x-priority-band" {
+		t.Errorf("status -o json bands %+v header %q, want %+v", s.Bands, s.RequestBandHeader, want)
+	}
+	if out := status(t, "-A", "-o", "wide"); !strings.Contains(out, "interactive>standard>batch") {
+		t.Errorf("status -A -o wide lacks the bands:\n%s", out)
+	}
+	if out := status(t, "llm", "-n", "team-a"); strings.Contains(out, "Priority bands") || strings.Contains(status(t, "llm", "-n", "team-a", "-o", "json"), "bands") {
+		t.Errorf("a policy without bands shows bands:\n%s", out)
 	}
 }

@@ -135,6 +135,12 @@ func TestAgainstTheControlPlane(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() {
+			// The operator must see the Secret gone before it comes back, or
+			// the next subtest can take the Ready it had before for the one
+			// after and find it False a moment later.
+			testutil.Eventually(t, "the operator to report the missing Secret", func() bool {
+				return readyStatus(ctx, c, ns, "full") == metav1.ConditionFalse
+			})
 			s := secrets["api-key-registry"].DeepCopy()
 			s.ResourceVersion = ""
 			_ = c.Create(ctx, s)
@@ -148,12 +154,7 @@ func TestAgainstTheControlPlane(t *testing.T) {
 	t.Run("status shows conditions and every replica", func(t *testing.T) {
 		hash := cm.Annotations[config.ConfigHashAnnotation]
 		testutil.Eventually(t, "the policy to be Ready again after the Secret came back", func() bool {
-			got := &fqv1alpha1.FairQueuePolicy{}
-			if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "full"}, got) != nil {
-				return false
-			}
-			r := meta.FindStatusCondition(got.Status.Conditions, fqv1alpha1.ConditionReady)
-			return r != nil && r.Status == metav1.ConditionTrue
+			return readyStatus(ctx, c, ns, "full") == metav1.ConditionTrue
 		})
 		lease := func(pod, loaded string, renewed time.Duration) *coordinationv1.Lease {
 			return &coordinationv1.Lease{
@@ -316,4 +317,17 @@ func TestAgainstTheControlPlane(t *testing.T) {
 			t.Errorf("top by a user without get on pods/proxy: %v, want the permission named", err)
 		}
 	})
+}
+
+// readyStatus returns the status of the policy's Ready condition, or "" when
+// it cannot be read or has none.
+func readyStatus(ctx context.Context, c client.Client, ns, name string) metav1.ConditionStatus {
+	got := &fqv1alpha1.FairQueuePolicy{}
+	if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got) != nil {
+		return ""
+	}
+	if r := meta.FindStatusCondition(got.Status.Conditions, fqv1alpha1.ConditionReady); r != nil {
+		return r.Status
+	}
+	return ""
 }

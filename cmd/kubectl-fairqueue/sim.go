@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
-	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/dataplane/server"
 	"github.com/fairqueue/fairqueue/internal/loadgen"
@@ -151,6 +150,9 @@ type TenantResult struct {
 	// Weight is the tenant's weight in the rendered config (0 when fair
 	// queuing is off or the tenant sends no identity of its dimension).
 	Weight int32
+	// Band is the priority band its requests are scheduled in; empty when
+	// the config has no bands.
+	Band string
 	// Total counts every request of the run, each by its own outcome, the
 	// queue's drain after the arrivals stop included.
 	Total Counts
@@ -257,7 +259,7 @@ func Simulate(ctx context.Context, cfg *config.Config, key []byte, load *Load, o
 	var inServe atomic.Int64
 	var wg sync.WaitGroup
 	for i, t := range lc.Tenants {
-		res.Tenants[i] = TenantResult{Name: t.Name, Weight: weightOf(cfg, key, t),
+		res.Tenants[i] = TenantResult{Name: t.Name, Weight: weightOf(cfg, key, t), Band: bandOf(cfg, key, t),
 			Total: Counts{Refused: map[string]int{}}, Steady: Counts{Refused: map[string]int{}}}
 	}
 	body, _ := json.Marshal(map[string]any{"model": lc.Model, "messages": []map[string]string{{"role": "user", "content": "simulate"}}, "max_tokens": 1})
@@ -365,18 +367,22 @@ func settle(reg *prometheus.Registry, inServe *atomic.Int64, up *simUpstream) {
 	}
 }
 
-// queueDepth reads the data plane's queue depth gauge.
+// queueDepth reads the data plane's queue depth gauge, summed over its
+// series (one per priority band when the config has bands).
 func queueDepth(reg *prometheus.Registry) int64 {
 	families, err := reg.Gather()
 	if err != nil {
 		return -1
 	}
+	var depth float64
 	for _, f := range families {
-		if f.GetName() == metrics.QueueDepthName && len(f.GetMetric()) > 0 {
-			return int64(f.GetMetric()[0].GetGauge().GetValue())
+		if f.GetName() == metrics.QueueDepthName {
+			for _, m := range f.GetMetric() {
+				depth += m.GetGauge().GetValue()
+			}
 		}
 	}
-	return 0
+	return int64(depth)
 }
 
 // simUpstream is the simulated backend: every request takes service on the
@@ -408,32 +414,6 @@ func (u *simUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		Body:    io.NopCloser(strings.NewReader(`{"object":"chat.completion","choices":[]}`)),
 		Request: req,
 	}, nil
-}
-
-// weightOf returns the weight the rendered config gives tenant t.
-func weightOf(cfg *config.Config, key []byte, t loadgen.Tenant) int32 {
-	if !cfg.FairQueuing.Enabled {
-		return 0
-	}
-	var raw string
-	switch cfg.FairQueuing.TenantDimension {
-	case identity.DimensionAPIKey:
-		raw = t.APIKey
-	case identity.DimensionUser:
-		raw = t.User
-	case identity.DimensionTeam:
-		raw = t.Team
-	}
-	if raw == "" {
-		return 0
-	}
-	h := identity.Hash(key, raw)
-	for _, w := range cfg.FairQueuing.Weights {
-		if w.TenantHash == h {
-			return w.Weight
-		}
-	}
-	return cfg.FairQueuing.DefaultWeight
 }
 
 var errNoLoad = errors.New("simulate needs -f LOAD.yaml describing the offered load (see kubectl fairqueue simulate --help)")

@@ -20,6 +20,7 @@ import (
 
 func newSimulateCommand(g *globals) *cobra.Command {
 	var loadFile, policyFile, secrets, warmup string
+	var moveFlags []string
 	opts := SimOptions{Seed: 1, Warmup: -1}
 	out := &outputFlag{}
 	cmd := &cobra.Command{
@@ -34,8 +35,12 @@ func newSimulateCommand(g *globals) *cobra.Command {
 			"nor the queue draining after the arrivals stop count. Each tenant's requests come at its rate, each at a\n" +
 			"random point of its 1/rate slot (--seed), so tenants reach a first-come-first-served limit in no fixed\n" +
 			"order. global, perClient and perBackend limits are never queued: weights do nothing for them.\n\n" +
-			"-o json|yaml prints the figures as an object (apiVersion kubectl-fairqueue/v1, kind Simulation; its fields\n" +
-			"are listed in docs/kubectl-fairqueue.md#simulate).\n\n" +
+			"With priority bands, a table per band comes first, and each tenant shows its band and its share of it.\n" +
+			"--move-tenant NAME=BAND (repeatable) answers \"what if this tenant were in band BAND\": the policy is\n" +
+			"simulated as it is and with the tenant of the load named NAME moved, on the same arrivals, and the two\n" +
+			"are printed side by side.\n\n" +
+			"-o json|yaml prints the figures as an object (apiVersion kubectl-fairqueue/v1, kind Simulation, or\n" +
+			"SimulationComparison with --move-tenant; its fields are listed in docs/kubectl-fairqueue.md#simulate).\n\n" +
 			"LOAD.yaml:\n" +
 			"  duration: 30s            # how long arrivals are offered\n" +
 			"  serviceTime: 200ms       # the backend's time per request (default 50ms)\n" +
@@ -43,7 +48,8 @@ func newSimulateCommand(g *globals) *cobra.Command {
 			"  tenants:\n" +
 			"  - {name: acme, rate: 30, apiKey: sk-acme}   # or user:/team: (sent as x-user-id / x-team-id), headers:, start:, stop:",
 		Example: "  kubectl fairqueue simulate llm -n team-a -f load.yaml\n" +
-			"  kubectl fairqueue simulate --policy-file policy.yaml --secrets secrets/ -f load.yaml -o json",
+			"  kubectl fairqueue simulate --policy-file policy.yaml --secrets secrets/ -f load.yaml -o json\n" +
+			"  kubectl fairqueue simulate llm -f load.yaml --move-tenant acme=batch",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if loadFile == "" {
 				return errNoLoad
@@ -55,6 +61,10 @@ func newSimulateCommand(g *globals) *cobra.Command {
 				}
 				opts.Warmup = d
 			}
+			moves, err := parseMoves(moveFlags)
+			if err != nil {
+				return err
+			}
 			load, err := ReadLoad(loadFile)
 			if err != nil {
 				return err
@@ -62,6 +72,9 @@ func newSimulateCommand(g *globals) *cobra.Command {
 			cfg, key, err := simulatedConfig(cmd.Context(), g, args, policyFile, secrets)
 			if err != nil {
 				return err
+			}
+			if len(moves) > 0 {
+				return runWhatIf(cmd.Context(), g.streams.Out, out, cfg, key, load, opts, moves)
 			}
 			res, err := Simulate(cmd.Context(), cfg, key, load, opts)
 			if err != nil {
@@ -80,6 +93,8 @@ func newSimulateCommand(g *globals) *cobra.Command {
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the arrival jitter; the same seed gives the same figures")
 	f.StringVar(&warmup, "warmup", "", "how much of the start of the arrivals to leave out of the steady-state figures "+
 		"(default: a tenth of the duration, at least 1s, at most half)")
+	f.StringArrayVar(&moveFlags, "move-tenant", nil, "NAME=BAND: also simulate the load's tenant NAME in the policy's band BAND, "+
+		"and print before and after side by side (repeatable)")
 	out.add(cmd, "table")
 	return cmd
 }
@@ -139,6 +154,28 @@ type SimulationOutput struct {
 	// Notes are the caveats the table prints under it.
 	Notes   []string    `json:"notes"`
 	Tenants []SimTenant `json:"tenants"`
+	// Bands are the policy's priority bands, highest first, with what
+	// their tenants got; absent when the policy has none.
+	Bands []SimBand `json:"bands,omitempty"`
+}
+
+// SimBand is one priority band's figures: the sums of its tenants'.
+type SimBand struct {
+	Name     string  `json:"name"`
+	MinShare float64 `json:"minShare"`
+	// Default is whether tenants without a band are in this one.
+	Default bool `json:"default"`
+	// Tenants counts the load's tenants scheduled in the band.
+	Tenants           int     `json:"tenants"`
+	OfferedPerSecond  float64 `json:"offeredPerSecond"`
+	AdmittedPerSecond float64 `json:"admittedPerSecond"`
+	// Share is the band's fraction of the window's admissions.
+	Share float64 `json:"share"`
+	// WaitP50Seconds and WaitP99Seconds are the queue waits of the band's
+	// admissions in the window.
+	WaitP50Seconds   float64 `json:"waitP50Seconds"`
+	WaitP99Seconds   float64 `json:"waitP99Seconds"`
+	RefusedPerSecond float64 `json:"refusedPerSecond"`
 }
 
 // FairQueuingOutput is a policy's fair queuing, in -o json|yaml.
@@ -159,6 +196,13 @@ type SimTenant struct {
 	// Weight is the tenant's weight; 0 when fair queuing is off or the
 	// tenant sends no identity of the tenant dimension.
 	Weight int32 `json:"weight"`
+	// Band is the priority band the tenant's requests are scheduled in
+	// (its own, or a lower one its request band header names); absent
+	// without bands.
+	Band string `json:"band,omitempty"`
+	// BandShare is, with bands, the tenant's fraction of its band's
+	// admissions in the window, to compare with WeightedShare.
+	BandShare *float64 `json:"bandShare,omitempty"`
 	// OfferedPerSecond and AdmittedPerSecond are arrivals and admissions
 	// (dispatches to the backend) in the window, per second.
 	OfferedPerSecond  float64 `json:"offeredPerSecond"`
@@ -166,8 +210,9 @@ type SimTenant struct {
 	// Share is the tenant's fraction of the window's admissions.
 	Share float64 `json:"share"`
 	// WeightedShare is its weight over the weights of the tenants that
-	// competed in the queue (refused by a queued limit in the window); null
-	// for a tenant that did not.
+	// competed in the queue (refused by a queued limit in the window), with
+	// bands of the competing tenants of its band; null for a tenant that
+	// did not compete.
 	WeightedShare *float64 `json:"weightedShare"`
 	// WaitP50Seconds and WaitP99Seconds are the queue waits of the window's
 	// admissions.
@@ -223,16 +268,18 @@ func simulationOutput(cfg *config.Config, load *Load, res *SimResult) Simulation
 		Tenants:     make([]SimTenant, len(res.Tenants)),
 	}
 	var admitted int
-	var weights int32
+	// weights and bandAdmitted are by band ("" without bands).
+	weights, bandAdmitted := map[string]int32{}, map[string]int{}
 	for _, r := range res.Tenants {
 		admitted += r.Steady.Admitted
+		bandAdmitted[r.Band] += r.Steady.Admitted
 		if r.Weight > 0 && competes(r.Steady) {
-			weights += r.Weight
+			weights[r.Band] += r.Weight
 		}
 	}
 	for i := range res.Tenants {
 		r := &res.Tenants[i]
-		t := SimTenant{Name: r.Name, Weight: r.Weight,
+		t := SimTenant{Name: r.Name, Weight: r.Weight, Band: r.Band,
 			OfferedPerSecond: float64(r.Steady.Offered) / secs, AdmittedPerSecond: float64(r.Steady.Admitted) / secs,
 			WaitP50Seconds: r.WaitQuantile(0.5).Seconds(), WaitP99Seconds: r.WaitQuantile(0.99).Seconds(),
 			RefusedPerSecond: map[string]float64{},
@@ -240,9 +287,13 @@ func simulationOutput(cfg *config.Config, load *Load, res *SimResult) Simulation
 		if admitted > 0 {
 			t.Share = float64(r.Steady.Admitted) / float64(admitted)
 		}
-		if weights > 0 && r.Weight > 0 && competes(r.Steady) {
-			ws := float64(r.Weight) / float64(weights)
+		if w := weights[r.Band]; w > 0 && r.Weight > 0 && competes(r.Steady) {
+			ws := float64(r.Weight) / float64(w)
 			t.WeightedShare = &ws
+		}
+		if n := bandAdmitted[r.Band]; r.Band != "" && n > 0 {
+			bs := float64(r.Steady.Admitted) / float64(n)
+			t.BandShare = &bs
 		}
 		for reason, n := range r.Steady.Refused {
 			t.RefusedPerSecond[reason] = float64(n) / secs
@@ -256,9 +307,48 @@ func simulationOutput(cfg *config.Config, load *Load, res *SimResult) Simulation
 		o.Notes = append(o.Notes, fmt.Sprintf("The %s limit(s) refuse at once, first come first served, and are never queued: "+
 			"weights do nothing for them, and tenants refused only by them (immediate/...) have no weighted share.", strings.Join(nq, ", ")))
 	}
-	o.Notes = append(o.Notes, "WEIGHTED SHARE is the tenant's weight over the weights of the tenants a queued limit refused in the window "+
-		"(the ones competing by weight); tenants that got all they asked for show '-'.")
+	if len(cfg.FairQueuing.Bands) == 0 {
+		o.Notes = append(o.Notes, "WEIGHTED SHARE is the tenant's weight over the weights of the tenants a queued limit refused in the window "+
+			"(the ones competing by weight); tenants that got all they asked for show '-'.")
+		return o
+	}
+	o.Bands = simBands(cfg, res, secs, admitted)
+	o.Notes = append(o.Notes, "Bands are strict priority: a band is granted only what the bands above it leave, "+
+		"or its minShare while it is backlogged. BAND SHARE is the tenant's fraction of its band's admissions; WEIGHTED SHARE "+
+		"is its weight over the weights of its band's tenants a queued limit refused in the window; tenants that got all they asked for show '-'.")
 	return o
+}
+
+// simBands sums the tenants' figures by band, in the policy's band order.
+func simBands(cfg *config.Config, res *SimResult, secs float64, admitted int) []SimBand {
+	bands := make([]SimBand, len(cfg.FairQueuing.Bands))
+	waits := make([][]time.Duration, len(bands))
+	for i, b := range cfg.FairQueuing.Bands {
+		bands[i] = SimBand{Name: b.Name, MinShare: b.MinShare, Default: b.Name == cfg.FairQueuing.DefaultBand}
+	}
+	for i := range res.Tenants {
+		r := &res.Tenants[i]
+		bi := bandIndex(cfg, r.Band)
+		if bi < 0 {
+			continue // not queued
+		}
+		b := &bands[bi]
+		b.Tenants++
+		b.OfferedPerSecond += float64(r.Steady.Offered) / secs
+		b.AdmittedPerSecond += float64(r.Steady.Admitted) / secs
+		if admitted > 0 {
+			b.Share += float64(r.Steady.Admitted) / float64(admitted)
+		}
+		for _, n := range r.Steady.Refused {
+			b.RefusedPerSecond += float64(n) / secs
+		}
+		waits[bi] = append(waits[bi], r.Waits...)
+	}
+	for i := range bands {
+		all := TenantResult{Waits: waits[i]}
+		bands[i].WaitP50Seconds, bands[i].WaitP99Seconds = all.WaitQuantile(0.5).Seconds(), all.WaitQuantile(0.99).Seconds()
+	}
+	return bands
 }
 
 // printSimulation writes the per-tenant table of a simulation.
@@ -268,16 +358,33 @@ func printSimulation(out io.Writer, cfg *config.Config, load *Load, res *SimResu
 	w := &printer{w: tw}
 	w.printf("Simulated %s of offered load, backend service time %s, fair queuing %v (tenant dimension %s).\n\n",
 		load.Duration.Duration, load.serviceTime(), cfg.FairQueuing.Enabled, cfg.FairQueuing.TenantDimension)
-	w.printf("TENANT\tWEIGHT\tOFFERED/S\tADMITTED/S\tSHARE\tWEIGHTED SHARE\tWAIT P50\tWAIT P99\tREFUSED/S BY REASON\n")
-	for _, t := range o.Tenants {
-		share, wshare := "-", "-"
-		if t.AdmittedPerSecond > 0 {
-			share = fmt.Sprintf("%.1f%%", 100*t.Share)
+	if len(o.Bands) > 0 {
+		w.printf("BAND\tMIN SHARE\tTENANTS\tOFFERED/S\tADMITTED/S\tSHARE\tWAIT P50\tWAIT P99\tREFUSED/S\n")
+		for _, b := range o.Bands {
+			w.printf("%s\t%s\t%d\t%.1f\t%.1f\t%s\t%s\t%s\t%.1f\n", bandLabel(b.Name, b.Default), fraction(b.MinShare), b.Tenants,
+				b.OfferedPerSecond, b.AdmittedPerSecond, percentOf(b.Share, b.AdmittedPerSecond > 0),
+				seconds(b.WaitP50Seconds), seconds(b.WaitP99Seconds), b.RefusedPerSecond)
 		}
+		w.printf("\n")
+		w.printf("TENANT\tBAND\tWEIGHT\tOFFERED/S\tADMITTED/S\tSHARE\tBAND SHARE\tWEIGHTED SHARE\tWAIT P50\tWAIT P99\tREFUSED/S BY REASON\n")
+	} else {
+		w.printf("TENANT\tWEIGHT\tOFFERED/S\tADMITTED/S\tSHARE\tWEIGHTED SHARE\tWAIT P50\tWAIT P99\tREFUSED/S BY REASON\n")
+	}
+	for _, t := range o.Tenants {
+		share, wshare := percentOf(t.Share, t.AdmittedPerSecond > 0), "-"
 		if t.WeightedShare != nil {
 			wshare = fmt.Sprintf("%.1f%%", 100**t.WeightedShare)
 		}
-		w.printf("%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\n", t.Name, weightString(t.Weight), t.OfferedPerSecond, t.AdmittedPerSecond,
+		band := ""
+		if len(o.Bands) > 0 {
+			bshare := "-"
+			if t.BandShare != nil && t.AdmittedPerSecond > 0 {
+				bshare = fmt.Sprintf("%.1f%%", 100**t.BandShare)
+			}
+			band = orDefault(t.Band, "-") + "\t"
+			share += "\t" + bshare
+		}
+		w.printf("%s\t%s%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\n", t.Name, band, weightString(t.Weight), t.OfferedPerSecond, t.AdmittedPerSecond,
 			share, wshare, seconds(t.WaitP50Seconds), seconds(t.WaitP99Seconds), rates(t.RefusedPerSecond))
 	}
 	w.printf("\n")

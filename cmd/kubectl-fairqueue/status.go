@@ -82,6 +82,11 @@ type PolicyStatus struct {
 	Conditions      []metav1.Condition `json:"conditions"`
 	// Replicas are the data-plane report Leases, by replica name.
 	Replicas []ReplicaStatus `json:"replicas"`
+	// Bands are the policy's priority bands, highest first, and
+	// RequestBandHeader the header with which a request may lower its band;
+	// both absent without bands.
+	Bands             []BandStatus `json:"bands,omitempty"`
+	RequestBandHeader string       `json:"requestBandHeader,omitempty"`
 }
 
 // ReplicaStatus is one data-plane replica's report.
@@ -132,6 +137,10 @@ func policyStatus(p *fqv1alpha1.FairQueuePolicy, leases []coordinationv1.Lease, 
 		ConfigHash:  p.Status.ConfigHash, ConfigMap: p.Status.ConfigMapName, WeightedTenants: p.Status.WeightedTenants,
 		LiveReplicas: p.Status.DataPlaneReplicas, UpdatedReplicas: p.Status.UpdatedReplicas,
 		Conditions: p.Status.Conditions, Replicas: []ReplicaStatus{},
+		Bands: bandStatuses(&p.Spec.FairQueuing),
+	}
+	if len(s.Bands) > 0 {
+		s.RequestBandHeader = p.Spec.FairQueuing.RequestBandHeader
 	}
 	if s.Conditions == nil {
 		s.Conditions = []metav1.Condition{}
@@ -183,6 +192,7 @@ func printStatus(out io.Writer, s *PolicyStatus, wide bool) error {
 	}
 	w.printf("Weighted tenants:\t%d\n", s.WeightedTenants)
 	w.printf("Replicas:\t%d live, %d on the current config\n", s.LiveReplicas, s.UpdatedReplicas)
+	printBandStatus(w, s)
 	w.printf("\nCONDITION\tSTATUS\tREASON\tAGE\tMESSAGE\n")
 	for _, c := range s.Conditions {
 		w.printf("%s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age(t, c.LastTransitionTime.Time), c.Message)
@@ -275,7 +285,7 @@ func printStatusList(out io.Writer, items []PolicyStatus, all, wide bool) error 
 		}
 		w.printf("\n")
 	}
-	col("NAMESPACE", "NAME\tREADY\tCONFIG HASH\tREPLICAS\tUPDATED\tREPORTING", "FAIR QUEUING\tTENANT DIMENSION\tWEIGHTED TENANTS\tCONFIGMAP")
+	col("NAMESPACE", "NAME\tREADY\tCONFIG HASH\tREPLICAS\tUPDATED\tREPORTING", "FAIR QUEUING\tTENANT DIMENSION\tWEIGHTED TENANTS\tBANDS\tCONFIGMAP")
 	for _, s := range items {
 		ready := "Unknown"
 		if c := meta.FindStatusCondition(s.Conditions, fqv1alpha1.ConditionReady); c != nil {
@@ -283,7 +293,7 @@ func printStatusList(out io.Writer, items []PolicyStatus, all, wide bool) error 
 		}
 		col(s.Namespace,
 			fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%d", s.Name, ready, orDefault(s.ConfigHash, "-"), s.LiveReplicas, s.UpdatedReplicas, len(s.Replicas)),
-			fmt.Sprintf("%v\t%s\t%d\t%s", s.FairQueuing.Enabled, s.FairQueuing.TenantDimension, s.WeightedTenants, orDefault(s.ConfigMap, "-")))
+			fmt.Sprintf("%v\t%s\t%d\t%s\t%s", s.FairQueuing.Enabled, s.FairQueuing.TenantDimension, s.WeightedTenants, bandList(s.Bands), orDefault(s.ConfigMap, "-")))
 	}
 	if w.err != nil {
 		return w.err

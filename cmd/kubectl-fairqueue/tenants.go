@@ -205,11 +205,7 @@ func resolveTenants(ctx context.Context, g *globals, policy string) (map[string]
 		}
 		name := id
 		if fq.TenantDimension == fqv1alpha1.TenantDimensionAPIKey {
-			if refs := fqv1alpha1.VarRefs(w.Identity); len(refs) > 0 {
-				name = "${" + strings.Join(refs, "}${") + "}"
-			} else {
-				name = fmt.Sprintf("weights[%d]", i)
-			}
+			name = weightName(&fq, i)
 		}
 		names[identity.Short(identity.Hash(key, id))] = name
 	}

@@ -36,9 +36,10 @@ func newTopCommand(g *globals) *cobra.Command {
 		Use:   "top (POLICY | --metrics-url URL...)",
 		Short: "Live queue tables per replica and per tenant: grants/s, share vs weighted share, waits, refusals",
 		Long: "Scrape the metrics of every data-plane replica serving a FairQueuePolicy (found through its report\n" +
-			"Leases) through the API server's pod proxy, twice, --interval apart, and print two tables. Per replica:\n" +
+			"Leases) through the API server's pod proxy, twice, --interval apart, and print the tables. Per replica:\n" +
 			"grants/s by tenant dimension, each replica's share, the queue wait p50/p99, refusals/s by reason, depth\n" +
-			"and tenants. Per tenant, across all replicas: grants/s, share of all grants vs weighted share (its\n" +
+			"and tenants. With priority bands, per band across all replicas: grants/s, share, depth, wait p50/p99\n" +
+			"and refusals/s, highest band first (by name with --metrics-url). Per tenant, across all replicas: grants/s, share of all grants vs weighted share (its\n" +
 			"weight over the weights of the tenants granted or queued now), mean wait, queued and refusals/s by\n" +
 			"reason. Tenants are shown by the first 12 hex digits of their identity hash; each replica exports its\n" +
 			"weighted tenants and its most active others (--tenant-metrics-top), the rest as \"other\". With\n" +
@@ -195,6 +196,7 @@ type replicaSample struct {
 	refused        map[string]float64       // by reason
 	wait           map[float64]float64      // cumulative bucket counts by upper bound
 	byTenant       map[string]*tenantSample // by tenant label (hash prefix or "other")
+	byBand         map[string]*bandSample   // by band label ("" without bands)
 	hash           string
 	err            error
 }
@@ -207,6 +209,12 @@ type tenantSample struct {
 	refused              map[string]float64 // by reason
 }
 
+// bandSample is what one scrape said about one priority band.
+type bandSample struct {
+	depth, grants, refused float64
+	wait                   map[float64]float64 // cumulative bucket counts by upper bound
+}
+
 // topOptions are top's flags.
 type topOptions struct {
 	port     string
@@ -217,6 +225,9 @@ type topOptions struct {
 	// resolve names the weighted tenants; tenants is the most tenant rows.
 	resolve bool
 	tenants int
+	// bandOrder lists the policy's bands, highest first; nil orders them
+	// by name.
+	bandOrder []string
 }
 
 func runTop(ctx context.Context, g *globals, policy string, o topOptions, scrape scrapeFunc, out io.Writer) error {
@@ -281,6 +292,9 @@ func topLoop(ctx context.Context, o topOptions, replicas func(context.Context) (
 		if err := printTop(out, pods, before, after, o.interval); err != nil {
 			return err
 		}
+		if err := printBands(out, before, after, o.interval, o.bandOrder); err != nil {
+			return err
+		}
 		if err := printTenants(out, before, after, o.interval, o.tenants, names); err != nil {
 			return err
 		}
@@ -318,7 +332,7 @@ func scrapeAll(ctx context.Context, targets []target, timeout time.Duration) []r
 // parseSample reads the data plane's metrics from a scrape.
 func parseSample(data []byte) replicaSample {
 	s := replicaSample{grants: map[string]float64{}, refused: map[string]float64{}, wait: map[float64]float64{},
-		byTenant: map[string]*tenantSample{}}
+		byTenant: map[string]*tenantSample{}, byBand: map[string]*bandSample{}}
 	tenant := func(m *dto.Metric) *tenantSample {
 		var name, dim string
 		for _, l := range m.GetLabel() {
@@ -353,20 +367,34 @@ func parseSample(data []byte) replicaSample {
 		}
 		return ""
 	}
+	band := func(m *dto.Metric) *bandSample {
+		name := label(m, "band")
+		b := s.byBand[name]
+		if b == nil {
+			b = &bandSample{wait: map[float64]float64{}}
+			s.byBand[name] = b
+		}
+		return b
+	}
 	for name, f := range families {
 		for _, m := range f.GetMetric() {
 			switch name {
 			case metrics.QueueDepthName:
-				s.depth = m.GetGauge().GetValue()
+				s.depth += m.GetGauge().GetValue()
+				band(m).depth += m.GetGauge().GetValue()
 			case metrics.QueueTenantsName:
 				s.tenants = m.GetGauge().GetValue()
 			case metrics.QueueGrantsName:
 				s.grants[label(m, "tenant_dimension")] += m.GetCounter().GetValue()
+				band(m).grants += m.GetCounter().GetValue()
 			case metrics.QueueRefusedName:
 				s.refused[label(m, "reason")] += m.GetCounter().GetValue()
+				band(m).refused += m.GetCounter().GetValue()
 			case metrics.QueueWaitName:
+				bw := band(m).wait
 				for _, b := range m.GetHistogram().GetBucket() {
 					s.wait[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+					bw[b.GetUpperBound()] += float64(b.GetCumulativeCount())
 				}
 			case reload.ConfigInfoName:
 				s.hash = label(m, "hash")
@@ -488,4 +516,91 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
+}
+
+// bandRow is one band's figures over a top window, summed over replicas.
+type bandRow struct {
+	name                   string
+	grants, refused, depth float64
+	waitBefore, waitAfter  map[float64]float64
+}
+
+// printBands prints the per-band table when the replicas export bands
+// (queue metrics with a non-empty band label), in order (highest first;
+// bands not in it after, by name).
+func printBands(out io.Writer, before, after []replicaSample, interval time.Duration, order []string) error {
+	rows := map[string]*bandRow{}
+	for i := range after {
+		b, a := before[i], after[i]
+		if firstErr(b.err, a.err) != nil {
+			continue
+		}
+		for name, ab := range a.byBand {
+			if name == "" {
+				continue // the series of a data plane without bands
+			}
+			bb := b.byBand[name]
+			if bb == nil {
+				bb = &bandSample{wait: map[float64]float64{}}
+			}
+			r := rows[name]
+			if r == nil {
+				r = &bandRow{name: name, waitBefore: map[float64]float64{}, waitAfter: map[float64]float64{}}
+				rows[name] = r
+			}
+			r.grants += counterDelta(ab.grants, bb.grants)
+			r.refused += counterDelta(ab.refused, bb.refused)
+			r.depth += ab.depth
+			for le, v := range ab.wait {
+				r.waitAfter[le] += v
+				r.waitBefore[le] += bb.wait[le]
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	list := make([]*bandRow, 0, len(rows))
+	var total float64
+	for _, r := range rows {
+		list = append(list, r)
+		total += r.grants
+	}
+	rank := func(name string) int {
+		for i, o := range order {
+			if o == name {
+				return i
+			}
+		}
+		return len(order)
+	}
+	sort.Slice(list, func(i, j int) bool {
+		ri, rj := rank(list[i].name), rank(list[j].name)
+		if ri != rj {
+			return ri < rj
+		}
+		return list[i].name < list[j].name
+	})
+	secs := interval.Seconds()
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	w := &printer{w: tw}
+	w.printf("BAND\tGRANTS/S\tSHARE\tDEPTH\tWAIT P50\tWAIT P99\tREFUSED/S\n")
+	for _, r := range list {
+		share, p50, p99 := "-", "-", "-"
+		if total > 0 {
+			share = fmt.Sprintf("%.1f%%", 100*r.grants/total)
+		}
+		if v, ok := quantile(0.5, r.waitBefore, r.waitAfter); ok {
+			p50 = v.Round(time.Millisecond).String()
+		}
+		if v, ok := quantile(0.99, r.waitBefore, r.waitAfter); ok {
+			p99 = v.Round(time.Millisecond).String()
+		}
+		w.printf("%s\t%.1f\t%s\t%.0f\t%s\t%s\t%.1f\n", r.name, r.grants/secs, share, r.depth, p50, p99, r.refused/secs)
+	}
+	w.printf("\n")
+	if w.err != nil {
+		return w.err
+	}
+	return tw.Flush()
 }

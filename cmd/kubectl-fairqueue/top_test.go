@@ -461,3 +461,75 @@ func TestTopSaysWhenAPodDoesNotExist(t *testing.T) {
 		t.Errorf("a missing pod blamed on RBAC, or a pod's own 404 taken for a missing pod:\n%s", out.String())
 	}
 }
+
+// bandPage is a metrics page of a data plane with bands interactive and
+// batch: grants and refusals by band, depth by band, and the wait
+// histogram by band with all of a band's waits in one bucket.
+func bandPage(interactive, batch, batchRefused, batchDepth float64) []byte {
+	return fmt.Appendf(nil, `# TYPE %[1]s counter
+%[1]s{band="interactive",tenant_dimension="apiKey"} %[5]g
+%[1]s{band="batch",tenant_dimension="apiKey"} %[6]g
+# TYPE %[2]s counter
+%[2]s{band="batch",reason="wait_exceeds_budget",tenant_dimension="apiKey"} %[7]g
+# TYPE %[3]s gauge
+%[3]s{band="interactive"} 0
+%[3]s{band="batch"} %[8]g
+# TYPE %[4]s histogram
+%[4]s_bucket{band="interactive",tenant_dimension="apiKey",le="0.01"} %[5]g
+%[4]s_bucket{band="interactive",tenant_dimension="apiKey",le="1"} %[5]g
+%[4]s_bucket{band="interactive",tenant_dimension="apiKey",le="+Inf"} %[5]g
+%[4]s_sum{band="interactive",tenant_dimension="apiKey"} 0
+%[4]s_count{band="interactive",tenant_dimension="apiKey"} %[5]g
+%[4]s_bucket{band="batch",tenant_dimension="apiKey",le="0.01"} 0
+%[4]s_bucket{band="batch",tenant_dimension="apiKey",le="1"} %[6]g
+%[4]s_bucket{band="batch",tenant_dimension="apiKey",le="+Inf"} %[6]g
+%[4]s_sum{band="batch",tenant_dimension="apiKey"} 0
+%[4]s_count{band="batch",tenant_dimension="apiKey"} %[6]g
+`, metrics.QueueGrantsName, metrics.QueueRefusedName, metrics.QueueDepthName, metrics.QueueWaitName,
+		interactive, batch, batchRefused, batchDepth)
+}
+
+// TestTopShowsBands checks the per-band table summed over two replicas:
+// grants/s and share by band, depth, wait quantiles from the band's
+// histogram and refusals, in the policy's band order; and that a data plane
+// without bands prints no band table.
+func TestTopShowsBands(t *testing.T) {
+	before := []replicaSample{parseSample(bandPage(100, 50, 0, 3)), parseSample(bandPage(0, 0, 0, 0))}
+	after := []replicaSample{parseSample(bandPage(300, 100, 20, 7)), parseSample(bandPage(100, 50, 10, 5))}
+	for _, s := range append(before, after...) {
+		if s.err != nil {
+			t.Fatal(s.err)
+		}
+	}
+	var out bytes.Buffer
+	if err := printBands(&out, before, after, 10*time.Second, []string{"interactive", "batch"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	want := "BAND         GRANTS/S  SHARE  DEPTH  WAIT P50  WAIT P99  REFUSED/S\n" +
+		"interactive  30.0      75.0%  0      5ms       10ms      0.0\n" +
+		"batch        10.0      25.0%  12     505ms     990ms     3.0\n\n"
+	if out.String() != want {
+		t.Errorf("band table:\n%s\nwant:\n%s", out.String(), want)
+	}
+	// Without the policy's order, bands come by name.
+	out.Reset()
+	if err := printBands(&out, before, after, 10*time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "BAND         GRANTS/S  SHARE  DEPTH  WAIT P50  WAIT P99  REFUSED/S\nbatch ") {
+		t.Errorf("without an order, bands are not by name:\n%s", out.String())
+	}
+	// A data plane without bands: no band table.
+	plain := newReplica(t)
+	plain.m.Granted("apiKey", "", 0)
+	s := []replicaSample{parseSample(plain.page(t))}
+	out.Reset()
+	if err := printBands(&out, s, s, time.Second, nil); err != nil || out.Len() != 0 {
+		t.Errorf("without bands printBands printed %q, %v; want nothing", out.String(), err)
+	}
+	// Depth sums the bands' series.
+	if after[0].depth != 7 {
+		t.Errorf("depth %v, want the bands' 0+7", after[0].depth)
+	}
+}

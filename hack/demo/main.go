@@ -17,6 +17,13 @@
 // prompts ten times larger, get equal tokens per second (--cost Requests
 // shows the contrary).
 //
+// The bands scenario (--scenario bands, or SCENARIO=bands) puts chat in the
+// priority band interactive and batch in the band batch below it: chat
+// offers two thirds of the capacity from the start, batch floods with three
+// times the capacity from a quarter of the run on. chat keeps its rate and
+// latency, and batch takes the spare third (--bands=false is the negative
+// control: one band, equal weights, and chat is cut to half).
+//
 // The fleet scenario (--scenario fleet) runs three replicas sharing one
 // model limit in Redis (a real redis-server when one is on PATH, else an
 // embedded miniredis) with skewed routing, prints the fleet and per-replica
@@ -27,6 +34,7 @@
 // repository root:
 //
 //	make demo                     # or: make demo-standalone, demo-fleet
+//	make demo SCENARIO=bands      # or: make demo-standalone SCENARIO=bands
 //	go -C hack/demo build -o ../../bin/demo . && bin/demo --standalone
 //	bin/demo --duration 30s --chart /tmp/shares.png
 //
@@ -82,8 +90,9 @@ func run(ctx context.Context, args []string) error {
 	if env := os.Getenv("SCENARIO"); env != "" {
 		scenario = env
 	}
-	fs.StringVar(&o.Scenario, "scenario", scenario, "`name` of the scenario: shares (request limit, weights 1:1:3 changed midway), tokens (token limit with deferred admission) or fleet (three replicas sharing a limit in Redis); the SCENARIO environment variable sets the default")
-	fs.BoolVar(&o.Standalone, "standalone", false, "run the shares or tokens scenario on one data plane reading files (dataplane --policy), without a control plane or the envtest binaries")
+	fs.StringVar(&o.Scenario, "scenario", scenario, "`name` of the scenario: shares (request limit, weights 1:1:3 changed midway), tokens (token limit with deferred admission), bands (an interactive tenant in a priority band above a flooding batch tenant) or fleet (three replicas sharing a limit in Redis); the SCENARIO environment variable sets the default")
+	fs.BoolVar(&o.Standalone, "standalone", false, "run the shares, tokens or bands scenario on one data plane reading files (dataplane --policy), without a control plane or the envtest binaries")
+	bands := fs.Bool("bands", true, "bands scenario: give the policy its priority bands; false runs the negative control, one band at equal weights")
 	fs.IntVar(&o.TokensPerPeriod, "tokens-per-period", 20000, "each replica's model limit in tokens per 10s (tokens scenario)")
 	fs.StringVar(&o.Cost, "cost", demo.CostTokens, "fairQueuing.cost of the tokens scenario: Tokens, or Requests for the negative control")
 	fs.DurationVar(&o.OutageAt, "outage-at", 0, "when Redis is killed, after the load starts (fleet scenario; default 60% of --duration)")
@@ -101,6 +110,7 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("unexpected argument %q: see --help", fs.Arg(0))
 	}
 	o.FailureMode = redisstore.FailureMode(mode)
+	o.NoBands = !*bands
 	if o.Scenario == demo.ScenarioFleet {
 		if o.Duration == 0 {
 			o.Duration = 30 * time.Second

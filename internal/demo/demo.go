@@ -11,6 +11,11 @@
 // and measures each tenant's share of the tokens settled while one tenant
 // sends prompts ten times larger than the others.
 //
+// The bands scenario (ScenarioBands) puts an interactive tenant in a
+// priority band above a batch tenant that floods, and measures that the
+// interactive tenant keeps its rate and latency while batch takes the spare
+// capacity (see bands.go).
+//
 // hack/demo prints the live table and writes the chart; test/e2e runs the
 // same scenario headless and asserts on the Result.
 package demo
@@ -57,6 +62,9 @@ type Tenant struct {
 	// Clients is, in the fleet scenario, how many closed-loop clients the
 	// tenant keeps on each replica (instead of an offered Rate).
 	Clients []int
+	// Start delays the tenant's first request by this much after the load
+	// starts.
+	Start time.Duration
 }
 
 // Tenants are the scenario's clients: acme floods, and all three offer more
@@ -133,6 +141,9 @@ type Options struct {
 	// RedisServer is, in the fleet scenario, the redis-server binary: empty
 	// looks up "redis-server" on PATH, "-" uses the embedded miniredis.
 	RedisServer string
+	// NoBands runs the bands scenario's negative control: the same load
+	// with one band and equal weights.
+	NoBands bool
 }
 
 func (o *Options) defaults() error {
@@ -174,8 +185,8 @@ func (o *Options) defaults() error {
 		o.Cost = CostTokens
 	}
 	switch {
-	case o.Scenario != ScenarioShares && o.Scenario != ScenarioTokens:
-		return fmt.Errorf("scenario %q: give %s, %s or %s", o.Scenario, ScenarioShares, ScenarioTokens, ScenarioFleet)
+	case o.Scenario != ScenarioShares && o.Scenario != ScenarioTokens && o.Scenario != ScenarioBands:
+		return fmt.Errorf("scenario %q: give %s, %s, %s or %s", o.Scenario, ScenarioShares, ScenarioTokens, ScenarioBands, ScenarioFleet)
 	case o.Cost != CostTokens && o.Cost != CostRequests:
 		return fmt.Errorf("cost %q: give %s or %s", o.Cost, CostTokens, CostRequests)
 	case o.TokensPerPeriod < 2*maxReservation || o.TokensPerPeriod > 100000000:
@@ -238,6 +249,15 @@ type Result struct {
 	OutageStart, OutageEnd time.Duration
 	// PerModel is the limit the fleet shared, per second.
 	PerModel int
+
+	// The bands scenario's measurements.
+
+	// Bands is whether the policy had priority bands (false: the negative
+	// control); Capacity, the model limit of all replicas, per second.
+	Bands    bool
+	Capacity float64
+	// BandWindows are the stretches compared: chat alone, batch flooding.
+	BandWindows []BandWindow
 }
 
 // Shares returns each tenant's share of the answers admitted in [from, to).
@@ -368,6 +388,9 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if sc.tokens {
 		res.Cost = o.Cost
 	}
+	if sc.bands {
+		res.Bands, res.Capacity = !o.NoBands, sc.capacity
+	}
 	defer func() {
 		if err != nil || o.KeepWorkDir {
 			p.printf("Logs and files kept in %s\n", work)
@@ -424,6 +447,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		if sc.weightsAfter != nil {
 			res.Moved = MovedAfter(res.Admitted, res.PatchStart, o.Duration)
 		}
+		res.BandWindows = loadRes.bandWindows
 	}
 	if err != nil {
 		return res, err
@@ -532,8 +556,11 @@ func startKube(ctx context.Context, o Options, sc scenario, p *progress, sup *Su
 	// The policy.
 	manifestPath := filepath.Join(work, "demo.yaml")
 	manifest, objects := manifests(Tenants[priorityBefore].APIKey, "http://"+upstreamAddr, o.PerModel), fmt.Sprintf("Secret %s, FairQueuePolicy %s", TenantsSecret, PolicyName)
-	if sc.tokens {
+	switch {
+	case sc.tokens:
 		manifest, objects = tokenManifests("http://"+upstreamAddr, o.TokensPerPeriod, o.Cost), "FairQueuePolicy "+PolicyName
+	case sc.bands:
+		manifest = append(append(tenantsSecret(ChatVar, sc.tenants[0].APIKey), "---\n"...), bandsPolicy("http://"+upstreamAddr, o.PerModel, !o.NoBands)...)
 	}
 	if err := os.WriteFile(manifestPath, manifest, 0o600); err != nil {
 		return pl, err
@@ -544,6 +571,9 @@ func startKube(ctx context.Context, o Options, sc scenario, p *progress, sup *Su
 		if err != nil {
 			if sc.tokens && strings.Contains(err.Error(), "deferredAdmission") {
 				err = fmt.Errorf("%w\nthe token scenario needs a FairQueuePolicy CRD with spec.deferredAdmission and fairQueuing.cost (issue #13): rebuild with those API types and run `make manifests`", err)
+			}
+			if sc.bands && strings.Contains(err.Error(), "priorityBands") {
+				err = fmt.Errorf("%w\nthe bands scenario needs a FairQueuePolicy CRD with fairQueuing.priorityBands (issue #21): rebuild with those API types and run `make manifests`", err)
 			}
 			return err
 		}

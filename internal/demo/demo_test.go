@@ -341,7 +341,7 @@ func TestPrintSecond(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
 			p := &progress{out: &out}
-			printSecond(p, 11, names, counts, tc.weighted, tc.byTokens)
+			printSecond(p, 11, names, counts, tc.weighted, tc.byTokens, "weighted")
 			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 			if len(lines) != 1+len(names) {
 				t.Fatalf("want a header and one row per tenant, got:\n%s", out.String())

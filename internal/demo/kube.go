@@ -36,12 +36,13 @@ const (
 // manifests returns the demo's Secret and FairQueuePolicy (see tenantsSecret
 // and sharesPolicy) as one multi-document manifest.
 func manifests(priorityKey, backendURL string, perModel int) []byte {
-	return append(append(tenantsSecret(priorityKey), "---\n"...), sharesPolicy(backendURL, perModel)...)
+	return append(append(tenantsSecret(PriorityVar, priorityKey), "---\n"...), sharesPolicy(backendURL, perModel)...)
 }
 
-// tenantsSecret returns the Secret whose PRIORITY_TENANT names the API key at
-// weight 3.
-func tenantsSecret(priorityKey string) []byte {
+// tenantsSecret returns the tenants Secret, whose variable name holds the
+// API key key: PRIORITY_TENANT names the key at weight 3 in the shares
+// scenario, INTERACTIVE_TENANT the key in band interactive in the bands one.
+func tenantsSecret(name, key string) []byte {
 	return fmt.Appendf(nil, `apiVersion: v1
 kind: Secret
 metadata:
@@ -50,13 +51,22 @@ metadata:
 type: Opaque
 stringData:
   %[3]s: %[4]s
-`, TenantsSecret, Namespace, PriorityVar, priorityKey)
+`, TenantsSecret, Namespace, name, key)
 }
 
 // sharesPolicy returns the demo's FairQueuePolicy: requests for the model are
 // limited per replica, fair queuing is on with API keys as tenants, and the
 // tenant whose key the tenants Secret's PRIORITY_TENANT holds has weight 3.
 func sharesPolicy(backendURL string, perModel int) []byte {
+	return requestPolicy(backendURL, perModel, "", PriorityVar, "3")
+}
+
+// requestPolicy returns a FairQueuePolicy limiting the model to perModel
+// requests per second per replica, with fair queuing on API keys, the
+// fairQueuing fields bands (YAML lines indented by four spaces, or empty),
+// and one weights entry: the key the tenants Secret's variable holds, at
+// entry (the weight, and any further fields of the entry).
+func requestPolicy(backendURL string, perModel int, bands, variable, entry string) []byte {
 	return fmt.Appendf(nil, `apiVersion: fairqueue.dev/v1alpha1
 kind: FairQueuePolicy
 metadata:
@@ -69,9 +79,9 @@ spec:
     enabled: true
     tenantDimension: apiKey
     defaultWeight: 1
-    weights:
+%[7]s    weights:
     - identity: ${%[3]s}
-      weight: 3
+      weight: %[8]s
     weightsFrom:
     - secretRef: {name: %[1]s}
     bounds: {maxQueueDepthPerTenant: 32, maxInFlight: 8, maxWait: 5s}
@@ -81,7 +91,7 @@ spec:
   backends:
   - name: fakeupstream
     url: %[6]s
-`, TenantsSecret, Namespace, PriorityVar, PolicyName, perModel, backendURL)
+`, TenantsSecret, Namespace, variable, PolicyName, perModel, backendURL, bands, entry)
 }
 
 // kubectl runs the kubectl binary against the demo's control plane.

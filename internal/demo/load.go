@@ -17,6 +17,7 @@ import (
 type loadResult struct {
 	admitted, tokens      [][]uint64
 	summary               *loadgen.Summary
+	bandWindows           []BandWindow
 	patchStart, patchDone time.Duration
 	loaded                []time.Duration
 }
@@ -31,7 +32,7 @@ func runLoad(ctx context.Context, o Options, sc scenario, p *progress, pl *plane
 	tenants := make([]loadgen.Tenant, len(sc.tenants))
 	for i, t := range sc.tenants {
 		keys[i], names[i] = t.APIKey, t.Name
-		tenants[i] = loadgen.Tenant{Name: t.Name, Rate: t.Rate, APIKey: t.APIKey, PromptBytes: t.PromptBytes, MaxTokens: t.MaxTokens, Stream: t.Stream}
+		tenants[i] = loadgen.Tenant{Name: t.Name, Rate: t.Rate, APIKey: t.APIKey, PromptBytes: t.PromptBytes, MaxTokens: t.MaxTokens, Stream: t.Stream, Start: t.Start}
 	}
 	base := &http.Transport{Proxy: nil, MaxIdleConns: 2 * loadgen.DefaultMaxOutstanding, MaxIdleConnsPerHost: loadgen.DefaultMaxOutstanding, IdleConnTimeout: 30 * time.Second}
 	defer base.CloseIdleConnections()
@@ -49,7 +50,17 @@ func runLoad(ctx context.Context, o Options, sc scenario, p *progress, pl *plane
 		Clock:    clk,
 	}
 
-	if sc.tokens {
+	switch {
+	case sc.bands:
+		bands := fmt.Sprintf("priority bands %s > %s: %s in %s, %s in %s (the default)", BandInteractive, BandBatch,
+			sc.tenants[0].Name, BandInteractive, sc.tenants[1].Name, BandBatch)
+		if o.NoBands {
+			bands = "one band, equal weights (the negative control)"
+		}
+		p.printf("==> Offering load for %s through %s: %s %.0f/s from the start, %s %.0f/s from %s; capacity %.0f/s; %s\n",
+			o.Duration, replicasText(len(targets)), sc.tenants[0].Name, sc.tenants[0].Rate, sc.tenants[1].Name, sc.tenants[1].Rate,
+			sc.tenants[1].Start, sc.capacity, bands)
+	case sc.tokens:
 		var rates []string
 		for _, t := range sc.tenants {
 			kind := ""
@@ -61,7 +72,7 @@ func runLoad(ctx context.Context, o Options, sc scenario, p *progress, pl *plane
 		p.printf("==> Offering load for %s through %s: %s\n", o.Duration, replicasText(len(targets)), strings.Join(rates, "; "))
 		p.printf("    capacity %d tokens per %s per replica (%d tokens/s in all); fairQueuing.cost %s; weights %s\n",
 			o.TokensPerPeriod, TokenPeriod, o.TokensPerPeriod*len(targets)/int(TokenPeriod/time.Second), o.Cost, weightsText(names, sc.weights))
-	} else {
+	default:
 		var rates []string
 		for _, t := range sc.tenants {
 			rates = append(rates, fmt.Sprintf("%s %.0f/s", t.Name, t.Rate))
@@ -103,6 +114,11 @@ func runLoad(ctx context.Context, o Options, sc scenario, p *progress, pl *plane
 		case s := <-summaries:
 			res.summary = s
 			res.admitted, res.tokens = obs.Admitted(), obs.Tokens()
+			if sc.bands {
+				for i, win := range bandWindows(sc.tenants, o.Duration) {
+					res.bandWindows = append(res.bandWindows, BandWindow{Name: bandWindowNames[i], From: win[0], To: win[1], Counts: obs.Window(win[0], win[1])})
+				}
+			}
 			wg.Wait()
 			return res, patchErr
 		case err := <-errs:
@@ -151,12 +167,15 @@ func runLoad(ctx context.Context, o Options, sc scenario, p *progress, pl *plane
 			}
 		}
 		if o.Live && time.Duration(second)*time.Second <= o.Duration+time.Second {
-			weights := sc.weights
+			weighted, head := WeightedShares(sc.weights), "weighted"
 			// A second shows the weights in force for most of it.
 			if patchStart >= 0 && time.Duration(second)*time.Second-time.Second/2 >= patchStart {
-				weights = sc.weightsAfter
+				weighted = WeightedShares(sc.weightsAfter)
 			}
-			printSecond(p, second, names, obs.Window(time.Duration(second-1)*time.Second, time.Duration(second)*time.Second), WeightedShares(weights), sc.tokens)
+			if sc.bands {
+				weighted, head = bandsExpected(sc.tenants, sc.capacity, !o.NoBands, time.Duration(second-1)*time.Second), "expected"
+			}
+			printSecond(p, second, names, obs.Window(time.Duration(second-1)*time.Second, time.Duration(second)*time.Second), weighted, sc.tokens, head)
 		}
 	}
 }
@@ -227,16 +246,17 @@ func weightsText(names []string, w []float64) string {
 
 // printSecond prints one second of the live table: per tenant, admitted
 // requests and settled tokens, the share (of requests, or with byTokens of
-// tokens) against the weighted share, the wait (queued, or with byTokens
-// held by deferred admission) and the refusals.
-func printSecond(p *progress, second int, names []string, counts []Counts, weighted []float64, byTokens bool) {
+// tokens) against the expected share (headed expectHead: the weighted
+// share, or the bands' share), the wait (queued, or with byTokens held by
+// deferred admission) and the refusals.
+func printSecond(p *progress, second int, names []string, counts []Counts, weighted []float64, byTokens bool, expectHead string) {
 	var b strings.Builder
 	shareHead, waitHead := "share", "wait"
 	if byTokens {
 		shareHead, waitHead = "tok share", "held"
 	}
 	if second%10 == 1 {
-		fmt.Fprintf(&b, "\n    %5s  %-8s %10s %8s %9s %9s %9s %9s   %s\n", "time", "tenant", "admitted/s", "tokens/s", shareHead, "weighted",
+		fmt.Fprintf(&b, "\n    %5s  %-8s %10s %8s %9s %9s %9s %9s   %s\n", "time", "tenant", "admitted/s", "tokens/s", shareHead, expectHead,
 			waitHead+" p50", waitHead+" p99", "refused/s by reason")
 	}
 	total := uint64(0)

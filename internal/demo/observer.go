@@ -62,6 +62,9 @@ type Counts struct {
 	// Tokens sums the usage.total_tokens of the admitted answers whose body
 	// ended in the tick.
 	Tokens uint64
+	// Latencies holds the time from sending each admitted request to its
+	// answer's headers, in milliseconds (sampled likewise).
+	Latencies []float64
 }
 
 // Reasons returns the refusal reasons in the order of Counts.Refused.
@@ -77,6 +80,7 @@ func (c *Counts) add(o *Counts) {
 	}
 	c.Waits = append(c.Waits, o.Waits...)
 	c.Held = append(c.Held, o.Held...)
+	c.Latencies = append(c.Latencies, o.Latencies...)
 	c.Tokens += o.Tokens
 }
 
@@ -124,7 +128,9 @@ func (o *Observer) Elapsed() time.Duration {
 // RoundTrip implements http.RoundTripper.
 func (o *Observer) RoundTrip(req *http.Request) (*http.Response, error) {
 	tenant, known := o.tenantOf[req.Header.Get("Authorization")]
+	sent := o.clk.Now()
 	resp, err := o.next.RoundTrip(req)
+	latency := float64(o.clk.Since(sent)) / float64(time.Millisecond)
 	if !known {
 		return resp, err
 	}
@@ -143,6 +149,9 @@ func (o *Observer) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			if wasHeld && len(c.Held) < maxWaitSamples {
 				c.Held = append(c.Held, float64(held)/float64(time.Millisecond))
+			}
+			if len(c.Latencies) < maxWaitSamples {
+				c.Latencies = append(c.Latencies, latency)
 			}
 		})
 		resp.Body = &usageBody{rc: resp.Body, tap: loadgen.NewUsageTap(resp.Header.Get("Content-Type")), done: func(u loadgen.Usage) {

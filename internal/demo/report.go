@@ -64,6 +64,9 @@ func (r *Result) WriteReport(out io.Writer) {
 	case ScenarioFleet:
 		r.writeFleetReport(w)
 		return
+	case ScenarioBands:
+		r.writeBandsReport(w)
+		return
 	}
 	before, after := r.SteadyWindows()
 	fmt.Fprintf(w, "\n==> Shares in the steady windows\n")
@@ -123,6 +126,8 @@ func (r *Result) Chart() *chart.Shares {
 		return r.tokenChart()
 	case ScenarioFleet:
 		return r.fleetChart()
+	case ScenarioBands:
+		return r.bandsChart()
 	}
 	seconds := 0
 	for _, s := range r.Admitted {

@@ -22,14 +22,17 @@ func startStandalone(ctx context.Context, o Options, sc scenario, p *progress, s
 	pl.addrs = append(pl.addrs, upstreamAddr)
 
 	policy, secrets := filepath.Join(work, "policy.yaml"), filepath.Join(work, "secrets.yaml")
-	manifest := sharesPolicy("http://"+upstreamAddr, o.PerModel)
-	if sc.tokens {
+	manifest, secret := sharesPolicy("http://"+upstreamAddr, o.PerModel), tenantsSecret(PriorityVar, Tenants[priorityBefore].APIKey)
+	switch {
+	case sc.tokens:
 		manifest = tokenManifests("http://"+upstreamAddr, o.TokensPerPeriod, o.Cost)
+	case sc.bands:
+		manifest, secret = bandsPolicy("http://"+upstreamAddr, o.PerModel, !o.NoBands), tenantsSecret(ChatVar, sc.tenants[0].APIKey)
 	}
 	if err := os.WriteFile(policy, manifest, 0o600); err != nil {
 		return pl, err
 	}
-	if err := writeAtomically(secrets, tenantsSecret(Tenants[priorityBefore].APIKey)); err != nil {
+	if err := writeAtomically(secrets, secret); err != nil {
 		return pl, err
 	}
 	p.printf("==> Policy %s, tenants Secret %s (no control plane: the data plane reads both files and follows their changes)\n", policy, secrets)
@@ -55,7 +58,7 @@ func startStandalone(ctx context.Context, o Options, sc scenario, p *progress, s
 	pl.change = weightChange{
 		what: "rewrite " + secrets,
 		apply: func(context.Context) error {
-			return writeAtomically(secrets, tenantsSecret(Tenants[priorityAfter].APIKey))
+			return writeAtomically(secrets, tenantsSecret(PriorityVar, Tenants[priorityAfter].APIKey))
 		},
 	}
 	return pl, nil

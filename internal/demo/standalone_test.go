@@ -20,24 +20,7 @@ func TestStandaloneScenarioShares(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the data plane for 16s")
 	}
-	root, err := gobuild.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, Options{RepoDir: root, BinDir: t.TempDir(), Build: true, Standalone: true,
-		Duration: 16 * time.Second, ChangeAt: 8 * time.Second, Out: &out})
-	if err != nil {
-		t.Fatalf("standalone run: %v\n%s", err, out.String())
-	}
-	if res.ShutdownErr != nil || len(res.OpenPorts) > 0 {
-		t.Errorf("shutdown: %v, ports still open %v", res.ShutdownErr, res.OpenPorts)
-	}
-	var report bytes.Buffer
-	res.WriteReport(&report)
-	t.Logf("report:\n%s", report.String())
+	res, report := runStandalone(t, Options{Duration: 16 * time.Second, ChangeAt: 8 * time.Second})
 
 	// The shares printed for each steady window, against the weighted ones.
 	const tolerance = 0.15
@@ -65,4 +48,31 @@ func TestStandaloneScenarioShares(t *testing.T) {
 	if sent == 0 || lost > 0 {
 		t.Errorf("%d requests sent, %d without an answer; want some and none", sent, lost)
 	}
+}
+
+// runStandalone builds the data plane and the fake upstream into a
+// temporary directory and runs the standalone scenario o describes,
+// checking that it ran and shut down cleanly; it returns the result and
+// its report.
+func runStandalone(t *testing.T, o Options) (*Result, *bytes.Buffer) {
+	t.Helper()
+	root, err := gobuild.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	o.RepoDir, o.BinDir, o.Build, o.Standalone, o.Out = root, t.TempDir(), true, true, &out
+	res, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("standalone run: %v\n%s", err, out.String())
+	}
+	if res.ShutdownErr != nil || len(res.OpenPorts) > 0 {
+		t.Errorf("shutdown: %v, ports still open %v", res.ShutdownErr, res.OpenPorts)
+	}
+	var report bytes.Buffer
+	res.WriteReport(&report)
+	t.Logf("report:\n%s", report.String())
+	return res, &report
 }

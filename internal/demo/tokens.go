@@ -17,6 +17,9 @@ const (
 	// ScenarioFleet runs three replicas in process sharing one model limit
 	// in Redis, with skewed routing and a Redis outage (see fleet.go).
 	ScenarioFleet = "fleet"
+	// ScenarioBands puts an interactive tenant in a priority band above a
+	// flooding batch tenant (see bands.go).
+	ScenarioBands = "bands"
 )
 
 // Costs of Options.Cost, the token scenario's fairQueuing.cost.
@@ -61,6 +64,10 @@ type scenario struct {
 	tokens bool
 	// upstreamArgs are extra flags of the fake upstream.
 	upstreamArgs []string
+	// bands is the bands scenario, whose shares are expected from the
+	// bands, not the weights; capacity is its model limit of all replicas.
+	bands    bool
+	capacity float64
 }
 
 // scenario returns the scenario o names.
@@ -72,6 +79,15 @@ func (o *Options) scenario() scenario {
 		}
 		return scenario{tenants: TokenTenants, weights: w, tokens: true,
 			upstreamArgs: []string{"--completion-fraction", completionFraction, "--chunk-interval", "2ms"}}
+	}
+	if o.Scenario == ScenarioBands {
+		replicas := Replicas
+		if o.Standalone {
+			replicas = 1
+		}
+		capacity := float64(o.PerModel * replicas)
+		tenants := bandTenants(capacity, time.Duration(float64(o.Duration)*FloodAt).Round(time.Second))
+		return scenario{tenants: tenants, weights: []float64{1, 1}, bands: true, capacity: capacity}
 	}
 	return scenario{tenants: Tenants, weights: WeightsBefore, weightsAfter: WeightsAfter}
 }

@@ -52,7 +52,7 @@ func TestOptionsDefaultsAndScenario(t *testing.T) {
 			}
 		},
 	},
-		{name: "unknown scenario", opts: Options{Scenario: "bytes"}, wantErr: `scenario "bytes": give shares, tokens or fleet`},
+		{name: "unknown scenario", opts: Options{Scenario: "bytes"}, wantErr: `scenario "bytes": give shares, tokens, bands or fleet`},
 		{name: "unknown cost", opts: Options{Scenario: ScenarioTokens, Cost: "Bytes"}, wantErr: `cost "Bytes": give Tokens or Requests`},
 		{name: "token limit below two large requests", opts: Options{Scenario: ScenarioTokens, TokensPerPeriod: 1000}, wantErr: "tokens per period 1000"},
 	}
