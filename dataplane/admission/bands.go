@@ -91,3 +91,19 @@ func (c *Controller) bandName(i int) string {
 	}
 	return ""
 }
+
+// holdBand names the band the token hold queue schedules r in, "" without
+// bands: the band r asked for when below its tenant's, else its tenant's
+// (a hold without a fair-queue tenant is in the default band).
+func (c *Controller) holdBand(r *Request) string {
+	p := c.pol.Load()
+	if p.queues == nil {
+		return ""
+	}
+	w := &p.queues.weights
+	tenant := ""
+	if p.settings.Enabled {
+		tenant, _, _ = r.Identity.Tenant(p.settings.TenantDimension)
+	}
+	return w.BandName(max(r.band, w.BandOf(tenant)))
+}

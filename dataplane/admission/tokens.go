@@ -56,12 +56,14 @@ type TokenObserver interface {
 	// Estimated reports a settled request's reservation and actual usage.
 	Estimated(reserved, used int64)
 	// HeldAhead reports a change (+1, -1) in the holds admitted ahead of
-	// their tokens and waiting for them.
-	HeldAhead(delta int)
+	// their tokens and waiting for them, in the named priority band ("" without
+	// bands).
+	HeldAhead(band string, delta int)
 	// DeferralRefused reports a token refusal answered without holding the
 	// request, because its Retry-After did not fit the budget (reason
-	// wait_exceeds_budget) or the key table was full (table_full).
-	DeferralRefused(reason string)
+	// wait_exceeds_budget) or the key table was full (table_full), with the
+	// band it would have been held in ("" without bands).
+	DeferralRefused(band, reason string)
 }
 
 // TokenInfo describes the token budget's part in an admitted or refused
@@ -228,7 +230,7 @@ func (c *Controller) reserve(ctx context.Context, arrival time.Time, r Request, 
 	if d.TableFull != 0 {
 		c.undoCount(r, &dec)
 		if o := c.tokenObserver(); o != nil {
-			o.DeferralRefused("table_full")
+			o.DeferralRefused(c.holdBand(&r), "table_full")
 		}
 		return c.tokenRefusal(d, keys, dec)
 	}
@@ -236,7 +238,7 @@ func (c *Controller) reserve(ctx context.Context, arrival time.Time, r Request, 
 	if !end.IsZero() && now.Add(d.RetryAfter).After(end) {
 		c.undoCount(r, &dec)
 		if o := c.tokenObserver(); o != nil {
-			o.DeferralRefused(string(fairqueue.ReasonWaitExceedsBudget))
+			o.DeferralRefused(c.holdBand(&r), string(fairqueue.ReasonWaitExceedsBudget))
 		}
 		return c.tokenRefusal(d, keys, dec)
 	}
@@ -346,7 +348,7 @@ func (c *Controller) hold(ctx context.Context, now, end time.Time, r Request, ke
 	dec.Tokens.Estimate = res.Estimate
 	dec.Tokens.Reason = res.Reason
 	if err == nil && res.Admitted && ahead > 0 {
-		if err = c.sleepAhead(ctx, ahead); err != nil {
+		if err = c.sleepAhead(ctx, dec.Tokens.Band, ahead); err != nil {
 			// The client left before its overdrawn tokens were due: they
 			// go back to the buckets.
 			if rerr := c.limiter().SettleTokens(c.clk.Now(), keys, -r.Tokens); rerr != nil {
@@ -507,8 +509,9 @@ func (c *Controller) overdraw(now, end time.Time, keys limiter.Keys, n int64, go
 	return true, 0, nil
 }
 
-// sleepAhead waits d on the controller's clock, or until ctx ends.
-func (c *Controller) sleepAhead(ctx context.Context, d time.Duration) error {
+// sleepAhead waits d on the controller's clock, or until ctx ends; band
+// names the hold's band for the TokenObserver.
+func (c *Controller) sleepAhead(ctx context.Context, band string, d time.Duration) error {
 	var ch <-chan time.Time
 	if clk, ok := c.clk.(clock.Clock); ok {
 		t := clk.NewTimer(d)
@@ -535,8 +538,8 @@ func (c *Controller) sleepAhead(ctx context.Context, d time.Duration) error {
 		c.aheadMu.Unlock()
 	}()
 	if o := c.tokenObserver(); o != nil {
-		o.HeldAhead(1)
-		defer o.HeldAhead(-1)
+		o.HeldAhead(band, 1)
+		defer o.HeldAhead(band, -1)
 	}
 	select {
 	case <-ch:

@@ -67,6 +67,8 @@ type Share struct {
 	// Band is the index of the priority band (0 without bands). A tenant
 	// whose requests lowered their band has a Share in each band.
 	Band int
+	// BandName is the name of band Band ("" without bands), for labels.
+	BandName string
 	// Fleet is the tenant's fraction of the key's admissions across the
 	// fleet during the last period.
 	Fleet float64
@@ -496,7 +498,7 @@ func (p *Pacer) apply(rounds []round) error {
 				ts.closed = tp.closed
 				ts.setRate(now, tp.rate)
 			}
-			s.shares = append(s.shares, Share{Tenant: c.tenant, Band: c.band, Fleet: tp.fleetShare, Local: tp.localShare,
+			s.shares = append(s.shares, Share{Tenant: c.tenant, Band: c.band, BandName: p.weights.BandName(c.band), Fleet: tp.fleetShare, Local: tp.localShare,
 				Allocation: tp.allocation, Gate: tp.rate, Closed: tp.closed})
 		}
 		out = append(out, s)

@@ -17,6 +17,7 @@ limitations under the License.
 package metrics
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,57 @@ import (
 // every band once keeps its own series. A band past it is recorded as
 // "unknown".
 const MaxBandSeries = 2 * fairqueue.MaxBands
+
+// bandLabels bounds the band label values of a set of series: "" (no band),
+// the first MaxBandSeries band names seen, and "unknown" for the rest. S is
+// what one band's series are (label children, or just the label value).
+type bandLabels[S any] struct {
+	// series creates the series of a band label value.
+	series func(name string) S
+	// none are the series of band "", set by init and never changed.
+	none S
+	mu   sync.Mutex
+	// names and named are the named bands and their series, at most
+	// MaxBandSeries plus "unknown".
+	names []string
+	named []S
+}
+
+// init creates the series of band "" with series, which later creates those
+// of each band on its first event.
+func (t *bandLabels[S]) init(series func(name string) S) {
+	t.series = series
+	t.none = series("")
+}
+
+// of returns the series of band name, creating them on its first event.
+func (t *bandLabels[S]) of(name string) S {
+	if name == "" {
+		return t.none
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ofLocked(name)
+}
+
+func (t *bandLabels[S]) ofLocked(name string) S {
+	if name == "" {
+		return t.none
+	}
+	if i := slices.Index(t.names, name); i >= 0 {
+		return t.named[i]
+	}
+	switch {
+	case len(t.named) > MaxBandSeries:
+		return t.named[MaxBandSeries] // "unknown"
+	case len(t.named) == MaxBandSeries:
+		name = unknownLabel
+	}
+	s := t.series(name)
+	t.names = append(t.names, name)
+	t.named = append(t.named, s)
+	return s
+}
 
 // bandSeries are one band's label children of the queue series.
 type bandSeries struct {
@@ -48,61 +100,23 @@ type bandSeries struct {
 // label). Its depth is the requests in no named band: all of them without
 // bands, none with them, so the depth summed over bands is the queue's.
 type bandTable struct {
-	m *Metrics
-	// none is the series of band "", set by init and never changed.
-	none *bandSeries
-	mu   sync.Mutex
-	// named are the series of named bands, at most MaxBandSeries plus
-	// "unknown".
-	named []*bandSeries
+	bandLabels[*bandSeries]
 	total int
 }
 
 // init creates the series of band "".
 func (t *bandTable) init(m *Metrics) {
-	t.m = m
-	t.none = t.newSeries("")
-}
-
-// newSeries creates the label children of band name.
-func (t *bandTable) newSeries(name string) *bandSeries {
-	m := t.m
-	b := &bandSeries{name: name, depth: m.depth.WithLabelValues(name)}
-	for i, d := range tenantDimensions {
-		b.wait[i] = m.wait.WithLabelValues(string(d), name)
-		b.grants[i] = m.grants.WithLabelValues(string(d), name)
-		for j, r := range reasons {
-			b.refused[i][j] = m.refused.WithLabelValues(string(d), string(r), name)
+	t.bandLabels.init(func(name string) *bandSeries {
+		b := &bandSeries{name: name, depth: m.depth.WithLabelValues(name)}
+		for i, d := range tenantDimensions {
+			b.wait[i] = m.wait.WithLabelValues(string(d), name)
+			b.grants[i] = m.grants.WithLabelValues(string(d), name)
+			for j, r := range reasons {
+				b.refused[i][j] = m.refused.WithLabelValues(string(d), string(r), name)
+			}
 		}
-	}
-	return b
-}
-
-// of returns the series of band name, creating them on its first event.
-func (t *bandTable) of(name string) *bandSeries {
-	if name == "" {
-		return t.none
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.ofLocked(name)
-}
-
-func (t *bandTable) ofLocked(name string) *bandSeries {
-	for _, b := range t.named {
-		if b.name == name {
-			return b
-		}
-	}
-	switch {
-	case len(t.named) > MaxBandSeries:
-		return t.named[MaxBandSeries] // "unknown"
-	case len(t.named) == MaxBandSeries:
-		name = unknownLabel
-	}
-	b := t.newSeries(name)
-	t.named = append(t.named, b)
-	return b
+		return b
+	})
 }
 
 // setTotal records the depth of the whole queue.

@@ -39,7 +39,7 @@ func TestFleetGaugesAreBoundedAndUseHashPrefixes(t *testing.T) {
 	}
 	// The largest share is exported under its 12-character hash prefix.
 	top := shares[24].Tenant[:12]
-	if got := testutil.ToFloat64(f.share.WithLabelValues("m", top)); got != shares[24].Fleet {
+	if got := testutil.ToFloat64(f.share.WithLabelValues("m", top, "")); got != shares[24].Fleet {
 		t.Fatalf("share of %s = %v, want %v", top, got, shares[24].Fleet)
 	}
 	if got := testutil.ToFloat64(f.replicas.WithLabelValues("m")); got != 3 {
@@ -57,6 +57,81 @@ func TestFleetGaugesAreBoundedAndUseHashPrefixes(t *testing.T) {
 	f.ExchangeFailed("m", nil)
 	if got := testutil.ToFloat64(f.exchangeErrors.WithLabelValues("m")); got != 1 {
 		t.Fatalf("exchange errors = %v, want 1", got)
+	}
+}
+
+func TestFleetSeriesByBandAndClosedGate(t *testing.T) {
+	f, reg := register(t, NewFleet)
+	gold, bronze := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	f.Synced("m", 2, true, []fleet.Share{
+		// Without bands the band is "": the series keep the identity they
+		// had before the band label (Prometheus drops an empty label).
+		{Tenant: gold, Fleet: 0.5, Local: 0.5, Gate: 4},
+	})
+	const unbanded = `
+# HELP rate_limit_fleet_gate_closed 1 while the tenant's gate on the model passes nothing in the band: the bands above take the whole capacity.
+# TYPE rate_limit_fleet_gate_closed gauge
+rate_limit_fleet_gate_closed{band="",model="m",tenant="aaaaaaaaaaaa"} 0
+# HELP rate_limit_fleet_gate_rate This replica's pacing rate for the tenant on the model in the band, requests per second; 0 when not paced (or closed: see rate_limit_fleet_gate_closed).
+# TYPE rate_limit_fleet_gate_rate gauge
+rate_limit_fleet_gate_rate{band="",model="m",tenant="aaaaaaaaaaaa"} 4
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(unbanded), FleetGateRateName, FleetGateClosedName); err != nil {
+		t.Fatal(err)
+	}
+
+	// With bands, gold lowered some requests to batch: one series per band,
+	// neither hiding the other. Batch is starved: its gates are closed, not
+	// open (a rate of 0 alone would read as not paced).
+	f.Synced("m", 2, true, []fleet.Share{
+		{Tenant: gold, Band: 0, BandName: "interactive", Fleet: 0.6, Local: 0.6, Gate: 6},
+		{Tenant: gold, Band: 1, BandName: "batch", Fleet: 0.1, Local: 0.1, Closed: true},
+		{Tenant: bronze, Band: 1, BandName: "batch", Fleet: 0.3, Local: 0.2, Closed: true},
+	})
+	const banded = `
+# HELP rate_limit_fleet_gate_closed 1 while the tenant's gate on the model passes nothing in the band: the bands above take the whole capacity.
+# TYPE rate_limit_fleet_gate_closed gauge
+rate_limit_fleet_gate_closed{band="batch",model="m",tenant="aaaaaaaaaaaa"} 1
+rate_limit_fleet_gate_closed{band="batch",model="m",tenant="bbbbbbbbbbbb"} 1
+rate_limit_fleet_gate_closed{band="interactive",model="m",tenant="aaaaaaaaaaaa"} 0
+# HELP rate_limit_fleet_gate_rate This replica's pacing rate for the tenant on the model in the band, requests per second; 0 when not paced (or closed: see rate_limit_fleet_gate_closed).
+# TYPE rate_limit_fleet_gate_rate gauge
+rate_limit_fleet_gate_rate{band="batch",model="m",tenant="aaaaaaaaaaaa"} 0
+rate_limit_fleet_gate_rate{band="batch",model="m",tenant="bbbbbbbbbbbb"} 0
+rate_limit_fleet_gate_rate{band="interactive",model="m",tenant="aaaaaaaaaaaa"} 6
+# HELP rate_limit_fleet_share Tenant's share of the model's admissions across the fleet over the last exchange period (tenant is a hash prefix).
+# TYPE rate_limit_fleet_share gauge
+rate_limit_fleet_share{band="batch",model="m",tenant="aaaaaaaaaaaa"} 0.1
+rate_limit_fleet_share{band="batch",model="m",tenant="bbbbbbbbbbbb"} 0.3
+rate_limit_fleet_share{band="interactive",model="m",tenant="aaaaaaaaaaaa"} 0.6
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(banded), FleetShareName, FleetGateRateName, FleetGateClosedName); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFleetBandLabelIsBounded(t *testing.T) {
+	f, reg := register(t, NewFleet)
+	var shares []fleet.Share
+	for i := range 3 * MaxBandSeries {
+		shares = append(shares, fleet.Share{Tenant: strings.Repeat("c", 64), Band: i, BandName: fmt.Sprintf("band-%d", i), Fleet: 0.01})
+		// Each round is one band, as after a reload renaming every band.
+		f.Synced("m", 1, true, shares[i:])
+	}
+	bands := map[string]bool{}
+	for _, m := range series(t, reg, FleetShareName) {
+		bands[label(m, "band")] = true
+	}
+	if !bands[unknownLabel] {
+		t.Errorf("bands past the bound are not recorded as %q: %v", unknownLabel, bands)
+	}
+	f.Synced("m", 1, true, shares) // every band in one round
+	seen := map[string]bool{}
+	for _, m := range series(t, reg, FleetShareName) {
+		seen[label(m, "band")] = true
+	}
+	if len(seen) > MaxBandSeries+1 {
+		t.Errorf("%d band label values, want at most %d (MaxBandSeries and unknown)", len(seen), MaxBandSeries+1)
 	}
 }
 

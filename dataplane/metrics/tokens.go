@@ -18,7 +18,6 @@ package metrics
 
 import (
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,24 +62,45 @@ var tokenDimensions = [...]limiter.Dimension{
 var RatioBuckets = []float64{0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2, 4}
 
 // Tokens holds the token-budget collectors. It implements fairqueue.Observer
-// for the deferral queue and admission.TokenObserver; every label value comes
-// from a fixed set.
+// for the deferral queue and admission.TokenObserver. The deferral series
+// carry the band the request was held in, bounded like the queue series'
+// (MaxBandSeries); every other label value comes from a fixed set.
 type Tokens struct {
-	held     prometheus.Gauge
-	wait     prometheus.Histogram
-	grants   prometheus.Counter
+	held     *prometheus.GaugeVec
+	wait     *prometheus.HistogramVec
+	grants   *prometheus.CounterVec
 	refused  *prometheus.CounterVec
 	reserved *prometheus.CounterVec
 	settled  *prometheus.CounterVec
 	ratio    prometheus.Histogram
 
-	// depth and ahead make up held: requests in the deferral queue, and
-	// admitted ones still waiting for tokens they overdrew.
-	depth, ahead atomic.Int64
+	// bands are the deferral series by band; bands.mu guards total and
+	// each band's queued and ahead.
+	bands heldBands
 
-	refusedBy  [len(deferredReasons)]prometheus.Counter
 	reservedBy [len(tokenDimensions)]prometheus.Counter
 	settledBy  [len(tokenDimensions)]prometheus.Counter
+}
+
+// heldBand are one band's label children of the deferral series.
+type heldBand struct {
+	name    string
+	held    prometheus.Gauge
+	wait    prometheus.Observer
+	grants  prometheus.Counter
+	refused [len(deferredReasons)]prometheus.Counter
+	// queued is the band's last reported depth in the deferral queue, ahead
+	// its admitted holds waiting for the tokens they overdrew.
+	queued, ahead int
+}
+
+// heldBands are the deferral series of every band seen. Like the queue's
+// (bandTable), band "" counts the held requests in no named band, so the
+// series keep their identity without bands and sum to the total with them.
+type heldBands struct {
+	bandLabels[*heldBand]
+	// total is the deferral queue's whole depth.
+	total int
 }
 
 var _ fairqueue.Observer = (*Tokens)(nil)
@@ -89,19 +109,23 @@ var _ fairqueue.Observer = (*Tokens)(nil)
 // It fails when they are already registered there.
 func NewTokens(reg prometheus.Registerer) (*Tokens, error) {
 	t := &Tokens{
-		held:   collector.Gauge(DeferredHeldName, "Requests held now for their token reservation (deferred admission)."),
-		wait:   collector.Histogram(DeferredWaitName, "Time a request was held before its token reservation was granted.", WaitBuckets),
-		grants: collector.Counter(DeferredGrantsName, "Held requests whose token reservation was granted."),
-		refused: collector.CounterVec(DeferredRefusedName, "Token-budget refusals by reason: wait_exceeds_budget and table_full are answered without holding; the others after or instead of a hold.",
-			"reason"),
+		held:   collector.GaugeVec(DeferredHeldName, "Requests held now for their token reservation (deferred admission), by priority band.", "band"),
+		wait:   collector.HistogramVec(DeferredWaitName, "Time a request was held before its token reservation was granted, by priority band.", WaitBuckets, "band"),
+		grants: collector.CounterVec(DeferredGrantsName, "Held requests whose token reservation was granted, by priority band.", "band"),
+		refused: collector.CounterVec(DeferredRefusedName, "Token-budget refusals by reason and priority band: wait_exceeds_budget and table_full are answered without holding; the others after or instead of a hold.",
+			"reason", "band"),
 		reserved: collector.CounterVec(TokensReservedName, "Tokens reserved at admission, by the token bucket's limit_type.", "limit_type"),
 		settled: collector.CounterVec(TokensSettledName, "Tokens requests actually used (settled from the response's usage, or counted), by limit_type.",
 			"limit_type"),
 		ratio: collector.Histogram(TokensEstimateRatioName, "Tokens used divided by tokens reserved, per settled request.", RatioBuckets),
 	}
-	for i, r := range deferredReasons {
-		t.refusedBy[i] = t.refused.WithLabelValues(r)
-	}
+	t.bands.init(func(band string) *heldBand {
+		b := &heldBand{name: band, held: t.held.WithLabelValues(band), wait: t.wait.WithLabelValues(band), grants: t.grants.WithLabelValues(band)}
+		for i, r := range deferredReasons {
+			b.refused[i] = t.refused.WithLabelValues(r, band)
+		}
+		return b
+	})
 	for i, d := range tokenDimensions {
 		t.reservedBy[i] = t.reserved.WithLabelValues(d.String())
 		t.settledBy[i] = t.settled.WithLabelValues(d.String())
@@ -114,42 +138,74 @@ func NewTokens(reg prometheus.Registerer) (*Tokens, error) {
 
 // QueueChanged implements fairqueue.Observer for the deferral queue.
 func (t *Tokens) QueueChanged(depth, _ int) {
-	t.depth.Store(int64(depth))
-	t.held.Set(float64(depth + int(t.ahead.Load())))
+	t.bands.mu.Lock()
+	defer t.bands.mu.Unlock()
+	t.bands.total = depth
+	t.setHeldLocked(t.bands.none)
 }
 
-// HeldAhead counts a change in the admitted holds waiting for the tokens
-// they overdrew, which rate_limit_deferred_held includes.
-func (t *Tokens) HeldAhead(delta int) {
-	t.held.Set(float64(t.ahead.Add(int64(delta)) + t.depth.Load()))
+// BandQueueChanged implements fairqueue.Observer for the deferral queue.
+func (t *Tokens) BandQueueChanged(band string, depth int) {
+	if band == "" {
+		return // the depth outside every band follows from the total
+	}
+	t.bands.mu.Lock()
+	defer t.bands.mu.Unlock()
+	b := t.bands.ofLocked(band)
+	b.queued = depth
+	t.setHeldLocked(b)
 }
 
-// BandQueueChanged implements fairqueue.Observer for the deferral queue,
-// whose depth is not split by band.
-func (t *Tokens) BandQueueChanged(string, int) {}
+// HeldAhead implements admission.TokenObserver: a change in band's admitted
+// holds waiting for the tokens they overdrew, which rate_limit_deferred_held
+// includes.
+func (t *Tokens) HeldAhead(band string, delta int) {
+	t.bands.mu.Lock()
+	defer t.bands.mu.Unlock()
+	b := t.bands.ofLocked(band)
+	b.ahead += delta
+	t.setHeldLocked(b)
+}
+
+// setHeldLocked sets the held gauge of b, and of band "" whose queued part
+// is the deferral queue's depth outside every named band.
+func (t *Tokens) setHeldLocked(b *heldBand) {
+	none := t.bands.none
+	if b != none {
+		b.held.Set(float64(b.queued + b.ahead))
+	}
+	n := t.bands.total
+	for _, nb := range t.bands.named {
+		n -= nb.queued
+	}
+	none.queued = max(n, 0)
+	none.held.Set(float64(none.queued + none.ahead))
+}
 
 // Granted implements fairqueue.Observer for the deferral queue.
-func (t *Tokens) Granted(_, _ string, waited time.Duration) {
-	t.wait.Observe(waited.Seconds())
-	t.grants.Inc()
+func (t *Tokens) Granted(_, band string, waited time.Duration) {
+	b := t.bands.of(band)
+	b.wait.Observe(waited.Seconds())
+	b.grants.Inc()
 }
 
 // Refused implements fairqueue.Observer for the deferral queue. Disabling
 // deferred admission admits held requests, so ReasonDisabled is not a refusal.
-func (t *Tokens) Refused(_, _ string, reason fairqueue.Reason) {
+func (t *Tokens) Refused(_, band string, reason fairqueue.Reason) {
 	if reason != fairqueue.ReasonDisabled {
-		t.DeferralRefused(string(reason))
+		t.DeferralRefused(band, string(reason))
 	}
 }
 
-// DeferralRefused counts a token-budget refusal; an unknown reason is
-// recorded as "unknown".
-func (t *Tokens) DeferralRefused(reason string) {
+// DeferralRefused implements admission.TokenObserver: it counts a
+// token-budget refusal in band; an unknown reason is recorded as "unknown".
+func (t *Tokens) DeferralRefused(band, reason string) {
+	b := t.bands.of(band)
 	if i := slices.Index(deferredReasons[:], reason); i >= 0 {
-		t.refusedBy[i].Inc()
+		b.refused[i].Inc()
 		return
 	}
-	t.refused.WithLabelValues(unknownLabel).Inc()
+	t.refused.WithLabelValues(unknownLabel, b.name).Inc()
 }
 
 // TokensReserved counts n tokens reserved in a bucket of dimension d.
