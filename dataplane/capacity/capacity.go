@@ -167,11 +167,15 @@ type snapshot struct {
 // backend is one backend's live state. Its count outlives a reload that
 // keeps the backend.
 type backend struct {
-	name      string
-	t         *Tracker
-	max       atomic.Int64
-	inFlight  atomic.Int64
-	full      atomic.Bool        // a fresh signal is over its max
+	name     string
+	t        *Tracker
+	max      atomic.Int64
+	inFlight atomic.Int64
+	full     atomic.Bool // a fresh signal is over its max
+	// window, when positive, is the in-flight count b may reach until its
+	// next fresh reading, after a signal said it was saturated (see
+	// rampAfterSaturation); 0 means maxInFlight alone bounds it.
+	window    atomic.Int64
 	contended atomic.Bool        // refused a request since the last OnRoom
 	sat       *config.Saturation // guarded by Tracker.mu
 	// poller is nil without signals; it is replaced under Tracker.mu and
@@ -403,6 +407,9 @@ func (b *backend) acquire(s *Slot) Result {
 		return b.refused()
 	}
 	limit := b.max.Load()
+	if w := b.window.Load(); w > 0 {
+		limit = min(limit, w)
+	}
 	for {
 		n := b.inFlight.Load()
 		if n >= limit {

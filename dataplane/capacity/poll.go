@@ -165,8 +165,45 @@ func (p *poller) record(now time.Time, vals []float64, found []bool, kind string
 			p.t.log.Info("backend saturation signals are fresh again", "backend", name)
 		}
 	}
+	p.b.ramp(full, err == nil && !stale)
 	if p.b.full.Swap(full) && !full {
 		p.b.roomed()
+	}
+}
+
+// rampStep is the share of maxInFlight by which a backend's window grows
+// per fresh reading below every max, after a reading over one.
+const rampStep = 32
+
+// ramp updates b's window from a reading. A signal read every interval
+// cannot see the requests dispatched since: when it clears, every waiter
+// woken at once would be sent before the next reading and fill the
+// server's own queue again (measured with make bench-capacity: the
+// simulator's waiting queue averaged 30-40 with num_requests_waiting max
+// 0). So once a reading has said saturated, the backend may only grow
+// from the in-flight count the clearing reading found by maxInFlight/32
+// (at least one) per fresh reading under every max, until it reaches
+// maxInFlight and the window is dropped. A stale or failed reading drops
+// the window too: maxInFlight alone decides then (SPEC 6b).
+func (b *backend) ramp(full, fresh bool) {
+	switch {
+	case !fresh:
+		b.window.Store(0)
+	case full:
+		b.window.Store(-1) // the clearing reading starts the ramp
+	default:
+		w := b.window.Load()
+		switch {
+		case w == 0:
+			return // not saturated since the window was dropped
+		case w < 0:
+			w = b.inFlight.Load()
+		}
+		limit := b.max.Load()
+		if w += max(limit/rampStep, 1); w >= limit {
+			w = 0
+		}
+		b.window.Store(w)
 	}
 }
 

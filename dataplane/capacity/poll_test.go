@@ -408,3 +408,51 @@ func TestReloadRestartsOnlyChangedPollersAndCloseStopsThem(t *testing.T) {
 	}
 	f.tr.Close() // goleak in TestMain checks that nothing is left
 }
+
+// TestAfterSaturationTheBackendRampsUp: once a reading said saturated, the
+// reading that clears it lets the backend grow only one step (maxInFlight/32,
+// at least 1) above what is in flight, and one more step per fresh reading
+// under every max, so that waiters woken at once cannot fill the server's
+// own queue before the next reading sees them; a stale reading hands the
+// decision back to maxInFlight.
+func TestAfterSaturationTheBackendRampsUp(t *testing.T) {
+	f := newPollFixture(t, vllmMetrics(0, 0.5), Options{})
+	slots := make([]Slot, 9)
+	defer func() {
+		for i := range slots {
+			slots[i].Release()
+		}
+	}()
+	held := 0
+	take := func(want Result) {
+		t.Helper()
+		r := f.tr.Acquire(&slots[held], "a")
+		if r != want {
+			t.Fatalf("acquire with %d held: %v, want %v", held, r, want)
+		}
+		if r == Acquired {
+			held++
+		}
+	}
+	for range 3 { // never saturated: maxInFlight alone decides
+		take(Acquired)
+	}
+	f.srv.set(vllmMetrics(5, 0.5))
+	f.tick()
+	take(Saturated)
+	f.srv.set(vllmMetrics(0, 0.5))
+	f.tick() // clears: 3 in flight, one step of room
+	take(Acquired)
+	take(Saturated)
+	f.tick() // one more step
+	take(Acquired)
+	take(Saturated)
+	f.srv.handle(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	for range 4 { // past staleAfter: maxInFlight (8) alone decides
+		f.tick()
+	}
+	for held < 8 {
+		take(Acquired)
+	}
+	take(Saturated)
+}
