@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/dataplane/config"
@@ -46,8 +47,15 @@ func TestBandSecretMembershipFollowsTheSecret(t *testing.T) {
 		c := parseConfigMap(t, getConfigMap(t, p))
 		g.Expect(c.FairQueuing.Weights).To(ContainElement(config.Weight{TenantHash: identity.Hash(key, rawNewPremium), Weight: 1, Band: "interactive"}))
 	}).WithTimeout(5 * time.Second).Should(Succeed())
-	after := waitReady(t, p)
-	g.Expect(after.Status.ConfigHash).NotTo(Equal(ready.Status.ConfigHash))
+	// The status follows the ConfigMap write in a separate update: wait for
+	// it rather than read it once.
+	var after *fqv1alpha1.FairQueuePolicy
+	g.Eventually(func(g Gomega) {
+		after = &fqv1alpha1.FairQueuePolicy{}
+		g.Expect(k8s.Get(ctx(t), client.ObjectKeyFromObject(p), after)).To(Succeed())
+		g.Expect(after.Status.ConfigHash).NotTo(Equal(ready.Status.ConfigHash))
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+	after = waitReady(t, p)
 	g.Expect(after.Status.WeightedTenants).To(Equal(ready.Status.WeightedTenants), "status counts weights entries, never a Secret's size")
 	data := getConfigMap(t, p).Data[config.ConfigMapKey]
 	for _, raw := range []string{rawPremium, rawNewPremium} {
