@@ -37,8 +37,16 @@ func (hs *harness) queueDepth() int {
 // checks the count stays exactly 0: no slot leaked, none released twice.
 func (hs *harness) exactlyIdle(what string) {
 	hs.t.Helper()
-	testutil.Eventually(hs.t, what+": every slot released", func() bool { return hs.inFlight() == 0 })
-	for _, st := range hs.srv.rt.Load().capacity.tracker.Stats() {
+	stats := hs.srv.rt.Load().capacity.tracker.Stats
+	testutil.Eventually(hs.t, what+": every slot released", func() bool {
+		for _, st := range stats() {
+			if st.InFlight > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, st := range stats() {
 		if st.InFlight != 0 {
 			hs.t.Errorf("%s: %s has %d in flight, want exactly 0", what, st.Backend, st.InFlight)
 		}

@@ -96,8 +96,9 @@ func (cr *capacityReload) refusedForCapacity(what string) {
 func TestCapacityReloadKeepsInFlightAndWaiters(t *testing.T) {
 	t.Run("lowering maxInFlight below in flight admits no one until below it", func(t *testing.T) {
 		cr := newCapacityReload(t, 2)
-		alice, bob := cr.send("alice"), cr.send("bob")
+		alice := cr.send("alice")
 		cr.at("alice")
+		bob := cr.send("bob")
 		cr.at("bob")
 		carol := cr.send("carol")
 		cr.queued(1)
