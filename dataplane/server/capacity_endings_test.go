@@ -109,53 +109,21 @@ func TestCapacityEveryEndingReleasesAndGrantsTheWaiter(t *testing.T) {
 		beforeWaiter func(hs *harness)
 	}{
 		{
-			name: "complete response",
-			hold: func(proceed <-chan struct{}) http.HandlerFunc {
-				return func(w http.ResponseWriter, _ *http.Request) {
-					<-proceed
-					_, _ = w.Write([]byte(`{"ok":true}`))
-				}
-			},
-			holder: func(t *testing.T, hs *harness, queued <-chan struct{}, proceed chan<- struct{}) {
-				go func() { <-queued; close(proceed) }()
-				resp := hs.do(capBody, map[string]string{"X-User": "holder"})
-				if body := readAll(t, resp); resp.StatusCode != http.StatusOK {
-					t.Errorf("holder: %d %s, want 200", resp.StatusCode, body)
-				}
-			},
+			name:   "complete response",
+			hold:   answerAfter(http.StatusOK),
+			holder: expectStatus(http.StatusOK),
 		},
 		{
-			name: "complete stream",
-			hold: func(proceed <-chan struct{}) http.HandlerFunc { return streamThen(proceed, nil) },
-			holder: func(t *testing.T, hs *harness, queued <-chan struct{}, proceed chan<- struct{}) {
-				resp := hs.do(settleBody, map[string]string{"X-User": "holder"})
-				br := bufio.NewReader(resp.Body)
-				readTokens(t, br, 2)
-				<-queued
-				close(proceed)
-				rest, err := io.ReadAll(br)
-				_ = resp.Body.Close()
-				if err != nil || !strings.Contains(string(rest), "[DONE]") {
-					t.Errorf("holder's stream: %q, %v; want it complete", rest, err)
-				}
-			},
+			name:   "complete stream",
+			hold:   func(proceed <-chan struct{}) http.HandlerFunc { return streamThen(proceed, nil) },
+			holder: readStream(true),
 		},
 		{
 			name: "upstream breaks mid-stream",
 			hold: func(proceed <-chan struct{}) http.HandlerFunc {
 				return streamThen(proceed, func(http.ResponseWriter) { panic(http.ErrAbortHandler) })
 			},
-			holder: func(t *testing.T, hs *harness, queued <-chan struct{}, proceed chan<- struct{}) {
-				resp := hs.do(settleBody, map[string]string{"X-User": "holder"})
-				br := bufio.NewReader(resp.Body)
-				readTokens(t, br, 2)
-				<-queued
-				close(proceed)
-				if _, err := io.ReadAll(br); err == nil {
-					t.Error("the holder read a broken stream as complete")
-				}
-				_ = resp.Body.Close()
-			},
+			holder: readStream(false),
 		},
 		{
 			name: "client disconnects mid-stream",
@@ -180,20 +148,9 @@ func TestCapacityEveryEndingReleasesAndGrantsTheWaiter(t *testing.T) {
 			},
 		},
 		{
-			name: "upstream refuses with a 503",
-			hold: func(proceed <-chan struct{}) http.HandlerFunc {
-				return func(w http.ResponseWriter, _ *http.Request) {
-					<-proceed
-					http.Error(w, `{"error":{"message":"overloaded"}}`, http.StatusServiceUnavailable)
-				}
-			},
-			holder: func(t *testing.T, hs *harness, queued <-chan struct{}, proceed chan<- struct{}) {
-				go func() { <-queued; close(proceed) }()
-				resp := hs.do(capBody, map[string]string{"X-User": "holder"})
-				if body := readAll(t, resp); resp.StatusCode != http.StatusServiceUnavailable {
-					t.Errorf("holder: %d %s, want the upstream's 503", resp.StatusCode, body)
-				}
-			},
+			name:   "upstream refuses with a 503",
+			hold:   answerAfter(http.StatusServiceUnavailable),
+			holder: expectStatus(http.StatusServiceUnavailable),
 		},
 		{
 			name: "total timeout ends a hung request",
@@ -282,6 +239,50 @@ func TestCapacityEveryEndingReleasesAndGrantsTheWaiter(t *testing.T) {
 			<-holderDone
 			hs.exactlyIdle(tc.name)
 		})
+	}
+}
+
+// answerAfter is an upstream that answers status once proceed is closed.
+func answerAfter(status int) func(<-chan struct{}) http.HandlerFunc {
+	return func(proceed <-chan struct{}) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			<-proceed
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(`{"ok":true}`))
+		}
+	}
+}
+
+// expectStatus is a holder that lets the upstream answer once the waiter
+// queued and expects status.
+func expectStatus(status int) func(*testing.T, *harness, <-chan struct{}, chan<- struct{}) {
+	return func(t *testing.T, hs *harness, queued <-chan struct{}, proceed chan<- struct{}) {
+		go func() { <-queued; close(proceed) }()
+		resp := hs.do(capBody, map[string]string{"X-User": "holder"})
+		if body := readAll(t, resp); resp.StatusCode != status {
+			t.Errorf("holder: %d %s, want %d", resp.StatusCode, body, status)
+		}
+	}
+}
+
+// readStream is a holder that reads two events of a stream, lets the
+// upstream end it once the waiter queued, and expects it complete or
+// broken.
+func readStream(complete bool) func(*testing.T, *harness, <-chan struct{}, chan<- struct{}) {
+	return func(t *testing.T, hs *harness, queued <-chan struct{}, proceed chan<- struct{}) {
+		resp := hs.do(settleBody, map[string]string{"X-User": "holder"})
+		defer func() { _ = resp.Body.Close() }()
+		br := bufio.NewReader(resp.Body)
+		readTokens(t, br, 2)
+		<-queued
+		close(proceed)
+		rest, err := io.ReadAll(br)
+		switch {
+		case complete && (err != nil || !strings.Contains(string(rest), "[DONE]")):
+			t.Errorf("holder's stream: %q, %v; want it complete", rest, err)
+		case !complete && err == nil:
+			t.Error("the holder read a broken stream as complete")
+		}
 	}
 }
 
