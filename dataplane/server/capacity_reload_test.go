@@ -138,6 +138,31 @@ func TestCapacityReloadKeepsInFlightAndWaiters(t *testing.T) {
 		cr.ok("bob", bob)
 		cr.exactlyIdle("after the raised maxInFlight")
 	})
+	t.Run("adding saturation signals keeps in flight and the waiter", func(t *testing.T) {
+		m := newMetricsEndpoint(t, "low")
+		cr := newCapacityReload(t, 1)
+		alice := cr.send("alice")
+		cr.at("alice")
+		bob := cr.send("bob")
+		cr.queued(1)
+		cr.reload("signals", func(c *config.Config) {
+			c.Capacity.Backends[0].Saturation = &config.Saturation{
+				MetricsURL: m.srv.URL + "/metrics", Interval: dur(time.Second), Timeout: dur(200 * time.Millisecond),
+				StaleAfter: dur(3 * time.Second), Signals: []config.Signal{{Metric: "vllm:num_requests_waiting", Max: 5}},
+			}
+		})
+		cr.advanceUntil("the new signal read", cr.signalRead(0))
+		if n := cr.inFlight(); n != 1 {
+			t.Fatalf("in flight after the reload = %d, want alice's 1", n)
+		}
+		cr.queued(1)
+		cr.release <- struct{}{}
+		cr.ok("alice", alice)
+		cr.at("bob")
+		cr.release <- struct{}{}
+		cr.ok("bob", bob)
+		cr.exactlyIdle("after the signals were added")
+	})
 	t.Run("removing spec.capacity releases the waiters", func(t *testing.T) {
 		cr := newCapacityReload(t, 1)
 		alice := cr.send("alice")

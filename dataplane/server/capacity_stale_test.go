@@ -243,3 +243,37 @@ func TestCapacityStaleMetricsLeaveMaxInFlightToDecide(t *testing.T) {
 		})
 	}
 }
+
+// TestCapacityStaleSignalsWakeTheWaiters: a request that waits in the fair
+// queue because a fresh signal says saturated (nothing in flight) is
+// granted when the signal goes stale, without a release to wake it.
+func TestCapacityStaleSignalsWakeTheWaiters(t *testing.T) {
+	m := newMetricsEndpoint(t, "high")
+	hs := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}), func(c *config.Config) {
+		saturationConfig(m.srv.URL + "/metrics")(c)
+		c.Identity.TrustHeaders = true
+		c.FairQueuing.Enabled = true
+		c.FairQueuing.Bounds.MaxWait = dur(time.Hour)
+	})
+	hs.advanceUntil("a saturated reading", hs.signalRead(100))
+	waiter := hs.start(t.Context(), capBody, map[string]string{"X-User": "alice"})
+	hs.queued(1)
+	m.mode.Store("error")
+	hs.advanceUntil("the waiter granted once the signal is stale", func() bool {
+		select {
+		case r := <-waiter:
+			if r.err != nil || r.resp.StatusCode != http.StatusOK {
+				t.Fatalf("the waiter: %+v, want 200", r)
+			}
+			return true
+		default:
+			return false
+		}
+	})
+	if !hs.backendStats().Stale {
+		t.Error("the waiter was granted before the signal went stale")
+	}
+	hs.exactlyIdle("after the waiter")
+}
