@@ -194,7 +194,7 @@ type Leases struct {
 	prefix string // "<replica>/<incarnation>:"
 
 	mu      sync.Mutex
-	live    map[string]map[uint64]struct{} // backend -> leases held in Redis
+	live    map[string]map[uint64]struct{} // backend -> leases held, renewed into Redis
 	refused map[string]struct{}            // backends Redis refused lately: swept while contended
 	// stray are leases not held that Redis may still have: their release
 	// failed, or their acquire failed but a frozen server runs the queued
@@ -309,8 +309,8 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 // maxStray bounds the stray leases remembered for removal.
 const maxStray = 4096
 
-// strayed remembers lease seq of backend, whose acquire failed, for the
-// next renewal to remove.
+// strayed remembers lease seq of backend, not held, whose acquire or
+// release failed, for the next renewal to remove.
 func (l *Leases) strayed(backend string, seq uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
