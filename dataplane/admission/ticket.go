@@ -60,7 +60,7 @@ type Ticket struct {
 // stays empty and its Done does nothing.
 func (c *Controller) Begin(ctx context.Context, r Request, t *Ticket) Decision {
 	arrival := c.clk.Now()
-	dec := c.Admit(ctx, r)
+	dec := c.admit(ctx, arrival, r)
 	if dec.Allowed {
 		t.c, t.r, t.settle = c, r, dec.settle
 		dec.settle = settlement{}
