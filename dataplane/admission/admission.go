@@ -228,17 +228,18 @@ func (c *Controller) settings() *Settings { return &c.pol.Load().settings }
 // ending (the client disconnecting) takes the request out of either queue at
 // once, giving back what it was charged.
 func (c *Controller) Admit(ctx context.Context, r Request) Decision {
-	return c.admit(ctx, c.clk.Now(), r)
+	return c.admit(ctx, c.clk.Now(), &r)
 }
 
-// admit is Admit for a request that arrived at arrival.
-func (c *Controller) admit(ctx context.Context, arrival time.Time, r Request) Decision {
-	r.band = c.requestBand(&r)
+// admit is Admit for a request that arrived at arrival. It leaves in r
+// what it resolved: its band and, once estimated, its token reservation.
+func (c *Controller) admit(ctx context.Context, arrival time.Time, r *Request) Decision {
+	r.band = c.requestBand(r)
 	estimate := r.Tokens <= 0 && r.Reserver != nil
-	if estimate && c.chargesTokens(r) {
+	if estimate && c.chargesTokens(*r) {
 		r.Tokens, estimate = r.Reserver.Reservation(), false
 	}
-	dec := c.admitRequests(ctx, arrival, &r)
+	dec := c.admitRequests(ctx, arrival, r)
 	if !dec.Allowed {
 		return dec
 	}
@@ -248,7 +249,7 @@ func (c *Controller) admit(ctx context.Context, arrival time.Time, r Request) De
 	if r.Tokens <= 0 {
 		return dec
 	}
-	return c.reserve(ctx, arrival, r, dec)
+	return c.reserve(ctx, arrival, *r, dec)
 }
 
 // admitRequests decides r's request-count limits (SPEC sections 2 and 5),

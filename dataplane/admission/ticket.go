@@ -63,7 +63,9 @@ type Ticket struct {
 // stays empty and its Done does nothing.
 func (c *Controller) Begin(ctx context.Context, r Request, t *Ticket) Decision {
 	arrival := c.clk.Now()
-	dec := c.admit(ctx, arrival, r)
+	// The ticket keeps r as admission resolved it: a capacity wait charges
+	// its estimated reservation when the fair queue charges tokens.
+	dec := c.admit(ctx, arrival, &r)
 	if dec.Allowed {
 		t.c, t.r, t.settle = c, r, dec.settle
 		dec.settle = settlement{}
