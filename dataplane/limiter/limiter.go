@@ -330,7 +330,8 @@ func (l *Limiter) backend(now time.Time, name string, charge bool) (Decision, er
 
 // decide asks the store about b: a Peek, or when charge is set a Take whose
 // outcome for each bucket the observer is told. The batches are built in
-// place and passed by pointer up to the Store call, which copies one.
+// place and passed by pointer to the in-memory store; another Store gets a
+// copy, which keeps a call through the interface from allocating.
 func (l *Limiter) decide(now time.Time, b *Batch, charge bool) (Decision, error) {
 	switch {
 	case charge:

@@ -23,7 +23,8 @@ import (
 
 const (
 	// maxShards is how many independently locked shards a dimension's table
-	// is split into, so requests for different keys scale with cores.
+	// is split into, so requests for different keys scale with cores. A
+	// power of two: a mask of a key's hash picks its shard.
 	maxShards = 16
 	// minKeysPerShard is the smallest per-shard cap worth sharding for; a
 	// smaller cap keeps one shard so the cap is exact.
