@@ -20,39 +20,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Defaults of the fair-queuing bounds and timeouts. The API server applies the
-// same values from the +kubebuilder:default markers below; these constants let
-// Go code that builds objects without an API server (tests, the data plane's
-// file mode) reach the same effective values through WithDefaults.
+// Names of the hash-key Secret.
 const (
-	// DefaultMaxQueueDepthPerTenant is the default of bounds.maxQueueDepthPerTenant.
-	DefaultMaxQueueDepthPerTenant int32 = 32
-	// DefaultMaxTotalQueued is the default of bounds.maxTotalQueued.
-	DefaultMaxTotalQueued int32 = 4096
-	// DefaultMaxTenants is the default of bounds.maxTenants.
-	DefaultMaxTenants int32 = 1024
-	// DefaultMaxInFlight is the default of bounds.maxInFlight.
-	DefaultMaxInFlight int32 = 8
-	// DefaultMaxWait is the default of bounds.maxWait.
-	DefaultMaxWait = "5s"
-	// DefaultWeight is the default of fairQueuing.defaultWeight and of a backend's weight.
-	DefaultWeight int32 = 1
-	// DefaultRatePeriod is the default period of a rate limit.
-	DefaultRatePeriod = "1s"
-	// DefaultRequestTotalTimeout is the default of timeouts.request.default.total.
-	DefaultRequestTotalTimeout = "60s"
-	// DefaultKeyRegistryKey is the default data key of the key registry Secret.
-	DefaultKeyRegistryKey = "keys.json"
 	// HashKeySecretKey is the data key of the hash-key Secret holding the HMAC key.
 	HashKeySecretKey = "key"
 	// HashKeySecretSuffix is appended to the policy name to name the hash-key
 	// Secret when spec.hashKeySecretRef is unset.
 	HashKeySecretSuffix = "-hash-key"
 )
-
-// DefaultAPIKeyHeaders returns the default of identity.apiKeyHeaders, as a new
-// slice the caller may modify.
-func DefaultAPIKeyHeaders() []string { return []string{"Authorization", "x-api-key"} }
 
 // Condition types set on FairQueuePolicy status.conditions.
 const (

@@ -16,25 +16,6 @@ limitations under the License.
 
 package v1alpha1
 
-// Defaults of deferred admission. The API server applies the same values
-// from the +kubebuilder:default markers below; these constants let Go code
-// that builds objects without an API server reach the same effective values.
-const (
-	// DefaultTokenPeriod is the default period of a token limit: token
-	// budgets are usually counted per minute.
-	DefaultTokenPeriod = "1m"
-	// DefaultMaxTokensReserved is the default of estimation.defaultMaxTokens.
-	DefaultMaxTokensReserved int64 = 1024
-	// DefaultIncludeUsage is the default of estimation.includeUsage.
-	DefaultIncludeUsage = true
-	// DefaultMaxHeld is the default of deferredAdmission.bounds.maxHeld.
-	DefaultMaxHeld int32 = 1024
-	// DefaultMaxHeldPerTenant is the default of deferredAdmission.bounds.maxHeldPerTenant.
-	DefaultMaxHeldPerTenant int32 = 32
-	// DefaultMaxHoldWait is the default of deferredAdmission.bounds.maxWait.
-	DefaultMaxHoldWait = "10s"
-)
-
 // FairQueuingCost is what one granted request charges its tenant's share.
 // +kubebuilder:validation:Enum=Requests;Tokens
 type FairQueuingCost string

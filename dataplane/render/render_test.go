@@ -87,7 +87,7 @@ func TestRenderResolvesAndHashesIdentities(t *testing.T) {
 
 	// Defaults the API server would fill are filled for objects that did not
 	// pass through it.
-	g.Expect(c.Identity.APIKeyHeaders).To(Equal(fqv1alpha1.DefaultAPIKeyHeaders()))
+	g.Expect(c.Identity.APIKeyHeaders).To(Equal(config.DefaultAPIKeyHeaders()))
 	g.Expect(c.FairQueuing.TenantDimension).To(Equal(identity.DimensionUser))
 	g.Expect(c.FairQueuing.DefaultWeight).To(BeEquivalentTo(1))
 	g.Expect(c.FairQueuing.Bounds).To(Equal(config.DefaultBounds()))
