@@ -302,8 +302,8 @@ type RateLimits struct {
 	PerBackend *RateLimit `json:"perBackend,omitempty"`
 }
 
-// RateLimit is a token bucket: requests per period, with up to burst tokens
-// saved up.
+// RateLimit is a token bucket: requests per period, with up to burst
+// requests saved up.
 type RateLimit struct {
 	// requests is the number of requests allowed per period.
 	// +required
@@ -311,18 +311,7 @@ type RateLimit struct {
 	// +kubebuilder:validation:Maximum=1000000000
 	Requests int64 `json:"requests"`
 
-	// period is the refill period of requests, a positive duration of at most
-	// 24h such as "1s" or "1m". Defaults to "1s".
-	// +optional
-	// +kubebuilder:default="1s"
-	Period Duration `json:"period,omitzero"`
-
-	// burst is the bucket capacity: how many requests may pass at once after
-	// an idle spell. When unset, the data plane uses requests.
-	// +optional
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000000000
-	Burst int64 `json:"burst,omitempty"`
+	RequestBucket `json:",inline"`
 }
 
 // ModelRateLimit limits each model: requests, period and burst apply to every
@@ -339,18 +328,7 @@ type ModelRateLimit struct {
 	// +kubebuilder:validation:Maximum=1000000000
 	Requests int64 `json:"requests,omitempty"`
 
-	// period is the refill period of requests, a positive duration of at most
-	// 24h such as "1s" or "1m". Defaults to "1s".
-	// +optional
-	// +kubebuilder:default="1s"
-	Period Duration `json:"period,omitzero"`
-
-	// burst is the bucket capacity for each model without an override. When
-	// unset, the data plane uses requests.
-	// +optional
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000000000
-	Burst int64 `json:"burst,omitempty"`
+	RequestBucket `json:",inline"`
 
 	// overrides set the limit of named models: at most 64, with unique model
 	// names.

@@ -90,19 +90,7 @@ type TokenLimit struct {
 	// +kubebuilder:validation:Maximum=1000000000000
 	Tokens int64 `json:"tokens"`
 
-	// period is the refill period of tokens, a positive duration of at most
-	// 24h such as "1m". Defaults to "1m".
-	// +optional
-	// +kubebuilder:default="1m"
-	Period Duration `json:"period,omitzero"`
-
-	// burst is the bucket capacity in tokens: how many may be used at once
-	// after an idle spell. A request reserving more than burst waits for a
-	// full bucket. When unset, the data plane uses tokens.
-	// +optional
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000000000000
-	Burst int64 `json:"burst,omitempty"`
+	TokenBucket `json:",inline"`
 }
 
 // ModelTokenLimit limits each model's tokens: tokens, period and burst apply
@@ -119,18 +107,7 @@ type ModelTokenLimit struct {
 	// +kubebuilder:validation:Maximum=1000000000000
 	Tokens int64 `json:"tokens,omitempty"`
 
-	// period is the refill period of tokens, a positive duration of at most
-	// 24h such as "1m". Defaults to "1m".
-	// +optional
-	// +kubebuilder:default="1m"
-	Period Duration `json:"period,omitzero"`
-
-	// burst is the bucket capacity in tokens for each model without an
-	// override. When unset, the data plane uses tokens.
-	// +optional
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000000000000
-	Burst int64 `json:"burst,omitempty"`
+	TokenBucket `json:",inline"`
 
 	// overrides set the token limit of named models: at most 64, with
 	// unique model names.

@@ -16,7 +16,7 @@ import (
 func dur(d time.Duration) fqv1alpha1.Duration { return fqv1alpha1.Duration(d.String()) }
 
 func rateLimit(requests int64, period time.Duration, burst int64) *fqv1alpha1.RateLimit {
-	l := &fqv1alpha1.RateLimit{Requests: requests, Burst: burst}
+	l := &fqv1alpha1.RateLimit{Requests: requests, RequestBucket: fqv1alpha1.RequestBucket{Burst: burst}}
 	if period > 0 {
 		l.Period = dur(period)
 	}
@@ -24,7 +24,7 @@ func rateLimit(requests int64, period time.Duration, burst int64) *fqv1alpha1.Ra
 }
 
 func tokenLimitOf(tokens int64, period time.Duration, burst int64) *fqv1alpha1.TokenLimit {
-	l := &fqv1alpha1.TokenLimit{Tokens: tokens, Burst: burst}
+	l := &fqv1alpha1.TokenLimit{Tokens: tokens, TokenBucket: fqv1alpha1.TokenBucket{Burst: burst}}
 	if period > 0 {
 		l.Period = dur(period)
 	}

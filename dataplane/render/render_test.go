@@ -28,7 +28,7 @@ func unitPolicy() *fqv1alpha1.FairQueuePolicy {
 			},
 			RateLimits: fqv1alpha1.RateLimits{
 				PerUser:  &fqv1alpha1.RateLimit{Requests: 10},
-				PerModel: &fqv1alpha1.ModelRateLimit{Overrides: []fqv1alpha1.ModelRateLimitOverride{{Model: "big", RateLimit: fqv1alpha1.RateLimit{Requests: 2, Burst: 4}}}},
+				PerModel: &fqv1alpha1.ModelRateLimit{Overrides: []fqv1alpha1.ModelRateLimitOverride{{Model: "big", RateLimit: fqv1alpha1.RateLimit{Requests: 2, RequestBucket: fqv1alpha1.RequestBucket{Burst: 4}}}}},
 			},
 			FairQueuing: fqv1alpha1.FairQueuing{
 				Enabled: true,

@@ -130,9 +130,9 @@ func TestDeferredAdmissionValidation(t *testing.T) {
 		want := fqv1alpha1.DeferredAdmission{
 			Enabled: true,
 			TokenLimits: fqv1alpha1.TokenLimits{
-				PerAPIKey: &fqv1alpha1.TokenLimit{Tokens: 500, Period: minute},
-				PerModel: &fqv1alpha1.ModelTokenLimit{Tokens: 9, Period: minute, Overrides: []fqv1alpha1.ModelTokenLimitOverride{
-					{Model: "m", TokenLimit: fqv1alpha1.TokenLimit{Tokens: 3, Period: minute}},
+				PerAPIKey: &fqv1alpha1.TokenLimit{Tokens: 500, TokenBucket: fqv1alpha1.TokenBucket{Period: minute}},
+				PerModel: &fqv1alpha1.ModelTokenLimit{Tokens: 9, TokenBucket: fqv1alpha1.TokenBucket{Period: minute}, Overrides: []fqv1alpha1.ModelTokenLimitOverride{
+					{Model: "m", TokenLimit: fqv1alpha1.TokenLimit{Tokens: 3, TokenBucket: fqv1alpha1.TokenBucket{Period: minute}}},
 				}},
 			},
 			Estimation: fqv1alpha1.TokenEstimation{DefaultMaxTokens: 1024, IncludeUsage: &include},
