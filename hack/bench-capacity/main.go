@@ -276,10 +276,15 @@ func (s *sim) stop() {
 	s.Close()
 }
 
-// calibrate returns the heavy tenant's completions per second alone on a
-// fresh simulator: as many clients as the batch bound send one request after
-// another (the server is saturated whether the KV cache or the batch binds
-// first), and the completions of the second half of the run are counted.
+// calibrate returns the completions per second of requests of prompt and
+// output tokens alone on a fresh simulator: as many clients as the batch
+// bound send one request after another (the server is saturated whether
+// the KV cache or the batch binds first), and the output tokens the
+// simulator generates in the second half of the run, over output, are the
+// completions. Tokens, not completed requests, are counted: the clients
+// start together, so their requests finish in waves, and a window catches
+// a varying number of waves (on a loaded machine the same server measured
+// from 2 to 6 heavy requests/s by completions).
 func calibrate(ctx context.Context, o options, prompt, output int) (float64, error) {
 	s, err := startSim()
 	if err != nil {
@@ -291,19 +296,11 @@ func calibrate(ctx context.Context, o options, prompt, output int) (float64, err
 	defer client.CloseIdleConnections()
 	// The first half fills the batch and the KV cache (prefilling a full
 	// batch of long prompts alone takes seconds); the second half counts.
-	warm := o.calibrate / 2
 	ctx, cancel := context.WithTimeout(ctx, o.calibrate)
 	defer cancel()
-	start := time.Now()
-	var (
-		mu   sync.Mutex
-		done int
-		wg   sync.WaitGroup
-	)
+	var wg sync.WaitGroup
 	for range modelsim.DefaultMaxNumSeqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for ctx.Err() == nil {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+loadgen.DefaultPath, strings.NewReader(string(body)))
 				req.Header.Set("Content-Type", "application/json")
@@ -314,23 +311,27 @@ func calibrate(ctx context.Context, o options, prompt, output int) (float64, err
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				_ = resp.Body.Close()
-				if resp.StatusCode == http.StatusOK && time.Since(start) > warm {
-					mu.Lock()
-					done++
-					mu.Unlock()
-				}
 			}
-		}()
+		})
 	}
+	var from modelsim.Stats
+	select {
+	case <-ctx.Done():
+	case <-time.After(o.calibrate / 2):
+		from = s.Stats()
+	}
+	start := time.Now()
+	<-ctx.Done()
+	to, window := s.Stats(), time.Since(start)
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return 0, err
 	}
-	window := time.Since(start) - warm
-	if done == 0 {
-		return 0, fmt.Errorf("calibrating: no request of %d prompt and %d output tokens completed in %v", prompt, output, window)
+	tokens := to.GenerationTokens - from.GenerationTokens
+	if tokens <= 0 || window <= 0 {
+		return 0, fmt.Errorf("calibrating: no token of a request of %d prompt and %d output tokens generated in %v", prompt, output, window)
 	}
-	return float64(done) / window.Seconds(), nil
+	return float64(tokens) / float64(output) / window.Seconds(), nil
 }
 
 // runMode runs the three tenants (only the light ones when withHeavy is
