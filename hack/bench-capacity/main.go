@@ -92,7 +92,7 @@ func main() {
 	var prompts, modes string
 	flag.StringVar(&o.dataplane, "dataplane", "", "the dataplane binary (make bench-capacity builds it)")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "how long each mode's load runs")
-	flag.DurationVar(&o.calibrate, "calibrate", 20*time.Second, "how long the heavy tenant alone is run to measure the simulator's capacity")
+	flag.DurationVar(&o.calibrate, "calibrate", 30*time.Second, "how long the heavy tenant alone is run to measure the simulator's capacity")
 	flag.StringVar(&prompts, "heavy-prompts", "1500,3000", "comma-separated prompt lengths, in tokens, of the heavy tenant's requests; each is one table")
 	flag.StringVar(&modes, "modes", strings.Join(allModes, ","), "comma-separated modes to run (a, b, c, d, e, o)")
 	flag.IntVar(&o.lightPrompt, "light-prompt", 100, "prompt tokens of a light tenant's request")
@@ -101,7 +101,7 @@ func main() {
 	flag.StringVar(&o.jsonOut, "json", "", "also write every figure as JSON to this file")
 	flag.DurationVar(&o.interval, "interval", 100*time.Millisecond, "capacity mode's saturation poll interval")
 	flag.Float64Var(&o.waitingMax, "waiting-max", 0, "capacity mode's max for vllm:num_requests_waiting")
-	flag.Float64Var(&o.kvMax, "kv-max", 0.95, "capacity mode's max for vllm:kv_cache_usage_perc")
+	flag.Float64Var(&o.kvMax, "kv-max", 0.9, "capacity mode's max for vllm:kv_cache_usage_perc: 0.9 leaves a light request KV room at once")
 	flag.Parse()
 	var err error
 	if o.heavyPrompts, err = parseInts(prompts); err != nil {
