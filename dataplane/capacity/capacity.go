@@ -171,10 +171,10 @@ type backend struct {
 	t        *Tracker
 	max      atomic.Int64
 	inFlight atomic.Int64
-	full     atomic.Bool // a fresh signal is over its max
-	// window, when positive, is the in-flight count b may reach until its
-	// next fresh reading, after a signal said it was saturated (see
-	// rampAfterSaturation); 0 means maxInFlight alone bounds it.
+	full     atomic.Bool // a fresh signal is over its max with nothing in flight to hold back
+	// window, when positive, is the in-flight count b may reach, learned
+	// from its saturation signals (poller.adjust); 0 means maxInFlight
+	// alone bounds it.
 	window    atomic.Int64
 	contended atomic.Bool        // refused a request since the last OnRoom
 	sat       *config.Saturation // guarded by Tracker.mu
@@ -402,7 +402,7 @@ func (t *Tracker) AcquireAny(s *Slot, candidates []string, start int) (int, Resu
 // signals. It is a hint: a slot is only taken by Acquire.
 func (t *Tracker) Saturated(name string) bool {
 	b := t.current.Load().byName[name]
-	return b != nil && (b.full.Load() || b.inFlight.Load() >= b.max.Load())
+	return b != nil && (b.full.Load() || b.inFlight.Load() >= b.max.Load() || b.windowFull())
 }
 
 // acquire takes a slot on b into s.
@@ -460,9 +460,10 @@ type BackendStats struct {
 	Backend     string
 	InFlight    int
 	MaxInFlight int
-	// Saturated: at MaxInFlight, or a fresh signal over its max, as this
-	// replica sees it; with Options.Shared a backend full across the fleet
-	// shows only as refused acquires.
+	// Saturated: at MaxInFlight, or at the window its saturation signals
+	// set (see the package doc), as this replica sees it; with
+	// Options.Shared a backend full across the fleet shows only as refused
+	// acquires.
 	Saturated bool
 	// Stale: a signal has had no reading for longer than staleAfter.
 	Stale   bool
@@ -488,7 +489,7 @@ func (t *Tracker) Stats() []BackendStats {
 			InFlight:    int(b.inFlight.Load()),
 			MaxInFlight: int(b.max.Load()),
 		}
-		st.Saturated = b.full.Load() || int64(st.InFlight) >= int64(st.MaxInFlight)
+		st.Saturated = b.full.Load() || int64(st.InFlight) >= int64(st.MaxInFlight) || b.windowFull()
 		if p := b.poller.Load(); p != nil {
 			st.Stale, st.Signals = p.stats()
 		}

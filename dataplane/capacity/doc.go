@@ -38,12 +38,40 @@ limitations under the License.
 // into its old count, which no longer matters. Pollers are restarted only
 // for backends whose saturation settings changed.
 //
+// # Window
+//
+// A saturation signal is read every interval and cannot see the requests
+// dispatched since. Blocking every request from a reading over a max until
+// the next reading under it wastes the slots that free meanwhile (a light
+// tenant's request then waits for a reading, not for a slot), and letting
+// every waiter through when the reading clears fills the server's own
+// queue before the next reading can see them. So once a reading has said
+// saturated, a backend keeps a window, an in-flight bound below
+// maxInFlight learned from its readings, and a release under it admits the
+// next waiter at once, like a slot under maxInFlight:
+//
+//   - a reading over a max cuts the window to what was in flight at the
+//     last reading under every max (what the server took), and at least one
+//     below what is in flight now, so the server's own queue drains as
+//     requests end; with nothing in flight there is nothing to hold back,
+//     and the backend refuses outright until a reading clears;
+//   - a reading under every max grows it to one above what is in flight
+//     (the reading says the server took that many), or by one, and drops
+//     it at maxInFlight: additive increase, since a request sent is seen
+//     by the next reading at the earliest;
+//   - stale signals drop it: maxInFlight alone decides. A failed poll
+//     before then changes nothing.
+//
+// The window lives on the backend, not in the Acquire fast path's
+// decisions: Acquire compares the count with the smaller of maxInFlight and
+// the window. docs/capacity.md has the measurements behind these choices.
+//
 // # Waking waiters
 //
 // Options.OnRoom is called when a backend that refused, or was full, gets
 // room: a release at maxInFlight, a release after a refusal, a saturation
-// signal falling back under its max or going stale, a larger maxInFlight,
-// the backend's removal from the config.
+// signal falling back under its max or going stale, a window that grew, a
+// larger maxInFlight, the backend's removal from the config.
 // It is called synchronously on the releasing goroutine and must not block
 // (a non-blocking send on a channel of one, for example) and must not call
 // Apply or Close, which wait for the pollers. The receiver

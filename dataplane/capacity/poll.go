@@ -54,6 +54,10 @@ type poller struct {
 	read    []time.Time // each signal's last reading; zero before the first
 	stale   bool
 	failing bool // the last poll failed
+
+	// clear is the in-flight count at the last reading under every max,
+	// -1 before one. The poller's goroutine alone uses it (adjust).
+	clear int64
 }
 
 // startPoller starts b's poller; Tracker.mu is held.
@@ -61,9 +65,9 @@ func (t *Tracker) startPoller(b *backend, cfg config.Saturation) *poller {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &poller{
 		t: t, b: b, cfg: cfg, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		started: t.clk.Now(),
-		values:  make([]float64, len(cfg.Signals)),
-		read:    make([]time.Time, len(cfg.Signals)),
+		started: t.clk.Now(), clear: -1,
+		values: make([]float64, len(cfg.Signals)),
+		read:   make([]time.Time, len(cfg.Signals)),
 	}
 	go p.run()
 	return p
@@ -165,46 +169,76 @@ func (p *poller) record(now time.Time, vals []float64, found []bool, kind string
 			p.t.log.Info("backend saturation signals are fresh again", "backend", name)
 		}
 	}
-	p.b.ramp(full, err == nil && !stale)
-	if p.b.full.Swap(full) && !full {
-		p.b.roomed()
+	switch {
+	case stale:
+		p.adjust(false, false)
+	case err == nil:
+		p.adjust(full, true)
+	} // a failed poll within staleAfter leaves the last reading in force
+}
+
+// adjust moves b's window after a reading (see the package doc's Window).
+// A signal read every interval cannot see the requests dispatched since:
+// blocking every request until the next reading clears wastes the slots
+// released meanwhile (the light tenants of make bench-capacity waited a
+// third of a second at p50 for that reading), and letting every waiter
+// through when it clears fills the server's own queue before the next
+// reading can see them. So once a reading has said saturated the backend
+// keeps a window, the in-flight count it may reach, and admits on every
+// release up to it:
+//
+//   - a reading over a max cuts the window to the in-flight count of the
+//     last reading under every max (what the server took), and at least
+//     one below what is in flight now, so the server's queue drains; with
+//     nothing in flight the backend refuses outright until a reading
+//     clears;
+//   - a reading under every max grows it to one above what is in flight,
+//     or by one, and drops it at maxInFlight. One at a time: a faster
+//     increase (doubling up to maxInFlight/32 per reading) overshot by up
+//     to a dozen heavy requests before a reading could see them, and a
+//     server whose KV cache binds holds them in its queue for seconds;
+//   - stale signals drop it: maxInFlight alone decides (SPEC 6b); a failed
+//     poll before that changes nothing.
+//
+// Only the poller's goroutine calls it.
+func (p *poller) adjust(over, fresh bool) {
+	b := p.b
+	n, limit := b.inFlight.Load(), b.max.Load()
+	was := b.window.Load()
+	w, room := was, false
+	switch {
+	case !fresh:
+		w = 0
+		room = b.full.Swap(false) || was > 0 && b.contended.Load()
+	case over:
+		if w == 0 || w > n-1 {
+			w = n - 1
+		}
+		if p.clear >= 0 && p.clear < w {
+			w = p.clear
+		}
+		b.full.Store(w < 1) // nothing of ours to hold back: refuse outright
+		w = max(w, 1)
+	default:
+		p.clear = n
+		room = b.full.Swap(false)
+		if w > 0 {
+			if w = max(w, n) + 1; w >= limit {
+				w = 0
+			}
+			room = room || (w == 0 || w > was) && b.contended.Load()
+		}
+	}
+	b.window.Store(w)
+	if room {
+		b.roomed()
 	}
 }
 
-// rampStep is the share of maxInFlight by which a backend's window grows
-// per fresh reading below every max, after a reading over one.
-const rampStep = 32
-
-// ramp updates b's window from a reading. A signal read every interval
-// cannot see the requests dispatched since: when it clears, every waiter
-// woken at once would be sent before the next reading and fill the
-// server's own queue again (measured with make bench-capacity: the
-// simulator's waiting queue averaged 30-40 with num_requests_waiting max
-// 0). So once a reading has said saturated, the backend may only grow
-// from the in-flight count the clearing reading found by maxInFlight/32
-// (at least one) per fresh reading under every max, until it reaches
-// maxInFlight and the window is dropped. A stale or failed reading drops
-// the window too: maxInFlight alone decides then (SPEC 6b).
-func (b *backend) ramp(full, fresh bool) {
-	switch {
-	case !fresh:
-		b.window.Store(0)
-	case full:
-		b.window.Store(-1) // the clearing reading starts the ramp
-	default:
-		w := b.window.Load()
-		switch {
-		case w == 0:
-			return // not saturated since the window was dropped
-		case w < 0:
-			w = b.inFlight.Load()
-		}
-		limit := b.max.Load()
-		if w += max(limit/rampStep, 1); w >= limit {
-			w = 0
-		}
-		b.window.Store(w)
-	}
+// windowFull reports whether b is at its window.
+func (b *backend) windowFull() bool {
+	w := b.window.Load()
+	return w > 0 && b.inFlight.Load() >= w
 }
 
 // stats returns the poller's signals as Tracker.Stats reports them.

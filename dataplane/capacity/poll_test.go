@@ -409,50 +409,157 @@ func TestReloadRestartsOnlyChangedPollersAndCloseStopsThem(t *testing.T) {
 	f.tr.Close() // goleak in TestMain checks that nothing is left
 }
 
-// TestAfterSaturationTheBackendRampsUp: once a reading said saturated, the
-// reading that clears it lets the backend grow only one step (maxInFlight/32,
-// at least 1) above what is in flight, and one more step per fresh reading
-// under every max, so that waiters woken at once cannot fill the server's
-// own queue before the next reading sees them; a stale reading hands the
-// decision back to maxInFlight.
-func TestAfterSaturationTheBackendRampsUp(t *testing.T) {
-	f := newPollFixture(t, vllmMetrics(0, 0.5), Options{})
-	slots := make([]Slot, 9)
-	defer func() {
-		for i := range slots {
-			slots[i].Release()
-		}
-	}()
-	held := 0
-	take := func(want Result) {
-		t.Helper()
-		r := f.tr.Acquire(&slots[held], "a")
-		if r != want {
-			t.Fatalf("acquire with %d held: %v, want %v", held, r, want)
-		}
-		if r == Acquired {
-			held++
+// held is a test's slots on backend "a" of a poll fixture.
+type held struct {
+	t     *testing.T
+	f     *pollFixture
+	slots []*Slot
+}
+
+func (h *held) n() int {
+	n := 0
+	for i := range h.slots {
+		if h.slots[i].Backend() != "" {
+			n++
 		}
 	}
-	for range 3 { // never saturated: maxInFlight alone decides
-		take(Acquired)
+	return n
+}
+
+// take acquires one more slot and checks the result.
+func (h *held) take(want Result) {
+	h.t.Helper()
+	h.slots = append(h.slots, new(Slot))
+	if r := h.f.tr.Acquire(h.slots[len(h.slots)-1], "a"); r != want {
+		h.t.Fatalf("acquire with %d held: %v, want %v", h.n(), r, want)
+	}
+}
+
+// fill takes slots until a refusal and returns how many it took.
+func (h *held) fill() int {
+	h.t.Helper()
+	for took := 0; ; took++ {
+		h.slots = append(h.slots, new(Slot))
+		if r := h.f.tr.Acquire(h.slots[len(h.slots)-1], "a"); r != Acquired {
+			if r != Saturated {
+				h.t.Fatalf("acquire: %v", r)
+			}
+			return took
+		}
+		if took > 1000 {
+			h.t.Fatal("no refusal after 1000 slots")
+		}
+	}
+}
+
+// release gives back k held slots.
+func (h *held) release(k int) {
+	for i := range h.slots {
+		if k > 0 && h.slots[i].Backend() != "" {
+			h.slots[i].Release()
+			k--
+		}
+	}
+}
+
+func (h *held) releaseAll() { h.release(len(h.slots)) }
+
+// TestWindowAfterSaturation: once a reading has said saturated, the
+// backend keeps a window of in-flight requests and admits on every release
+// up to it, without waiting for the next reading. A reading over a max cuts
+// the window to what was in flight at the last reading under every max (at
+// least one below what is in flight now), so the server's own queue
+// drains; each reading under every max grows it by one; it is dropped at
+// maxInFlight or when the signals go stale.
+func TestWindowAfterSaturation(t *testing.T) {
+	f := newPollFixture(t, vllmMetrics(0, 0.5), Options{})
+	signals := []config.Signal{{Metric: "vllm:num_requests_waiting", Max: 4}, {Metric: "vllm:kv_cache_usage_perc", Max: 0.95}}
+	if err := f.tr.Apply([]Backend{{Name: "a", MaxInFlight: 64, Saturation: saturation(f.srv.URL+"/metrics", signals...)}}); err != nil {
+		t.Fatal(err)
+	}
+	h := &held{t: t, f: f}
+	defer h.releaseAll()
+	for range 10 { // never saturated: maxInFlight alone decides
+		h.take(Acquired)
+	}
+	f.tick() // under every max with 10 in flight
+	h.take(Acquired)
+	h.take(Acquired)
+
+	f.srv.set(vllmMetrics(5, 0.5))
+	f.tick() // over: back to the 10 the last reading under every max saw
+	h.take(Saturated)
+	if st := f.tr.Stats()[0]; !st.Saturated || !f.tr.Saturated("a") {
+		t.Fatalf("12 in flight over a window of 10 not reported saturated: %+v", st)
+	}
+	h.release(2)
+	h.take(Saturated) // 10 in flight: at the window
+	wakes := f.rm.count()
+	h.release(1)
+	if f.rm.count() != wakes+1 {
+		t.Fatal("a release under the window did not wake the waiters")
+	}
+	h.take(Acquired) // no reading needed: a release makes room
+	h.take(Saturated)
+
+	f.srv.set(vllmMetrics(0, 0.5))
+	wakes = f.rm.count()
+	f.tick() // under: one more
+	if f.rm.count() != wakes+1 {
+		t.Fatal("a window that grew did not wake the waiters")
+	}
+	if got := h.fill(); got != 1 {
+		t.Fatalf("first reading under every max: %d more admitted, want 1", got)
+	}
+	for i := range 2 {
+		f.tick() // one more per reading
+		if got := h.fill(); got != 1 {
+			t.Fatalf("reading %d under every max in a row: %d more admitted, want 1", i+2, got)
+		}
 	}
 	f.srv.set(vllmMetrics(5, 0.5))
-	f.tick()
-	take(Saturated)
+	f.tick() // over, 13 in flight, 12 at the last reading under every max
+	h.release(1)
+	h.take(Saturated)
+	h.release(1)
+	h.take(Acquired)
+
 	f.srv.set(vllmMetrics(0, 0.5))
-	f.tick() // clears: 3 in flight, one step of room
-	take(Acquired)
-	take(Saturated)
-	f.tick() // one more step
-	take(Acquired)
-	take(Saturated)
+	for range 64 { // grows to maxInFlight, where the window is dropped
+		f.tick()
+	}
+	if got := h.fill(); h.n() != 64 {
+		t.Fatalf("window not dropped at maxInFlight: %d more admitted, %d held", got, h.n())
+	}
+}
+
+// TestSaturatedWithNothingInFlightRefusesUntilClear: a reading over a max
+// with no request of this replica's in flight has nothing to hold back, so
+// the backend refuses outright until a reading clears it; it then starts
+// from a small window, and stale signals hand the decision back to
+// maxInFlight.
+func TestSaturatedWithNothingInFlightRefusesUntilClear(t *testing.T) {
+	f := newPollFixture(t, vllmMetrics(5, 0.5), Options{})
+	h := &held{t: t, f: f}
+	defer h.releaseAll()
+	h.take(Saturated)
+	if !f.tr.Saturated("a") || !f.tr.Stats()[0].Saturated {
+		t.Fatal("not reported saturated")
+	}
+	f.srv.set(vllmMetrics(0, 0.5))
+	f.tick()
+	if got := h.fill(); got != 2 {
+		t.Fatalf("cleared with nothing in flight: %d admitted, want 2 (a window of one, one more)", got)
+	}
 	f.srv.handle(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	f.tick()
+	if got := h.fill(); got != 0 {
+		t.Fatalf("a failed poll within staleAfter changed the window: %d more admitted", got)
+	}
 	for range 4 { // past staleAfter: maxInFlight (8) alone decides
 		f.tick()
 	}
-	for held < 8 {
-		take(Acquired)
+	if got := h.fill(); h.n() != 8 {
+		t.Fatalf("stale signals: %d more admitted, %d held, want maxInFlight 8", got, h.n())
 	}
-	take(Saturated)
 }

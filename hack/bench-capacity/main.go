@@ -14,12 +14,17 @@
 //	(d) capacity mode with fairQueuing.cost: Tokens;
 //	(e) capacity mode with an interactive band (the light tenants) and a
 //	    batch band (the heavy one);
+//	(o) the oracle: the light tenants straight to the simulator, the heavy
+//	    one through capacity mode; what any admission gateway could at best
+//	    give the light tenants without taking throughput from the heavy one;
 //
 // and prints per tenant TTFT p50/p99 (and its ratio to the light tenants'
-// TTFT with no heavy tenant), completions/s and output tokens/s, and the
-// simulator's own waiting queue. Every mode gets a fresh simulator and data
-// plane; the capacity and the unloaded TTFT are measured first in the same
-// run, on the same machine.
+// TTFT with no heavy tenant), split into the part spent in the data plane's
+// fair queue and the rest, completions/s and output tokens/s, and the
+// simulator's own waiting queue; then a lower bound on the light tenants'
+// TTFT from the simulator's step model (see bound.go). Every mode gets a
+// fresh simulator and data plane; the capacity and the unloaded TTFT are
+// measured first in the same run, on the same machine.
 package main
 
 import (
@@ -61,10 +66,16 @@ type options struct {
 	lightOutput  int
 	heavyOutput  int
 	jsonOut      string
+	// interval and kvMax are capacity mode's poll interval and the
+	// vllm:kv_cache_usage_perc signal's max; waitingMax the
+	// vllm:num_requests_waiting signal's.
+	interval   time.Duration
+	kvMax      float64
+	waitingMax float64
 }
 
 // allModes are the modes in the order they are printed.
-var allModes = []string{"a", "b", "c", "d", "e"}
+var allModes = []string{"a", "b", "c", "d", "e", "o"}
 
 // modeNames describe each mode in the table.
 var modeNames = map[string]string{
@@ -73,6 +84,7 @@ var modeNames = map[string]string{
 	"c": "(c) capacity + fair queuing",
 	"d": "(d) capacity + cost: Tokens",
 	"e": "(e) capacity + interactive/batch bands",
+	"o": "(o) oracle: light straight to the sim, heavy via (c)",
 }
 
 func main() {
@@ -80,13 +92,16 @@ func main() {
 	var prompts, modes string
 	flag.StringVar(&o.dataplane, "dataplane", "", "the dataplane binary (make bench-capacity builds it)")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "how long each mode's load runs")
-	flag.DurationVar(&o.calibrate, "calibrate", 20*time.Second, "how long the heavy tenant alone is run to measure the simulator's capacity")
+	flag.DurationVar(&o.calibrate, "calibrate", 30*time.Second, "how long the heavy tenant alone is run to measure the simulator's capacity")
 	flag.StringVar(&prompts, "heavy-prompts", "1500,3000", "comma-separated prompt lengths, in tokens, of the heavy tenant's requests; each is one table")
-	flag.StringVar(&modes, "modes", strings.Join(allModes, ","), "comma-separated modes to run (a, b, c, d, e)")
+	flag.StringVar(&modes, "modes", strings.Join(allModes, ","), "comma-separated modes to run (a, b, c, d, e, o)")
 	flag.IntVar(&o.lightPrompt, "light-prompt", 100, "prompt tokens of a light tenant's request")
 	flag.IntVar(&o.lightOutput, "light-output", 64, "output tokens of a light tenant's request")
 	flag.IntVar(&o.heavyOutput, "heavy-output", 128, "output tokens of a heavy tenant's request")
 	flag.StringVar(&o.jsonOut, "json", "", "also write every figure as JSON to this file")
+	flag.DurationVar(&o.interval, "interval", 100*time.Millisecond, "capacity mode's saturation poll interval")
+	flag.Float64Var(&o.waitingMax, "waiting-max", 0, "capacity mode's max for vllm:num_requests_waiting")
+	flag.Float64Var(&o.kvMax, "kv-max", 0.9, "capacity mode's max for vllm:kv_cache_usage_perc: 0.9 leaves a light request KV room at once")
 	flag.Parse()
 	var err error
 	if o.heavyPrompts, err = parseInts(prompts); err != nil {
@@ -95,12 +110,12 @@ func main() {
 	for _, m := range strings.Split(modes, ",") {
 		m = strings.TrimSpace(m)
 		if _, ok := modeNames[m]; !ok {
-			fail(fmt.Errorf("--modes: unknown mode %q: use a, b, c, d or e", m))
+			fail(fmt.Errorf("--modes: unknown mode %q: use a, b, c, d, e or o", m))
 		}
 		o.modes = append(o.modes, m)
 	}
 	if o.dataplane == "" && slices.ContainsFunc(o.modes, func(m string) bool { return m != "a" }) {
-		fail(errors.New("--dataplane is required for modes b to e: run `make bench-capacity`, which builds it"))
+		fail(errors.New("--dataplane is required for modes b to e and o: run `make bench-capacity`, which builds it"))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -151,6 +166,12 @@ type Table struct {
 	// the simulator.
 	Alone map[string]loadgen.Percentiles `json:"light_alone_ttft_ms"`
 	Modes []ModeResult                   `json:"modes"`
+	// Bound is the step model's lower bound on a light request's TTFT at
+	// the heavy tenant's completions per second in the oracle mode (or,
+	// without it, the best of the capacity modes); Estimate the same model
+	// with the batch that mode's server ran (see bound.go).
+	Bound    *Bound `json:"bound,omitempty"`
+	Estimate *Bound `json:"estimate,omitempty"`
 }
 
 // ModeResult is one mode's figures.
@@ -163,13 +184,22 @@ type ModeResult struct {
 	// Waiting is the simulator's waiting queue, sampled every 100 ms.
 	WaitingMean float64 `json:"sim_waiting_mean"`
 	WaitingMax  int     `json:"sim_waiting_max"`
-	Error       string  `json:"error,omitempty"`
+	// RunningMean and KVTokensMean are the simulator's running batch and
+	// KV-cache tokens in use, sampled likewise.
+	RunningMean  float64 `json:"sim_running_mean"`
+	KVTokensMean float64 `json:"sim_kv_tokens_mean"`
+	Error        string  `json:"error,omitempty"`
 }
 
 // TenantResult is one tenant's figures in one mode.
 type TenantResult struct {
-	Name                  string              `json:"name"`
-	TTFT                  loadgen.Percentiles `json:"ttft_ms"`
+	Name string              `json:"name"`
+	TTFT loadgen.Percentiles `json:"ttft_ms"`
+	// Queued is the part of the TTFT spent in the data plane's fair queue
+	// (0 for a request that did not queue); AfterQueue the rest: the proxy
+	// and the simulator, its queue and its steps.
+	Queued                loadgen.Percentiles `json:"ttft_queued_ms"`
+	AfterQueue            loadgen.Percentiles `json:"ttft_after_queue_ms"`
 	CompletionsPerSecond  float64             `json:"completions_per_second"`
 	OutputTokensPerSecond float64             `json:"output_tokens_per_second"`
 	Refused               uint64              `json:"refused"`
@@ -210,6 +240,7 @@ func run(ctx context.Context, o options, out io.Writer) (*Report, error) {
 			}
 			t.Modes = append(t.Modes, *r)
 		}
+		t.Bound, t.Estimate = boundFor(&t, prompt, o.lightPrompt)
 		rep.Tables = append(rep.Tables, t)
 		if err := printTable(out, &t); err != nil {
 			return nil, err
@@ -245,10 +276,15 @@ func (s *sim) stop() {
 	s.Close()
 }
 
-// calibrate returns the heavy tenant's completions per second alone on a
-// fresh simulator: as many clients as the batch bound send one request after
-// another (the server is saturated whether the KV cache or the batch binds
-// first), and the completions of the second half of the run are counted.
+// calibrate returns the completions per second of requests of prompt and
+// output tokens alone on a fresh simulator: as many clients as the batch
+// bound send one request after another (the server is saturated whether
+// the KV cache or the batch binds first), and the output tokens the
+// simulator generates in the second half of the run, over output, are the
+// completions. Tokens, not completed requests, are counted: the clients
+// start together, so their requests finish in waves, and a window catches
+// a varying number of waves (on a loaded machine the same server measured
+// from 2 to 6 heavy requests/s by completions).
 func calibrate(ctx context.Context, o options, prompt, output int) (float64, error) {
 	s, err := startSim()
 	if err != nil {
@@ -260,19 +296,11 @@ func calibrate(ctx context.Context, o options, prompt, output int) (float64, err
 	defer client.CloseIdleConnections()
 	// The first half fills the batch and the KV cache (prefilling a full
 	// batch of long prompts alone takes seconds); the second half counts.
-	warm := o.calibrate / 2
 	ctx, cancel := context.WithTimeout(ctx, o.calibrate)
 	defer cancel()
-	start := time.Now()
-	var (
-		mu   sync.Mutex
-		done int
-		wg   sync.WaitGroup
-	)
+	var wg sync.WaitGroup
 	for range modelsim.DefaultMaxNumSeqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for ctx.Err() == nil {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+loadgen.DefaultPath, strings.NewReader(string(body)))
 				req.Header.Set("Content-Type", "application/json")
@@ -283,23 +311,27 @@ func calibrate(ctx context.Context, o options, prompt, output int) (float64, err
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				_ = resp.Body.Close()
-				if resp.StatusCode == http.StatusOK && time.Since(start) > warm {
-					mu.Lock()
-					done++
-					mu.Unlock()
-				}
 			}
-		}()
+		})
 	}
+	var from modelsim.Stats
+	select {
+	case <-ctx.Done():
+	case <-time.After(o.calibrate / 2):
+		from = s.Stats()
+	}
+	start := time.Now()
+	<-ctx.Done()
+	to, window := s.Stats(), time.Since(start)
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return 0, err
 	}
-	window := time.Since(start) - warm
-	if done == 0 {
-		return 0, fmt.Errorf("calibrating: no request of %d prompt and %d output tokens completed in %v", prompt, output, window)
+	tokens := to.GenerationTokens - from.GenerationTokens
+	if tokens <= 0 || window <= 0 {
+		return 0, fmt.Errorf("calibrating: no token of a request of %d prompt and %d output tokens generated in %v", prompt, output, window)
 	}
-	return float64(done) / window.Seconds(), nil
+	return float64(tokens) / float64(output) / window.Seconds(), nil
 }
 
 // runMode runs the three tenants (only the light ones when withHeavy is
@@ -325,14 +357,17 @@ func runMode(ctx context.Context, o options, m string, prompt int, capacity floa
 		return nil, err
 	}
 	defer s.stop()
-	target := s.url
+	lightTarget, heavyTarget := s.url, s.url
 	if m != "a" {
 		dp, err := startDataPlane(ctx, o, m, s.url, r.modelLimit(capacity))
 		if err != nil {
 			return nil, err
 		}
 		defer dp.stop()
-		target = dp.url
+		heavyTarget = dp.url
+		if m != "o" {
+			lightTarget = dp.url
+		}
 	}
 	light := func(name string) loadgen.Tenant {
 		return loadgen.Tenant{
@@ -341,26 +376,33 @@ func runMode(ctx context.Context, o options, m string, prompt int, capacity floa
 			Headers: map[string]string{modelsim.PromptTokensHeader: strconv.Itoa(o.lightPrompt)},
 		}
 	}
-	tenants := []loadgen.Tenant{light("light-1"), light("light-2")}
+	// One load generator per target: in the oracle mode the light tenants
+	// bypass the data plane the heavy one goes through.
+	groups := []loadgen.Config{{Targets: []string{lightTarget}, Tenants: []loadgen.Tenant{light("light-1"), light("light-2")}}}
 	if withHeavy {
-		tenants = append(tenants, loadgen.Tenant{
+		heavy := loadgen.Tenant{
 			Name: "heavy", User: "heavy", Rate: r.heavy, Stream: true,
 			PromptBytes: prompt * 4, MaxTokens: o.heavyOutput,
 			Headers: map[string]string{modelsim.PromptTokensHeader: strconv.Itoa(prompt)},
-		})
+		}
+		if heavyTarget == lightTarget {
+			groups[0].Tenants = append(groups[0].Tenants, heavy)
+		} else {
+			groups = append(groups, loadgen.Config{Targets: []string{heavyTarget}, Tenants: []loadgen.Tenant{heavy}})
+		}
 	}
-	cfg := loadgen.Config{
-		Targets: []string{target}, Tenants: tenants, Duration: o.duration,
-		Model: modelsim.DefaultModelName, Timeout: 2 * time.Minute, MaxOutstanding: 16384,
-		UserHeader: "x-user",
+	for i := range groups {
+		cfg := &groups[i]
+		cfg.Duration, cfg.Model, cfg.Timeout = o.duration, modelsim.DefaultModelName, 2*time.Minute
+		cfg.MaxOutstanding, cfg.UserHeader = 16384, "x-user"
+		cfg.Default()
 	}
-	cfg.Default()
 
 	before := s.Stats()
 	sampleCtx, stopSampling := context.WithCancel(ctx)
-	samples := make(chan []int, 1)
+	samples := make(chan []modelsim.Stats, 1)
 	go func() {
-		var w []int
+		var w []modelsim.Stats
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -369,7 +411,7 @@ func runMode(ctx context.Context, o options, m string, prompt int, capacity floa
 				samples <- w
 				return
 			case <-tick.C:
-				w = append(w, s.Stats().Waiting)
+				w = append(w, s.Stats())
 			}
 		}
 	}()
@@ -378,7 +420,7 @@ func runMode(ctx context.Context, o options, m string, prompt int, capacity floa
 	// they count as errors, not in the TTFT.
 	runCtx, cancel := context.WithTimeout(ctx, o.duration+30*time.Second)
 	defer cancel()
-	sum, err := loadgen.Run(runCtx, cfg)
+	sum, err := runGroups(runCtx, groups)
 	stopSampling()
 	waiting := <-samples
 	if err != nil {
@@ -396,20 +438,45 @@ func runMode(ctx context.Context, o options, m string, prompt int, capacity floa
 			errs += n
 		}
 		res.Tenants = append(res.Tenants, TenantResult{
-			Name: ts.Name, TTFT: ts.TTFTMS,
+			Name: ts.Name, TTFT: ts.TTFTMS, Queued: ts.TTFTQueuedMS, AfterQueue: ts.TTFTAfterQueueMS,
 			CompletionsPerSecond:  float64(ts.Admitted) / elapsed,
 			OutputTokensPerSecond: float64(ts.CompletionTokens) / elapsed,
 			Refused:               ts.Refused, Errors: errs,
 		})
 	}
-	for _, w := range waiting {
-		res.WaitingMean += float64(w)
-		res.WaitingMax = max(res.WaitingMax, w)
+	for _, st := range waiting {
+		res.WaitingMean += float64(st.Waiting)
+		res.WaitingMax = max(res.WaitingMax, st.Waiting)
+		res.RunningMean += float64(st.Running)
+		res.KVTokensMean += st.KVCacheUsage * modelsim.DefaultKVCacheTokens
 	}
-	if len(waiting) > 0 {
-		res.WaitingMean /= float64(len(waiting))
+	if n := float64(len(waiting)); n > 0 {
+		res.WaitingMean /= n
+		res.RunningMean /= n
+		res.KVTokensMean /= n
 	}
 	return res, nil
+}
+
+// runGroups runs the load generators at once and merges their summaries:
+// the tenants of all, and the longest elapsed time.
+func runGroups(ctx context.Context, groups []loadgen.Config) (*loadgen.Summary, error) {
+	sums := make([]*loadgen.Summary, len(groups))
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for i := range groups {
+		wg.Go(func() { sums[i], errs[i] = loadgen.Run(ctx, groups[i]) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out := sums[0]
+	for _, s := range sums[1:] {
+		out.Tenants = append(out.Tenants, s.Tenants...)
+		out.ElapsedSeconds = max(out.ElapsedSeconds, s.ElapsedSeconds)
+	}
+	return out, nil
 }
 
 // dataPlane is a started data-plane process.
@@ -434,7 +501,7 @@ func startDataPlane(ctx context.Context, o options, m, upstream string, modelLim
 		return nil, err
 	}
 	policy := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policy, []byte(policyFor(m, upstream, modelLimit)), 0o600); err != nil {
+	if err := os.WriteFile(policy, []byte(policyFor(o, m, upstream, modelLimit)), 0o600); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
@@ -484,8 +551,12 @@ func (d *dataPlane) stop() {
 
 // policyFor returns mode m's FairQueuePolicy: fair queuing by user for every
 // mode, a bound and budget large enough that the heavy tenant's excess is
-// what gets refused, and the mode's own admission.
-func policyFor(m, upstream string, modelLimit float64) string {
+// what gets refused, and the mode's own admission. The oracle mode (o)
+// runs mode c's policy for the heavy tenant.
+func policyFor(o options, m, upstream string, modelLimit float64) string {
+	if m == "o" {
+		m = "c"
+	}
 	var b strings.Builder
 	b.WriteString(`apiVersion: fairqueue.dev/v1alpha1
 kind: FairQueuePolicy
@@ -541,11 +612,11 @@ spec:
       maxInFlight: %d
       saturation:
         metricsPath: /metrics
-        interval: 100ms
+        interval: %s
         signals:
-        - {metric: "vllm:num_requests_waiting", max: 0}
-        - {metric: "vllm:kv_cache_usage_perc", max: 0.95}
-`, modelsim.DefaultMaxNumSeqs)
+        - {metric: "vllm:num_requests_waiting", max: %g}
+        - {metric: "vllm:kv_cache_usage_perc", max: %g}
+`, modelsim.DefaultMaxNumSeqs, o.interval, o.waitingMax, o.kvMax)
 	}
 	return b.String()
 }
@@ -564,7 +635,7 @@ func printTable(out io.Writer, t *Table) error {
 		_, _ = fmt.Fprintf(&buf, "  %s alone: TTFT p50 %.0f ms, p99 %.0f ms\n", n, t.Alone[n].P50, t.Alone[n].P99)
 	}
 	w := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	_, _ = fmt.Fprintln(w, "mode\ttenant\tTTFT p50 ms (x alone)\tTTFT p99 ms (x alone)\tcompletions/s\toutput tok/s\trefused\terrors\tsim waiting mean/max\tsim output tok/s")
+	_, _ = fmt.Fprintln(w, "mode\ttenant\tTTFT p50 ms (x alone)\tTTFT p99 ms (x alone)\tof which queued p50/p99 ms\tafter queue p50/p99 ms\tcompletions/s\toutput tok/s\trefused\terrors\tsim waiting mean/max\tsim output tok/s")
 	for _, r := range t.Modes {
 		if r.Error != "" {
 			_, _ = fmt.Fprintf(w, "%s\t-\tfailed: %s\n", modeNames[r.Mode], r.Error)
@@ -576,12 +647,26 @@ func printTable(out io.Writer, t *Table) error {
 				name = modeNames[r.Mode]
 				sim = fmt.Sprintf("%.1f/%d\t%.0f", r.WaitingMean, r.WaitingMax, r.OutputTokensPerSecond)
 			}
-			_, _ = fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.1f\t%.0f\t%d\t%d\t%s\n", name, tr.Name,
+			_, _ = fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.0f/%.0f\t%.0f/%.0f\t%.1f\t%.0f\t%d\t%d\t%s\n", name, tr.Name,
 				ratio(tr.TTFT.P50, t.Alone[tr.Name].P50), ratio(tr.TTFT.P99, t.Alone[tr.Name].P99),
+				tr.Queued.P50, tr.Queued.P99, tr.AfterQueue.P50, tr.AfterQueue.P99,
 				tr.CompletionsPerSecond, tr.OutputTokensPerSecond, tr.Refused, tr.Errors, sim)
 		}
 	}
 	_ = w.Flush()
+	var p50, p99 float64 // the light tenants' TTFT alone, averaged
+	for _, a := range t.Alone {
+		p50 += a.P50 / float64(len(t.Alone))
+		p99 += a.P99 / float64(len(t.Alone))
+	}
+	if bd := t.Bound; bd != nil {
+		_, _ = fmt.Fprintf(&buf, "step-model lower bound on a light TTFT at %.1f heavy completions/s (prefill steps %.0f ms, %.0f%% of the server's time; own step %.1f ms): mean %.0f ms, p50 %s, p99 %s\n",
+			bd.HeavyPerSecond, bd.StepsMS, 100*bd.PrefillShare, bd.OwnStepMS, bd.MeanMS, ratio(bd.P50MS, p50), ratio(bd.P99MS, p99))
+	}
+	if bd := t.Estimate; bd != nil {
+		_, _ = fmt.Fprintf(&buf, "step-model estimate with the observed batch (%.0f running, %.0fk KV tokens; prefill steps %.0f ms, %.0f%% of the time; own step %.1f ms): mean %.0f ms, p50 %s, p99 %s\n",
+			bd.Running, bd.ContextTokens/1000, bd.StepsMS, 100*bd.PrefillShare, bd.OwnStepMS, bd.MeanMS, ratio(bd.P50MS, p50), ratio(bd.P99MS, p99))
+	}
 	_, err := out.Write(buf.Bytes())
 	return err
 }

@@ -630,6 +630,12 @@ func (ts *tenantState) record(o outcome, second int) {
 		s.admittedLatency.record(o.latency)
 		if o.hasTTFT {
 			s.ttft.record(o.ttft)
+			var queued time.Duration // no header: it did not queue
+			if o.hasWait {
+				queued = min(o.wait, o.ttft)
+			}
+			s.ttftQueued.record(queued)
+			s.ttftAfterQueue.record(o.ttft - queued)
 		}
 		if o.hasWait {
 			s.admittedWait.record(o.wait)

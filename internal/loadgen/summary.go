@@ -73,6 +73,12 @@ type TenantSummary struct {
 	// TTFTMS summarises the time to first token of the admitted streamed
 	// answers: from send to the first event that carries generated text.
 	TTFTMS Percentiles `json:"ttft_ms"`
+	// TTFTQueuedMS splits TTFTMS: the part the same answers spent in the
+	// data plane's fair queue, from their x-fair-queue-wait-ms header (0
+	// for an answer without one, which did not queue). TTFTAfterQueueMS is
+	// the rest, TTFT less that wait: the proxy and the upstream server.
+	TTFTQueuedMS     Percentiles `json:"ttft_queued_ms"`
+	TTFTAfterQueueMS Percentiles `json:"ttft_after_queue_ms"`
 	// AdmittedPerSecond counts admitted answers by the second of the run
 	// they arrived in.
 	AdmittedPerSecond []uint64 `json:"admitted_per_second"`
@@ -118,6 +124,7 @@ type tenantStats struct {
 	latency, wait                     histogram
 	admittedLatency, admittedWait     histogram
 	admittedHeld, ttft                histogram
+	ttftQueued, ttftAfterQueue        histogram
 	tokens, promptTokens              uint64
 	completionTokens, withoutUsage    uint64
 }
@@ -155,6 +162,8 @@ func (g *generator) summary(interrupted bool) *Summary {
 			AdmittedWaitMS:     st.admittedWait.summary(),
 			AdmittedHeldMS:     st.admittedHeld.summary(),
 			TTFTMS:             st.ttft.summary(),
+			TTFTQueuedMS:       st.ttftQueued.summary(),
+			TTFTAfterQueueMS:   st.ttftAfterQueue.summary(),
 			AdmittedPerSecond:  append([]uint64(nil), ts.admitted[:last+1]...),
 			RefusedPerSecond:   append([]uint64(nil), ts.refused[:last+1]...),
 

@@ -88,3 +88,44 @@ func TestTTFTOfStreamedAnswers(t *testing.T) {
 		t.Errorf("latency p50 %.1f ms, want at least %v", ts.AdmittedLatencyMS.P50, beforeToken+afterToken)
 	}
 }
+
+// TestTTFTSplitsQueueWait checks that a streamed answer's TTFT is split into
+// the data plane's queue wait (its x-fair-queue-wait-ms header, 0 without
+// one) and the rest, so that a benchmark can tell the gateway's share of a
+// TTFT from the upstream server's.
+func TestTTFTSplitsQueueWait(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	ts := &tenantState{admitted: make([]uint64, 1), refused: make([]uint64, 1), tokens: make([]uint64, 1)}
+	for _, o := range []outcome{
+		{status: 200, ttft: ms(100), hasTTFT: true, wait: ms(40), hasWait: true}, // queued 40 ms
+		{status: 200, ttft: ms(30), hasTTFT: true},                               // not queued
+		{status: 200, ttft: ms(20), hasTTFT: true, wait: ms(50), hasWait: true},  // a wait over the TTFT counts as all of it
+		{status: 200, wait: ms(70), hasWait: true},                               // not streamed: no TTFT, no split
+	} {
+		ts.record(o, 0)
+	}
+	s := &ts.stats
+	for _, tc := range []struct {
+		name     string
+		h        *histogram
+		count    uint64
+		p50, max time.Duration
+	}{
+		{"queued", &s.ttftQueued, 3, ms(20), ms(40)},
+		{"after queue", &s.ttftAfterQueue, 3, ms(30), ms(60)},
+	} {
+		got := tc.h.summary()
+		if got.Count != tc.count {
+			t.Errorf("%s: %d observations, want %d (one per streamed answer)", tc.name, got.Count, tc.count)
+		}
+		if !near(got.P50, tc.p50) || !near(got.Max, tc.max) {
+			t.Errorf("%s: p50 %.2f ms, max %.2f ms; want %v and %v", tc.name, got.P50, got.Max, tc.p50, tc.max)
+		}
+	}
+}
+
+// near reports whether ms is within the histogram's 1% of d.
+func near(ms float64, d time.Duration) bool {
+	want := float64(d) / float64(time.Millisecond)
+	return ms >= want*0.99-0.01 && ms <= want*1.01+0.01
+}
