@@ -18,20 +18,7 @@ import (
 // (per tenant) and when it is granted (wait histogram, grants), and nothing
 // is counted as a wait for a rate limit.
 func TestCapacityWaitIsLabelledCapacity(t *testing.T) {
-	release := make(chan struct{}, 2)
-	arrived := make(chan struct{}, 2)
-	hs := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		arrived <- struct{}{}
-		select {
-		case <-release:
-		case <-time.After(20 * time.Second):
-		}
-		_, _ = w.Write([]byte(`{"ok":true}`))
-	}), withCapacity(1, func(c *config.Config) {
-		c.Identity.TrustHeaders = true
-		c.FairQueuing.Enabled = true
-		c.FairQueuing.Bounds.MaxWait = dur(time.Hour)
-	}))
+	hs, arrived, release := capacityWaitHarness(t)
 	codes := make(chan int, 2)
 	send := func(user string) {
 		resp := hs.do(capBody, map[string]string{"X-User": user})
@@ -69,6 +56,29 @@ func TestCapacityWaitIsLabelledCapacity(t *testing.T) {
 			t.Errorf("%s{limit_type=%q} = %v, want %v", tc.name, tc.limitType, got, tc.want)
 		}
 	}
+}
+
+// capacityWaitHarness serves one backend with one slot, with fair queuing
+// on and an hour's maxWait, so a second request waits for the slot. The
+// upstream sends on arrived as each request reaches it and answers once
+// release is sent to (or after 20 s).
+func capacityWaitHarness(t *testing.T) (hs *harness, arrived, release chan struct{}) {
+	t.Helper()
+	release = make(chan struct{}, 4)
+	arrived = make(chan struct{}, 4)
+	hs = newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-release:
+		case <-time.After(20 * time.Second):
+		}
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}), withCapacity(1, func(c *config.Config) {
+		c.Identity.TrustHeaders = true
+		c.FairQueuing.Enabled = true
+		c.FairQueuing.Bounds.MaxWait = dur(time.Hour)
+	}))
+	return hs, arrived, release
 }
 
 // recvWithin receives from ch, failing the test after 10 seconds.
