@@ -89,8 +89,10 @@ type bandSeries struct {
 	name  string
 	depth prometheus.Gauge
 	// types are the band's wait, grant and refusal series by limit type
-	// (limitTypes' index), created on the first event of that limit type:
-	// band "" has those of every limit type that can queue from the start.
+	// (limitTypes' index), created on the band's first event of that limit
+	// type, as a band's are on its first event: a replica exports the
+	// limit types its configs queue for, not every one (a scrape, and
+	// kubectl fairqueue simulate's many, gather them all).
 	types [len(limitTypes)]atomic.Pointer[limitSeries]
 	// queued is the band's last reported depth; bandTable.mu guards it.
 	queued int
@@ -104,25 +106,20 @@ type limitSeries struct {
 	refused [len(tenantDimensions)][len(reasons)]prometheus.Counter
 }
 
-// bandTable holds the series of every band seen. The series of band "" (no
-// band) exist from the start, so that without bands the series an operator
-// queries exist before the first event, as rate() needs. Its depth is the
-// requests in no named band: all of them without bands, none with them, so
-// the depth summed over bands is the queue's.
+// bandTable holds the series of every band seen. The depth of band "" (no
+// band) exists from the start: the requests in no named band, all of them
+// without bands and none with them, so the depth summed over bands is the
+// queue's.
 type bandTable struct {
 	bandLabels[*bandSeries]
 	total int
 }
 
-// init creates the series of band "", for every limit type that can queue
-// ("unknown" only on its first event).
+// init creates the depth series of band "".
 func (t *bandTable) init(m *Metrics) {
 	t.bandLabels.init(func(name string) *bandSeries {
 		return &bandSeries{name: name, depth: m.depth.WithLabelValues(name)}
 	})
-	for i := range len(limitTypes) - 1 {
-		t.none.limit(m, i)
-	}
 }
 
 // limit returns b's series of limit type i (an index of limitTypes),

@@ -92,8 +92,8 @@ func TestBandLabelIsBounded(t *testing.T) {
 	if got, want := testutil.CollectAndCount(m.depth), MaxBandSeries+2; got != want {
 		t.Errorf("depth has %d series, want at most %d", got, want)
 	}
-	// Band "" has every limit type from the start; the others the one used.
-	if got, want := testutil.CollectAndCount(m.grants), len(tenantDimensions)*(len(limitTypes)-1+MaxBandSeries+1); got != want {
+	// The one limit type used, in "unknown" and MaxBandSeries bands.
+	if got, want := testutil.CollectAndCount(m.grants), len(tenantDimensions)*(MaxBandSeries+1); got != want {
 		t.Errorf("grants_total has %d series, want at most %d", got, want)
 	}
 	if got, want := testutil.ToFloat64(m.grants.WithLabelValues("user", "model", unknownLabel)), float64(2*MaxBandSeries); got != want {
