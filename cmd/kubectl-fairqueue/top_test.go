@@ -88,15 +88,15 @@ func TestTopComputesRatesPerReplica(t *testing.T) {
 			switch pod {
 			case "dp-a":
 				for range 30 {
-					r.m.Granted("apiKey", "", 200*time.Millisecond)
+					r.m.Granted("apiKey", "model", "", 200*time.Millisecond)
 				}
 				for range 10 {
-					r.m.Refused("apiKey", "", fairqueue.ReasonTenantQueueFull)
+					r.m.Refused("apiKey", "model", "", fairqueue.ReasonTenantQueueFull)
 				}
 				r.m.QueueChanged(7, 2)
 			case "dp-b":
 				for range 10 {
-					r.m.Granted("user", "", 0)
+					r.m.Granted("user", "model", "", 0)
 				}
 			}
 		}
@@ -104,7 +104,7 @@ func TestTopComputesRatesPerReplica(t *testing.T) {
 		return r.page(t), nil
 	}
 	for _, r := range reps {
-		r.m.Granted("apiKey", "", time.Second) // before the window: not counted
+		r.m.Granted("apiKey", "model", "", time.Second) // before the window: not counted
 	}
 	var out bytes.Buffer
 	if err := runTop(context.Background(), g, "llm", topOptions{port: "9090", interval: 10 * time.Millisecond, count: 1}, scrape, &out); err != nil {
@@ -248,7 +248,7 @@ func TestTopShowsTenantsAcrossReplicas(t *testing.T) {
 				for range 5 {
 					r.tm.TenantRefused(now, bob, identity.DimensionUser, "tenant_queue_full")
 				}
-				r.tm.TenantWaiting(bob, identity.DimensionUser, 2)
+				r.tm.TenantWaiting(bob, identity.DimensionUser, "user", 2)
 			}
 		}
 		scrapes[pod]++
@@ -330,15 +330,15 @@ func TestTopScrapesMetricsURLsDirectly(t *testing.T) {
 	a, b := newReplica(t), newReplica(t)
 	srvA := metricsServer(t, a, func() {
 		for range 30 {
-			a.m.Granted("apiKey", "", 0)
+			a.m.Granted("apiKey", "model", "", 0)
 		}
 	})
 	srvB := metricsServer(t, b, func() {
 		for range 10 {
-			b.m.Granted("apiKey", "", 0)
+			b.m.Granted("apiKey", "model", "", 0)
 		}
 		for range 5 {
-			b.m.Refused("apiKey", "", fairqueue.ReasonTenantQueueFull)
+			b.m.Refused("apiKey", "model", "", fairqueue.ReasonTenantQueueFull)
 		}
 	})
 	down := httptest.NewServer(http.NotFoundHandler())
@@ -522,7 +522,7 @@ func TestTopShowsBands(t *testing.T) {
 	}
 	// A data plane without bands: no band table.
 	plain := newReplica(t)
-	plain.m.Granted("apiKey", "", 0)
+	plain.m.Granted("apiKey", "model", "", 0)
 	s := []replicaSample{parseSample(plain.page(t))}
 	out.Reset()
 	if err := printBands(&out, s, s, time.Second, nil); err != nil || out.Len() != 0 {

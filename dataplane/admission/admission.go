@@ -468,12 +468,13 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r *Request, keys l
 		return got.Allowed, got.RetryAfter, nil
 	}
 	if o := c.tenantObserver(); o != nil {
-		o.TenantWaiting(tenant, used, 1)
-		defer o.TenantWaiting(tenant, used, -1)
+		o.TenantWaiting(tenant, used, limitType.String(), 1)
+		defer o.TenantWaiting(tenant, used, limitType.String(), -1)
 	}
 	res, err := c.queue.Wait(ctx, fairqueue.Request{
 		Tenant:     tenant,
 		Dimension:  string(used),
+		LimitType:  limitType.String(),
 		LimitKeys:  limitKeys,
 		Deadline:   budget(ctx, now, *r),
 		RetryAfter: d.RetryAfter,

@@ -125,9 +125,14 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 		cost = 1
 	}
 	band, _ := c.resolveBand(r)
+	if o := c.tenantObserver(); o != nil {
+		o.TenantWaiting(tenant, used, LimitTypeCapacity, 1)
+		defer o.TenantWaiting(tenant, used, LimitTypeCapacity, -1)
+	}
 	res, err := c.queue.Wait(ctx, fairqueue.Request{
 		Tenant:     tenant,
 		Dimension:  string(used),
+		LimitType:  LimitTypeCapacity,
 		Band:       band,
 		LimitKeys:  capacityKeys[:],
 		Deadline:   budget(ctx, arrival, *r),

@@ -46,8 +46,9 @@ type TenantObserver interface {
 	// left while queued is not a refusal and is not reported.
 	TenantRefused(now time.Time, tenant string, dim identity.Dimension, reason string)
 	// TenantWaiting reports a request of tenant entering (delta 1) or
-	// leaving (delta -1) the fair queue.
-	TenantWaiting(tenant string, dim identity.Dimension, delta int)
+	// leaving (delta -1) the fair queue, waiting for limitType: a limiter
+	// dimension's limit type, or LimitTypeCapacity.
+	TenantWaiting(tenant string, dim identity.Dimension, limitType string, delta int)
 }
 
 // obsRef holds the optional TenantObserver.

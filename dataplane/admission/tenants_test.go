@@ -47,8 +47,8 @@ func (l *tenantLog) TenantAdmitted(_ time.Time, tenant string, dim identity.Dime
 func (l *tenantLog) TenantRefused(_ time.Time, tenant string, dim identity.Dimension, reason string) {
 	l.add(fmt.Sprintf("refused %s %s %s", tenant, dim, reason))
 }
-func (l *tenantLog) TenantWaiting(tenant string, dim identity.Dimension, delta int) {
-	l.add(fmt.Sprintf("waiting %s %s %+d", tenant, dim, delta))
+func (l *tenantLog) TenantWaiting(tenant string, dim identity.Dimension, limitType string, delta int) {
+	l.add(fmt.Sprintf("waiting %s %s for=%s %+d", tenant, dim, limitType, delta))
 }
 
 func TestTenantObserverSeesEveryOutcome(t *testing.T) {
@@ -68,11 +68,11 @@ func TestTenantObserverSeesEveryOutcome(t *testing.T) {
 	}, {
 		name: "admitted after waiting", cfg: limiter.Config{User: lim(1, time.Second)}, settings: on, exhaust: true,
 		budget: 5 * time.Second, step: time.Second,
-		want: []string{"waiting h-alice user +1", "waiting h-alice user -1", "admitted h-alice user 1s"},
+		want: []string{"waiting h-alice user for=user +1", "waiting h-alice user for=user -1", "admitted h-alice user 1s"},
 	}, {
 		name: "refused by the queue", cfg: limiter.Config{User: lim(1, time.Minute)}, settings: on, exhaust: true,
 		budget: time.Second,
-		want:   []string{"waiting h-alice user +1", "waiting h-alice user -1", "refused h-alice user wait_exceeds_budget"},
+		want:   []string{"waiting h-alice user for=user +1", "waiting h-alice user for=user -1", "refused h-alice user wait_exceeds_budget"},
 	}, {
 		name: "store unavailable", cfg: limiter.Config{User: lim(1, time.Second)}, settings: on, store: limitertest.DownStore{},
 		want: []string{"refused h-alice user unavailable"},

@@ -429,13 +429,13 @@ func (o *bandObserver) BandQueueChanged(band string, depth int) {
 	o.depth[band] = depth
 }
 
-func (o *bandObserver) Granted(_, band string, _ time.Duration) {
+func (o *bandObserver) Granted(_, _, band string, _ time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.granted = append(o.granted, band)
 }
 
-func (o *bandObserver) Refused(_, band string, _ Reason) {
+func (o *bandObserver) Refused(_, _, band string, _ Reason) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.refused = append(o.refused, band)

@@ -112,7 +112,7 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 			reason = ReasonShutdown
 		}
 		band, _ := q.s.bandFor(r.Tenant, r.Band)
-		q.obs.Refused(r.Dimension, q.s.weights.BandName(band), reason)
+		q.obs.Refused(r.Dimension, r.LimitType, q.s.weights.BandName(band), reason)
 		q.mu.Unlock()
 		return Result{Reason: reason, RetryAfter: r.RetryAfter, Band: band}, nil
 	}
@@ -121,14 +121,14 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 		deadline = min(deadline, q.toSched(d))
 	}
 	a := arrival{
-		tenant: r.Tenant, dim: r.Dimension, keys: r.LimitKeys, deadline: deadline,
+		tenant: r.Tenant, dim: r.Dimension, limitType: r.LimitType, keys: r.LimitKeys, deadline: deadline,
 		retryAfter: r.RetryAfter, interval: r.Interval, cost: r.Cost, size: r.Size, band: r.Band,
 	}
 	w, reason, pos, est := q.s.enqueue(now, &a)
 	if w == nil {
 		retryAfter := time.Duration(q.s.refusalRetry(now, &a, reason, est))
 		band, _ := q.s.bandFor(r.Tenant, r.Band)
-		q.obs.Refused(r.Dimension, q.s.weights.BandName(band), reason)
+		q.obs.Refused(r.Dimension, r.LimitType, q.s.weights.BandName(band), reason)
 		q.mu.Unlock()
 		return Result{Reason: reason, Position: pos, Estimate: time.Duration(est), RetryAfter: retryAfter, Band: band}, nil
 	}
@@ -189,9 +189,9 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 		res, err := q.resultLocked(w), w.err
 		switch {
 		case res.Admitted:
-			q.obs.Granted(w.dim, q.s.weights.BandName(res.Band), res.Waited)
+			q.obs.Granted(w.dim, w.limitType, q.s.weights.BandName(res.Band), res.Waited)
 		case res.Reason != "":
-			q.obs.Refused(w.dim, q.s.weights.BandName(res.Band), res.Reason)
+			q.obs.Refused(w.dim, w.limitType, q.s.weights.BandName(res.Band), res.Reason)
 		}
 		q.changedLocked()
 		q.s.release(w)

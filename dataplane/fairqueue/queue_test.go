@@ -418,13 +418,13 @@ func (o *recordingObserver) QueueChanged(int, int) {}
 
 func (o *recordingObserver) BandQueueChanged(string, int) {}
 
-func (o *recordingObserver) Granted(string, string, time.Duration) {
+func (o *recordingObserver) Granted(string, string, string, time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.grants++
 }
 
-func (o *recordingObserver) Refused(_, _ string, r Reason) {
+func (o *recordingObserver) Refused(_, _, _ string, r Reason) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.refusal == nil {

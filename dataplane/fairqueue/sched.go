@@ -103,9 +103,10 @@ func newSched(b Bounds, w Weights) *sched {
 // Request says, with the deadline on the scheduler's clock. Times are
 // scheduler time, durations time.Duration, costs cost units.
 type arrival struct {
-	tenant string // the tenant key: selects the queue and the weight
-	dim    string // the tenant_dimension label, for the Observer
-	keys   []LimitKey
+	tenant    string // the tenant key: selects the queue and the weight
+	dim       string // the tenant_dimension label, for the Observer
+	limitType string // the limit_type label, for the Observer
+	keys      []LimitKey
 	// deadline is the absolute end of the request's budget in scheduler
 	// time, noDeadline for none; enqueue applies MaxWait from now on top.
 	deadline int64
@@ -183,7 +184,7 @@ func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 		s.activate(t, now)
 	}
 	w := s.newWaiter()
-	w.t, w.tenant, w.keys, w.dim = t, a.tenant, a.keys, a.dim
+	w.t, w.tenant, w.keys, w.dim, w.limitType = t, a.tenant, a.keys, a.dim, a.limitType
 	w.enqueuedAt, w.readyAt, w.deadline = now, now+retryAfter, deadline
 	w.retryAfter, w.position, w.estimate, w.cost = retryAfter, pos, est, c
 	w.interval = max(a.interval, 0)

@@ -206,6 +206,11 @@ type Request struct {
 	// Dimension is the tenant_dimension label (user, apiKey, team) passed to
 	// the Observer.
 	Dimension string
+	// LimitType is the limit_type label passed to the Observer: what the
+	// request waits for (a limiter dimension's limit type, or "capacity" for
+	// a backend slot). It tells an operator a capacity wait from a rate
+	// limit's; it does not change scheduling.
+	LimitType string
 	// LimitKeys are the limiter keys the request needs. They feed HasWaiters
 	// (no barging) and serialize attempts that compete for the same tokens.
 	LimitKeys []LimitKey
@@ -307,13 +312,14 @@ type Observer interface {
 	// 0, so a gauge per band never keeps a stale value.
 	BandQueueChanged(band string, depth int)
 	// Granted reports a request admitted from the queue (its attempt passed
-	// the limiter), its band and the time it spent queued.
-	Granted(dimension, band string, waited time.Duration)
+	// the limiter), the Request's Dimension and LimitType, its band and the
+	// time it spent queued.
+	Granted(dimension, limitType, band string, waited time.Duration)
 	// Refused reports a request refused at enqueue or after waiting, with the
 	// band it was (or would have been) scheduled in. Besides the five
 	// specification reasons, reason may be ReasonDisabled or ReasonShutdown;
 	// cancellations and Attempt errors are not reported.
-	Refused(dimension, band string, reason Reason)
+	Refused(dimension, limitType, band string, reason Reason)
 }
 
 // NopObserver is an Observer that ignores every event.
@@ -326,7 +332,7 @@ func (NopObserver) QueueChanged(int, int) {}
 func (NopObserver) BandQueueChanged(string, int) {}
 
 // Granted implements Observer.
-func (NopObserver) Granted(string, string, time.Duration) {}
+func (NopObserver) Granted(string, string, string, time.Duration) {}
 
 // Refused implements Observer.
-func (NopObserver) Refused(string, string, Reason) {}
+func (NopObserver) Refused(string, string, string, Reason) {}

@@ -31,6 +31,7 @@ type waiter struct {
 	keys       []LimitKey
 	ks         []*keyState // ks[i] counts keys[i]; the slice is reused with the node
 	dim        string
+	limitType  string
 	enqueuedAt int64
 	readyAt    int64
 	deadline   int64

@@ -19,6 +19,7 @@ package metrics
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -85,38 +86,60 @@ func (t *bandLabels[S]) ofLocked(name string) S {
 
 // bandSeries are one band's label children of the queue series.
 type bandSeries struct {
-	name    string
-	depth   prometheus.Gauge
-	wait    [len(tenantDimensions)]prometheus.Observer
-	grants  [len(tenantDimensions)]prometheus.Counter
-	refused [len(tenantDimensions)][len(reasons)]prometheus.Counter
+	name  string
+	depth prometheus.Gauge
+	// types are the band's wait, grant and refusal series by limit type
+	// (limitTypes' index), created on the band's first event of that limit
+	// type, as a band's are on its first event: a replica exports the
+	// limit types its configs queue for, not every one (a scrape, and
+	// kubectl fairqueue simulate's many, gather them all).
+	types [len(limitTypes)]atomic.Pointer[limitSeries]
 	// queued is the band's last reported depth; bandTable.mu guards it.
 	queued int
 }
 
-// bandTable holds the series of every band seen. The series of band "" (no
-// band) exist from the start, so that without bands every series keeps the
-// identity it had before the band label existed (Prometheus drops an empty
-// label). Its depth is the requests in no named band: all of them without
-// bands, none with them, so the depth summed over bands is the queue's.
+// limitSeries are one band's and one limit type's wait, grant and refusal
+// series, for every tenant dimension and reason.
+type limitSeries struct {
+	wait    [len(tenantDimensions)]prometheus.Observer
+	grants  [len(tenantDimensions)]prometheus.Counter
+	refused [len(tenantDimensions)][len(reasons)]prometheus.Counter
+}
+
+// bandTable holds the series of every band seen. The depth of band "" (no
+// band) exists from the start: the requests in no named band, all of them
+// without bands and none with them, so the depth summed over bands is the
+// queue's.
 type bandTable struct {
 	bandLabels[*bandSeries]
 	total int
 }
 
-// init creates the series of band "".
+// init creates the depth series of band "".
 func (t *bandTable) init(m *Metrics) {
 	t.bandLabels.init(func(name string) *bandSeries {
-		b := &bandSeries{name: name, depth: m.depth.WithLabelValues(name)}
-		for i, d := range tenantDimensions {
-			b.wait[i] = m.wait.WithLabelValues(string(d), name)
-			b.grants[i] = m.grants.WithLabelValues(string(d), name)
-			for j, r := range reasons {
-				b.refused[i][j] = m.refused.WithLabelValues(string(d), string(r), name)
-			}
-		}
-		return b
+		return &bandSeries{name: name, depth: m.depth.WithLabelValues(name)}
 	})
+}
+
+// limit returns b's series of limit type i (an index of limitTypes),
+// creating them on their first use. Two first uses at once create the same
+// label children, so either result serves.
+func (b *bandSeries) limit(m *Metrics, i int) *limitSeries {
+	if l := b.types[i].Load(); l != nil {
+		return l
+	}
+	lt := limitTypes[i]
+	l := new(limitSeries)
+	for j, d := range tenantDimensions {
+		l.wait[j] = m.wait.WithLabelValues(string(d), lt, b.name)
+		l.grants[j] = m.grants.WithLabelValues(string(d), lt, b.name)
+		for k, r := range reasons {
+			l.refused[j][k] = m.refused.WithLabelValues(string(d), string(r), lt, b.name)
+		}
+	}
+	b.types[i].CompareAndSwap(nil, l)
+	return b.types[i].Load()
 }
 
 // setTotal records the depth of the whole queue.

@@ -29,10 +29,10 @@ import (
 
 func TestQueueSeriesByBand(t *testing.T) {
 	m, reg := newMetrics(t)
-	m.Granted("user", "interactive", 20*time.Millisecond)
-	m.Granted("user", "batch", 2*time.Second)
-	m.Granted("user", "batch", time.Second)
-	m.Refused("team", "batch", fairqueue.ReasonWaitExceedsBudget)
+	m.Granted("user", "model", "interactive", 20*time.Millisecond)
+	m.Granted("user", "model", "batch", 2*time.Second)
+	m.Granted("user", "model", "batch", time.Second)
+	m.Refused("team", "model", "batch", fairqueue.ReasonWaitExceedsBudget)
 	m.BandQueueChanged("interactive", 2)
 	m.BandQueueChanged("batch", 3)
 	m.QueueChanged(5, 2)
@@ -51,16 +51,16 @@ rate_limit_fair_queue_depth{band="interactive"} 2
 		labels []string
 		want   float64
 	}{
-		{[]string{"user", "interactive"}, 1},
-		{[]string{"user", "batch"}, 2},
-		{[]string{"user", ""}, 0},
+		{[]string{"user", "model", "interactive"}, 1},
+		{[]string{"user", "model", "batch"}, 2},
+		{[]string{"user", "model", ""}, 0},
 	} {
 		if got := testutil.ToFloat64(m.grants.WithLabelValues(tc.labels...)); got != tc.want {
 			t.Errorf("grants_total%v = %v, want %v", tc.labels, got, tc.want)
 		}
 	}
-	if got := testutil.ToFloat64(m.refused.WithLabelValues("team", "wait_exceeds_budget", "batch")); got != 1 {
-		t.Errorf("refused_total{team, wait_exceeds_budget, batch} = %v, want 1", got)
+	if got := testutil.ToFloat64(m.refused.WithLabelValues("team", "wait_exceeds_budget", "model", "batch")); got != 1 {
+		t.Errorf("refused_total{team, wait_exceeds_budget, model, batch} = %v, want 1", got)
 	}
 
 	// The bands are removed by a reload: the queue reports each at 0 once,
@@ -84,18 +84,19 @@ func TestBandLabelIsBounded(t *testing.T) {
 	m, _ := newMetrics(t)
 	for i := range 3 * MaxBandSeries {
 		band := fmt.Sprintf("band-%d", i)
-		m.Granted("user", band, time.Millisecond)
-		m.Refused("user", band, fairqueue.ReasonQueueFull)
+		m.Granted("user", "model", band, time.Millisecond)
+		m.Refused("user", "model", band, fairqueue.ReasonQueueFull)
 		m.BandQueueChanged(band, 1)
 	}
 	// "" and "unknown" besides MaxBandSeries bands.
 	if got, want := testutil.CollectAndCount(m.depth), MaxBandSeries+2; got != want {
 		t.Errorf("depth has %d series, want at most %d", got, want)
 	}
-	if got, want := testutil.CollectAndCount(m.grants), len(tenantDimensions)*(MaxBandSeries+2); got != want {
+	// The one limit type used, in "unknown" and MaxBandSeries bands.
+	if got, want := testutil.CollectAndCount(m.grants), len(tenantDimensions)*(MaxBandSeries+1); got != want {
 		t.Errorf("grants_total has %d series, want at most %d", got, want)
 	}
-	if got, want := testutil.ToFloat64(m.grants.WithLabelValues("user", unknownLabel)), float64(2*MaxBandSeries); got != want {
+	if got, want := testutil.ToFloat64(m.grants.WithLabelValues("user", "model", unknownLabel)), float64(2*MaxBandSeries); got != want {
 		t.Errorf("grants_total{user, unknown} = %v, want the %v grants of bands past the bound", got, want)
 	}
 }

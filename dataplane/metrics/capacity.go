@@ -14,6 +14,7 @@ const (
 	BackendSaturatedName   = "fairqueue_backend_saturated"
 	BackendStaleName       = "fairqueue_backend_saturation_stale"
 	BackendSignalName      = "fairqueue_backend_saturation_signal"
+	BackendSignalMaxName   = "fairqueue_backend_saturation_signal_max"
 	BackendPollErrorsName  = "fairqueue_backend_saturation_poll_errors_total"
 )
 
@@ -27,6 +28,7 @@ type Capacity struct {
 	saturated *prometheus.Desc
 	stale     *prometheus.Desc
 	signal    *prometheus.Desc
+	signalMax *prometheus.Desc
 	pollErrs  *prometheus.CounterVec
 }
 
@@ -47,6 +49,8 @@ func NewCapacity(reg prometheus.Registerer, stats func() []capacity.BackendStats
 			"1 while the backend's saturation signals are stale (maxInFlight alone decides).", []string{"backend"}, nil),
 		signal: prometheus.NewDesc(BackendSignalName,
 			"The latest reading of a saturation signal (the largest over its series).", []string{"backend", "signal"}, nil),
+		signalMax: prometheus.NewDesc(BackendSignalMaxName,
+			"The configured max of a saturation signal: a fresh reading above it saturates the backend.", []string{"backend", "signal"}, nil),
 		pollErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: BackendPollErrorsName,
 			Help: "Failed polls of a backend's metrics endpoint, by kind (timeout, connection, status, too_large, parse, missing)."},
 			[]string{"backend", "kind"}),
@@ -64,6 +68,7 @@ func (c *Capacity) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.saturated
 	ch <- c.stale
 	ch <- c.signal
+	ch <- c.signalMax
 }
 
 // Collect implements prometheus.Collector.
@@ -75,6 +80,7 @@ func (c *Capacity) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.stale, prometheus.GaugeValue, b2f(b.Stale), b.Backend)
 		for _, s := range b.Signals {
 			ch <- prometheus.MustNewConstMetric(c.signal, prometheus.GaugeValue, s.Value, b.Backend, s.Metric)
+			ch <- prometheus.MustNewConstMetric(c.signalMax, prometheus.GaugeValue, s.Max, b.Backend, s.Metric)
 		}
 	}
 }

@@ -28,6 +28,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,11 +45,14 @@ const (
 	QueueDepthName = "rate_limit_fair_queue_depth"
 	// QueueTenantsName is the gauge of tenant queues tracked now.
 	QueueTenantsName = "rate_limit_fair_queue_tenants"
-	// QueueWaitName is the histogram of time queued before a granted attempt, by tenant_dimension.
+	// QueueWaitName is the histogram of time queued before a granted
+	// attempt, by tenant_dimension, limit_type and band.
 	QueueWaitName = "rate_limit_fair_queue_wait_seconds"
-	// QueueGrantsName counts queued requests admitted, by tenant_dimension.
+	// QueueGrantsName counts queued requests admitted, by tenant_dimension,
+	// limit_type and band.
 	QueueGrantsName = "rate_limit_fair_queue_grants_total"
-	// QueueRefusedName counts queue refusals, by tenant_dimension and reason.
+	// QueueRefusedName counts queue refusals, by tenant_dimension, reason,
+	// limit_type and band.
 	QueueRefusedName = "rate_limit_fair_queue_refused_total"
 	// QueueBandIgnoredName counts request band headers ignored, by reason:
 	// an unknown band, or one above the tenant's.
@@ -63,6 +67,32 @@ var WaitBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 
 // tenantDimensions are the label values of tenant_dimension, in index order.
 var tenantDimensions = [...]identity.Dimension{identity.DimensionUser, identity.DimensionAPIKey, identity.DimensionTeam}
+
+// limitTypes are the values of the queue series' limit_type label: what a
+// request waited for, one of the SPEC limit types that can queue (the
+// identity dimensions' and capacity's), or "unknown" for any other, in index
+// order. Without the label an operator could not tell a wait for a backend
+// slot from a wait for a rate limit's token.
+var limitTypes = [...]string{
+	limiter.DimensionAPIKey.String(), limiter.DimensionUser.String(), limiter.DimensionTeam.String(),
+	limiter.DimensionModel.String(), LimitTypeCapacity, unknownLabel,
+}
+
+// LimitTypeCapacity is the limit_type of a wait for a backend slot (SPEC
+// 6b); admission.LimitTypeCapacity, not imported: admission's tests import
+// this package.
+const LimitTypeCapacity = "capacity"
+
+// limitTypeIndex returns the index of lt in limitTypes; any value outside
+// them, "" included, is "unknown".
+func limitTypeIndex(lt string) int {
+	for i, v := range limitTypes[:len(limitTypes)-1] {
+		if v == lt {
+			return i
+		}
+	}
+	return len(limitTypes) - 1
+}
 
 // reasons are the refusal reasons pre-created for every tenant dimension.
 var reasons = [...]fairqueue.Reason{
@@ -107,10 +137,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		depth:   collector.GaugeVec(QueueDepthName, "Requests held in the fair queues now, by priority band.", "band"),
 		tenants: collector.Gauge(QueueTenantsName, "Tenant queues tracked now."),
 		wait: collector.HistogramVec(QueueWaitName, "Time a request spent queued before its admission attempt was granted.",
-			WaitBuckets, "tenant_dimension", "band"),
-		grants: collector.CounterVec(QueueGrantsName, "Queued requests admitted.", "tenant_dimension", "band"),
-		refused: collector.CounterVec(QueueRefusedName, "Requests refused at enqueue or after waiting, by reason.",
-			"tenant_dimension", "reason", "band"),
+			WaitBuckets, "tenant_dimension", "limit_type", "band"),
+		grants: collector.CounterVec(QueueGrantsName, "Queued requests admitted, by what they waited for (limit_type).",
+			"tenant_dimension", "limit_type", "band"),
+		refused: collector.CounterVec(QueueRefusedName, "Requests refused at enqueue or after waiting, by reason and what they waited for (limit_type).",
+			"tenant_dimension", "reason", "limit_type", "band"),
 		decisionsVec: collector.CounterVec(DecisionsName, "Rate-limit bucket checks by dimension (limit_type) and outcome.",
 			"dimension", "outcome"),
 		bandIgnored: collector.CounterVec(QueueBandIgnoredName,
@@ -156,40 +187,44 @@ func (m *Metrics) QueueChanged(depth, tenants int) {
 const unknownLabel = "unknown"
 
 // Granted implements fairqueue.Observer. A dimension other than user, apiKey
-// or team is recorded as "unknown", and so is a band past the bound of
-// bands.go.
-func (m *Metrics) Granted(dimension, band string, waited time.Duration) {
-	b := m.bands.of(band)
+// or team is recorded as "unknown", and so are a limit type outside
+// limitTypes and a band past the bound of bands.go.
+func (m *Metrics) Granted(dimension, limitType, band string, waited time.Duration) {
+	l := m.bands.of(band).limit(m, limitTypeIndex(limitType))
 	if i := dimensionIndex(dimension); i >= 0 {
-		b.wait[i].Observe(waited.Seconds())
-		b.grants[i].Inc()
+		l.wait[i].Observe(waited.Seconds())
+		l.grants[i].Inc()
 		return
 	}
-	m.wait.WithLabelValues(unknownLabel, b.name).Observe(waited.Seconds())
-	m.grants.WithLabelValues(unknownLabel, b.name).Inc()
+	lt, b := m.labelsOf(limitType, band)
+	m.wait.WithLabelValues(unknownLabel, lt, b).Observe(waited.Seconds())
+	m.grants.WithLabelValues(unknownLabel, lt, b).Inc()
 }
 
-// Refused implements fairqueue.Observer. A dimension or reason outside the
-// known sets is recorded as "unknown", and so is a band past the bound of
-// bands.go.
-func (m *Metrics) Refused(dimension, band string, reason fairqueue.Reason) {
-	b := m.bands.of(band)
+// Refused implements fairqueue.Observer. A dimension, limit type or reason
+// outside the known sets is recorded as "unknown", and so is a band past the
+// bound of bands.go.
+func (m *Metrics) Refused(dimension, limitType, band string, reason fairqueue.Reason) {
+	l := m.bands.of(band).limit(m, limitTypeIndex(limitType))
 	i := dimensionIndex(dimension)
-	for j, r := range reasons {
-		if r == reason {
-			if i >= 0 {
-				b.refused[i][j].Inc()
-			} else {
-				m.refused.WithLabelValues(unknownLabel, string(r), b.name).Inc()
-			}
-			return
-		}
+	if j := slices.Index(reasons[:], reason); i >= 0 && j >= 0 {
+		l.refused[i][j].Inc()
+		return
 	}
-	d := unknownLabel
+	d, r := unknownLabel, unknownLabel
 	if i >= 0 {
 		d = dimension
 	}
-	m.refused.WithLabelValues(d, unknownLabel, b.name).Inc()
+	if slices.Contains(reasons[:], reason) {
+		r = string(reason)
+	}
+	lt, b := m.labelsOf(limitType, band)
+	m.refused.WithLabelValues(d, r, lt, b).Inc()
+}
+
+// labelsOf returns the limit_type and band label values of an event.
+func (m *Metrics) labelsOf(limitType, band string) (lt, b string) {
+	return limitTypes[limitTypeIndex(limitType)], m.bands.of(band).name
 }
 
 // BandQueueChanged implements fairqueue.Observer: the depth of one band.

@@ -17,6 +17,7 @@ limitations under the License.
 package metrics
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -43,12 +44,12 @@ func newMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
 func TestQueueMetricsMatchTheSpec(t *testing.T) {
 	m, reg := newMetrics(t)
 	m.QueueChanged(3, 2)
-	m.Granted("user", "", 20*time.Millisecond)
-	m.Granted("user", "", 2*time.Second)
-	m.Granted("team", "", 0)
-	m.Refused("apiKey", "", fairqueue.ReasonTenantQueueFull)
-	m.Refused("user", "", fairqueue.ReasonWaitExceedsBudget)
-	m.Refused("user", "", fairqueue.ReasonWaitExceedsBudget)
+	m.Granted("user", "model", "", 20*time.Millisecond)
+	m.Granted("user", "capacity", "", 2*time.Second)
+	m.Granted("team", "model", "", 0)
+	m.Refused("apiKey", "model", "", fairqueue.ReasonTenantQueueFull)
+	m.Refused("user", "capacity", "", fairqueue.ReasonWaitExceedsBudget)
+	m.Refused("user", "capacity", "", fairqueue.ReasonWaitExceedsBudget)
 
 	const want = `
 # HELP rate_limit_fair_queue_depth Requests held in the fair queues now, by priority band.
@@ -57,59 +58,71 @@ rate_limit_fair_queue_depth{band=""} 3
 # HELP rate_limit_fair_queue_tenants Tenant queues tracked now.
 # TYPE rate_limit_fair_queue_tenants gauge
 rate_limit_fair_queue_tenants 2
-# HELP rate_limit_fair_queue_grants_total Queued requests admitted.
+# HELP rate_limit_fair_queue_grants_total Queued requests admitted, by what they waited for (limit_type).
 # TYPE rate_limit_fair_queue_grants_total counter
-rate_limit_fair_queue_grants_total{band="",tenant_dimension="apiKey"} 0
-rate_limit_fair_queue_grants_total{band="",tenant_dimension="team"} 1
-rate_limit_fair_queue_grants_total{band="",tenant_dimension="user"} 2
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), QueueDepthName, QueueTenantsName, QueueGrantsName); err != nil {
+	var b strings.Builder
+	b.WriteString(want)
+	// Each limit type's series appear on its first event, for every tenant
+	// dimension.
+	for _, d := range []string{"apiKey", "team", "user"} {
+		for _, lt := range []string{"capacity", "model"} {
+			v := map[string]string{"team/model": "1", "user/model": "1", "user/capacity": "1"}[d+"/"+lt]
+			if v == "" {
+				v = "0"
+			}
+			fmt.Fprintf(&b, "rate_limit_fair_queue_grants_total{band=\"\",limit_type=%q,tenant_dimension=%q} %s\n", lt, d, v)
+		}
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(b.String()), QueueDepthName, QueueTenantsName, QueueGrantsName); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
 		labels []string
 		want   float64
 	}{
-		{[]string{"apiKey", "tenant_queue_full", ""}, 1},
-		{[]string{"user", "wait_exceeds_budget", ""}, 2},
-		{[]string{"user", "queue_full", ""}, 0},
+		{[]string{"apiKey", "tenant_queue_full", "model", ""}, 1},
+		{[]string{"user", "wait_exceeds_budget", "capacity", ""}, 2},
+		{[]string{"user", "wait_exceeds_budget", "model", ""}, 0},
+		{[]string{"user", "queue_full", "capacity", ""}, 0},
 	}
 	for _, tc := range cases {
 		if got := testutil.ToFloat64(m.refused.WithLabelValues(tc.labels...)); got != tc.want {
 			t.Errorf("refused_total%v = %v, want %v", tc.labels, got, tc.want)
 		}
 	}
-	if got := testutil.CollectAndCount(m.wait); got != 3 {
-		t.Errorf("wait_seconds has %d series without bands, want one per tenant dimension", got)
+	if got, want := testutil.CollectAndCount(m.wait), 2*len(tenantDimensions); got != want {
+		t.Errorf("wait_seconds has %d series without bands, want %d: one per tenant dimension and limit type seen", got, want)
 	}
-	// The histogram: user waited 20ms and 2s, team 0s.
+	// The histogram: user waited 20ms for the model's limit and 2s for
+	// capacity, team 0s for the model's limit.
 	for _, tc := range []struct {
-		dim        string
-		count      uint64
-		under100ms uint64
-	}{{"user", 2, 1}, {"team", 1, 1}, {"apiKey", 0, 0}} {
-		h := histogram(t, reg, QueueWaitName, tc.dim)
+		dim, limitType string
+		count          uint64
+		under100ms     uint64
+	}{{"user", "model", 1, 1}, {"user", "capacity", 1, 0}, {"team", "model", 1, 1}, {"apiKey", "model", 0, 0}} {
+		h := histogram(t, reg, QueueWaitName, tc.dim, tc.limitType)
 		if h.GetSampleCount() != tc.count {
-			t.Errorf("wait_seconds{%s} count = %d, want %d", tc.dim, h.GetSampleCount(), tc.count)
+			t.Errorf("wait_seconds{%s, %s} count = %d, want %d", tc.dim, tc.limitType, h.GetSampleCount(), tc.count)
 		}
 		for _, b := range h.GetBucket() {
 			if b.GetUpperBound() == 0.1 && b.GetCumulativeCount() != tc.under100ms {
-				t.Errorf("wait_seconds{%s} le=0.1 = %d, want %d", tc.dim, b.GetCumulativeCount(), tc.under100ms)
+				t.Errorf("wait_seconds{%s, %s} le=0.1 = %d, want %d", tc.dim, tc.limitType, b.GetCumulativeCount(), tc.under100ms)
 			}
 		}
 	}
 }
 
 // histogram returns the wait histogram series with the given
-// tenant_dimension and no band.
-func histogram(t *testing.T, reg *prometheus.Registry, name, dim string) *dto.Histogram {
+// tenant_dimension and limit_type, and no band.
+func histogram(t *testing.T, reg *prometheus.Registry, name, dim, limitType string) *dto.Histogram {
 	t.Helper()
 	for _, m := range series(t, reg, name) {
-		if label(m, "tenant_dimension") == dim && label(m, "band") == "" {
+		if label(m, "tenant_dimension") == dim && label(m, "limit_type") == limitType && label(m, "band") == "" {
 			return m.GetHistogram()
 		}
 	}
-	t.Fatalf("no %s{tenant_dimension=%q}", name, dim)
+	t.Fatalf("no %s{tenant_dimension=%q, limit_type=%q}", name, dim, limitType)
 	return nil
 }
 
@@ -155,7 +168,10 @@ func TestDecisionsAreCountedByDimensionAndOutcome(t *testing.T) {
 }
 
 func TestLintAndLabelNames(t *testing.T) {
-	_, reg := newMetrics(t)
+	m, reg := newMetrics(t)
+	// The wait, grant and refusal series of a limit type appear on its first event.
+	m.Granted("user", "model", "", time.Millisecond)
+	m.Refused("team", "capacity", "batch", fairqueue.ReasonQueueFull)
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -166,9 +182,9 @@ func TestLintAndLabelNames(t *testing.T) {
 	wantLabels := map[string][]string{
 		QueueDepthName:   {"band"},
 		QueueTenantsName: nil,
-		QueueWaitName:    {"tenant_dimension", "band"},
-		QueueGrantsName:  {"tenant_dimension", "band"},
-		QueueRefusedName: {"tenant_dimension", "reason", "band"},
+		QueueWaitName:    {"tenant_dimension", "limit_type", "band"},
+		QueueGrantsName:  {"tenant_dimension", "limit_type", "band"},
+		QueueRefusedName: {"tenant_dimension", "reason", "limit_type", "band"},
 		DecisionsName:    {"dimension", "outcome"},
 
 		QueueBandIgnoredName: {"reason"},
@@ -215,10 +231,10 @@ func TestRecordingDoesNotAllocate(t *testing.T) {
 	m, _ := newMetrics(t)
 	allocs := testing.AllocsPerRun(100, func() {
 		m.QueueChanged(1, 1)
-		m.Granted("team", "", time.Millisecond)
-		m.Refused("user", "", fairqueue.ReasonQueueFull)
-		m.Granted("team", "interactive", time.Millisecond)
-		m.Refused("user", "batch", fairqueue.ReasonQueueFull)
+		m.Granted("team", "model", "", time.Millisecond)
+		m.Refused("user", "capacity", "", fairqueue.ReasonQueueFull)
+		m.Granted("team", "capacity", "interactive", time.Millisecond)
+		m.Refused("user", "model", "batch", fairqueue.ReasonQueueFull)
 		m.BandQueueChanged("batch", 2)
 		m.ObserveDecision(limiter.DimensionModel, limiter.OutcomeAllowed)
 	})
@@ -230,9 +246,10 @@ func TestRecordingDoesNotAllocate(t *testing.T) {
 func TestUnknownLabelValuesNeverCarryIdentities(t *testing.T) {
 	m, reg := newMetrics(t)
 	const hash = "433deb45467e4e53dbaba594c88bc3a200f705a2150788c3d11e6040e63e8510"
-	m.Granted(hash, "", time.Second)
-	m.Refused(hash, "", fairqueue.ReasonQueueFull)
-	m.Refused("user", "", fairqueue.Reason(hash))
+	m.Granted(hash, "model", "", time.Second)
+	m.Refused(hash, "model", "", fairqueue.ReasonQueueFull)
+	m.Refused("user", "model", "", fairqueue.Reason(hash))
+	m.Granted("user", hash, "", time.Second)
 	eachLabel(t, reg, func(family string, l *dto.LabelPair) {
 		if strings.Contains(l.GetValue(), hash[:12]) {
 			t.Errorf("%s{%s=%q}: an identity reached a label", family, l.GetName(), l.GetValue())
@@ -242,9 +259,10 @@ func TestUnknownLabelValuesNeverCarryIdentities(t *testing.T) {
 		c      prometheus.Collector
 		labels []string
 	}{
-		{m.grants, []string{"unknown", ""}},
-		{m.refused, []string{"unknown", "queue_full", ""}},
-		{m.refused, []string{"user", "unknown", ""}},
+		{m.grants, []string{"unknown", "model", ""}},
+		{m.refused, []string{"unknown", "queue_full", "model", ""}},
+		{m.refused, []string{"user", "unknown", "model", ""}},
+		{m.grants, []string{"user", "unknown", ""}},
 	}
 	for _, tc := range cases {
 		vec, ok := tc.c.(*prometheus.CounterVec)

@@ -41,7 +41,8 @@ const (
 	TenantWaitName = "rate_limit_fair_queue_tenant_wait_seconds_total"
 	// TenantRefusedName counts a tenant's refused requests by reason.
 	TenantRefusedName = "rate_limit_fair_queue_tenant_refused_total"
-	// TenantQueuedName is the gauge of a tenant's requests queued now.
+	// TenantQueuedName is the gauge of a tenant's requests queued now, by
+	// limit_type (what they wait for).
 	TenantQueuedName = "rate_limit_fair_queue_tenant_queued"
 	// TenantWeightName is the gauge of a tenant's configured weight.
 	TenantWeightName = "rate_limit_fair_queue_tenant_weight"
@@ -110,10 +111,12 @@ type Tenants struct {
 	waiting map[string]waiting
 }
 
-// waiting is a tenant's requests queued now.
+// waiting is a tenant's requests queued now, in all and by limit type
+// (limitTypes' index).
 type waiting struct {
-	dim string
-	n   int
+	dim    string
+	n      int
+	byType [len(limitTypes)]int
 }
 
 // NewTenants creates the per-tenant collectors and registers them on reg.
@@ -133,7 +136,8 @@ func NewTenants(reg prometheus.Registerer, top int) (*Tenants, error) {
 		refused: collector.CounterVec(TenantRefusedName, "Tenant's requests refused, by reason: the fair queue's, rate_limited (429 without queuing) or unavailable (503).",
 			"tenant_dimension", "tenant", "reason"),
 		queuedDesc: prometheus.NewDesc(TenantQueuedName,
-			"Tenant's requests queued now.", byTenant, nil),
+			"Tenant's requests queued now, by what they wait for (limit_type; absent on an idle tenant's 0).",
+			append(byTenant[:len(byTenant):len(byTenant)], "limit_type"), nil),
 		weightDesc: prometheus.NewDesc(TenantWeightName,
 			"Tenant's configured fair-queuing weight (the default weight for tenants without a weights entry).", []string{"tenant"}, nil),
 		top:     top,
@@ -201,10 +205,12 @@ func (t *Tenants) TenantRefused(now time.Time, tenant string, dim identity.Dimen
 	t.refused.WithLabelValues(string(dim), OtherTenant, reason).Inc()
 }
 
-// TenantWaiting implements admission.TenantObserver. Queued tenants are
-// tracked exactly (the fair queue bounds how many there are) and are
-// preferred for series of their own, so a starved tenant is visible.
-func (t *Tenants) TenantWaiting(tenant string, dim identity.Dimension, delta int) {
+// TenantWaiting implements admission.TenantObserver: limitType is what the
+// request waits for (a limit type outside limitTypes counts as "unknown").
+// Queued tenants are tracked exactly (the fair queue bounds how many there
+// are) and are preferred for series of their own, so a starved tenant is
+// visible.
+func (t *Tenants) TenantWaiting(tenant string, dim identity.Dimension, limitType string, delta int) {
 	if dimensionIndex(string(dim)) < 0 {
 		return
 	}
@@ -212,6 +218,7 @@ func (t *Tenants) TenantWaiting(tenant string, dim identity.Dimension, delta int
 	defer t.mu.Unlock()
 	w := t.waiting[tenant]
 	w.n += delta
+	w.byType[limitTypeIndex(limitType)] += delta
 	if w.n <= 0 {
 		delete(t.waiting, tenant)
 		return
@@ -408,6 +415,23 @@ func (t *Tenants) rotate() {
 	t.series.Store(&next)
 }
 
+// collectQueued sends a tenant's queued gauges: one per limit type it has
+// requests queued for, or, with none queued, a single 0 with an empty
+// limit_type, which Prometheus stores without the label (the series an idle
+// tenant had before the label existed).
+func (t *Tenants) collectQueued(ch chan<- prometheus.Metric, dim, label string, byType *[len(limitTypes)]int) {
+	queued := false
+	for i, n := range byType {
+		if n > 0 {
+			queued = true
+			ch <- prometheus.MustNewConstMetric(t.queuedDesc, prometheus.GaugeValue, float64(n), dim, label, limitTypes[i])
+		}
+	}
+	if !queued {
+		ch <- prometheus.MustNewConstMetric(t.queuedDesc, prometheus.GaugeValue, 0, dim, label, "")
+	}
+}
+
 // Describe implements prometheus.Collector for the queued and weight gauges.
 func (t *Tenants) Describe(ch chan<- *prometheus.Desc) {
 	ch <- t.queuedDesc
@@ -421,17 +445,21 @@ func (t *Tenants) Collect(ch chan<- prometheus.Metric) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	series := *t.series.Load()
-	var other [len(tenantDimensions)]int
+	var other [len(tenantDimensions)][len(limitTypes)]int
 	for h, w := range t.waiting {
 		if series[h] == nil {
-			other[dimensionIndex(w.dim)] += w.n
+			o := &other[dimensionIndex(w.dim)]
+			for i, n := range w.byType {
+				o[i] += n
+			}
 		}
 	}
 	for i, d := range tenantDimensions {
-		ch <- prometheus.MustNewConstMetric(t.queuedDesc, prometheus.GaugeValue, float64(other[i]), string(d), OtherTenant)
+		t.collectQueued(ch, string(d), OtherTenant, &other[i])
 	}
 	for h, s := range series {
-		ch <- prometheus.MustNewConstMetric(t.queuedDesc, prometheus.GaugeValue, float64(t.waiting[h].n), s.dim, s.label)
+		q := t.waiting[h]
+		t.collectQueued(ch, s.dim, s.label, &q.byType)
 		w, ok := t.weights.ByTenant[h]
 		if !ok {
 			w = t.weights.Default

@@ -18,6 +18,7 @@ package metrics
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -143,8 +144,8 @@ func TestTenantQueuedAndStarvedTenantKeepsItsSeries(t *testing.T) {
 	now := time.Unix(1000, 0)
 	busy, starved := tenantHash("busy"), tenantHash("starved")
 	m.TenantAdmitted(now, busy, identity.DimensionUser, 0) // takes the only slot
-	m.TenantWaiting(starved, identity.DimensionUser, 1)
-	m.TenantWaiting(starved, identity.DimensionUser, 1)
+	m.TenantWaiting(starved, identity.DimensionUser, "user", 1)
+	m.TenantWaiting(starved, identity.DimensionUser, "user", 1)
 	if got := tenantLabels(t, reg, TenantQueuedName); got[OtherTenant] != 2 {
 		t.Fatalf("queued = %v, want 2 under other while the top is full", got)
 	}
@@ -155,8 +156,8 @@ func TestTenantQueuedAndStarvedTenantKeepsItsSeries(t *testing.T) {
 	if got[identity.Short(starved)] != 2 || got[OtherTenant] != 0 {
 		t.Fatalf("queued = %v, want the queued tenant's 2 requests under its own prefix: queued tenants are preferred for the top", got)
 	}
-	m.TenantWaiting(starved, identity.DimensionUser, -1)
-	m.TenantWaiting(starved, identity.DimensionUser, -1)
+	m.TenantWaiting(starved, identity.DimensionUser, "user", -1)
+	m.TenantWaiting(starved, identity.DimensionUser, "user", -1)
 	if got := tenantLabels(t, reg, TenantQueuedName); got[identity.Short(starved)] != 0 {
 		t.Fatalf("queued after both left = %v, want 0", got)
 	}
@@ -203,7 +204,7 @@ func BenchmarkQueueGranted(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		m.Granted("user", "", 0)
+		m.Granted("user", "model", "", 0)
 	}
 }
 
@@ -217,9 +218,9 @@ func TestTenantsAreSafeForConcurrentUse(t *testing.T) {
 			for i := range 2000 {
 				now := start.Add(time.Duration(i) * 100 * time.Millisecond) // crosses periods
 				h := tenantHash(fmt.Sprintf("t-%d-%d", g, i%20))
-				m.TenantWaiting(h, identity.DimensionUser, 1)
+				m.TenantWaiting(h, identity.DimensionUser, "user", 1)
 				m.TenantAdmitted(now, h, identity.DimensionUser, time.Millisecond)
-				m.TenantWaiting(h, identity.DimensionUser, -1)
+				m.TenantWaiting(h, identity.DimensionUser, "user", -1)
 				m.TenantRefused(now, h, identity.DimensionUser, "queue_full")
 				if i%500 == 0 {
 					m.SetWeights(fairqueue.Weights{Default: 1, ByTenant: map[string]int{h: 2}}, identity.DimensionUser)
@@ -244,5 +245,41 @@ func TestTenantsAreSafeForConcurrentUse(t *testing.T) {
 		if n != 0 {
 			t.Errorf("queued of %s after every request left = %v, want 0", label, n)
 		}
+	}
+}
+
+func TestTenantQueuedByLimitType(t *testing.T) {
+	m, reg := newTenants(t, 0)
+	m.SetWeights(fairqueue.Weights{Default: 1}, identity.DimensionUser)
+	now := time.Unix(1000, 0)
+	busy, idle := tenantHash("busy"), tenantHash("idle")
+	m.TenantAdmitted(now, idle, identity.DimensionUser, 0)
+	m.TenantWaiting(busy, identity.DimensionUser, "capacity", 1)
+	m.TenantWaiting(busy, identity.DimensionUser, "capacity", 1)
+	m.TenantWaiting(busy, identity.DimensionUser, "model", 1)
+	m.TenantWaiting(busy, identity.DimensionUser, "a-raw-value", 1) // never a label: "unknown"
+	type key struct{ tenant, limitType string }
+	queued := func() map[key]float64 {
+		out := map[key]float64{}
+		for _, s := range series(t, reg, TenantQueuedName) {
+			out[key{label(s, "tenant"), label(s, "limit_type")}] += s.GetGauge().GetValue()
+		}
+		return out
+	}
+	want := map[key]float64{
+		{identity.Short(busy), "capacity"}: 2, {identity.Short(busy), "model"}: 1, {identity.Short(busy), "unknown"}: 1,
+		// A tenant with nothing queued keeps one 0 without the label.
+		{identity.Short(idle), ""}: 0,
+		{OtherTenant, ""}:          0,
+	}
+	if got := queued(); !maps.Equal(got, want) {
+		t.Fatalf("queued = %v, want %v", got, want)
+	}
+	for _, lt := range []string{"capacity", "capacity", "model", "a-raw-value"} {
+		m.TenantWaiting(busy, identity.DimensionUser, lt, -1)
+	}
+	want = map[key]float64{{identity.Short(busy), ""}: 0, {identity.Short(idle), ""}: 0, {OtherTenant, ""}: 0}
+	if got := queued(); !maps.Equal(got, want) {
+		t.Fatalf("queued after every request left = %v, want %v", got, want)
 	}
 }

@@ -183,7 +183,7 @@ func (t *Tokens) setHeldLocked(b *heldBand) {
 }
 
 // Granted implements fairqueue.Observer for the deferral queue.
-func (t *Tokens) Granted(_, band string, waited time.Duration) {
+func (t *Tokens) Granted(_, _, band string, waited time.Duration) {
 	b := t.bands.of(band)
 	b.wait.Observe(waited.Seconds())
 	b.grants.Inc()
@@ -191,7 +191,7 @@ func (t *Tokens) Granted(_, band string, waited time.Duration) {
 
 // Refused implements fairqueue.Observer for the deferral queue. Disabling
 // deferred admission admits held requests, so ReasonDisabled is not a refusal.
-func (t *Tokens) Refused(_, band string, reason fairqueue.Reason) {
+func (t *Tokens) Refused(_, _, band string, reason fairqueue.Reason) {
 	if reason != fairqueue.ReasonDisabled {
 		t.DeferralRefused(band, string(reason))
 	}

@@ -31,9 +31,9 @@ func TestDeferredSeriesWithoutBands(t *testing.T) {
 	tk, reg := register(t, NewTokens)
 	tk.QueueChanged(2, 1)
 	tk.HeldAhead("", 1)
-	tk.Granted("team", "", time.Second)
-	tk.Refused("team", "", fairqueue.ReasonDeadlineExceeded)
-	tk.Refused("team", "", fairqueue.ReasonDisabled) // admitted, not refused
+	tk.Granted("team", "", "", time.Second)
+	tk.Refused("team", "", "", fairqueue.ReasonDeadlineExceeded)
+	tk.Refused("team", "", "", fairqueue.ReasonDisabled) // admitted, not refused
 	tk.DeferralRefused("", "table_full")
 	const want = `
 # HELP rate_limit_deferred_grants_total Held requests whose token reservation was granted, by priority band.
@@ -59,10 +59,10 @@ func TestDeferredSeriesByBand(t *testing.T) {
 	tk.BandQueueChanged("batch", 4)
 	tk.QueueChanged(5, 2)
 	tk.HeldAhead("batch", 1)
-	tk.Granted("team", "interactive", 10*time.Millisecond)
-	tk.Granted("team", "batch", 3*time.Second)
-	tk.Granted("team", "batch", 2*time.Second)
-	tk.Refused("team", "batch", fairqueue.ReasonWaitExceedsBudget)
+	tk.Granted("team", "", "interactive", 10*time.Millisecond)
+	tk.Granted("team", "", "batch", 3*time.Second)
+	tk.Granted("team", "", "batch", 2*time.Second)
+	tk.Refused("team", "", "batch", fairqueue.ReasonWaitExceedsBudget)
 	tk.DeferralRefused("batch", "table_full")
 	const want = `
 # HELP rate_limit_deferred_grants_total Held requests whose token reservation was granted, by priority band.
@@ -108,7 +108,7 @@ func TestDeferredBandLabelIsBounded(t *testing.T) {
 	tk, _ := register(t, NewTokens)
 	for i := range 3 * MaxBandSeries {
 		band := fmt.Sprintf("band-%d", i)
-		tk.Granted("team", band, time.Millisecond)
+		tk.Granted("team", "", band, time.Millisecond)
 		tk.DeferralRefused(band, "no such reason")
 		tk.BandQueueChanged(band, 1)
 	}
@@ -126,14 +126,14 @@ func TestDeferredBandLabelIsBounded(t *testing.T) {
 
 func TestDeferredRecordingDoesNotAllocate(t *testing.T) {
 	tk, _ := register(t, NewTokens)
-	tk.Granted("team", "batch", time.Millisecond) // creates the band's series
+	tk.Granted("team", "", "batch", time.Millisecond) // creates the band's series
 	allocs := testing.AllocsPerRun(100, func() {
 		tk.QueueChanged(1, 1)
 		tk.BandQueueChanged("batch", 1)
 		tk.HeldAhead("batch", 1)
 		tk.HeldAhead("batch", -1)
-		tk.Granted("team", "batch", time.Millisecond)
-		tk.Refused("team", "", fairqueue.ReasonQueueFull)
+		tk.Granted("team", "", "batch", time.Millisecond)
+		tk.Refused("team", "", "", fairqueue.ReasonQueueFull)
 		tk.DeferralRefused("batch", "table_full")
 	})
 	if allocs != 0 {

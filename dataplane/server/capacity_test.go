@@ -201,20 +201,7 @@ func TestCapacityRefusalWithoutQueueing(t *testing.T) {
 }
 
 func TestCapacityWaiterGrantedWhenSlotFrees(t *testing.T) {
-	release := make(chan struct{}, 4)
-	arrived := make(chan struct{}, 4)
-	hs := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		arrived <- struct{}{}
-		select {
-		case <-release:
-		case <-time.After(20 * time.Second):
-		}
-		_, _ = w.Write([]byte(`{"ok":true}`))
-	}), withCapacity(1, func(c *config.Config) {
-		c.Identity.TrustHeaders = true
-		c.FairQueuing.Enabled = true
-		c.FairQueuing.Bounds.MaxWait = dur(time.Hour)
-	}))
+	hs, arrived, release := capacityWaitHarness(t)
 	type answer struct {
 		code int
 		pos  string

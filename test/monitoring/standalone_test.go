@@ -95,7 +95,8 @@ func readDashboard(t *testing.T, file string) (vars []dashboardVariable, targets
 // standaloneSeries returns promtool input series: for every metric the
 // queries select, one series per standalone replica labelled as a plain
 // scrape labels it (job, instance), with the label values the queries filter
-// on and the tenant, reason and dimension labels the data plane exports.
+// on and the tenant, reason, dimension, backend and signal labels the data
+// plane exports.
 func standaloneSeries(t *testing.T, queries []string) []promtoolSeries {
 	t.Helper()
 	metrics := map[string]map[string]string{}
@@ -123,7 +124,8 @@ func standaloneSeries(t *testing.T, queries []string) []promtoolSeries {
 	var out []promtoolSeries
 	for name, fixed := range metrics {
 		labels := map[string]string{"job": "fairqueue-dataplane", "tenant_dimension": "user", "tenant": "aaaaaaaaaaaa",
-			"reason": "queue_full", "dimension": "user", "outcome": "allowed", "limit_type": "user_tokens", "hash": "0123abcd"}
+			"reason": "queue_full", "dimension": "user", "outcome": "allowed", "limit_type": "user_tokens", "hash": "0123abcd",
+			"backend": "vllm-a", "signal": "vllm:num_requests_waiting", "kind": "timeout"}
 		for k, v := range fixed {
 			labels[k] = v
 		}
