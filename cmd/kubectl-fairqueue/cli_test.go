@@ -386,7 +386,7 @@ func TestStatusShowsCapacity(t *testing.T) {
 
 func TestWithoutQueryHidesTokens(t *testing.T) {
 	for raw, want := range map[string]string{
-		"http://m:9400/metrics":                "http://m:9400/metrics",
+		"http://m:9400/metrics":               "http://m:9400/metrics",
 		"https://m/metrics?token=s3cret#frag": "https://m/metrics?…",
 	} {
 		if got := withoutQuery(raw); got != want {
