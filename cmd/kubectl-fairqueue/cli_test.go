@@ -188,6 +188,12 @@ func statusFixture(t *testing.T) *globals {
 	}
 	llm := &fqv1alpha1.FairQueuePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "llm", Generation: 3}}
 	llm.Spec.FairQueuing.Enabled = true
+	llm.Spec.Backends = []fqv1alpha1.Backend{{Name: "vllm-a", URL: "http://vllm-a.models:8000/"}, {Name: "vllm-b", URL: "http://vllm-b.models:8000"}}
+	llm.Spec.Capacity = &fqv1alpha1.Capacity{Backends: []fqv1alpha1.BackendCapacity{
+		{Name: "vllm-a", MaxInFlight: 264, Saturation: &fqv1alpha1.Saturation{Interval: "100ms", Signals: []fqv1alpha1.SaturationSignal{
+			{Metric: "vllm:num_requests_waiting", Max: 4}, {Metric: "vllm:kv_cache_usage_perc", Max: 0.9}}}},
+		{Name: "vllm-b", MaxInFlight: 64},
+	}}
 	llm.Status = fqv1alpha1.FairQueuePolicyStatus{ObservedGeneration: 3, ConfigHash: "aaaa", ConfigMapName: "llm-dataplane",
 		DataPlaneReplicas: 2, UpdatedReplicas: 1, WeightedTenants: 4,
 		Conditions: []metav1.Condition{{Type: fqv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Rendered",
@@ -337,5 +343,54 @@ func TestStatusShowsBands(t *testing.T) {
 	}
 	if out := status(t, "llm", "-n", "team-a"); strings.Contains(out, "Priority bands") || strings.Contains(status(t, "llm", "-n", "team-a", "-o", "json"), "bands") {
 		t.Errorf("a policy without bands shows bands:\n%s", out)
+	}
+}
+
+// TestStatusShowsCapacity checks the capacity section of a policy with
+// spec.capacity: per backend maxInFlight, the metrics URL polled (the
+// backend's url and the default path), interval and staleAfter with their
+// defaults resolved, the signals and their max; -o wide adds the poll
+// timeout, -o json the capacity object, the list's -o wide a CAPACITY
+// column; and that a policy without capacity shows none.
+func TestStatusShowsCapacity(t *testing.T) {
+	out := status(t, "llm", "-n", "team-a")
+	want := "BACKEND  MAX IN FLIGHT  SATURATION SOURCE                  INTERVAL  STALE AFTER  SIGNALS (saturated when over)\n" +
+		"vllm-a   264            http://vllm-a.models:8000/metrics  100ms     1s           vllm:num_requests_waiting>4, vllm:kv_cache_usage_perc>0.9\n" +
+		"vllm-b   64             none (maxInFlight alone decides)   -         -            -\n"
+	if !strings.Contains(out, want) || !strings.Contains(out, "Capacity:") {
+		t.Errorf("status llm lacks the capacity table:\n%s\nwant:\n%s", out, want)
+	}
+	if wide := status(t, "llm", "-n", "team-a", "-o", "wide"); !strings.Contains(wide, "STALE AFTER  TIMEOUT") || !strings.Contains(wide, " 200ms ") {
+		t.Errorf("status -o wide lacks the poll timeout:\n%s", wide)
+	}
+	var s PolicyStatus
+	if err := json.Unmarshal([]byte(status(t, "llm", "-n", "team-a", "-o", "json")), &s); err != nil {
+		t.Fatal(err)
+	}
+	wantJSON := &CapacityStatus{Backends: []BackendCapacityStatus{
+		{Name: "vllm-a", MaxInFlight: 264, Saturation: &SaturationStatus{MetricsURL: "http://vllm-a.models:8000/metrics",
+			IntervalSeconds: 0.1, StaleAfterSeconds: 1, TimeoutSeconds: 0.2,
+			Signals: []SignalStatus{{Metric: "vllm:num_requests_waiting", Max: 4}, {Metric: "vllm:kv_cache_usage_perc", Max: 0.9}}}},
+		{Name: "vllm-b", MaxInFlight: 64},
+	}}
+	if !reflect.DeepEqual(s.Capacity, wantJSON) {
+		t.Errorf("status -o json capacity %+v, want %+v", s.Capacity, wantJSON)
+	}
+	if out := status(t, "-A", "-o", "wide"); !strings.Contains(out, "vllm-a:264+sat,vllm-b:64") {
+		t.Errorf("status -A -o wide lacks the CAPACITY column:\n%s", out)
+	}
+	if out := status(t, "chat", "-n", "team-b"); strings.Contains(out, "Capacity") || strings.Contains(status(t, "chat", "-n", "team-b", "-o", "json"), "capacity") {
+		t.Errorf("a policy without capacity shows capacity:\n%s", out)
+	}
+}
+
+func TestWithoutQueryHidesTokens(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://m:9400/metrics":               "http://m:9400/metrics",
+		"https://m/metrics?token=s3cret#frag": "https://m/metrics?…",
+	} {
+		if got := withoutQuery(raw); got != want {
+			t.Errorf("withoutQuery(%q) = %q, want %q", raw, got, want)
+		}
 	}
 }

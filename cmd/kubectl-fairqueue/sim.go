@@ -20,6 +20,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/yaml"
@@ -40,6 +41,9 @@ type Load struct {
 	ServiceTime metav1.Duration `json:"serviceTime,omitzero"`
 	// Tenants are the clients and the rates they offer.
 	Tenants []LoadTenant `json:"tenants"`
+	// ModelServer shapes the simulated model servers of a policy with
+	// spec.capacity; unset, internal/modelsim's calibrated defaults.
+	ModelServer *LoadModelServer `json:"modelServer,omitempty"`
 }
 
 // LoadTenant is one client of a Load.
@@ -58,6 +62,10 @@ type LoadTenant struct {
 	// Start and Stop bound the tenant's arrivals within the run.
 	Start metav1.Duration `json:"start,omitzero"`
 	Stop  metav1.Duration `json:"stop,omitzero"`
+	// PromptTokens and OutputTokens are the lengths of the tenant's
+	// requests, for a policy with spec.capacity (default 256 and 128).
+	PromptTokens int `json:"promptTokens,omitempty"`
+	OutputTokens int `json:"outputTokens,omitempty"`
 }
 
 // defaultServiceTime is the backend's time per request when the load names none.
@@ -85,6 +93,9 @@ func ReadLoad(path string) (*Load, error) {
 	}
 	lc := l.LoadgenConfig("http://sim")
 	if err := lc.Validate(); err != nil {
+		return nil, fmt.Errorf("load file %s: %w", path, err)
+	}
+	if err := l.validateTokens(); err != nil {
 		return nil, fmt.Errorf("load file %s: %w", path, err)
 	}
 	var total float64
@@ -142,6 +153,9 @@ type Counts struct {
 	// "immediate/global").
 	Offered, Admitted int
 	Refused           map[string]int
+	// Completed counts streamed answers that ended with [DONE], and
+	// OutputTokens the tokens the tenant received (capacity mode).
+	Completed, OutputTokens int
 }
 
 // TenantResult is what one tenant of a simulation got.
@@ -162,14 +176,20 @@ type TenantResult struct {
 	Steady Counts
 	// Waits are the queue waits of the requests admitted in the window.
 	Waits []time.Duration
+	// TTFTs are the times from arrival to the first token of the streamed
+	// requests admitted in the window (capacity mode).
+	TTFTs []time.Duration
 }
 
 // WaitQuantile returns the q-quantile of the steady-state admissions' waits.
-func (r *TenantResult) WaitQuantile(q float64) time.Duration {
-	if len(r.Waits) == 0 {
+func (r *TenantResult) WaitQuantile(q float64) time.Duration { return quantileOf(r.Waits, q) }
+
+// quantileOf returns the q-quantile of ds (0 when empty).
+func quantileOf(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
 		return 0
 	}
-	w := append([]time.Duration(nil), r.Waits...)
+	w := append([]time.Duration(nil), ds...)
 	sort.Slice(w, func(i, j int) bool { return w[i] < w[j] })
 	return w[min(len(w)-1, int(q*float64(len(w))))]
 }
@@ -184,6 +204,8 @@ type SimResult struct {
 	// Seed is the arrival jitter's seed.
 	Seed    uint64
 	Tenants []TenantResult
+	// Servers are the simulated model servers of capacity mode, by backend.
+	Servers []*modelServer
 }
 
 // Seconds returns the steady-state window's length in seconds.
@@ -232,16 +254,36 @@ type dispatchKey struct{}
 // clock advances only when every request is parked (queued or at the
 // backend), so the outcome is what the scheduler and limiter decide, not how
 // fast this machine is.
+//
+// With spec.capacity the backends are model-server simulators
+// (internal/modelsim) on the same fake clock, the requests streamed chat
+// completions of each tenant's prompt and output lengths, and the clock
+// steps to each simulator step exactly (other timers keep a millisecond's
+// resolution).
 func Simulate(ctx context.Context, cfg *config.Config, key []byte, load *Load, opts SimOptions) (*SimResult, error) {
 	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	start := clk.Now()
-	up := &simUpstream{clk: clk, service: load.serviceTime()}
-	reg := prometheus.NewRegistry()
-	srv, err := server.New(server.Options{Logger: logr.Discard(), Clock: clk, HashKey: key, Transport: up, Registerer: reg, Gatherer: reg})
+	var (
+		be      simBackend = &simUpstream{clk: clk, service: load.serviceTime()}
+		servers *modelServers
+	)
+	if cfg.Capacity != nil {
+		var err error
+		if servers, cfg, err = newModelServers(clk, cfg, load.ModelServer); err != nil {
+			return nil, err
+		}
+		defer servers.close()
+		be = servers
+	}
+	reg := &depthRegistry{Registry: prometheus.NewRegistry()}
+	srv, err := server.New(server.Options{Logger: logr.Discard(), Clock: clk, HashKey: key, Transport: be, Registerer: reg, Gatherer: reg.Registry})
 	if err != nil {
 		return nil, err
 	}
 	// The backends are simulated: any URL works, the transport never dials.
+	if servers != nil {
+		servers.start()
+	}
 	if err := srv.Load(cfg, "simulated"); err != nil {
 		return nil, fmt.Errorf("loading the rendered config: %w", err)
 	}
@@ -258,13 +300,19 @@ func Simulate(ctx context.Context, cfg *config.Config, key []byte, load *Load, o
 	var mu sync.Mutex
 	var inServe atomic.Int64
 	var wg sync.WaitGroup
+	bodies := make([][]byte, len(lc.Tenants))
+	headers := make([]map[string]string, len(lc.Tenants))
+	plain, _ := json.Marshal(map[string]any{"model": lc.Model, "messages": []map[string]string{{"role": "user", "content": "simulate"}}, "max_tokens": 1})
 	for i, t := range lc.Tenants {
 		res.Tenants[i] = TenantResult{Name: t.Name, Weight: weightOf(cfg, key, t), Band: bandOf(cfg, key, t),
 			Total: Counts{Refused: map[string]int{}}, Steady: Counts{Refused: map[string]int{}}}
+		bodies[i] = plain
+		if servers != nil {
+			bodies[i], headers[i] = load.requestFor(i, lc.Model)
+		}
 	}
-	body, _ := json.Marshal(map[string]any{"model": lc.Model, "messages": []map[string]string{{"role": "user", "content": "simulate"}}, "max_tokens": 1})
 	arrivals := schedule(&lc, opts.Seed)
-	for elapsed := time.Duration(0); ; elapsed += simStep {
+	for elapsed := time.Duration(0); ; {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -273,7 +321,7 @@ func Simulate(ctx context.Context, cfg *config.Config, key []byte, load *Load, o
 			arrivals = arrivals[1:]
 			t := &lc.Tenants[a.tenant]
 			var dispatched time.Time
-			req := httptest.NewRequest(http.MethodPost, "http://sim"+lc.Path, bytes.NewReader(body))
+			req := httptest.NewRequest(http.MethodPost, "http://sim"+lc.Path, bytes.NewReader(bodies[a.tenant]))
 			req = req.WithContext(context.WithValue(req.Context(), dispatchKey{}, &dispatched))
 			req.Header.Set("Content-Type", "application/json")
 			if t.APIKey != "" {
@@ -288,13 +336,33 @@ func Simulate(ctx context.Context, cfg *config.Config, key []byte, load *Load, o
 			for k, v := range t.Headers {
 				req.Header.Set(k, v)
 			}
+			for k, v := range headers[a.tenant] {
+				req.Header.Set(k, v)
+			}
 			req.RemoteAddr = "127.0.0.1:1"
 			arrived := clk.Since(start)
 			inServe.Add(1)
 			wg.Add(1)
+			rec := &simWriter{ResponseRecorder: httptest.NewRecorder()}
+			first := time.Duration(-1)
+			if servers != nil {
+				rec.tokens = func(n int) {
+					at := clk.Since(start)
+					mu.Lock()
+					r := &res.Tenants[a.tenant]
+					r.Total.OutputTokens += n
+					if inWindow(at) {
+						r.Steady.OutputTokens += n
+					}
+					if first < 0 {
+						first = at
+					}
+					mu.Unlock()
+					servers.received.Add(int64(n))
+				}
+			}
 			go func(i int) {
 				defer wg.Done()
-				rec := httptest.NewRecorder()
 				srv.ServeHTTP(rec, req)
 				answered := clk.Since(start)
 				mu.Lock()
@@ -313,6 +381,15 @@ func Simulate(ctx context.Context, cfg *config.Config, key []byte, load *Load, o
 						r.Steady.Admitted++
 						w, _ := loadgen.WaitHeader(rec.Header())
 						r.Waits = append(r.Waits, w)
+						if first >= 0 {
+							r.TTFTs = append(r.TTFTs, first-arrived)
+						}
+					}
+					if servers != nil && bytes.Contains(rec.Body.Bytes(), []byte("data: [DONE]")) {
+						r.Total.Completed++
+						if inWindow(answered) {
+							r.Steady.Completed++
+						}
 					}
 				} else {
 					reason, limitType, _ := loadgen.Classify(rec.Body.Bytes())
@@ -332,30 +409,45 @@ func Simulate(ctx context.Context, cfg *config.Config, key []byte, load *Load, o
 			}(a.tenant)
 			// One arrival at a time, so they reach the limiter in
 			// their (jittered) order, not in the order goroutines run.
-			settle(reg, &inServe, up)
+			settle(reg, &inServe, be)
 		}
-		settle(reg, &inServe, up)
+		settle(reg, &inServe, be)
 		if len(arrivals) == 0 && elapsed >= lc.Duration && inServe.Load() == 0 {
 			break
 		}
-		clk.Step(simStep)
+		// To the next millisecond, or to the backend's next timer when it
+		// comes first (a simulator's step).
+		step := simStep - elapsed%simStep
+		if d, ok := be.next(); ok && d < step {
+			step = d
+		}
+		if servers != nil {
+			servers.observe(elapsed, step, res.From, res.To)
+		}
+		clk.Step(step)
+		elapsed += step
 	}
 	wg.Wait()
+	if servers != nil {
+		servers.observe(res.To, 0, res.From, res.To) // the window's end, when the drain was short
+		res.Servers = servers.list
+	}
 	return res, nil
 }
 
 // settle waits until every request in the server is parked: at the backend
-// or queued, with the same counts over several polls.
-func settle(reg *prometheus.Registry, inServe *atomic.Int64, up *simUpstream) {
+// or queued, with the same counts over several polls, and the backend
+// itself waits for the clock.
+func settle(reg *depthRegistry, inServe *atomic.Int64, be simBackend) {
 	stable := 0
-	var last [3]int64
+	var last [4]int64
 	for spins := 0; stable < 3; spins++ {
 		runtime.Gosched()
 		if spins > 50 {
 			time.Sleep(20 * time.Microsecond)
 		}
-		cur := [3]int64{inServe.Load(), up.inFlight.Load(), queueDepth(reg)}
-		if cur == last && cur[0] == cur[1]+cur[2] {
+		cur := [4]int64{inServe.Load(), be.inFlight(), reg.queueDepth(), be.progress()}
+		if cur == last && cur[0] == cur[1]+cur[2] && be.parked() {
 			stable++
 		} else {
 			stable = 0
@@ -367,19 +459,52 @@ func settle(reg *prometheus.Registry, inServe *atomic.Int64, up *simUpstream) {
 	}
 }
 
+// depthRegistry is the simulation's registry; it keeps the data plane's
+// queue depth collector apart as it is registered, so that a settle reads
+// the depth without gathering every metric at each of its polls.
+type depthRegistry struct {
+	*prometheus.Registry
+	depth prometheus.Collector
+}
+
+func (r *depthRegistry) Register(c prometheus.Collector) error {
+	descs := make(chan *prometheus.Desc, 64)
+	go func() {
+		c.Describe(descs)
+		close(descs)
+	}()
+	for d := range descs {
+		if strings.Contains(d.String(), `fqName: "`+metrics.QueueDepthName+`"`) {
+			r.depth = c
+		}
+	}
+	return r.Registry.Register(c)
+}
+
+func (r *depthRegistry) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
 // queueDepth reads the data plane's queue depth gauge, summed over its
 // series (one per priority band when the config has bands).
-func queueDepth(reg *prometheus.Registry) int64 {
-	families, err := reg.Gather()
-	if err != nil {
+func (r *depthRegistry) queueDepth() int64 {
+	if r.depth == nil {
 		return -1
 	}
+	ch := make(chan prometheus.Metric, 64)
+	go func() {
+		r.depth.Collect(ch)
+		close(ch)
+	}()
 	var depth float64
-	for _, f := range families {
-		if f.GetName() == metrics.QueueDepthName {
-			for _, m := range f.GetMetric() {
-				depth += m.GetGauge().GetValue()
-			}
+	for m := range ch {
+		var pb dto.Metric
+		if m.Write(&pb) == nil && pb.GetGauge() != nil && strings.Contains(m.Desc().String(), `fqName: "`+metrics.QueueDepthName+`"`) {
+			depth += pb.GetGauge().GetValue()
 		}
 	}
 	return int64(depth)
@@ -388,9 +513,9 @@ func queueDepth(reg *prometheus.Registry) int64 {
 // simUpstream is the simulated backend: every request takes service on the
 // fake clock, then gets a small OpenAI-style answer.
 type simUpstream struct {
-	clk      *testingclock.FakeClock
-	service  time.Duration
-	inFlight atomic.Int64
+	clk     *testingclock.FakeClock
+	service time.Duration
+	n       atomic.Int64 // requests at the backend
 }
 
 func (u *simUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -401,8 +526,8 @@ func (u *simUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	if at, ok := req.Context().Value(dispatchKey{}).(*time.Time); ok {
 		*at = u.clk.Now()
 	}
-	u.inFlight.Add(1)
-	defer u.inFlight.Add(-1)
+	u.n.Add(1)
+	defer u.n.Add(-1)
 	select {
 	case <-u.clk.After(u.service):
 	case <-req.Context().Done():

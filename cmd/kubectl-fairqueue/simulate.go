@@ -20,7 +20,7 @@ import (
 
 func newSimulateCommand(g *globals) *cobra.Command {
 	var loadFile, policyFile, secrets, warmup string
-	var moveFlags []string
+	var moveFlags, tokenFlags []string
 	opts := SimOptions{Seed: 1, Warmup: -1}
 	out := &outputFlag{}
 	cmd := &cobra.Command{
@@ -39,6 +39,11 @@ func newSimulateCommand(g *globals) *cobra.Command {
 			"--move-tenant NAME=BAND (repeatable) answers \"what if this tenant were in band BAND\": the policy is\n" +
 			"simulated as it is and with the tenant of the load named NAME moved, on the same arrivals, and the two\n" +
 			"are printed side by side.\n\n" +
+			"With spec.capacity, every backend is a simulated continuous-batching model server (internal/modelsim, vLLM's\n" +
+			"scheduler calibrated to an 8B model on one A100) on the same virtual clock, polled for its saturation signals\n" +
+			"as the data plane polls a real one. Each tenant sends streamed requests of its promptTokens and outputTokens\n" +
+			"(--tenant-tokens NAME=PROMPT:OUTPUT), and each shows its completions/s, output tokens/s and time to first\n" +
+			"token p50/p99; each model server, its own waiting queue, batch, KV cache and output tokens/s.\n\n" +
 			"-o json|yaml prints the figures as an object (apiVersion kubectl-fairqueue/v1, kind Simulation, or\n" +
 			"SimulationComparison with --move-tenant; its fields are listed in docs/kubectl-fairqueue.md#simulate).\n\n" +
 			"LOAD.yaml:\n" +
@@ -46,10 +51,13 @@ func newSimulateCommand(g *globals) *cobra.Command {
 			"  serviceTime: 200ms       # the backend's time per request (default 50ms)\n" +
 			"  model: my-model          # the request body's model\n" +
 			"  tenants:\n" +
-			"  - {name: acme, rate: 30, apiKey: sk-acme}   # or user:/team: (sent as x-user-id / x-team-id), headers:, start:, stop:",
+			"  - {name: acme, rate: 30, apiKey: sk-acme}   # or user:/team: (sent as x-user-id / x-team-id), headers:, start:, stop:\n" +
+			"    # capacity mode: promptTokens: 256, outputTokens: 128 (the defaults)\n" +
+			"  modelServer: {maxNumSeqs: 256, kvCacheTokens: 150000}   # capacity mode's simulated servers (the defaults)",
 		Example: "  kubectl fairqueue simulate llm -n team-a -f load.yaml\n" +
 			"  kubectl fairqueue simulate --policy-file policy.yaml --secrets secrets/ -f load.yaml -o json\n" +
-			"  kubectl fairqueue simulate llm -f load.yaml --move-tenant acme=batch",
+			"  kubectl fairqueue simulate llm -f load.yaml --move-tenant acme=batch\n" +
+			"  kubectl fairqueue simulate llm -f load.yaml --tenant-tokens heavy=3000:256",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if loadFile == "" {
 				return errNoLoad
@@ -67,6 +75,9 @@ func newSimulateCommand(g *globals) *cobra.Command {
 			}
 			load, err := ReadLoad(loadFile)
 			if err != nil {
+				return err
+			}
+			if err := parseTenantTokens(load, tokenFlags); err != nil {
 				return err
 			}
 			cfg, key, err := simulatedConfig(cmd.Context(), g, args, policyFile, secrets)
@@ -95,6 +106,8 @@ func newSimulateCommand(g *globals) *cobra.Command {
 		"(default: a tenth of the duration, at least 1s, at most half)")
 	f.StringArrayVar(&moveFlags, "move-tenant", nil, "NAME=BAND: also simulate the load's tenant NAME in the policy's band BAND, "+
 		"and print before and after side by side (repeatable)")
+	f.StringArrayVar(&tokenFlags, "tenant-tokens", nil, "NAME=PROMPT:OUTPUT: in capacity mode, the prompt and output tokens of the load's tenant NAME's "+
+		"requests, over the load file's promptTokens and outputTokens (repeatable)")
 	out.add(cmd, "table")
 	return cmd
 }
@@ -157,6 +170,9 @@ type SimulationOutput struct {
 	// Bands are the policy's priority bands, highest first, with what
 	// their tenants got; absent when the policy has none.
 	Bands []SimBand `json:"bands,omitempty"`
+	// ModelServers are the simulated model servers of a policy with
+	// spec.capacity, one per backend; absent without capacity.
+	ModelServers []SimModelServer `json:"modelServers,omitempty"`
 }
 
 // SimBand is one priority band's figures: the sums of its tenants'.
@@ -223,6 +239,9 @@ type SimTenant struct {
 	// Total counts the whole run, the queue's drain after the last arrival
 	// included.
 	Total SimTotal `json:"total"`
+	// Capacity holds, for a policy with spec.capacity, what the tenant's
+	// streamed requests got from the simulated model servers.
+	Capacity *SimTenantCapacity `json:"capacity,omitempty"`
 }
 
 // SimTotal counts a tenant's requests over the whole run.
@@ -307,6 +326,7 @@ func simulationOutput(cfg *config.Config, load *Load, res *SimResult) Simulation
 		o.Notes = append(o.Notes, fmt.Sprintf("The %s limit(s) refuse at once, first come first served, and are never queued: "+
 			"weights do nothing for them, and tenants refused only by them (immediate/...) have no weighted share.", strings.Join(nq, ", ")))
 	}
+	simCapacityOutput(&o, load, res)
 	if len(cfg.FairQueuing.Bands) == 0 {
 		o.Notes = append(o.Notes, "WEIGHTED SHARE is the tenant's weight over the weights of the tenants a queued limit refused in the window "+
 			"(the ones competing by weight); tenants that got all they asked for show '-'.")
@@ -356,8 +376,12 @@ func printSimulation(out io.Writer, cfg *config.Config, load *Load, res *SimResu
 	o := simulationOutput(cfg, load, res)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	w := &printer{w: tw}
-	w.printf("Simulated %s of offered load, backend service time %s, fair queuing %v (tenant dimension %s).\n\n",
-		load.Duration.Duration, load.serviceTime(), cfg.FairQueuing.Enabled, cfg.FairQueuing.TenantDimension)
+	backend := "backend service time " + load.serviceTime().String()
+	if len(o.ModelServers) > 0 {
+		backend = "backends simulated as model servers (capacity mode)"
+	}
+	w.printf("Simulated %s of offered load, %s, fair queuing %v (tenant dimension %s).\n\n",
+		load.Duration.Duration, backend, cfg.FairQueuing.Enabled, cfg.FairQueuing.TenantDimension)
 	if len(o.Bands) > 0 {
 		w.printf("BAND\tMIN SHARE\tTENANTS\tOFFERED/S\tADMITTED/S\tSHARE\tWAIT P50\tWAIT P99\tREFUSED/S\n")
 		for _, b := range o.Bands {
@@ -366,8 +390,14 @@ func printSimulation(out io.Writer, cfg *config.Config, load *Load, res *SimResu
 				seconds(b.WaitP50Seconds), seconds(b.WaitP99Seconds), b.RefusedPerSecond)
 		}
 		w.printf("\n")
+	}
+	switch {
+	case len(o.ModelServers) > 0:
+		printCapacitySimulation(w, &o)
+		o.Tenants = nil
+	case len(o.Bands) > 0:
 		w.printf("TENANT\tBAND\tWEIGHT\tOFFERED/S\tADMITTED/S\tSHARE\tBAND SHARE\tWEIGHTED SHARE\tWAIT P50\tWAIT P99\tREFUSED/S BY REASON\n")
-	} else {
+	default:
 		w.printf("TENANT\tWEIGHT\tOFFERED/S\tADMITTED/S\tSHARE\tWEIGHTED SHARE\tWAIT P50\tWAIT P99\tREFUSED/S BY REASON\n")
 	}
 	for _, t := range o.Tenants {

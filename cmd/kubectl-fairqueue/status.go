@@ -30,7 +30,9 @@ func newStatusCommand(g *globals) *cobra.Command {
 		Short: "Conditions, config hash and each data-plane replica's loaded config",
 		Long: "Show a FairQueuePolicy's conditions and rendered config hash, and for each data-plane replica\n" +
 			"(from its report Lease) the config hash it runs, whether that is the current one, when it last\n" +
-			"reported and whether it is live (Lease unexpired). Needs get on the policy and list on leases.\n\n" +
+			"reported and whether it is live (Lease unexpired). With spec.capacity, each backend's maxInFlight and\n" +
+			"saturation signals (the metrics URL polled, interval, staleAfter, each signal's max). Needs get on the\n" +
+			"policy and list on leases.\n\n" +
 			"Without POLICY, list the policies of the namespace (-A: of every namespace), one line each.\n" +
 			"-o json|yaml prints PolicyStatus objects (apiVersion kubectl-fairqueue/v1; a List without POLICY);\n" +
 			"-o wide adds columns.",
@@ -87,6 +89,9 @@ type PolicyStatus struct {
 	// both absent without bands.
 	Bands             []BandStatus `json:"bands,omitempty"`
 	RequestBandHeader string       `json:"requestBandHeader,omitempty"`
+	// Capacity is the policy's capacity mode (spec.capacity) with its
+	// defaults resolved; absent without it.
+	Capacity *CapacityStatus `json:"capacity,omitempty"`
 }
 
 // ReplicaStatus is one data-plane replica's report.
@@ -137,7 +142,7 @@ func policyStatus(p *fqv1alpha1.FairQueuePolicy, leases []coordinationv1.Lease, 
 		ConfigHash:  p.Status.ConfigHash, ConfigMap: p.Status.ConfigMapName, WeightedTenants: p.Status.WeightedTenants,
 		LiveReplicas: p.Status.DataPlaneReplicas, UpdatedReplicas: p.Status.UpdatedReplicas,
 		Conditions: p.Status.Conditions, Replicas: []ReplicaStatus{},
-		Bands: bandStatuses(&p.Spec.FairQueuing),
+		Bands: bandStatuses(&p.Spec.FairQueuing), Capacity: capacityStatus(&p.Spec),
 	}
 	if len(s.Bands) > 0 {
 		s.RequestBandHeader = p.Spec.FairQueuing.RequestBandHeader
@@ -192,7 +197,9 @@ func printStatus(out io.Writer, s *PolicyStatus, wide bool) error {
 	}
 	w.printf("Weighted tenants:\t%d\n", s.WeightedTenants)
 	w.printf("Replicas:\t%d live, %d on the current config\n", s.LiveReplicas, s.UpdatedReplicas)
+	printCapacityLine(w, s)
 	printBandStatus(w, s)
+	printCapacityStatus(w, s, wide)
 	w.printf("\nCONDITION\tSTATUS\tREASON\tAGE\tMESSAGE\n")
 	for _, c := range s.Conditions {
 		w.printf("%s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age(t, c.LastTransitionTime.Time), c.Message)
@@ -285,7 +292,7 @@ func printStatusList(out io.Writer, items []PolicyStatus, all, wide bool) error 
 		}
 		w.printf("\n")
 	}
-	col("NAMESPACE", "NAME\tREADY\tCONFIG HASH\tREPLICAS\tUPDATED\tREPORTING", "FAIR QUEUING\tTENANT DIMENSION\tWEIGHTED TENANTS\tBANDS\tCONFIGMAP")
+	col("NAMESPACE", "NAME\tREADY\tCONFIG HASH\tREPLICAS\tUPDATED\tREPORTING", "FAIR QUEUING\tTENANT DIMENSION\tWEIGHTED TENANTS\tBANDS\tCAPACITY\tCONFIGMAP")
 	for _, s := range items {
 		ready := "Unknown"
 		if c := meta.FindStatusCondition(s.Conditions, fqv1alpha1.ConditionReady); c != nil {
@@ -293,7 +300,8 @@ func printStatusList(out io.Writer, items []PolicyStatus, all, wide bool) error 
 		}
 		col(s.Namespace,
 			fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%d", s.Name, ready, orDefault(s.ConfigHash, "-"), s.LiveReplicas, s.UpdatedReplicas, len(s.Replicas)),
-			fmt.Sprintf("%v\t%s\t%d\t%s\t%s", s.FairQueuing.Enabled, s.FairQueuing.TenantDimension, s.WeightedTenants, bandList(s.Bands), orDefault(s.ConfigMap, "-")))
+			fmt.Sprintf("%v\t%s\t%d\t%s\t%s\t%s", s.FairQueuing.Enabled, s.FairQueuing.TenantDimension, s.WeightedTenants, bandList(s.Bands),
+				capacityList(s.Capacity), orDefault(s.ConfigMap, "-")))
 	}
 	if w.err != nil {
 		return w.err

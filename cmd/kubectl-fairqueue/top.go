@@ -22,8 +22,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
+	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
+	"github.com/fairqueue/fairqueue/dataplane/render"
 )
 
 // scrapeFunc reads one pod's metrics page through the API server's pod proxy.
@@ -39,7 +41,9 @@ func newTopCommand(g *globals) *cobra.Command {
 			"Leases) through the API server's pod proxy, twice, --interval apart, and print the tables. Per replica:\n" +
 			"grants/s by tenant dimension, each replica's share, the queue wait p50/p99, refusals/s by reason, depth\n" +
 			"and tenants. With priority bands, per band across all replicas: grants/s, share, depth, wait p50/p99\n" +
-			"and refusals/s, highest band first (by name with --metrics-url). Per tenant, across all replicas: grants/s, share of all grants vs weighted share (its\n" +
+			"and refusals/s, highest band first (by name with --metrics-url). In capacity mode (spec.capacity), per backend\n" +
+			"and replica: in flight against maxInFlight, saturated or not and by what, each saturation signal's last value\n" +
+			"against its max (\"?\" with --metrics-url), stale or not, and poll errors/s. Per tenant, across all replicas: grants/s, share of all grants vs weighted share (its\n" +
 			"weight over the weights of the tenants granted or queued now), mean wait, queued and refusals/s by\n" +
 			"reason. Tenants are shown by the first 12 hex digits of their identity hash; each replica exports its\n" +
 			"weighted tenants and its most active others (--tenant-metrics-top), the rest as \"other\". With\n" +
@@ -197,8 +201,13 @@ type replicaSample struct {
 	wait           map[float64]float64      // cumulative bucket counts by upper bound
 	byTenant       map[string]*tenantSample // by tenant label (hash prefix or "other")
 	byBand         map[string]*bandSample   // by band label ("" without bands)
-	hash           string
-	err            error
+	byBackend      map[string]*backendSample
+	// capWaiting is the queue depth labelled limit_type capacity, when the
+	// data plane exports it (hasCapWaiting).
+	capWaiting    float64
+	hasCapWaiting bool
+	hash          string
+	err           error
 }
 
 // tenantSample is what one scrape said about one tenant.
@@ -228,9 +237,23 @@ type topOptions struct {
 	// bandOrder lists the policy's bands, highest first; nil orders them
 	// by name.
 	bandOrder []string
+	// capacity is the policy's rendered capacity, for the signals' max;
+	// nil with --metrics-url (every max unknown).
+	capacity *config.Capacity
 }
 
 func runTop(ctx context.Context, g *globals, policy string, o topOptions, scrape scrapeFunc, out io.Writer) error {
+	// The policy gives the band order and the signals' max. top needs only
+	// the replicas' metrics: without get on the policy, bands come by name
+	// and each max shows as "?".
+	pctx, cancel := withTimeout(ctx, o.timeout)
+	if p, err := g.getPolicy(pctx, policy); err == nil {
+		for _, b := range p.Spec.FairQueuing.PriorityBands {
+			o.bandOrder = append(o.bandOrder, b.Name)
+		}
+		o.capacity = render.Capacity(&p.Spec)
+	}
+	cancel()
 	var names map[string]string
 	if o.resolve {
 		var err error
@@ -295,6 +318,9 @@ func topLoop(ctx context.Context, o topOptions, replicas func(context.Context) (
 		if err := printBands(out, before, after, o.interval, o.bandOrder); err != nil {
 			return err
 		}
+		if err := printCapacity(out, pods, before, after, o.interval, signalMaxes(o.capacity)); err != nil {
+			return err
+		}
 		if err := printTenants(out, before, after, o.interval, o.tenants, names); err != nil {
 			return err
 		}
@@ -332,7 +358,7 @@ func scrapeAll(ctx context.Context, targets []target, timeout time.Duration) []r
 // parseSample reads the data plane's metrics from a scrape.
 func parseSample(data []byte) replicaSample {
 	s := replicaSample{grants: map[string]float64{}, refused: map[string]float64{}, wait: map[float64]float64{},
-		byTenant: map[string]*tenantSample{}, byBand: map[string]*bandSample{}}
+		byTenant: map[string]*tenantSample{}, byBand: map[string]*bandSample{}, byBackend: map[string]*backendSample{}}
 	tenant := func(m *dto.Metric) *tenantSample {
 		var name, dim string
 		for _, l := range m.GetLabel() {
@@ -382,6 +408,10 @@ func parseSample(data []byte) replicaSample {
 			case metrics.QueueDepthName:
 				s.depth += m.GetGauge().GetValue()
 				band(m).depth += m.GetGauge().GetValue()
+				s.capacityQueued(m, label)
+			case metrics.BackendInFlightName, metrics.BackendMaxInFlightName, metrics.BackendSaturatedName,
+				metrics.BackendStaleName, metrics.BackendSignalName, metrics.BackendPollErrorsName:
+				s.parseBackend(name, m, label)
 			case metrics.QueueTenantsName:
 				s.tenants = m.GetGauge().GetValue()
 			case metrics.QueueGrantsName:

@@ -63,3 +63,8 @@ func durationOr(d fqv1alpha1.Duration, def time.Duration) config.Duration {
 	}
 	return config.Duration{Duration: def}
 }
+
+// Capacity returns spec.capacity as the operator renders it, every default
+// resolved; nil when the policy has none. kubectl fairqueue status shows
+// it, so the effective values it prints are the renderer's.
+func Capacity(spec *fqv1alpha1.FairQueuePolicySpec) *config.Capacity { return renderCapacity(spec) }
