@@ -80,6 +80,17 @@ type Observer interface {
 	ObserveDecision(d Dimension, o Outcome)
 }
 
+// MemoryObserver is an Observer that can read the decisions of a MemoryStore
+// from the store (MemoryStore.AddDecisions) instead of being told each one:
+// the store counts them under the shard locks it already holds, which saves
+// an atomic add per bucket on the request path.
+type MemoryObserver interface {
+	Observer
+	// CountsMemory reports whether the observer reads s's counts from now
+	// on; false leaves the limiter telling it each decision.
+	CountsMemory(s *MemoryStore) bool
+}
+
 // Keys names the identity buckets a request is charged against. Each field is
 // the hashed identity or the model name; empty means the request lacks it and
 // the dimension does not apply.
@@ -112,7 +123,10 @@ type Limiter struct {
 	// a batch is neither copied nor passed through the interface.
 	mem      *MemoryStore
 	observer Observer
-	cfg      atomic.Pointer[resolved]
+	// memCounted is set when the observer reads mem's own counts, so
+	// decisions mem makes are not told to it.
+	memCounted bool
+	cfg        atomic.Pointer[resolved]
 }
 
 // resolved is a Config flattened for the request path.
@@ -131,6 +145,9 @@ func New(cfg Config, opts Options) (*Limiter, error) {
 		l.store = NewMemoryStore(opts.MaxKeysPerDimension)
 	}
 	l.mem, _ = l.store.(*MemoryStore)
+	if o, ok := l.observer.(MemoryObserver); ok && l.mem != nil {
+		l.memCounted = o.CountsMemory(l.mem)
+	}
 	if err := l.SetConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -356,18 +373,13 @@ func (l *Limiter) take(now time.Time, b *Batch) (Decision, error) {
 	} else if d, err = l.store.Take(now, *b); err != nil {
 		d = Decision{}
 	}
-	if o := l.observer; o != nil {
+	if o := l.observer; o != nil && !l.memCounted {
 		for i := 0; i < b.n; i++ {
 			dim := b.reqs[i].Dimension
-			switch {
-			case err != nil:
+			if err != nil {
 				o.ObserveDecision(dim, OutcomeUnavailable)
-			case d.Allowed:
-				o.ObserveDecision(dim, OutcomeAllowed)
-			case d.TableFull.Has(dim):
-				o.ObserveDecision(dim, OutcomeTableFull)
-			case d.RefusedBy.Has(dim):
-				o.ObserveDecision(dim, OutcomeRefused)
+			} else if out, ok := outcomeOf(&d, dim); ok {
+				o.ObserveDecision(dim, out)
 			}
 		}
 	}
@@ -375,4 +387,19 @@ func (l *Limiter) take(now time.Time, b *Batch) (Decision, error) {
 		return d, fmt.Errorf("rate-limit check: %w", err)
 	}
 	return d, nil
+}
+
+// outcomeOf returns what d, a Take's decision, means for the bucket of dim
+// (see Observer), and false for a bucket of a refused batch that was neither
+// charged nor refused.
+func outcomeOf(d *Decision, dim Dimension) (Outcome, bool) {
+	switch {
+	case d.Allowed:
+		return OutcomeAllowed, true
+	case d.TableFull.Has(dim):
+		return OutcomeTableFull, true
+	case d.RefusedBy.Has(dim):
+		return OutcomeRefused, true
+	}
+	return 0, false
 }

@@ -204,6 +204,7 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 		if d.TableFull != 0 {
 			if charge {
 				s.full.Add(1)
+				count(b, &locked, &d)
 			}
 			return d
 		}
@@ -216,7 +217,11 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 		}
 	}
 	d := DecisionFromDebts(b, &debts, charge)
-	if !d.Allowed || !charge {
+	if !charge {
+		return d
+	}
+	count(b, &locked, &d)
+	if !d.Allowed {
 		return d
 	}
 	for i := 0; i < b.n; i++ {
@@ -242,4 +247,31 @@ func (s *MemoryStore) find(b *Batch, locked *lockSet) (slot [MaxBatch]int32, fre
 		slot[i] = idx
 	}
 	return slot, fresh
+}
+
+// count records the outcome of each bucket of a Take, decided as d, in its
+// shard while the shards are locked: a plain add, where an Observer told of
+// each would pay an atomic one (see MemoryObserver).
+func count(b *Batch, locked *lockSet, d *Decision) {
+	for i := 0; i < b.n; i++ {
+		if o, ok := outcomeOf(d, b.reqs[i].Dimension); ok {
+			locked.shard(i).decided[o]++
+		}
+	}
+}
+
+// AddDecisions adds to sum the outcome of every bucket the store decided in
+// a Take since it was made, by dimension and outcome, as an Observer would
+// have been told them.
+func (s *MemoryStore) AddDecisions(sum *[NumDimensions][NumOutcomes]uint64) {
+	for d := range s.tables {
+		for i := range s.nShards {
+			sh := &s.tables[d][i]
+			sh.mu.Lock()
+			for o, n := range sh.decided {
+				sum[d][o] += n
+			}
+			sh.mu.Unlock()
+		}
+	}
 }

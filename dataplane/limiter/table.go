@@ -55,6 +55,8 @@ type shard struct {
 	index   map[string]int32
 	buckets []bucket
 	heap    []int32
+	// decided counts the outcomes of the shard's buckets in every Take.
+	decided [NumOutcomes]uint64
 }
 
 // debt returns how long the bucket at idx owes at t, first converting it to

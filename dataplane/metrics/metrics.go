@@ -114,8 +114,7 @@ type Metrics struct {
 	// bands are the queue series of each band (bands.go).
 	bands bandTable
 
-	decisions    [limiter.NumDimensions][limiter.NumOutcomes]prometheus.Counter
-	decisionsVec *prometheus.CounterVec
+	decisions *decisions
 
 	bandIgnored   *prometheus.CounterVec
 	bandIgnoredBy [len(bandIgnoredReasons)]prometheus.Counter
@@ -126,8 +125,8 @@ type Metrics struct {
 var bandIgnoredReasons = [...]string{"unknown", "raise"}
 
 var (
-	_ fairqueue.Observer = (*Metrics)(nil)
-	_ limiter.Observer   = (*Metrics)(nil)
+	_ fairqueue.Observer     = (*Metrics)(nil)
+	_ limiter.MemoryObserver = (*Metrics)(nil)
 )
 
 // New creates the collectors and registers them on reg. It fails when one is
@@ -142,8 +141,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			"tenant_dimension", "limit_type", "band"),
 		refused: collector.CounterVec(QueueRefusedName, "Requests refused at enqueue or after waiting, by reason and what they waited for (limit_type).",
 			"tenant_dimension", "reason", "limit_type", "band"),
-		decisionsVec: collector.CounterVec(DecisionsName, "Rate-limit bucket checks by dimension (limit_type) and outcome.",
-			"dimension", "outcome"),
+		decisions: newDecisions(),
 		bandIgnored: collector.CounterVec(QueueBandIgnoredName,
 			"Request band headers ignored: naming no configured band (unknown) or a band above the tenant's (raise).", "reason"),
 	}
@@ -151,13 +149,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		m.bandIgnoredBy[i] = m.bandIgnored.WithLabelValues(r)
 	}
 	m.bands.init(m)
-	for d := range limiter.NumDimensions {
-		for o := range limiter.NumOutcomes {
-			m.decisions[d][o] = m.decisionsVec.WithLabelValues(limiter.Dimension(d).String(), limiter.Outcome(o).String())
-		}
-	}
 
-	if err := registerAll(reg, "data-plane metrics", "New", m.depth, m.tenants, m.wait, m.grants, m.refused, m.decisionsVec, m.bandIgnored); err != nil {
+	if err := registerAll(reg, "data-plane metrics", "New", m.depth, m.tenants, m.wait, m.grants, m.refused, m.decisions, m.bandIgnored); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -243,9 +236,13 @@ func (m *Metrics) BandIgnored(reason string) {
 
 // ObserveDecision implements limiter.Observer.
 func (m *Metrics) ObserveDecision(d limiter.Dimension, o limiter.Outcome) {
-	if int(d) < limiter.NumDimensions && int(o) < limiter.NumOutcomes {
-		m.decisions[d][o].Inc()
-	}
+	m.decisions.observe(d, o)
+}
+
+// CountsMemory implements limiter.MemoryObserver: the decisions of s are
+// read from s at scrape time.
+func (m *Metrics) CountsMemory(s *limiter.MemoryStore) bool {
+	return m.decisions.countsMemory(s)
 }
 
 // registerAll registers every collector on reg and reports all failures at

@@ -18,6 +18,7 @@ package metrics
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -144,7 +145,7 @@ func TestDecisionsAreCountedByDimensionAndOutcome(t *testing.T) {
 	m.ObserveDecision(limiter.DimensionGlobal, limiter.OutcomeUnavailable)
 	m.ObserveDecision(limiter.DimensionModelTokens, limiter.OutcomeRefused)
 	m.ObserveDecision(limiter.Dimension(99), limiter.OutcomeAllowed) // ignored, no panic
-	if got := testutil.CollectAndCount(m.decisionsVec); got != limiter.NumDimensions*limiter.NumOutcomes {
+	if got := testutil.CollectAndCount(m.decisions); got != limiter.NumDimensions*limiter.NumOutcomes {
 		t.Fatalf("%d decision series, want every dimension x outcome pre-created", got)
 	}
 	const want = `
@@ -162,7 +163,7 @@ func TestDecisionsAreCountedByDimensionAndOutcome(t *testing.T) {
 			b.WriteString(`rate_limit_decisions_total{dimension="` + d + `",outcome="` + o + `"} ` + v + "\n")
 		}
 	}
-	if err := testutil.CollectAndCompare(m.decisionsVec, strings.NewReader(b.String())); err != nil {
+	if err := testutil.CollectAndCompare(m.decisions, strings.NewReader(b.String())); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -272,5 +273,75 @@ func TestUnknownLabelValuesNeverCarryIdentities(t *testing.T) {
 		if got := testutil.ToFloat64(vec.WithLabelValues(tc.labels...)); got != 1 {
 			t.Errorf("%v = %v, want 1", tc.labels, got)
 		}
+	}
+}
+
+// toldOnly hides Metrics' limiter.MemoryObserver side, so a limiter tells
+// it every decision.
+type toldOnly struct{ limiter.Observer }
+
+// TestMemoryStoreCountsExportTheSameSeries: decisions a memory store counts
+// itself are exported exactly as the same decisions told one by one.
+func TestMemoryStoreCountsExportTheSameSeries(t *testing.T) {
+	decide := func(obs limiter.Observer) {
+		cfg := limiter.Config{
+			Global: &limiter.Limit{Requests: 100, Period: time.Hour},
+			User:   &limiter.Limit{Requests: 1, Period: time.Hour},
+			Model:  &limiter.Limit{Requests: 100, Period: time.Hour},
+		}
+		// One key per dimension: a second user finds the table full.
+		lim, err := limiter.New(cfg, limiter.Options{Store: limiter.NewMemoryStore(1), Observer: obs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Unix(1000, 0)
+		steps := []struct {
+			keys    limiter.Keys
+			allowed bool
+		}{
+			{limiter.Keys{User: "a", Model: "m"}, true},
+			{limiter.Keys{User: "a", Model: "m"}, false}, // refused by user
+			{limiter.Keys{User: "b", Model: "m"}, false}, // user table full
+			{limiter.Keys{Model: "m"}, true},
+		}
+		for i, s := range steps {
+			if d, err := lim.TakeIdentity(now, s.keys); err != nil || d.Allowed != s.allowed {
+				t.Fatalf("step %d: allowed %v err %v, want allowed %v", i, d.Allowed, err, s.allowed)
+			}
+		}
+		if _, err := lim.TakePreAuth(now, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	export := func(reg *prometheus.Registry) string {
+		var out string
+		eachFamily(t, reg, func(mf *dto.MetricFamily) {
+			if mf.GetName() == DecisionsName {
+				out = mf.String()
+			}
+		})
+		return out
+	}
+	counted, countedReg := newMetrics(t)
+	decide(counted)
+	told, toldReg := newMetrics(t)
+	decide(toldOnly{told})
+	if got, want := export(countedReg), export(toldReg); got != want {
+		t.Fatalf("series from the store's counts:\n%s\nwant, as told:\n%s", got, want)
+	}
+	nonzero := map[string]float64{}
+	eachFamily(t, countedReg, func(mf *dto.MetricFamily) {
+		if mf.GetName() != DecisionsName {
+			return
+		}
+		for _, m := range mf.GetMetric() {
+			if v := m.GetCounter().GetValue(); v != 0 {
+				nonzero[label(m, "dimension")+"/"+label(m, "outcome")] = v
+			}
+		}
+	})
+	want := map[string]float64{"global/allowed": 1, "model/allowed": 2, "user/allowed": 1, "user/refused": 1, "user/table_full": 1}
+	if !maps.Equal(nonzero, want) {
+		t.Fatalf("decisions %v, want %v", nonzero, want)
 	}
 }
