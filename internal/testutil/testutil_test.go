@@ -1,7 +1,6 @@
 package testutil
 
 import (
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -24,18 +23,6 @@ func TestSyncBufferConcurrentWritesAndReads(t *testing.T) {
 	if got := strings.Count(b.String(), "x\n"); got != writers*lines {
 		t.Errorf("buffer holds %d lines, want %d", got, writers*lines)
 	}
-}
-
-func TestFreeAddrCanBeListenedOn(t *testing.T) {
-	addr := FreeAddr(t)
-	if !strings.HasPrefix(addr, "127.0.0.1:") {
-		t.Fatalf("FreeAddr() = %q, want a 127.0.0.1 address", addr)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("listening on FreeAddr()'s %s: %v", addr, err)
-	}
-	_ = ln.Close() // nothing was accepted
 }
 
 func TestEventuallyReturnsOnceTheConditionHolds(t *testing.T) {
