@@ -188,7 +188,7 @@ func TestSharesAndMovedAfter(t *testing.T) {
 
 	r := Result{Admitted: series(20, before)}
 	got := r.Shares(0, 2*time.Second)
-	for i, want := range WeightedShares(WeightsBefore) {
+	for i, want := range testutil.WeightedShares(WeightsBefore) {
 		if math.Abs(got[i]-want) > 1e-9 {
 			t.Errorf("share of %s = %v, want %v", Tenants[i].Name, got[i], want)
 		}
@@ -315,7 +315,7 @@ func TestPrintSecond(t *testing.T) {
 		header   []string
 		rows     [][]string
 	}{{
-		name: "shares of requests", weighted: WeightedShares(WeightsBefore),
+		name: "shares of requests", weighted: testutil.WeightedShares(WeightsBefore),
 		header: []string{"admitted/s", "tokens/s", "share", "wait p50"},
 		rows: [][]string{
 			{"11s", "acme", " 1 ", " 1050 ", "25.0%", "20.0%", "30ms", "tenant_queue_full=7"},
@@ -323,7 +323,7 @@ func TestPrintSecond(t *testing.T) {
 			{"initech", " 3 ", " 450 ", "75.0%", "60.0%"},
 		},
 	}, {
-		name: "shares of tokens", byTokens: true, weighted: WeightedShares([]float64{1, 1, 2}),
+		name: "shares of tokens", byTokens: true, weighted: testutil.WeightedShares([]float64{1, 1, 2}),
 		header: []string{"admitted/s", "tokens/s", "tok share", "held p50"},
 		rows: [][]string{
 			{"11s", "acme", " 1 ", " 1050 ", "70.0%", "25.0%", "tenant_queue_full=7"},

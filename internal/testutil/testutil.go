@@ -45,3 +45,18 @@ func FreeAddr(t testing.TB) string {
 	}
 	return addr
 }
+
+// WeightedShares returns each weight's fraction of their sum: the share of a
+// resource each backlogged tenant is owed under weighted fair queuing, which
+// the fairness tests and the demos measure against.
+func WeightedShares[W int | float64](weights []W) []float64 {
+	var sum W
+	for _, w := range weights {
+		sum += w
+	}
+	out := make([]float64, len(weights))
+	for i, w := range weights {
+		out[i] = float64(w) / float64(sum)
+	}
+	return out
+}
