@@ -20,39 +20,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Defaults of the fair-queuing bounds and timeouts. The API server applies the
-// same values from the +kubebuilder:default markers below; these constants let
-// Go code that builds objects without an API server (tests, the data plane's
-// file mode) reach the same effective values through WithDefaults.
+// Names of the hash-key Secret.
 const (
-	// DefaultMaxQueueDepthPerTenant is the default of bounds.maxQueueDepthPerTenant.
-	DefaultMaxQueueDepthPerTenant int32 = 32
-	// DefaultMaxTotalQueued is the default of bounds.maxTotalQueued.
-	DefaultMaxTotalQueued int32 = 4096
-	// DefaultMaxTenants is the default of bounds.maxTenants.
-	DefaultMaxTenants int32 = 1024
-	// DefaultMaxInFlight is the default of bounds.maxInFlight.
-	DefaultMaxInFlight int32 = 8
-	// DefaultMaxWait is the default of bounds.maxWait.
-	DefaultMaxWait = "5s"
-	// DefaultWeight is the default of fairQueuing.defaultWeight and of a backend's weight.
-	DefaultWeight int32 = 1
-	// DefaultRatePeriod is the default period of a rate limit.
-	DefaultRatePeriod = "1s"
-	// DefaultRequestTotalTimeout is the default of timeouts.request.default.total.
-	DefaultRequestTotalTimeout = "60s"
-	// DefaultKeyRegistryKey is the default data key of the key registry Secret.
-	DefaultKeyRegistryKey = "keys.json"
 	// HashKeySecretKey is the data key of the hash-key Secret holding the HMAC key.
 	HashKeySecretKey = "key"
 	// HashKeySecretSuffix is appended to the policy name to name the hash-key
 	// Secret when spec.hashKeySecretRef is unset.
 	HashKeySecretSuffix = "-hash-key"
 )
-
-// DefaultAPIKeyHeaders returns the default of identity.apiKeyHeaders, as a new
-// slice the caller may modify.
-func DefaultAPIKeyHeaders() []string { return []string{"Authorization", "x-api-key"} }
 
 // Condition types set on FairQueuePolicy status.conditions.
 const (
@@ -327,8 +302,8 @@ type RateLimits struct {
 	PerBackend *RateLimit `json:"perBackend,omitempty"`
 }
 
-// RateLimit is a token bucket: requests per period, with up to burst tokens
-// saved up.
+// RateLimit is a token bucket: requests per period, with up to burst
+// requests saved up.
 type RateLimit struct {
 	// requests is the number of requests allowed per period.
 	// +required
@@ -336,18 +311,7 @@ type RateLimit struct {
 	// +kubebuilder:validation:Maximum=1000000000
 	Requests int64 `json:"requests"`
 
-	// period is the refill period of requests, a positive duration of at most
-	// 24h such as "1s" or "1m". Defaults to "1s".
-	// +optional
-	// +kubebuilder:default="1s"
-	Period Duration `json:"period,omitzero"`
-
-	// burst is the bucket capacity: how many requests may pass at once after
-	// an idle spell. When unset, the data plane uses requests.
-	// +optional
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000000000
-	Burst int64 `json:"burst,omitempty"`
+	RequestBucket `json:",inline"`
 }
 
 // ModelRateLimit limits each model: requests, period and burst apply to every
@@ -364,18 +328,7 @@ type ModelRateLimit struct {
 	// +kubebuilder:validation:Maximum=1000000000
 	Requests int64 `json:"requests,omitempty"`
 
-	// period is the refill period of requests, a positive duration of at most
-	// 24h such as "1s" or "1m". Defaults to "1s".
-	// +optional
-	// +kubebuilder:default="1s"
-	Period Duration `json:"period,omitzero"`
-
-	// burst is the bucket capacity for each model without an override. When
-	// unset, the data plane uses requests.
-	// +optional
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000000000
-	Burst int64 `json:"burst,omitempty"`
+	RequestBucket `json:",inline"`
 
 	// overrides set the limit of named models: at most 64, with unique model
 	// names.

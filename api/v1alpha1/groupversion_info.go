@@ -21,9 +21,10 @@ limitations under the License.
 // has a +kubebuilder:default, so a stored object shows its effective values,
 // and invalid values are refused with CEL rules whose messages say what to
 // fix. Optional structs are values tagged omitzero, so Go clients never send a
-// zero duration the server would refuse; WithDefaults and the Default*
-// constants give the same effective values to code that builds objects
-// without an API server. Expand and VarRefs implement the ${VAR} grammar of
+// zero duration the server would refuse. The defaults' Go home is
+// dataplane/config: render applies them to objects that did not pass
+// through an API server (a policy file), and test/api checks the markers
+// against them. Expand and VarRefs implement the ${VAR} grammar of
 // weights identities, which the CEL rules mirror.
 //
 // Every duration field has two rules: one for the format, and one for the

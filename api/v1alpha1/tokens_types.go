@@ -16,25 +16,6 @@ limitations under the License.
 
 package v1alpha1
 
-// Defaults of deferred admission. The API server applies the same values
-// from the +kubebuilder:default markers below; these constants let Go code
-// that builds objects without an API server reach the same effective values.
-const (
-	// DefaultTokenPeriod is the default period of a token limit: token
-	// budgets are usually counted per minute.
-	DefaultTokenPeriod = "1m"
-	// DefaultMaxTokensReserved is the default of estimation.defaultMaxTokens.
-	DefaultMaxTokensReserved int64 = 1024
-	// DefaultIncludeUsage is the default of estimation.includeUsage.
-	DefaultIncludeUsage = true
-	// DefaultMaxHeld is the default of deferredAdmission.bounds.maxHeld.
-	DefaultMaxHeld int32 = 1024
-	// DefaultMaxHeldPerTenant is the default of deferredAdmission.bounds.maxHeldPerTenant.
-	DefaultMaxHeldPerTenant int32 = 32
-	// DefaultMaxHoldWait is the default of deferredAdmission.bounds.maxWait.
-	DefaultMaxHoldWait = "10s"
-)
-
 // FairQueuingCost is what one granted request charges its tenant's share.
 // +kubebuilder:validation:Enum=Requests;Tokens
 type FairQueuingCost string
@@ -109,19 +90,7 @@ type TokenLimit struct {
 	// +kubebuilder:validation:Maximum=1000000000000
 	Tokens int64 `json:"tokens"`
 
-	// period is the refill period of tokens, a positive duration of at most
-	// 24h such as "1m". Defaults to "1m".
-	// +optional
-	// +kubebuilder:default="1m"
-	Period Duration `json:"period,omitzero"`
-
-	// burst is the bucket capacity in tokens: how many may be used at once
-	// after an idle spell. A request reserving more than burst waits for a
-	// full bucket. When unset, the data plane uses tokens.
-	// +optional
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000000000000
-	Burst int64 `json:"burst,omitempty"`
+	TokenBucket `json:",inline"`
 }
 
 // ModelTokenLimit limits each model's tokens: tokens, period and burst apply
@@ -138,18 +107,7 @@ type ModelTokenLimit struct {
 	// +kubebuilder:validation:Maximum=1000000000000
 	Tokens int64 `json:"tokens,omitempty"`
 
-	// period is the refill period of tokens, a positive duration of at most
-	// 24h such as "1m". Defaults to "1m".
-	// +optional
-	// +kubebuilder:default="1m"
-	Period Duration `json:"period,omitzero"`
-
-	// burst is the bucket capacity in tokens for each model without an
-	// override. When unset, the data plane uses tokens.
-	// +optional
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000000000000
-	Burst int64 `json:"burst,omitempty"`
+	TokenBucket `json:",inline"`
 
 	// overrides set the token limit of named models: at most 64, with
 	// unique model names.

@@ -10,7 +10,9 @@ import (
 
 // newCapacityLeases makes capacity mode's in-flight counts fleet-wide while
 // the policy's store is Redis (SPEC 6b): each slot is also a lease there,
-// which comes back by expiry if this replica dies holding it. With the
+// which comes back by expiry if this replica dies holding it. While Redis
+// is unreachable the slots follow the store's failureMode, Open dividing
+// maxInFlight by the same live-replica count as the rate limits. With the
 // memory store the leases are not used and the local count decides. The
 // caller closes the result to stop its heartbeat.
 func newCapacityLeases(o *options, stores *storeWiring, log logr.Logger) (*redisslots.Leases, error) {

@@ -228,10 +228,15 @@ func (c *Controller) settings() *Settings { return &c.pol.Load().settings }
 // ending (the client disconnecting) takes the request out of either queue at
 // once, giving back what it was charged.
 func (c *Controller) Admit(ctx context.Context, r Request) Decision {
-	arrival := c.clk.Now()
-	r.band = c.requestBand(&r)
+	return c.admit(ctx, c.clk.Now(), &r)
+}
+
+// admit is Admit for a request that arrived at arrival. It leaves in r
+// what it resolved: its band and, once estimated, its token reservation.
+func (c *Controller) admit(ctx context.Context, arrival time.Time, r *Request) Decision {
+	r.band = c.requestBand(r)
 	estimate := r.Tokens <= 0 && r.Reserver != nil
-	if estimate && c.chargesTokens(r) {
+	if estimate && c.chargesTokens(*r) {
 		r.Tokens, estimate = r.Reserver.Reservation(), false
 	}
 	dec := c.admitRequests(ctx, arrival, r)
@@ -244,24 +249,25 @@ func (c *Controller) Admit(ctx context.Context, r Request) Decision {
 	if r.Tokens <= 0 {
 		return dec
 	}
-	return c.reserve(ctx, arrival, r, dec)
+	return c.reserve(ctx, arrival, *r, dec)
 }
 
-// admitRequests decides r's request-count limits (SPEC sections 2 and 5).
-func (c *Controller) admitRequests(ctx context.Context, now time.Time, r Request) (dec Decision) {
-	if dec, ok := c.PreAuth(now, r.ClientAddr); !ok {
-		return dec
+// admitRequests decides r's request-count limits (SPEC sections 2 and 5),
+// all with the limiter and settings of one policy.
+func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Request) (dec Decision) {
+	p := c.pol.Load()
+	if pre, err := p.lim.TakePreAuth(now, r.ClientAddr); err != nil || !pre.Allowed {
+		return c.preAuthRefusal(pre, err, r.ClientAddr)
 	}
 
-	keys := identityKeys(r)
-	s := c.settings()
+	keys := identityKeys(*r)
 	var (
 		tenant    string
 		used      identity.Dimension
 		queueable bool
 	)
-	if s.Enabled {
-		tenant, used, queueable = r.Identity.Tenant(s.TenantDimension)
+	if p.settings.Enabled {
+		tenant, used, queueable = r.Identity.Tenant(p.settings.TenantDimension)
 	}
 	var gate Gate
 	if queueable {
@@ -280,7 +286,7 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r Request
 		}
 	}
 
-	d, err := c.limiter().TakeIdentity(now, keys)
+	d, err := p.lim.TakeIdentity(now, keys)
 	if err == nil {
 		gateDone(gate, tenant, keys.Model, d)
 	}
@@ -307,14 +313,19 @@ func canQueue(d limiter.Decision) bool {
 // them). ok is true when they admit the request; otherwise dec is the
 // immediate 429 (never queued) or, with the store unavailable, 503.
 func (c *Controller) PreAuth(now time.Time, client string) (dec Decision, ok bool) {
-	pre, err := c.limiter().TakePreAuth(now, client)
-	switch {
-	case err != nil:
-		return unavailable(err), false
-	case !pre.Allowed:
-		return c.refusal(pre, limiter.Keys{}, client), false
+	if pre, err := c.limiter().TakePreAuth(now, client); err != nil || !pre.Allowed {
+		return c.preAuthRefusal(pre, err, client), false
 	}
 	return Decision{Allowed: true, Status: StatusOK}, true
+}
+
+// preAuthRefusal is the decision for a request from client that the
+// pre-authentication buckets refused with pre, or that err kept from them.
+func (c *Controller) preAuthRefusal(pre limiter.Decision, err error, client string) Decision {
+	if err != nil {
+		return unavailable(err)
+	}
+	return c.refusal(pre, limiter.Keys{}, client)
 }
 
 // backendRefusal is the immediate 429 for an admitted request that no
@@ -403,7 +414,7 @@ func (c *Controller) interval(d limiter.Decision, keys limiter.Keys) time.Durati
 // must not barge past waiters) and turns the queue's result into a Decision.
 // gate is the fleet gate Admit consulted, so one request reports to one gate
 // even when a reload swaps it meanwhile.
-func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys limiter.Keys, tenant string, used identity.Dimension, gate Gate, d limiter.Decision) Decision {
+func (c *Controller) wait(ctx context.Context, now time.Time, r *Request, keys limiter.Keys, tenant string, used identity.Dimension, gate Gate, d limiter.Decision) Decision {
 	limitKeys, limitType := c.limitKeys(keys, d)
 	if d.RefusedBy == 0 && len(limitKeys) == 0 {
 		// The waiters we would have queued behind are gone: take the normal path.
@@ -464,10 +475,10 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		Tenant:     tenant,
 		Dimension:  string(used),
 		LimitKeys:  limitKeys,
-		Deadline:   budget(ctx, now, r),
+		Deadline:   budget(ctx, now, *r),
 		RetryAfter: d.RetryAfter,
 		Interval:   c.interval(d, keys),
-		Cost:       c.queueCost(r),
+		Cost:       c.queueCost(*r),
 		Size:       1, // a request-count bucket: one token whatever the cost
 		Attempt:    attempt,
 		Band:       r.band,
@@ -494,7 +505,7 @@ func (c *Controller) wait(ctx context.Context, now time.Time, r Request, keys li
 		return Decision{Status: StatusClientClosedRequest, Queue: info, Err: err}
 	case res.Admitted:
 		dec := Decision{Allowed: true, Status: StatusOK, Quota: last.Tightest, HasQuota: last.HasQuota, Queue: info}
-		if cost := c.queueCost(r); cost > 1 {
+		if cost := c.queueCost(*r); cost > 1 {
 			dec.settle = settlement{accounted: cost, fq: c.queue, fqTenant: tenant, fqBand: res.Band}
 		}
 		return dec

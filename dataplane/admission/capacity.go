@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/capacity"
@@ -56,11 +55,12 @@ func (t *Ticket) Backend() string {
 func (cp *Capacity) spacing() time.Duration { return max(cp.Spacing, time.Millisecond) }
 
 // takeSlot acquires a backend slot into t for an admitted request, after
-// every rate limit passed. Without room it waits in the fair queue when the
-// request has a tenant and fair queuing is on, else it is refused at once. A
+// every rate limit passed, leaving dec, its decision, as it is, or making
+// it the refusal. Without room it waits in the fair queue when the request
+// has a tenant and fair queuing is on, else it is refused at once. A
 // refused request gets back everything admission charged it (identity
 // tokens, token reservation, queue cost): no token is lost to a refusal.
-func (c *Controller) takeSlot(ctx context.Context, arrival time.Time, t *Ticket, dec *Decision) Decision {
+func (c *Controller) takeSlot(ctx context.Context, arrival time.Time, t *Ticket, dec *Decision) {
 	r := &t.r
 	cp := &r.Capacity
 	s := c.settings()
@@ -72,23 +72,24 @@ func (c *Controller) takeSlot(ctx context.Context, arrival time.Time, t *Ticket,
 	if s.Enabled {
 		tenant, used, queueable = r.Identity.Tenant(s.TenantDimension)
 	}
-	t.slot = slotPool.Get().(*capacity.Slot)
 	if !queueable || !c.queue.HasWaiters(CapacityKey) {
-		idx, res := cp.Tracker.AcquireAny(t.slot, cp.Candidates, cp.Start)
+		idx, res := cp.Tracker.AcquireAny(&t.slot, cp.Candidates, cp.Start)
 		switch res {
 		case capacity.Acquired, capacity.Untracked:
 			t.chosen = idx + 1
-			return *dec
+			return
 		case capacity.Unavailable:
 			c.giveBack(t)
-			return unavailable(ErrCapacityUnavailable)
+			*dec = unavailable(ErrCapacityUnavailable)
+			return
 		}
 		if !queueable {
 			c.giveBack(t)
-			return Decision{Status: StatusTooManyRequests, LimitType: LimitTypeCapacity, RetryAfter: cp.spacing()}
+			*dec = Decision{Status: StatusTooManyRequests, LimitType: LimitTypeCapacity, RetryAfter: cp.spacing()}
+			return
 		}
 	}
-	return c.waitSlot(ctx, arrival, t, dec, tenant, used)
+	*dec = c.waitSlot(ctx, arrival, t, dec, tenant, used)
 }
 
 // waitSlot queues a request for a backend slot; the queue's attempt takes
@@ -97,9 +98,11 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 	r := &t.r
 	cp := &r.Capacity
 	spacing := cp.spacing()
-	// The attempt captures the slot and chosen, not t, so that t stays off
-	// the heap on the fast path (escape analysis is per function).
-	slot, tracker, cands, start := t.slot, cp.Tracker, cp.Candidates, cp.Start
+	// The attempt takes a slot of its own and captures it and chosen, not
+	// t, so that t stays off the heap on the fast path (escape analysis is
+	// per function). t holds it from now on, so every ending releases it.
+	slot, tracker, cands, start := new(capacity.Slot), cp.Tracker, cp.Candidates, cp.Start
+	t.waited = slot
 	chosen := 0
 	attempt := func() (bool, time.Duration, error) {
 		idx, res := tracker.AcquireAny(slot, cands, start)
@@ -155,7 +158,7 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 		return out
 	case res.Reason == fairqueue.ReasonDisabled:
 		// Fair queuing was switched off meanwhile: answer as without it.
-		idx, got := cp.Tracker.AcquireAny(t.slot, cp.Candidates, cp.Start)
+		idx, got := cp.Tracker.AcquireAny(&t.slot, cp.Candidates, cp.Start)
 		if got.OK() {
 			t.chosen = idx + 1
 			return *dec
@@ -192,20 +195,13 @@ func (c *Controller) giveBack(t *Ticket) {
 // waiting for one are granted by band and weight, without polling.
 func (c *Controller) WakeCapacity() { c.queue.Wake(CapacityKey) }
 
-// slotPool recycles the slots of capacity mode, so taking one allocates
-// nothing; a slot goes back once its ticket is done.
-var slotPool = sync.Pool{New: func() any { return new(capacity.Slot) }}
-
-// releaseSlot releases the ticket's slot, and with recycle returns it to the
-// pool: only Done recycles, after which nothing reads it.
-func (t *Ticket) releaseSlot(recycle bool) {
-	s := t.slot
-	if s == nil {
-		return
+// releaseSlot releases the ticket's backend slot, if it holds one.
+func (t *Ticket) releaseSlot() {
+	if t.r.Capacity.Tracker == nil {
+		return // capacity mode off: no slot was taken
 	}
-	s.Release()
-	if recycle {
-		t.slot = nil
-		slotPool.Put(s)
+	t.slot.Release()
+	if t.waited != nil {
+		t.waited.Release()
 	}
 }

@@ -49,9 +49,12 @@ type Ticket struct {
 	settle settlement
 	// done is set by the first Done; refunded by the first NoBackend.
 	done, refunded atomic.Bool
-	// slot is the backend slot of capacity mode (capacity.go), released by
-	// Done and NoBackend; chosen is 1 + the index of its candidate, 0 none.
-	slot   *capacity.Slot
+	// slot is the backend slot of capacity mode (capacity.go) when one was
+	// free at once, waited the one taken after a wait in the fair queue;
+	// Done and NoBackend release them. chosen is 1 + the index of the
+	// slot's candidate, 0 none.
+	slot   capacity.Slot
+	waited *capacity.Slot
 	chosen int
 }
 
@@ -60,12 +63,14 @@ type Ticket struct {
 // stays empty and its Done does nothing.
 func (c *Controller) Begin(ctx context.Context, r Request, t *Ticket) Decision {
 	arrival := c.clk.Now()
-	dec := c.Admit(ctx, r)
+	// The ticket keeps r as admission resolved it: a capacity wait charges
+	// its estimated reservation when the fair queue charges tokens.
+	dec := c.admit(ctx, arrival, &r)
 	if dec.Allowed {
 		t.c, t.r, t.settle = c, r, dec.settle
 		dec.settle = settlement{}
 		if r.Capacity.Tracker != nil {
-			dec = c.takeSlot(ctx, arrival, t, &dec)
+			c.takeSlot(ctx, arrival, t, &dec)
 		}
 	}
 	return dec
@@ -80,7 +85,7 @@ func (t *Ticket) Settles() bool { return t.settle.reserved > 0 || t.settle.accou
 // immediate 429, retryable after retry: backend capacity is never queued, so
 // it carries no queue details. Its reservation is settled at nothing by Done.
 func (t *Ticket) NoBackend(retry time.Duration) Decision {
-	t.releaseSlot(false)
+	t.releaseSlot()
 	if t.c == nil {
 		return Decision{}
 	}
@@ -101,7 +106,7 @@ func (t *Ticket) NoBackend(retry time.Duration) Decision {
 // cannot take the settlement is logged, never fails the request: the buckets
 // then keep the reservation, which refills on its own.
 func (t *Ticket) Done(used int64) {
-	t.releaseSlot(true)
+	t.releaseSlot()
 	if t.c == nil || !t.done.CompareAndSwap(false, true) {
 		return
 	}

@@ -285,6 +285,10 @@ func (t *Tracker) Apply(bs []Backend) error {
 			p.stop()
 			b.full.Store(false)
 		}
+		// Nothing bounds a removed backend: its waiters may go now.
+		if b.contended.Load() || b.inFlight.Load() >= b.max.Load() {
+			room = append(room, b)
+		}
 	}
 	t.current.Store(next)
 	for _, b := range room {

@@ -42,7 +42,8 @@ limitations under the License.
 //
 // Options.OnRoom is called when a backend that refused, or was full, gets
 // room: a release at maxInFlight, a release after a refusal, a saturation
-// signal falling back under its max or going stale, a larger maxInFlight.
+// signal falling back under its max or going stale, a larger maxInFlight,
+// the backend's removal from the config.
 // It is called synchronously on the releasing goroutine and must not block
 // (a non-blocking send on a channel of one, for example) and must not call
 // Apply or Close, which wait for the pollers. The receiver

@@ -16,12 +16,16 @@ const (
 	CostTokens Cost = "Tokens"
 )
 
-// Defaults of deferred admission, shared by the operator (which fills them
-// before rendering) and the data plane.
+// Defaults of deferred admission, like the ones in types.go.
 const (
+	// DefaultTokenPeriod is the default Period of a token limit: token
+	// budgets are usually counted per minute.
+	DefaultTokenPeriod = time.Minute
 	// DefaultMaxTokensReserved is the default output cap reserved for a
 	// request that sets neither max_completion_tokens nor max_tokens.
 	DefaultMaxTokensReserved = 1024
+	// DefaultIncludeUsage is the default TokenEstimation.IncludeUsage.
+	DefaultIncludeUsage = true
 	// DefaultMaxHeld is the default bound on requests held across a replica.
 	DefaultMaxHeld = 1024
 	// DefaultMaxHeldPerTenant is the default bound on requests held for one
@@ -90,7 +94,7 @@ func DefaultDeferredBounds() DeferredBounds {
 // DefaultTokenEstimation returns the estimation settings the spec prescribes
 // when a policy sets none.
 func DefaultTokenEstimation() TokenEstimation {
-	return TokenEstimation{DefaultMaxTokens: DefaultMaxTokensReserved, IncludeUsage: true}
+	return TokenEstimation{DefaultMaxTokens: DefaultMaxTokensReserved, IncludeUsage: DefaultIncludeUsage}
 }
 
 // TokensCost reports whether the fair queue charges tokens (FairQueuing.Cost

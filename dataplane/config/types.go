@@ -53,8 +53,10 @@ const (
 	MaxSize = 1 << 20
 )
 
-// Defaults shared by the operator (which fills them before rendering), the
-// data plane and the fair queue: their one home.
+// Defaults, in their one Go home: render fills them into a policy that did
+// not pass through the API server (whose +kubebuilder:default markers hold the
+// same values; test/api checks that they agree), and the data plane and the
+// fair queue read them.
 const (
 	// DefaultWeight is the weight of a tenant without an explicit entry when
 	// the policy does not set one.
@@ -79,12 +81,23 @@ const (
 	DefaultMaxInFlight = 8
 	// DefaultMaxWait is the default longest time a request may spend queued.
 	DefaultMaxWait = 5 * time.Second
+	// DefaultRatePeriod is the default Period of a request limit.
+	DefaultRatePeriod = time.Second
+	// DefaultRequestTotalTimeout is the default Timeouts.RequestTotal.
+	DefaultRequestTotalTimeout = 60 * time.Second
+	// DefaultKeyRegistryKey is the data key of the key registry Secret a
+	// policy reads when it names none.
+	DefaultKeyRegistryKey = "keys.json"
 	// DefaultClientDeadlineMargin is how long before a client's own deadline
 	// (X-Stainless-Timeout, X-Envoy-Expected-Rq-Timeout-Ms or the policy's
 	// clientDeadlineHeader) a request that cannot be admitted in time is
 	// answered, so the client reads the 429 rather than timing out itself.
 	DefaultClientDeadlineMargin = 250 * time.Millisecond
 )
+
+// DefaultAPIKeyHeaders returns the default Identity.APIKeyHeaders, as a new
+// slice the caller may modify.
+func DefaultAPIKeyHeaders() []string { return []string{"Authorization", "x-api-key"} }
 
 // Config is the rendered data-plane configuration, version APIVersion.
 type Config struct {

@@ -21,6 +21,7 @@ func (s *sched) keyRef(key LimitKey) *keyState {
 	ks := s.freeK.get()
 	*ks = keyState{}
 	s.keys[key] = ks
+	s.keyed.Store(int64(len(s.keys)))
 	return ks
 }
 

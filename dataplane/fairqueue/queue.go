@@ -331,6 +331,9 @@ func (q *Queue) settled() bool {
 // attempt. A fresh request needing such a key must queue behind them (no
 // barging). It does not allocate.
 func (q *Queue) HasWaiters(limitKey LimitKey) bool {
+	if q.s.keyed.Load() == 0 {
+		return false
+	}
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	return q.s.hasWaiters(limitKey)
@@ -338,6 +341,9 @@ func (q *Queue) HasWaiters(limitKey LimitKey) bool {
 
 // HasWaitersAny reports whether HasWaiters is true for any of keys.
 func (q *Queue) HasWaitersAny(keys []LimitKey) bool {
+	if q.s.keyed.Load() == 0 {
+		return false
+	}
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	for _, k := range keys {

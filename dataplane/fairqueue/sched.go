@@ -2,6 +2,7 @@ package fairqueue
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -59,6 +60,10 @@ type sched struct {
 	// of an admitted grant, which caps a band's credit (see accrue).
 	shares  int64
 	maxCost uint64
+
+	// keyed is len(keys), so that Queue.HasWaiters answers the common
+	// case (no key has a waiter) without the queue's lock.
+	keyed atomic.Int64
 
 	depth    int // waiters held, granted ones included
 	inFlight int // granted waiters whose attempt is running
@@ -416,6 +421,7 @@ func (s *sched) finish(w *waiter, now int64, admitted bool, reason Reason) {
 		ks.waiters--
 		if ks.waiters == 0 {
 			delete(s.keys, w.keys[i])
+			s.keyed.Store(int64(len(s.keys)))
 			s.freeK.put(ks)
 		}
 	}

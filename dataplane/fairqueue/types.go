@@ -66,17 +66,6 @@ type Bounds struct {
 	MaxWait time.Duration
 }
 
-// DefaultBounds returns the specification's default bounds.
-func DefaultBounds() Bounds {
-	return Bounds{
-		MaxQueueDepthPerTenant: DefaultMaxQueueDepthPerTenant,
-		MaxTotalQueued:         DefaultMaxTotalQueued,
-		MaxTenants:             DefaultMaxTenants,
-		MaxInFlight:            DefaultMaxInFlight,
-		MaxWait:                DefaultMaxWait,
-	}
-}
-
 // withDefaults fills zero or negative fields with the defaults.
 func (b Bounds) withDefaults() Bounds {
 	b.MaxQueueDepthPerTenant = orDefault(b.MaxQueueDepthPerTenant, DefaultMaxQueueDepthPerTenant)

@@ -107,7 +107,10 @@ type Options struct {
 // Limiter decides requests against the configured limits. It is safe for
 // concurrent use; SetConfig may be called while requests are in flight.
 type Limiter struct {
-	store    Store
+	store Store
+	// mem is store when it is the in-memory store, called directly so that
+	// a batch is neither copied nor passed through the interface.
+	mem      *MemoryStore
 	observer Observer
 	cfg      atomic.Pointer[resolved]
 }
@@ -127,6 +130,7 @@ func New(cfg Config, opts Options) (*Limiter, error) {
 	if l.store == nil {
 		l.store = NewMemoryStore(opts.MaxKeysPerDimension)
 	}
+	l.mem, _ = l.store.(*MemoryStore)
 	if err := l.SetConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -326,12 +330,16 @@ func (l *Limiter) backend(now time.Time, name string, charge bool) (Decision, er
 
 // decide asks the store about b: a Peek, or when charge is set a Take whose
 // outcome for each bucket the observer is told. The batches are built in
-// place and passed by pointer up to the Store call, which copies one.
+// place and passed by pointer to the in-memory store; another Store gets a
+// copy, which keeps a call through the interface from allocating.
 func (l *Limiter) decide(now time.Time, b *Batch, charge bool) (Decision, error) {
-	if !charge {
-		return l.store.Peek(now, *b)
+	switch {
+	case charge:
+		return l.take(now, b)
+	case l.mem != nil:
+		return l.mem.decide(now, b, false), nil
 	}
-	return l.take(now, b)
+	return l.store.Peek(now, *b)
 }
 
 // take charges b and tells the observer the outcome of each bucket.
@@ -339,8 +347,13 @@ func (l *Limiter) take(now time.Time, b *Batch) (Decision, error) {
 	if b.n == 0 {
 		return Decision{Allowed: true}, nil
 	}
-	d, err := l.store.Take(now, *b)
-	if err != nil {
+	var (
+		d   Decision
+		err error
+	)
+	if l.mem != nil {
+		d = l.mem.decide(now, b, true)
+	} else if d, err = l.store.Take(now, *b); err != nil {
 		d = Decision{}
 	}
 	if o := l.observer; o != nil {

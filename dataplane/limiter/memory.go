@@ -52,8 +52,8 @@ const DefaultMaxKeysPerDimension = 65536
 // until the first bucket can have refilled. A key is never admitted
 // untracked, so presenting many fresh identities cannot switch a limit off.
 type MemoryStore struct {
-	perShard int // cap per shard
-	nShards  uint64
+	perShard int    // cap per shard
+	nShards  uint64 // 1 or maxShards
 	seed     maphash.Seed
 	epoch    atomic.Pointer[time.Time]
 	full     atomic.Uint64

@@ -76,7 +76,8 @@ func (b *Batch) AddCost(d Dimension, key string, l Limit, cost int64) {
 }
 
 func (b *Batch) add(d Dimension, key string, s *shaped, cost int64) {
-	b.reqs[b.n] = Request{Dimension: d, Key: key, Limit: s.Limit, Cost: cost, interval: s.interval, window: s.window}
+	r := &b.reqs[b.n] // written field by field: no temporary Request to copy
+	r.Dimension, r.Key, r.Limit, r.Cost, r.interval, r.window = d, key, s.Limit, cost, s.interval, s.window
 	b.n++
 }
 

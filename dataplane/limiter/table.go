@@ -23,7 +23,8 @@ import (
 
 const (
 	// maxShards is how many independently locked shards a dimension's table
-	// is split into, so requests for different keys scale with cores.
+	// is split into, so requests for different keys scale with cores. A
+	// power of two: a mask of a key's hash picks its shard.
 	maxShards = 16
 	// minKeysPerShard is the smallest per-shard cap worth sharding for; a
 	// smaller cap keeps one shard so the cap is exact.
@@ -75,15 +76,13 @@ func (sh *shard) setDebt(idx int32, t, debt int64) {
 	sh.lower(idx)
 }
 
-// keyHash is the seeded hash of a bucket key that picks its shard.
-func (s *MemoryStore) keyHash(key string) uint64 { return maphash.String(s.seed, key) }
-
-// shardOf returns the table-wide order of the shard of dimension d holding
-// a key of hash h.
-func (s *MemoryStore) shardOf(d Dimension, h uint64) int {
+// shardOf returns the table-wide position of the shard of dimension d
+// holding key: the tables are laid out in dimension order, each split by a
+// seeded hash of the key (a power of two of shards, so a mask picks one).
+func (s *MemoryStore) shardOf(d Dimension, key string) int {
 	i := 0
 	if s.nShards > 1 {
-		i = int(h % s.nShards)
+		i = int(maphash.String(s.seed, key) & (s.nShards - 1))
 	}
 	return int(d)*maxShards + i
 }
@@ -97,24 +96,26 @@ type lockSet struct {
 
 // lock locks the shards of b's requests once each, in ascending table order,
 // so two batches can never wait on each other. A batch's requests are of
-// different dimensions, so it usually locks one shard each.
+// different dimensions, usually in dimension order as Limiter builds them,
+// so it usually locks one shard each in the order listed.
 func (s *MemoryStore) lock(b *Batch, l *lockSet) {
-	var order [MaxBatch]int // table order of each request's shard
-	var byOrder [MaxBatch]int8
+	var pos [MaxBatch]int // table position of each request's shard
+	var byPos [MaxBatch]int8
 	for i := 0; i < b.n; i++ {
 		r := &b.reqs[i]
-		order[i] = s.shardOf(r.Dimension, s.keyHash(r.Key))
+		pos[i] = s.shardOf(r.Dimension, r.Key)
 		j := i
-		for ; j > 0 && order[byOrder[j-1]] > order[i]; j-- { // insertion sort: at most four
-			byOrder[j] = byOrder[j-1]
+		for ; j > 0 && pos[byPos[j-1]] > pos[i]; j-- { // insertion sort: at most four
+			byPos[j] = byPos[j-1]
 		}
-		byOrder[j] = int8(i)
+		byPos[j] = int8(i)
 	}
 	for k := 0; k < b.n; k++ {
-		i := byOrder[k]
-		if k == 0 || order[i] != order[byOrder[k-1]] {
-			l.shards[l.n] = &s.tables[order[i]/maxShards][order[i]%maxShards]
-			l.shards[l.n].mu.Lock()
+		i := byPos[k]
+		if k == 0 || pos[i] != pos[byPos[k-1]] {
+			sh := &s.tables[pos[i]/maxShards][pos[i]%maxShards]
+			sh.mu.Lock()
+			l.shards[l.n] = sh
 			l.n++
 		}
 		l.of[i] = int8(l.n - 1)

@@ -28,7 +28,7 @@ func everySectionPolicy() *fqv1alpha1.FairQueuePolicy {
 	p.Spec.DeferredAdmission = fqv1alpha1.DeferredAdmission{Enabled: true, TokenLimits: fqv1alpha1.TokenLimits{PerAPIKey: &fqv1alpha1.TokenLimit{Tokens: 20000}}}
 	p.Spec.Timeouts.Request.ClientDeadlineHeader = "x-deadline"
 	p.Spec.Store = fqv1alpha1.Store{Type: fqv1alpha1.StoreTypeRedis, Redis: &fqv1alpha1.RedisStore{Addresses: []string{"redis:6379"}}}
-	p.Spec.RateLimits.Global = &fqv1alpha1.RateLimit{Requests: 1000, Burst: 2000}
+	p.Spec.RateLimits.Global = &fqv1alpha1.RateLimit{Requests: 1000, RequestBucket: fqv1alpha1.RequestBucket{Burst: 2000}}
 	return p
 }
 

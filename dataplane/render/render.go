@@ -120,7 +120,7 @@ func Render(in Input) (*Rendered, error) {
 			Enabled:         spec.FairQueuing.Enabled,
 			TenantDimension: identity.Dimension(spec.FairQueuing.TenantDimension),
 			DefaultWeight:   spec.FairQueuing.DefaultWeight,
-			Bounds:          renderBounds(spec.FairQueuing.Bounds.WithDefaults()),
+			Bounds:          renderBounds(&spec.FairQueuing.Bounds),
 		},
 		Timeouts:          renderTimeouts(&spec.Timeouts.Request),
 		Store:             renderStore(p.Namespace, &spec.Store),
@@ -133,18 +133,18 @@ func Render(in Input) (*Rendered, error) {
 		c.FairQueuing.Cost = config.CostTokens
 	}
 	if len(c.Identity.APIKeyHeaders) == 0 {
-		c.Identity.APIKeyHeaders = fqv1alpha1.DefaultAPIKeyHeaders()
+		c.Identity.APIKeyHeaders = config.DefaultAPIKeyHeaders()
 	}
 	if c.FairQueuing.TenantDimension == "" {
 		c.FairQueuing.TenantDimension = identity.DimensionUser
 	}
 	if c.FairQueuing.DefaultWeight == 0 {
-		c.FairQueuing.DefaultWeight = fqv1alpha1.DefaultWeight
+		c.FairQueuing.DefaultWeight = config.DefaultWeight
 	}
 	for _, b := range spec.Backends {
 		w := b.Weight
 		if w == 0 {
-			w = fqv1alpha1.DefaultWeight
+			w = config.DefaultWeight
 		}
 		c.Backends = append(c.Backends, config.Backend{Name: b.Name, URL: b.URL, Weight: w})
 	}
@@ -289,7 +289,7 @@ func bandMembers(fq *fqv1alpha1.FairQueuing, sources []*corev1.Secret, key []byt
 	}
 	def := fq.DefaultWeight
 	if def == 0 {
-		def = fqv1alpha1.DefaultWeight
+		def = config.DefaultWeight
 	}
 	// at indexes weights by hash; placed says whether an identity's band
 	// is settled (named by its weights entry or by an earlier Secret).
@@ -375,7 +375,7 @@ func renderKeyRegistry(r *fqv1alpha1.KeyRegistry, key []byte, secrets map[string
 	}
 	dataKey := r.Key
 	if dataKey == "" {
-		dataKey = fqv1alpha1.DefaultKeyRegistryKey
+		dataKey = config.DefaultKeyRegistryKey
 	}
 	raw, ok := s.Data[dataKey]
 	if !ok {
@@ -418,55 +418,96 @@ func renderKeyRegistry(r *fqv1alpha1.KeyRegistry, key []byte, secrets map[string
 	return reg, nil
 }
 
-func renderLimit(l *fqv1alpha1.RateLimit) *config.Limit {
+// unit is what a limit counts: requests or model tokens. Everything else
+// about a bucket is the same for both, so one function renders them.
+type unit struct {
+	tokens        bool
+	defaultPeriod time.Duration
+}
+
+var (
+	requestUnit = unit{defaultPeriod: config.DefaultRatePeriod}
+	tokenUnit   = unit{tokens: true, defaultPeriod: config.DefaultTokenPeriod}
+)
+
+// limit renders a bucket of rate units per period holding burst. An unset
+// period takes the unit's default and an unset burst the rate, as the data
+// plane reads them.
+func (u unit) limit(rate int64, period fqv1alpha1.Duration, burst int64) *config.Limit {
+	l := &config.Limit{Period: config.Duration{Duration: u.defaultPeriod}, Burst: rate}
+	if u.tokens {
+		l.Tokens = rate
+	} else {
+		l.Requests = rate
+	}
+	setIfSet(&l.Period.Duration, period.Duration())
+	setIfSet(&l.Burst, burst)
+	return l
+}
+
+// modelLimits renders a per-model limit: its default bucket (absent when
+// rate is unset: only overridden models are limited) and its overrides.
+func (u unit) modelLimits(rate int64, period fqv1alpha1.Duration, burst int64, overrides []config.ModelOverride) *config.ModelLimits {
+	ml := &config.ModelLimits{Overrides: overrides}
+	if rate > 0 {
+		ml.Default = u.limit(rate, period, burst)
+	}
+	return ml
+}
+
+func renderRateLimit(l *fqv1alpha1.RateLimit) *config.Limit {
 	if l == nil {
 		return nil
 	}
-	return &config.Limit{Requests: l.Requests, Period: config.Duration{Duration: l.EffectivePeriod()}, Burst: l.EffectiveBurst()}
+	return requestUnit.limit(l.Requests, l.Period, l.Burst)
 }
 
 func renderRateLimits(rl *fqv1alpha1.RateLimits) config.RateLimits {
 	out := config.RateLimits{
-		Global:     renderLimit(rl.Global),
-		PerClient:  renderLimit(rl.PerClient),
-		PerAPIKey:  renderLimit(rl.PerAPIKey),
-		PerUser:    renderLimit(rl.PerUser),
-		PerTeam:    renderLimit(rl.PerTeam),
-		PerBackend: renderLimit(rl.PerBackend),
+		Global:     renderRateLimit(rl.Global),
+		PerClient:  renderRateLimit(rl.PerClient),
+		PerAPIKey:  renderRateLimit(rl.PerAPIKey),
+		PerUser:    renderRateLimit(rl.PerUser),
+		PerTeam:    renderRateLimit(rl.PerTeam),
+		PerBackend: renderRateLimit(rl.PerBackend),
 	}
 	if m := rl.PerModel; m != nil {
-		ml := &config.ModelLimits{}
-		if m.Requests > 0 {
-			ml.Default = renderLimit(&fqv1alpha1.RateLimit{Requests: m.Requests, Period: m.Period, Burst: m.Burst})
-		}
+		var overrides []config.ModelOverride
 		for _, o := range m.Overrides {
-			ml.Overrides = append(ml.Overrides, config.ModelOverride{Model: o.Model, Limit: *renderLimit(&o.RateLimit)})
+			overrides = append(overrides, config.ModelOverride{Model: o.Model, Limit: *requestUnit.limit(o.Requests, o.Period, o.Burst)})
 		}
+		out.PerModel = requestUnit.modelLimits(m.Requests, m.Period, m.Burst, overrides)
 		if u := m.UnknownModel; u != nil && u.Action == fqv1alpha1.UnknownModelCharge {
-			ml.UnknownModel = config.UnknownModel{Action: config.UnknownModelCharge, ChargeAs: u.ChargeAs}
+			out.PerModel.UnknownModel = config.UnknownModel{Action: config.UnknownModelCharge, ChargeAs: u.ChargeAs}
 		}
-		out.PerModel = ml
 	}
 	return out
 }
 
-func renderBounds(b fqv1alpha1.FairQueuingBounds) config.Bounds {
-	return config.Bounds{
-		MaxQueueDepthPerTenant: b.MaxQueueDepthPerTenant,
-		MaxTotalQueued:         b.MaxTotalQueued,
-		MaxTenants:             b.MaxTenants,
-		MaxInFlight:            b.MaxInFlight,
-		MaxWait:                config.Duration{Duration: b.MaxWait.Duration()},
+// renderBounds renders the fair-queuing bounds, each unset one at its
+// default.
+func renderBounds(b *fqv1alpha1.FairQueuingBounds) config.Bounds {
+	out := config.DefaultBounds()
+	setIfSet(&out.MaxQueueDepthPerTenant, b.MaxQueueDepthPerTenant)
+	setIfSet(&out.MaxTotalQueued, b.MaxTotalQueued)
+	setIfSet(&out.MaxTenants, b.MaxTenants)
+	setIfSet(&out.MaxInFlight, b.MaxInFlight)
+	setIfSet(&out.MaxWait.Duration, b.MaxWait.Duration())
+	return out
+}
+
+// setIfSet overwrites the default in *dst with v when v is set: positive,
+// as the schema requires of every value it lets through.
+func setIfSet[T int32 | int64 | time.Duration](dst *T, v T) {
+	if v > 0 {
+		*dst = v
 	}
 }
 
 func renderTimeouts(t *fqv1alpha1.RequestTimeouts) config.Timeouts {
-	total := t.Default.Total.Duration()
-	if total == 0 {
-		// The API server defaults it; objects built elsewhere may lack it.
-		total, _ = time.ParseDuration(fqv1alpha1.DefaultRequestTotalTimeout)
-	}
-	out := config.Timeouts{RequestTotal: config.Duration{Duration: total}, ClientDeadlineHeader: t.ClientDeadlineHeader}
+	// The API server defaults the total; objects built elsewhere may lack it.
+	out := config.Timeouts{RequestTotal: config.Duration{Duration: config.DefaultRequestTotalTimeout}, ClientDeadlineHeader: t.ClientDeadlineHeader}
+	setIfSet(&out.RequestTotal.Duration, t.Default.Total.Duration())
 	for _, m := range t.Models {
 		out.Models = append(out.Models, config.ModelTimeout{Model: m.Model, Total: config.Duration{Duration: m.Total.Duration()}})
 	}
@@ -520,27 +561,24 @@ func renderDeferredAdmission(d *fqv1alpha1.DeferredAdmission) *config.DeferredAd
 			PerUser:   renderTokenLimit(tl.PerUser),
 			PerTeam:   renderTokenLimit(tl.PerTeam),
 		},
-		Estimation: config.TokenEstimation{
-			DefaultMaxTokens: d.Estimation.EffectiveDefaultMaxTokens(),
-			IncludeUsage:     d.Estimation.EffectiveIncludeUsage(),
-		},
+		Estimation: config.DefaultTokenEstimation(),
+		Bounds:     config.DefaultDeferredBounds(),
 	}
 	if m := tl.PerModel; m != nil {
-		ml := &config.ModelLimits{}
-		if m.Tokens > 0 {
-			ml.Default = renderTokenLimit(&fqv1alpha1.TokenLimit{Tokens: m.Tokens, Period: m.Period, Burst: m.Burst})
-		}
+		var overrides []config.ModelOverride
 		for _, o := range m.Overrides {
-			ml.Overrides = append(ml.Overrides, config.ModelOverride{Model: o.Model, Limit: *renderTokenLimit(&o.TokenLimit)})
+			overrides = append(overrides, config.ModelOverride{Model: o.Model, Limit: *tokenUnit.limit(o.Tokens, o.Period, o.Burst)})
 		}
-		out.TokenLimits.PerModel = ml
+		out.TokenLimits.PerModel = tokenUnit.modelLimits(m.Tokens, m.Period, m.Burst, overrides)
 	}
-	b := d.Bounds.WithDefaults()
-	out.Bounds = config.DeferredBounds{
-		MaxHeld:          b.MaxHeld,
-		MaxHeldPerTenant: b.MaxHeldPerTenant,
-		MaxWait:          config.Duration{Duration: b.MaxWait.Duration()},
+	setIfSet(&out.Estimation.DefaultMaxTokens, d.Estimation.DefaultMaxTokens)
+	if d.Estimation.IncludeUsage != nil {
+		out.Estimation.IncludeUsage = *d.Estimation.IncludeUsage
 	}
+	b := &d.Bounds
+	setIfSet(&out.Bounds.MaxHeld, b.MaxHeld)
+	setIfSet(&out.Bounds.MaxHeldPerTenant, b.MaxHeldPerTenant)
+	setIfSet(&out.Bounds.MaxWait.Duration, b.MaxWait.Duration())
 	return out
 }
 
@@ -548,5 +586,5 @@ func renderTokenLimit(l *fqv1alpha1.TokenLimit) *config.Limit {
 	if l == nil {
 		return nil
 	}
-	return &config.Limit{Tokens: l.Tokens, Period: config.Duration{Duration: l.EffectivePeriod()}, Burst: l.EffectiveBurst()}
+	return tokenUnit.limit(l.Tokens, l.Period, l.Burst)
 }

@@ -28,7 +28,7 @@ func unitPolicy() *fqv1alpha1.FairQueuePolicy {
 			},
 			RateLimits: fqv1alpha1.RateLimits{
 				PerUser:  &fqv1alpha1.RateLimit{Requests: 10},
-				PerModel: &fqv1alpha1.ModelRateLimit{Overrides: []fqv1alpha1.ModelRateLimitOverride{{Model: "big", RateLimit: fqv1alpha1.RateLimit{Requests: 2, Burst: 4}}}},
+				PerModel: &fqv1alpha1.ModelRateLimit{Overrides: []fqv1alpha1.ModelRateLimitOverride{{Model: "big", RateLimit: fqv1alpha1.RateLimit{Requests: 2, RequestBucket: fqv1alpha1.RequestBucket{Burst: 4}}}}},
 			},
 			FairQueuing: fqv1alpha1.FairQueuing{
 				Enabled: true,
@@ -87,7 +87,7 @@ func TestRenderResolvesAndHashesIdentities(t *testing.T) {
 
 	// Defaults the API server would fill are filled for objects that did not
 	// pass through it.
-	g.Expect(c.Identity.APIKeyHeaders).To(Equal(fqv1alpha1.DefaultAPIKeyHeaders()))
+	g.Expect(c.Identity.APIKeyHeaders).To(Equal(config.DefaultAPIKeyHeaders()))
 	g.Expect(c.FairQueuing.TenantDimension).To(Equal(identity.DimensionUser))
 	g.Expect(c.FairQueuing.DefaultWeight).To(BeEquivalentTo(1))
 	g.Expect(c.FairQueuing.Bounds).To(Equal(config.DefaultBounds()))

@@ -69,8 +69,8 @@ func TestRenderDeferredAdmission(t *testing.T) {
 					PerModel: &fqv1alpha1.ModelTokenLimit{
 						Tokens: 100000,
 						Overrides: []fqv1alpha1.ModelTokenLimitOverride{
-							{Model: "small", TokenLimit: fqv1alpha1.TokenLimit{Tokens: 500000, Burst: 600000}},
-							{Model: "big", TokenLimit: fqv1alpha1.TokenLimit{Tokens: 30000, Period: fqv1alpha1.Duration("1h")}},
+							{Model: "small", TokenLimit: fqv1alpha1.TokenLimit{Tokens: 500000, TokenBucket: fqv1alpha1.TokenBucket{Burst: 600000}}},
+							{Model: "big", TokenLimit: fqv1alpha1.TokenLimit{Tokens: 30000, TokenBucket: fqv1alpha1.TokenBucket{Period: "1h"}}},
 						},
 					},
 				},
@@ -95,7 +95,7 @@ func TestRenderDeferredAdmission(t *testing.T) {
 			spec: fqv1alpha1.DeferredAdmission{
 				Enabled: true,
 				TokenLimits: fqv1alpha1.TokenLimits{
-					PerUser: &fqv1alpha1.TokenLimit{Tokens: 10, Period: fqv1alpha1.Duration("1s"), Burst: 50},
+					PerUser: &fqv1alpha1.TokenLimit{Tokens: 10, TokenBucket: fqv1alpha1.TokenBucket{Period: "1s", Burst: 50}},
 					PerTeam: tokenLimit(70),
 					PerModel: &fqv1alpha1.ModelTokenLimit{
 						Overrides: []fqv1alpha1.ModelTokenLimitOverride{{Model: "m", TokenLimit: fqv1alpha1.TokenLimit{Tokens: 5}}},

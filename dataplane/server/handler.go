@@ -212,6 +212,9 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, dec *admission.D
 	case dec.Status == http.StatusServiceUnavailable:
 		e.errType, e.code = errorTypeUnavailable, "store_unavailable"
 		e.message = "the rate-limit store is unavailable; this is not your quota, retry shortly"
+		if errors.Is(dec.Err, admission.ErrCapacityUnavailable) {
+			e.message = "the shared store of backend slot counts (capacity mode) is unavailable and the policy's store fails closed; this is not your quota, retry shortly"
+		}
 		if dec.Err != nil {
 			// The store logs each outage once and counts every error
 			// (rate_limit_store_errors_total); one line per refused

@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
+	"github.com/fairqueue/fairqueue/dataplane/config"
 )
 
 func TestCRDInstalled(t *testing.T) {
@@ -196,7 +197,7 @@ func TestFullSampleRoundTrips(t *testing.T) {
 			s.DeferredAdmission.TokenLimits.PerUser != nil && s.DeferredAdmission.TokenLimits.PerTeam != nil && s.DeferredAdmission.TokenLimits.PerTeam.Burst == 50000},
 		{"deferredAdmission.tokenLimits.perModel.overrides", s.DeferredAdmission.TokenLimits.PerModel != nil && s.DeferredAdmission.TokenLimits.PerModel.Burst == 100000 &&
 			len(s.DeferredAdmission.TokenLimits.PerModel.Overrides) == 1 && s.DeferredAdmission.TokenLimits.PerModel.Overrides[0].Burst == 10000},
-		{"deferredAdmission.estimation", s.DeferredAdmission.Estimation.DefaultMaxTokens == 1024 && s.DeferredAdmission.Estimation.EffectiveIncludeUsage()},
+		{"deferredAdmission.estimation", s.DeferredAdmission.Estimation.DefaultMaxTokens == 1024 && ptr.Deref(s.DeferredAdmission.Estimation.IncludeUsage, false)},
 		{"deferredAdmission.bounds", s.DeferredAdmission.Bounds.MaxHeld == 1024 && s.DeferredAdmission.Bounds.MaxHeldPerTenant == 32 && s.DeferredAdmission.Bounds.MaxWait.Duration() == 10*time.Second},
 	}
 	for _, c := range checks {
@@ -225,22 +226,28 @@ func TestMinimalObjectGetsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := fqv1alpha1.FairQueuePolicySpec{
-		Identity: fqv1alpha1.IdentitySpec{APIKeyHeaders: fqv1alpha1.DefaultAPIKeyHeaders()},
+		Identity: fqv1alpha1.IdentitySpec{APIKeyHeaders: config.DefaultAPIKeyHeaders()},
 		FairQueuing: fqv1alpha1.FairQueuing{
 			Enabled:         false,
 			TenantDimension: fqv1alpha1.TenantDimensionUser,
-			DefaultWeight:   fqv1alpha1.DefaultWeight,
-			Bounds:          fqv1alpha1.FairQueuingBounds{}.WithDefaults(),
-			Cost:            fqv1alpha1.FairQueuingCostRequests,
+			DefaultWeight:   config.DefaultWeight,
+			Bounds: fqv1alpha1.FairQueuingBounds{
+				MaxQueueDepthPerTenant: config.DefaultMaxQueueDepthPerTenant,
+				MaxTotalQueued:         config.DefaultMaxTotalQueued,
+				MaxTenants:             config.DefaultMaxTenants,
+				MaxInFlight:            config.DefaultMaxInFlight,
+				MaxWait:                "5s",
+			},
+			Cost: fqv1alpha1.FairQueuingCostRequests,
 		},
 		DeferredAdmission: fqv1alpha1.DeferredAdmission{
-			Estimation: fqv1alpha1.TokenEstimation{DefaultMaxTokens: fqv1alpha1.DefaultMaxTokensReserved, IncludeUsage: ptr.To(fqv1alpha1.DefaultIncludeUsage)},
-			Bounds:     fqv1alpha1.DeferredAdmissionBounds{}.WithDefaults(),
+			Estimation: fqv1alpha1.TokenEstimation{DefaultMaxTokens: config.DefaultMaxTokensReserved, IncludeUsage: ptr.To(config.DefaultIncludeUsage)},
+			Bounds:     fqv1alpha1.DeferredAdmissionBounds{MaxHeld: config.DefaultMaxHeld, MaxHeldPerTenant: config.DefaultMaxHeldPerTenant, MaxWait: "10s"},
 		},
 		Timeouts: fqv1alpha1.Timeouts{Request: fqv1alpha1.RequestTimeouts{
 			Default: fqv1alpha1.RequestTimeout{Total: fqv1alpha1.Duration("60s")},
 		}},
-		Backends: []fqv1alpha1.Backend{{Name: "vllm", URL: "http://vllm:8000", Weight: fqv1alpha1.DefaultWeight}},
+		Backends: []fqv1alpha1.Backend{{Name: "vllm", URL: "http://vllm:8000", Weight: config.DefaultWeight}},
 		Store:    fqv1alpha1.Store{Type: fqv1alpha1.StoreTypeMemory},
 	}
 	if !reflect.DeepEqual(got.Spec, want) {

@@ -51,13 +51,23 @@ limitations under the License.
 //
 // # Failure
 //
-// The conventions of package redisstore's store: each call is bounded by
-// the store's timeout; a failed call fails only itself, and with the store
-// marked down (Store.Up false, after its run of consecutive failures) Redis
-// is not called at all. Failing Closed, the acquire is Unavailable (503
+// The conventions of package redisstore's store, whose failureMode the
+// leases follow: each call is bounded by the store's timeout and reports
+// its outcome to the store (Store.CallOutcome), so a run of failed slot
+// calls marks the store down as failed bucket calls do; a failed call fails
+// only itself, and with the store marked down (Store.Up false) Redis is not
+// called at all. Failing Closed, the acquire is Unavailable (503
 // store_unavailable); failing Open, it is decided locally against
-// maxInFlight divided by the live replicas (redisstore.Replicas), at least
-// one. A failed release is left to expire.
+// maxInFlight divided by the live replicas as the limiter's fallback
+// divides its limits (redisstore.ShareCount), at least one. The lease of a
+// failed release, or of a failed acquire (a frozen Redis runs the queued
+// script when it wakes), is removed by the first renewal that reaches Redis
+// again; until then, or if that fails too, it expires within the TTL.
+//
+// A slot decided locally is still a lease this replica holds: the first
+// renewal after Redis answers again adds it to the backend's set under its
+// own name, so the fleet's count includes the requests admitted during the
+// outage (once each: a lease is a set member) until they end.
 package redisslots
 
 import (
@@ -153,8 +163,6 @@ type Options struct {
 	// Replica names this replica (a pod name); with a random incarnation
 	// it makes lease names unique across the fleet and restarts.
 	Replica string
-	// FailureMode is the store's failureMode; empty means FailClosed.
-	FailureMode redisstore.FailureMode
 	// Replicas counts the live replicas for the fail-open share; nil
 	// means 1.
 	Replicas redisstore.Replicas
@@ -186,8 +194,14 @@ type Leases struct {
 	prefix string // "<replica>/<incarnation>:"
 
 	mu      sync.Mutex
-	live    map[string]map[uint64]struct{} // backend -> leases held in Redis
+	live    map[string]map[uint64]struct{} // backend -> leases held, renewed into Redis
 	refused map[string]struct{}            // backends Redis refused lately: swept while contended
+	// stray are leases not held that Redis may still have: their release
+	// failed, or their acquire failed but a frozen server runs the queued
+	// script when it wakes. The next renewal removes them, so they do not
+	// hold slots for a TTL. At most maxStray; beyond that they expire.
+	stray   map[string][]uint64
+	nstray  int
 	failing bool
 
 	stop chan struct{}
@@ -233,6 +247,7 @@ func New(o Options) (*Leases, error) {
 		prefix:  o.Replica + "/" + hex.EncodeToString(inc[:]) + ":",
 		live:    map[string]map[uint64]struct{}{},
 		refused: map[string]struct{}{},
+		stray:   map[string][]uint64{},
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -264,7 +279,7 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 		return capacity.Acquired // memory store: the local count decides
 	}
 	if !st.Up() {
-		return l.fallback(limit, local)
+		return l.fallback(st, backend, limit, local, seq)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
 	defer cancel()
@@ -273,9 +288,13 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 	if err == nil && len(res) != 2 {
 		err = errors.New("the slot script answered " + strconv.Itoa(len(res)) + " values, want 2")
 	}
-	l.outcome(err)
+	l.outcome(st, err)
 	if err != nil {
-		return l.fallback(limit, local)
+		r := l.fallback(st, backend, limit, local, seq)
+		if r != capacity.Acquired {
+			l.strayed(backend, seq)
+		}
+		return r
 	}
 	if res[0] != 1 {
 		l.mu.Lock()
@@ -283,6 +302,26 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 		l.mu.Unlock()
 		return capacity.Saturated
 	}
+	l.hold(backend, seq)
+	return capacity.Acquired
+}
+
+// maxStray bounds the stray leases remembered for removal.
+const maxStray = 4096
+
+// strayed remembers lease seq of backend, not held, whose acquire or
+// release failed, for the next renewal to remove.
+func (l *Leases) strayed(backend string, seq uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.nstray < maxStray {
+		l.stray[backend] = append(l.stray[backend], seq)
+		l.nstray++
+	}
+}
+
+// hold records lease seq of backend as live, to be renewed until released.
+func (l *Leases) hold(backend string, seq uint64) {
 	l.mu.Lock()
 	set := l.live[backend]
 	if set == nil {
@@ -291,24 +330,27 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 	}
 	set[seq] = struct{}{}
 	l.mu.Unlock()
-	return capacity.Acquired
 }
 
-// fallback decides an acquire Redis could not: Unavailable failing
-// closed, else this replica's share of limit.
-func (l *Leases) fallback(limit int, local int64) capacity.Result {
-	if l.o.FailureMode != redisstore.FailOpen {
+// fallback decides an acquire Redis could not, as st's failure mode says:
+// Unavailable failing closed, else by this replica's share of limit. A
+// slot granted so is held as a lease, which the renewals put in Redis once
+// it answers again.
+func (l *Leases) fallback(st *redisstore.Store, backend string, limit int, local int64, seq uint64) capacity.Result {
+	if st.FailureMode() != redisstore.FailOpen {
 		return capacity.Unavailable
 	}
-	share := max(int64(limit/max(l.o.Replicas.Live(), 1)), 1)
-	if local > share {
+	if local > redisstore.ShareCount(int64(limit), l.o.Replicas.Live()) {
 		return capacity.Saturated
 	}
+	l.hold(backend, seq)
 	return capacity.Acquired
 }
 
-// Release implements capacity.Shared. A lease Redis did not grant (the
-// fallback's) has nothing to remove; a failed removal expires.
+// Release implements capacity.Shared. A lease Redis never held (the
+// fallback's, not renewed yet) is removed harmlessly; one that could not be
+// removed (Redis down, the call failed) is removed by the next renewal
+// that reaches Redis, or expires.
 func (l *Leases) Release(backend string, seq uint64) {
 	l.mu.Lock()
 	set := l.live[backend]
@@ -321,18 +363,27 @@ func (l *Leases) Release(backend string, seq uint64) {
 	}
 	l.mu.Unlock()
 	st := l.o.Store()
-	if !ok || st == nil || !st.Up() {
+	if !ok || st == nil {
+		return
+	}
+	if !st.Up() {
+		l.strayed(backend, seq)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
 	defer cancel()
 	err := releaseScript.Run(ctx, st.Client(), []string{key(st, backend), contendedKey(st, backend)},
 		l.member(seq), roomChannel(st), backend+"\x00"+l.prefix).Err()
-	l.outcome(err)
+	l.outcome(st, err)
+	if err != nil {
+		l.strayed(backend, seq)
+	}
 }
 
-// outcome logs when calls start and stop failing.
-func (l *Leases) outcome(err error) {
+// outcome reports a call's outcome to the store and logs when calls start
+// and stop failing.
+func (l *Leases) outcome(st *redisstore.Store, err error) {
+	st.CallOutcome(err)
 	l.mu.Lock()
 	was := l.failing
 	l.failing = err != nil
@@ -340,7 +391,7 @@ func (l *Leases) outcome(err error) {
 	switch {
 	case err != nil && !was:
 		l.o.Logger.Info("capacity slot call to Redis failed; such acquires are decided by the failure mode and leases expire within the TTL",
-			"failureMode", string(l.o.FailureMode), "ttl", l.o.TTL, "error", err.Error())
+			"failureMode", string(st.FailureMode()), "ttl", l.o.TTL, "error", err.Error())
 	case err == nil && was:
 		l.o.Logger.Info("capacity slot calls to Redis succeed again")
 	}
@@ -425,6 +476,10 @@ func (l *Leases) renew() {
 	}
 	var batches []batch
 	l.mu.Lock()
+	stray := l.stray
+	if l.nstray > 0 {
+		l.stray, l.nstray = map[string][]uint64{}, 0
+	}
 	for backend, set := range l.live {
 		args := head(backend)
 		for seq := range set {
@@ -442,6 +497,21 @@ func (l *Leases) renew() {
 		}
 	}
 	l.mu.Unlock()
+	for backend, seqs := range stray {
+		members := make([]any, len(seqs))
+		for i, seq := range seqs {
+			members[i] = l.member(seq)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
+		err := st.Client().ZRem(ctx, key(st, backend), members...).Err()
+		cancel()
+		l.outcome(st, err)
+		if err != nil {
+			for _, seq := range seqs {
+				l.strayed(backend, seq) // the next renewal tries again
+			}
+		}
+	}
 	for _, b := range batches {
 		select {
 		case <-l.stop:
@@ -451,7 +521,7 @@ func (l *Leases) renew() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
 		contended, err := renewScript.Run(ctx, st.Client(), []string{key(st, b.backend), contendedKey(st, b.backend)}, b.args...).Int64()
 		cancel()
-		l.outcome(err)
+		l.outcome(st, err)
 		if err == nil && contended == 0 {
 			l.mu.Lock()
 			delete(l.refused, b.backend)

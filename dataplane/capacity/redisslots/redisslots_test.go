@@ -47,13 +47,19 @@ type fleet struct {
 	store    *redisstore.Store
 }
 
-func newFleet(t *testing.T) *fleet {
+func newFleet(t *testing.T) *fleet { return newFleetFailing(t, redisstore.FailClosed) }
+
+// newFleetFailing is newFleet with a store of the given failureMode, whose
+// calls time out after 200 ms and whose probe runs every 50 ms.
+func newFleetFailing(t *testing.T, mode redisstore.FailureMode) *fleet {
 	t.Helper()
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	// As redisstore.New's client: a call ends at its context's deadline.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	st := redisstore.NewWithClient(c, redisstore.Options{
-		Namespace: "ns", Policy: fmt.Sprintf("p%d", time.Now().UnixNano()), Timeout: 200 * time.Millisecond,
+		Addresses: []string{srv.Addr()}, Namespace: "ns", Policy: fmt.Sprintf("p%d", time.Now().UnixNano()),
+		Timeout: 200 * time.Millisecond, FailureMode: mode, ProbeInterval: 50 * time.Millisecond,
 	})
 	t.Cleanup(func() { _ = st.Close() })
 	return &fleet{t: t, srv: srv, client: c, store: st}
@@ -192,26 +198,60 @@ func TestMaxInFlightHoldsAcrossTheFleet(t *testing.T) {
 	}
 }
 
+// TestACrashedReplicasSlotsComeBackWithinTheTTL checks the bound the
+// package doc and docs/capacity.md state, on Redis's own clock (so a slow
+// test machine cannot fail it): a crashed replica's leases expire at most
+// TTL after their last renewal (here, their acquire), never before it, and
+// the first acquire after that takes the slot.
 func TestACrashedReplicasSlotsComeBackWithinTheTTL(t *testing.T) {
 	f := newFleet(t)
 	const ttl = 600 * time.Millisecond
 	o := Options{RenewInterval: 200 * time.Millisecond, TTL: ttl}
 	a, b := f.replica("a", 2, o), f.replica("b", 2, o)
 	var a1, a2, b1 capacity.Slot
-	a.acquire(&a1)
-	a.acquire(&a2)
-	crashed := time.Now()
+	before := f.redisNow(t).Truncate(time.Millisecond) // lease expiries are in whole ms
+	if a.acquire(&a1) != capacity.Acquired || a.acquire(&a2) != capacity.Acquired {
+		t.Fatal("the crashing replica's acquires were refused")
+	}
 	a.crash()
-	if got := b.acquire(&b1); got != capacity.Saturated {
-		t.Fatalf("right after the crash: %v, want saturated", got)
+	crashed := f.redisNow(t)
+	zs, err := f.client.ZRangeWithScores(context.Background(), key(f.store, "vllm-a"), 0, -1).Result()
+	if err != nil || len(zs) != 2 {
+		t.Fatalf("leases %v, %v; want the crashed replica's 2", zs, err)
 	}
-	testutil.EventuallyWithin(t, ttl+2*time.Second, "the crashed replica's slots to expire", func() bool {
-		return b.acquire(&b1) == capacity.Acquired
-	})
-	if waited := time.Since(crashed); waited < ttl-50*time.Millisecond {
-		t.Fatalf("slots came back %v after the crash, before the TTL %v: a live replica could lose its slots", waited, ttl)
+	for _, z := range zs {
+		if exp := time.UnixMilli(int64(z.Score)); exp.Before(before.Add(ttl)) || exp.After(crashed.Add(ttl)) {
+			t.Fatalf("lease %v expires at %v, want within [%v, %v]: TTL %v after its acquire", z.Member, exp, before.Add(ttl), crashed.Add(ttl), ttl)
+		}
 	}
-	b1.Release()
+	deadline := time.Now().Add(ttl + 5*time.Second)
+	for {
+		now := f.redisNow(t) // read before the acquire
+		got := b.acquire(&b1)
+		after := f.redisNow(t)
+		switch {
+		case got == capacity.Acquired && after.Before(before.Add(ttl)):
+			t.Fatalf("a slot came back at %v, before the TTL %v after the crashed replica's acquire (%v): a live replica could lose its slots", after, ttl, before)
+		case got == capacity.Acquired:
+			b1.Release()
+			return
+		case now.After(crashed.Add(ttl)):
+			t.Fatalf("still %v at %v, past the TTL %v after the crash (%v)", got, now, ttl, crashed)
+		case time.Now().After(deadline):
+			t.Fatal("the crashed replica's slots never came back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// redisNow is Redis's clock, which lease expiries are on.
+func (f *fleet) redisNow(t *testing.T) time.Time {
+	t.Helper()
+	now, err := f.client.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now
 }
 
 // fast renews every 100 ms with a 300 ms TTL, so that expiry shows in a
@@ -274,8 +314,8 @@ func TestRedisDownFailsClosedOrDecidesOnTheLocalShare(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%s/%d", tc.mode, tc.replicas), func(t *testing.T) {
-			f := newFleet(t)
-			a := f.replica("a", 4, Options{FailureMode: tc.mode, Replicas: redisstore.StaticReplicas(tc.replicas)})
+			f := newFleetFailing(t, tc.mode)
+			a := f.replica("a", 4, Options{Replicas: redisstore.StaticReplicas(tc.replicas)})
 			if err := f.srv.Kill(); err != nil {
 				t.Fatal(err)
 			}
@@ -315,8 +355,8 @@ func TestNewRefusesATTLNotLongerThanTheRenewal(t *testing.T) {
 }
 
 func TestAStoreMarkedDownIsNotCalled(t *testing.T) {
-	f := newFleet(t)
-	a := f.replica("a", 4, Options{FailureMode: redisstore.FailOpen, Replicas: redisstore.StaticReplicas(4)})
+	f := newFleetFailing(t, redisstore.FailOpen)
+	a := f.replica("a", 4, Options{Replicas: redisstore.StaticReplicas(4)})
 	if err := f.srv.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -406,4 +446,138 @@ func TestACrashedReplicasExpiredSlotsWakeTheWaiters(t *testing.T) {
 		t.Fatal("b refused after the expiry")
 	}
 	b1.Release()
+}
+
+// TestAFrozenRedisFollowsTheStoresFailureMode freezes redis-server
+// (SIGSTOP): each slot call times out and fails only itself, as the store's
+// failureMode says (Closed: Unavailable, the server's 503
+// store_unavailable; Open: this replica's share of maxInFlight), and a run
+// of them marks the store down by themselves, with no rate-limit call. Once
+// Redis answers again the fleet's count is exactly the slots held, those
+// taken during the outage included.
+func TestAFrozenRedisFollowsTheStoresFailureMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("freezes redis-server for a few seconds")
+	}
+	for _, tc := range []struct {
+		mode redisstore.FailureMode
+		// during is what acquires decide while Redis is frozen, with one
+		// slot of maxInFlight 4 already held and 2 live replicas.
+		during []capacity.Result
+	}{
+		{redisstore.FailClosed, []capacity.Result{capacity.Unavailable}},
+		{redisstore.FailOpen, []capacity.Result{capacity.Acquired, capacity.Saturated}},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			f := newFleetFailing(t, tc.mode)
+			a := f.replica("a", 4, Options{Replicas: redisstore.StaticReplicas(2), RenewInterval: fast.RenewInterval, TTL: fast.TTL})
+			var held capacity.Slot
+			if a.acquire(&held) != capacity.Acquired {
+				t.Fatal("the first acquire was refused")
+			}
+			if err := f.srv.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			resumed := false
+			resume := func() {
+				if !resumed {
+					resumed = true
+					if err := f.srv.Resume(); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			defer resume()
+			// Slot calls alone mark the store down.
+			testutil.EventuallyWithin(t, 10*time.Second, "failed slot calls mark the store down", func() bool {
+				var s capacity.Slot
+				if got := a.acquire(&s); got != tc.during[0] {
+					t.Fatalf("acquire with Redis frozen: %v, want %v", got, tc.during[0])
+				}
+				s.Release()
+				return !f.store.Up()
+			})
+			slots := make([]capacity.Slot, len(tc.during))
+			for i, want := range tc.during {
+				if got := a.acquire(&slots[i]); got != want {
+					t.Fatalf("acquire %d with the store down: %v, want %v", i, got, want)
+				}
+			}
+			resume()
+			testutil.EventuallyWithin(t, 10*time.Second, "the store back on Redis", f.store.Up)
+			want := int64(1)
+			for i := range slots {
+				if slots[i].Backend() != "" {
+					want++
+				}
+			}
+			// The first renewal re-adds the held leases (expired on Redis's
+			// clock while it was frozen) and removes those of the acquires
+			// that failed, which the woken server ran late.
+			a.renewNow(t, f)
+			if n := f.leases(t); n != want {
+				t.Fatalf("%d leases in Redis after the outage, want the %d slots held", n, want)
+			}
+			held.Release()
+			for i := range slots {
+				slots[i].Release()
+			}
+			if n := f.leases(t); n != 0 {
+				t.Fatalf("%d leases after every release, want 0", n)
+			}
+		})
+	}
+}
+
+// TestFailingOpenTheOutagesSlotsJoinTheFleetCountOnce kills redis-server
+// and starts it again, empty: the slots two replicas took on their local
+// shares during the outage are leases in the fleet's count once Redis
+// answers, each once, so the fleet admits no more than maxInFlight in all.
+func TestFailingOpenTheOutagesSlotsJoinTheFleetCountOnce(t *testing.T) {
+	f := newFleetFailing(t, redisstore.FailOpen)
+	o := Options{Replicas: redisstore.StaticReplicas(2), RenewInterval: fast.RenewInterval, TTL: fast.TTL}
+	a, b := f.replica("a", 4, o), f.replica("b", 4, o)
+	var a1, a2, a3, b1, b2 capacity.Slot
+	if a.acquire(&a1) != capacity.Acquired {
+		t.Fatal("the first acquire was refused")
+	}
+	if err := f.srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		r    *replica
+		s    *capacity.Slot
+		want capacity.Result
+	}{
+		{a, &a2, capacity.Acquired},  // a's share of 4 over 2 replicas is 2
+		{a, &a3, capacity.Saturated}, // a holds 2
+		{b, &b1, capacity.Acquired},
+	} {
+		if got := step.r.acquire(step.s); got != step.want {
+			t.Fatalf("with Redis down: %v, want %v", got, step.want)
+		}
+	}
+	if err := f.srv.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyWithin(t, 10*time.Second, "the store on Redis", func() bool {
+		return f.store.Up() && f.client.Ping(context.Background()).Err() == nil
+	})
+	a.renewNow(t, f)
+	b.renewNow(t, f)
+	if n := f.leases(t); n != 3 {
+		t.Fatalf("%d leases after Redis returned, want the 3 slots held", n)
+	}
+	if got := b.acquire(&b2); got != capacity.Acquired {
+		t.Fatalf("the 4th slot of the fleet: %v", got)
+	}
+	if got := a.acquire(&a3); got != capacity.Saturated {
+		t.Fatalf("a 5th slot of maxInFlight 4: %v, want saturated", got)
+	}
+	for _, s := range []*capacity.Slot{&a1, &a2, &b1, &b2} {
+		s.Release()
+	}
+	if n := f.leases(t); n != 0 {
+		t.Fatalf("%d leases after every release, want 0", n)
+	}
 }

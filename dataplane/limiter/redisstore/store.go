@@ -543,20 +543,14 @@ func (s *Store) do(now time.Time, b *limiter.Batch, op string) (limiter.Decision
 	if err == nil && len(res) != n+1 {
 		err = badReplyError(fmt.Sprintf("bucket script answered %d values for %d buckets", len(res), n))
 	}
+	// Any failure, an error reply included (out of memory, read-only, a
+	// missing script EVAL could not replace, a wrong mode), means the
+	// charge was not applied: this call is answered without Redis, and a
+	// long enough run of them marks the store down.
+	s.CallOutcome(err)
 	if err != nil {
-		// Any failure, an error reply included (out of memory, read-only,
-		// a missing script EVAL could not replace, a wrong mode), means the
-		// charge was not applied: this call is answered without Redis, and
-		// a long enough run of them marks the store down.
-		s.obs.StoreError(classify(err))
-		if down, n, lasted := s.fails.failed(s.clock.Now(), err); down {
-			ctx, cancel := context.WithTimeout(context.Background(), s.timeout) // explain may ask the server its mode
-			s.markDown(fmt.Errorf("%d calls failed in a row over %s, the latest: %w", n, lasted.Round(time.Millisecond), s.explain(ctx, err)))
-			cancel()
-		}
 		return s.unavailable(now, b, op, err)
 	}
-	s.fails.succeeded()
 	var debts [limiter.MaxBatch]int64
 	copy(debts[:], res[1:])
 	d := limiter.DecisionFromDebts(b, &debts, op == OpTake)
@@ -564,6 +558,23 @@ func (s *Store) do(now time.Time, b *limiter.Batch, op string) (limiter.Decision
 		s.shadow(now, b, op, d.Allowed)
 	}
 	return d, nil
+}
+
+// CallOutcome records the outcome of one call to Redis: the store's own,
+// or one another user of the policy's store made through Client (capacity's
+// slot leases), so that a run of failed calls marks the store down whoever
+// made them, and callers stop waiting for a Redis that does not answer.
+func (s *Store) CallOutcome(err error) {
+	if err == nil {
+		s.fails.succeeded()
+		return
+	}
+	s.obs.StoreError(classify(err))
+	if down, n, lasted := s.fails.failed(s.clock.Now(), err); down {
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout) // explain may ask the server its mode
+		s.markDown(fmt.Errorf("%d calls failed in a row over %s, the latest: %w", n, lasted.Round(time.Millisecond), s.explain(ctx, err)))
+		cancel()
+	}
 }
 
 // shadow charges the fallback's buckets with what Redis just applied for
@@ -649,8 +660,12 @@ func ShareLimit(l limiter.Limit, n int) limiter.Limit {
 	if period/time.Duration(n) != l.Period {
 		period = time.Duration(1<<63 - 1)
 	}
-	return limiter.Limit{Requests: l.Requests, Period: period, Burst: max(l.Capacity()/int64(n), 1)}
+	return limiter.Limit{Requests: l.Requests, Period: period, Burst: ShareCount(l.Capacity(), n)}
 }
+
+// ShareCount returns one replica's share of a count among n replicas: an
+// n-th, at least 1, so that a replica alone can still admit.
+func ShareCount(total int64, n int) int64 { return max(total/int64(max(n, 1)), 1) }
 
 // markDown records that Redis does not apply charges (see failureRun for
 // when): it logs and reports the transition once and starts the health
@@ -662,7 +677,7 @@ func (s *Store) markDown(cause error) {
 	}
 	s.downCause.Store(&downCause{err: cause, since: s.clock.Now()})
 	s.log.Error(cause, "Redis rate-limit store down; "+s.behaviour(),
-		"mode", s.mode, "addresses", s.addrs, "failureMode", s.failureMode(),
+		"mode", s.mode, "addresses", s.addrs, "failureMode", s.FailureMode(),
 		"liveReplicas", s.replicas.Live(), "probeInterval", s.probeEvery.String())
 	s.obs.StoreState(false, s.failOpen)
 	s.mu.Lock()
@@ -681,7 +696,8 @@ func (s *Store) behaviour() string {
 	return "refusing requests with 503 store_unavailable until it answers again"
 }
 
-func (s *Store) failureMode() FailureMode {
+// FailureMode returns what the store answers while Redis is unreachable.
+func (s *Store) FailureMode() FailureMode {
 	if s.failOpen {
 		return FailOpen
 	}
