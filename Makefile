@@ -23,6 +23,17 @@ ENVTEST_DIR ?= $(LOCALBIN)/k8s
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(ENVTEST_DIR)/kubectl)
 
 GO ?= go
+# The version and revision stamped into the binaries and images, which print
+# them for --version (internal/version). An image's build context has no .git,
+# so there the stamp is the only source; an empty VERSION (an untagged tree)
+# leaves the module version the toolchain records.
+VERSION ?= $(shell git describe --tags --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+VERSION_PKG = github.com/fairqueue/fairqueue/internal/version
+GO_LDFLAGS = -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION)
+# Where docker-build tags the images.
+IMAGE_REPO ?= ghcr.io/fairqueue
+IMAGE_TAG ?= dev
 GOTEST_FLAGS ?= -count=1 -timeout=20m
 PKGS ?= ./...
 # Modules of their own beside the product's, so that their dependencies stay
@@ -167,12 +178,18 @@ test-e2e: envtest ## Run the demo's scenario headless with assertions through th
 
 .PHONY: build
 build: ## Build the operator and data-plane binaries into bin/.
-	$(GO) build -o $(LOCALBIN)/manager ./cmd/manager
-	$(GO) build -o $(LOCALBIN)/dataplane ./cmd/dataplane
+	$(GO) build -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/manager ./cmd/manager
+	$(GO) build -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/dataplane ./cmd/dataplane
+
+.PHONY: docker-build
+docker-build: ## Build the manager and data-plane images (IMAGE_REPO/manager:IMAGE_TAG, IMAGE_REPO/dataplane:IMAGE_TAG), stamped with VERSION and REVISION for --version.
+	for img in manager dataplane; do \
+		docker build -f Dockerfile.$$img --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE_REPO)/$$img:$(IMAGE_TAG) . ; \
+	done
 
 .PHONY: plugin
 plugin: ## Build the kubectl plugin into bin/kubectl-fairqueue (put it on PATH to use `kubectl fairqueue`).
-	$(GO) build -o $(LOCALBIN)/kubectl-fairqueue ./cmd/kubectl-fairqueue
+	$(GO) build -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/kubectl-fairqueue ./cmd/kubectl-fairqueue
 
 .PHONY: run
 run: manifests generate ## Run the operator against the cluster of the current kubeconfig.

@@ -123,18 +123,6 @@ func within(got, want []float64, tol float64) error {
 	return nil
 }
 
-func weightShares(ws []int) []float64 {
-	sum := 0
-	for _, w := range ws {
-		sum += w
-	}
-	out := make([]float64, len(ws))
-	for i, w := range ws {
-		out[i] = float64(w) / float64(sum)
-	}
-	return out
-}
-
 // TestTokenWeightedFairness: backlogged tenants sending requests of different
 // sizes get their weighted share of the cost (tokens) when the queue charges
 // by cost, whether the limit they contend for is charged by size or counts
@@ -173,7 +161,7 @@ func TestTokenWeightedFairness(t *testing.T) {
 			run := runCostBacklogged(t, tc.weights, tc.sizes, tc.limit, tc.chargeCost, tc.sized, 21*time.Second)
 			req, cost := run.shares()
 			t.Logf("requests %v (shares %.4f), cost %v (shares %.4f)", run.requests, req, run.cost, cost)
-			want := weightShares(tc.weights)
+			want := testutil.WeightedShares(tc.weights)
 			if tc.chargeCost {
 				if err := within(cost, want, tol); err != nil {
 					t.Errorf("cost Tokens: granted cost not weighted-fair: %v", err)

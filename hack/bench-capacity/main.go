@@ -53,6 +53,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/internal/loadgen"
 	"github.com/fairqueue/fairqueue/internal/modelsim"
+	"github.com/fairqueue/fairqueue/internal/proc"
 )
 
 // options are the command's flags.
@@ -481,18 +482,9 @@ func runGroups(ctx context.Context, groups []loadgen.Config) (*loadgen.Summary, 
 
 // dataPlane is a started data-plane process.
 type dataPlane struct {
-	cmd *exec.Cmd
+	*proc.Process
 	url string
 	dir string
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String(), nil
 }
 
 func startDataPlane(ctx context.Context, o options, m, upstream string, modelLimit float64) (*dataPlane, error) {
@@ -505,8 +497,8 @@ func startDataPlane(ctx context.Context, o options, m, upstream string, modelLim
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	listen, err1 := freeAddr()
-	metrics, err2 := freeAddr()
+	listen, err1 := proc.FreeAddr()
+	metrics, err2 := proc.FreeAddr()
 	if err := errors.Join(err1, err2); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -514,38 +506,16 @@ func startDataPlane(ctx context.Context, o options, m, upstream string, modelLim
 	cmd := exec.CommandContext(ctx, o.dataplane, "--policy", policy, "--listen", listen, "--metrics-listen", metrics,
 		"--log-level", "error", "--shutdown-delay", "0s", "--shutdown-grace", "1s")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
+	p, err := proc.StartReady(cmd, proc.HTTPReady("http://"+metrics+"/readyz"), 30*time.Second)
+	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("starting the data plane: %w", err)
+		return nil, fmt.Errorf("mode %s: the data plane (its log is above): %w", m, err)
 	}
-	dp := &dataPlane{cmd: cmd, url: "http://" + listen, dir: dir}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + metrics + "/readyz")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return dp, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			dp.stop()
-			return nil, fmt.Errorf("mode %s: the data plane was not ready within 30s (its log is above)", m)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return &dataPlane{Process: p, url: "http://" + listen, dir: dir}, nil
 }
 
 func (d *dataPlane) stop() {
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = d.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-done
-	}
+	_ = d.Stop() // how a benchmark's data plane ended does not matter
 	_ = os.RemoveAll(d.dir)
 }
 

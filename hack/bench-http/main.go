@@ -39,7 +39,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -59,6 +58,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/config/configtest"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
 	"github.com/fairqueue/fairqueue/internal/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/proc"
 )
 
 const body = `{"model":"llama","messages":[{"role":"user","content":"Say hello."}]}`
@@ -150,63 +150,31 @@ type bufferPool struct{ p *sync.Pool }
 func (bp bufferPool) Get() []byte  { return *bp.p.Get().(*[]byte) }
 func (bp bufferPool) Put(b []byte) { bp.p.Put(&b) }
 
-// freeAddr returns a loopback address nothing listens on now.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String(), nil
-}
-
 // child is a started server process.
 type child struct {
+	*proc.Process
 	name string
-	cmd  *exec.Cmd
 	url  string
 }
 
-// start starts argv with env added to the environment and waits until it
-// answers on url.
-func start(name, url string, env []string, argv ...string) (*child, error) {
+// start starts argv with env added to the environment and waits until GET
+// ready answers 200.
+func start(name, url, ready string, env []string, argv ...string) (*child, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting the %s: %w", name, err)
+	p, err := proc.StartReady(cmd, proc.HTTPReady(ready), 20*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("the %s: %w", name, err)
 	}
-	c := &child{name: name, cmd: cmd, url: url}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(url + "/v1/models")
-		if err == nil {
-			_ = resp.Body.Close()
-			return c, nil
-		}
-		if time.Now().After(deadline) {
-			c.stop()
-			return nil, fmt.Errorf("the %s did not answer on %s within 20s: %w", name, url, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return &child{Process: p, name: name, url: url}, nil
 }
 
-func (c *child) stop() {
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-done
-	}
-}
+func (c *child) stop() { _ = c.Stop() } // a benchmark's servers: how they ended does not matter
 
 // cpuTicks returns the process's user plus system CPU time in clock ticks.
 func (c *child) cpuTicks() (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Cmd.Process.Pid))
 	if err != nil {
 		return 0, fmt.Errorf("reading the %s's CPU time (Linux /proc is required): %w", c.name, err)
 	}
@@ -215,7 +183,7 @@ func (c *child) cpuTicks() (int64, error) {
 	rest := data[bytes.LastIndexByte(data, ')')+2:]
 	f := strings.Fields(string(rest))
 	if len(f) < 13 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", c.cmd.Process.Pid, data)
+		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", c.Cmd.Process.Pid, data)
 	}
 	u, err1 := strconv.ParseInt(f[11], 10, 64)
 	s, err2 := strconv.ParseInt(f[12], 10, 64)
@@ -314,7 +282,7 @@ func drive(o options) error {
 
 	var addrs [4]string
 	for i := range addrs {
-		if addrs[i], err = freeAddr(); err != nil {
+		if addrs[i], err = proc.FreeAddr(); err != nil {
 			return err
 		}
 	}
@@ -329,12 +297,12 @@ func drive(o options) error {
 		return err
 	}
 
-	up, err := start("upstream", upURL, nil, self, "--role", "upstream", "--listen", addrs[0])
+	up, err := start("upstream", upURL, upURL+"/v1/models", nil, self, "--role", "upstream", "--listen", addrs[0])
 	if err != nil {
 		return err
 	}
 	defer up.stop()
-	bare, err := start("bare proxy", bareURL, nil, self, "--role", "bare", "--listen", addrs[1], "--target", upURL)
+	bare, err := start("bare proxy", bareURL, bareURL+"/v1/models", nil, self, "--role", "bare", "--listen", addrs[1], "--target", upURL)
 	if err != nil {
 		return err
 	}
@@ -343,7 +311,7 @@ func drive(o options) error {
 	if o.gogc != "" {
 		dpEnv = append(dpEnv, "GOGC="+o.gogc)
 	}
-	dp, err := start("data plane", dpURL, dpEnv, o.dataplane, "--config", cfgFile, "--hash-key-file", keyFile,
+	dp, err := start("data plane", dpURL, "http://"+addrs[3]+"/readyz", dpEnv, o.dataplane, "--config", cfgFile, "--hash-key-file", keyFile,
 		"--listen", addrs[2], "--metrics-listen", addrs[3], "--log-level", "error")
 	if err != nil {
 		return err
@@ -366,7 +334,7 @@ func drive(o options) error {
 
 	if o.serve {
 		fmt.Printf("upstream %s (pid %d)\nbare proxy %s (pid %d)\ndata plane %s (pid %d)\ntargets: %s %s\nCtrl-C stops all three\n",
-			upURL, up.cmd.Process.Pid, bareURL, bare.cmd.Process.Pid, dpURL, dp.cmd.Process.Pid, targets[bare], targets[dp])
+			upURL, up.Cmd.Process.Pid, bareURL, bare.Cmd.Process.Pid, dpURL, dp.Cmd.Process.Pid, targets[bare], targets[dp])
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 		defer stop()
 		<-ctx.Done()

@@ -43,7 +43,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -58,6 +57,7 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/config/configtest"
+	"github.com/fairqueue/fairqueue/internal/proc"
 	"github.com/fairqueue/fairqueue/internal/redistest"
 )
 
@@ -129,24 +129,26 @@ func run() error {
 	}
 	var addrs []string
 	for i := range o.replicas {
-		traffic, ops := freeAddr(), freeAddr()
-		if traffic == "" || ops == "" {
-			return errors.New("no free loopback port")
+		traffic, err1 := proc.FreeAddr()
+		ops, err2 := proc.FreeAddr()
+		if err := errors.Join(err1, err2); err != nil {
+			return err
 		}
 		cmd := exec.CommandContext(ctx, o.dataplane, "--config", cfgFile, "--hash-key-file", keyFile,
 			"--listen", traffic, "--metrics-listen", ops, "--store-replicas", fmt.Sprint(o.replicas))
-		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("dataplane-%d.log", i)))
+		logName := filepath.Join(dir, fmt.Sprintf("dataplane-%d.log", i))
+		logf, err := os.Create(logName)
 		if err != nil {
 			return err
 		}
+		defer func() { _ = logf.Close() }()
 		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("start %s: %w", o.dataplane, err)
+		dp, err := proc.StartReady(cmd, proc.HTTPReady("http://"+ops+"/readyz"), 60*time.Second)
+		if err != nil {
+			log, _ := os.ReadFile(logName) // best effort: the error says what failed
+			return fmt.Errorf("data plane %d: %w\n%s", i, err, log)
 		}
-		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = logf.Close() }()
-		if err := waitReady(ctx, "http://"+ops+"/readyz"); err != nil {
-			return err
-		}
+		defer func() { _ = dp.Stop() }() // the measurements are printed; how it ended does not matter
 		addrs = append(addrs, traffic)
 	}
 
@@ -244,33 +246,4 @@ func edge(ctx context.Context, c *redis.Client) {
 			}
 		}
 	}
-}
-
-func waitReady(ctx context.Context, url string) error {
-	deadline := time.Now().Add(60 * time.Second)
-	c := &http.Client{Timeout: 2 * time.Second}
-	for time.Now().Before(deadline) {
-		resp, err := c.Get(url)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("%s not ready within 60s", url)
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return ""
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
 }

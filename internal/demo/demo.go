@@ -42,6 +42,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
 	"github.com/fairqueue/fairqueue/internal/gobuild"
 	"github.com/fairqueue/fairqueue/internal/loadgen"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 var nan = math.NaN()
@@ -298,19 +299,6 @@ func normalize(counts []float64) []float64 {
 	return counts
 }
 
-// WeightedShares returns each tenant's weighted share under weights.
-func WeightedShares(weights []float64) []float64 {
-	sum := 0.0
-	for _, w := range weights {
-		sum += w
-	}
-	out := make([]float64, len(weights))
-	for i, w := range weights {
-		out[i] = w / sum
-	}
-	return out
-}
-
 // movedWindow is the sliding window in which shares are compared to tell
 // when they moved.
 const movedWindow = 5 * Tick
@@ -321,7 +309,7 @@ const movedWindow = 5 * Tick
 // there is none.
 func MovedAfter(admitted [][]uint64, from, until time.Duration) time.Duration {
 	r := Result{Admitted: admitted}
-	before, after := WeightedShares(WeightsBefore), WeightedShares(WeightsAfter)
+	before, after := testutil.WeightedShares(WeightsBefore), testutil.WeightedShares(WeightsAfter)
 	n := 0
 	for _, s := range admitted {
 		n = max(n, len(s))

@@ -21,6 +21,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -187,7 +188,7 @@ func TestSharesAndMovedAfter(t *testing.T) {
 
 	r := Result{Admitted: series(20, before)}
 	got := r.Shares(0, 2*time.Second)
-	for i, want := range WeightedShares(WeightsBefore) {
+	for i, want := range testutil.WeightedShares(WeightsBefore) {
 		if math.Abs(got[i]-want) > 1e-9 {
 			t.Errorf("share of %s = %v, want %v", Tenants[i].Name, got[i], want)
 		}
@@ -246,13 +247,11 @@ func TestSupervisorStopsProcessGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	var childPid string
-	for deadline := time.Now().Add(10 * time.Second); childPid == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		b, _ := os.ReadFile(pidFile)
+	testutil.EventuallyWithin(t, 10*time.Second, "the parent starts its child", func() bool {
+		b, _ := os.ReadFile(pidFile) // absent until the parent writes it
 		childPid = strings.TrimSpace(string(b))
-	}
-	if childPid == "" {
-		t.Fatal("the parent never started its child")
-	}
+		return childPid != ""
+	})
 
 	err = sup.StopAll()
 	if err == nil || !strings.Contains(err.Error(), "parent exited with exit status 3") {
@@ -271,12 +270,7 @@ func TestSupervisorStopsProcessGroups(t *testing.T) {
 		b, err := os.ReadFile("/proc/" + childPid + "/stat")
 		return err == nil && !strings.Contains(string(b), ") Z")
 	}
-	for deadline := time.Now().Add(5 * time.Second); alive() && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if alive() {
-		t.Errorf("the parent's child %s outlived its process group", childPid)
-	}
+	testutil.EventuallyWithin(t, 5*time.Second, "the parent's child "+childPid+" dies with its process group", func() bool { return !alive() })
 }
 
 func TestWaitHTTPAndPortClosed(t *testing.T) {
@@ -321,7 +315,7 @@ func TestPrintSecond(t *testing.T) {
 		header   []string
 		rows     [][]string
 	}{{
-		name: "shares of requests", weighted: WeightedShares(WeightsBefore),
+		name: "shares of requests", weighted: testutil.WeightedShares(WeightsBefore),
 		header: []string{"admitted/s", "tokens/s", "share", "wait p50"},
 		rows: [][]string{
 			{"11s", "acme", " 1 ", " 1050 ", "25.0%", "20.0%", "30ms", "tenant_queue_full=7"},
@@ -329,7 +323,7 @@ func TestPrintSecond(t *testing.T) {
 			{"initech", " 3 ", " 450 ", "75.0%", "60.0%"},
 		},
 	}, {
-		name: "shares of tokens", byTokens: true, weighted: WeightedShares([]float64{1, 1, 2}),
+		name: "shares of tokens", byTokens: true, weighted: testutil.WeightedShares([]float64{1, 1, 2}),
 		header: []string{"admitted/s", "tokens/s", "tok share", "held p50"},
 		rows: [][]string{
 			{"11s", "acme", " 1 ", " 1050 ", "70.0%", "25.0%", "tenant_queue_full=7"},

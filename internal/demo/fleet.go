@@ -44,6 +44,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
 	"github.com/fairqueue/fairqueue/internal/chart"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // FleetReplicas is the number of data-plane replicas of the fleet scenario.
@@ -298,7 +299,7 @@ func (r *Result) writeFleetReport(w io.Writer) {
 			steady = append(steady, span{int(r.OutageEnd/time.Second) + 2, n})
 		}
 	}
-	want := WeightedShares(FleetWeights)
+	want := testutil.WeightedShares(FleetWeights)
 	for _, sp := range steady {
 		if sp.to-sp.from < 1 {
 			continue
@@ -329,7 +330,7 @@ func (r *Result) writeFleetReport(w io.Writer) {
 // and markers at the outage.
 func (r *Result) fleetChart() *chart.Shares {
 	c := &chart.Shares{Title: fmt.Sprintf("fairqueue fleet demo: fleet share of admitted requests per second, %d replicas, skewed routing", FleetReplicas)}
-	want := WeightedShares(FleetWeights)
+	want := testutil.WeightedShares(FleetWeights)
 	n := min(len(r.Unavailable), chart.MaxPoints)
 	for ti, t := range r.Tenants {
 		ct := chart.Tenant{Name: fmt.Sprintf("%s (weight %g)", t.Name, FleetWeights[ti])}

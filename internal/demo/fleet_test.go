@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // TestRunShowsFleetSharesAndTheOutage runs a short demo on the embedded
@@ -43,7 +44,7 @@ func TestFleetShowsFleetSharesAndTheOutage(t *testing.T) {
 		t.Fatalf("Run: %v\n%s", err, out.String())
 	}
 	shares, total := res.FleetShares(2, 5)
-	want := WeightedShares(FleetWeights)
+	want := testutil.WeightedShares(FleetWeights)
 	for i, s := range shares {
 		if math.Abs(s-want[i]) > 0.05*want[i] {
 			t.Errorf("before the outage tenant %s had fleet share %.3f, want within 5%% of %.1f\n%s", FleetTenants[i].Name, s, want[i], out.String())

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/internal/loadgen"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // loadResult is what runLoad measured.
@@ -167,10 +168,10 @@ func runLoad(ctx context.Context, o Options, sc scenario, p *progress, pl *plane
 			}
 		}
 		if o.Live && time.Duration(second)*time.Second <= o.Duration+time.Second {
-			weighted, head := WeightedShares(sc.weights), "weighted"
+			weighted, head := testutil.WeightedShares(sc.weights), "weighted"
 			// A second shows the weights in force for most of it.
 			if patchStart >= 0 && time.Duration(second)*time.Second-time.Second/2 >= patchStart {
-				weighted = WeightedShares(sc.weightsAfter)
+				weighted = testutil.WeightedShares(sc.weightsAfter)
 			}
 			if sc.bands {
 				weighted, head = bandsExpected(sc.tenants, sc.capacity, !o.NoBands, time.Duration(second-1)*time.Second), "expected"

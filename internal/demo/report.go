@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/internal/chart"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // Settle is how long after the load starts, and after the patch, the shares
@@ -72,7 +73,7 @@ func (r *Result) WriteReport(out io.Writer) {
 	fmt.Fprintf(w, "\n==> Shares in the steady windows\n")
 	fmt.Fprintf(w, "    %-8s  %-22s %-22s\n", "tenant", fmt.Sprintf("%s-%s", before[0], before[1].Round(time.Second)), fmt.Sprintf("%s-%s", after[0].Round(time.Second), after[1]))
 	sb, sa := r.Shares(before[0], before[1]), r.Shares(after[0], after[1])
-	wb, wa := WeightedShares(WeightsBefore), WeightedShares(WeightsAfter)
+	wb, wa := testutil.WeightedShares(WeightsBefore), testutil.WeightedShares(WeightsAfter)
 	for i, t := range Tenants {
 		fmt.Fprintf(w, "    %-8s  %6s (weighted %4.1f%%)   %6s (weighted %4.1f%%)\n", t.Name, percent(sb[i]), 100*wb[i], percent(sa[i]), 100*wa[i])
 	}
@@ -144,7 +145,7 @@ func (r *Result) Chart() *chart.Shares {
 			if r.PatchStart >= 0 && from+time.Second/2 >= r.PatchStart {
 				weights = WeightsAfter
 			}
-			ct.Weighted = append(ct.Weighted, WeightedShares(weights)[i])
+			ct.Weighted = append(ct.Weighted, testutil.WeightedShares(weights)[i])
 		}
 		c.Tenants = append(c.Tenants, ct)
 	}
@@ -179,7 +180,7 @@ func (r *Result) TokenWeights() []float64 {
 func (r *Result) writeTokenReport(w *strings.Builder) {
 	win, _ := r.SteadyWindows()
 	secs := (win[1] - win[0]).Seconds()
-	shares, weighted := r.TokenShares(win[0], win[1]), WeightedShares(r.TokenWeights())
+	shares, weighted := r.TokenShares(win[0], win[1]), testutil.WeightedShares(r.TokenWeights())
 	reqShares := r.Shares(win[0], win[1])
 	fmt.Fprintf(w, "\n==> Settled tokens in the steady window %s-%s (fairQueuing.cost %s)\n", win[0], win[1].Round(time.Second), r.Cost)
 	fmt.Fprintf(w, "    %-8s %9s %10s %9s %11s %14s\n", "tenant", "tokens/s", "tok share", "weighted", "requests/s", "request share")
@@ -223,7 +224,7 @@ func (r *Result) tokenChart() *chart.Shares {
 	}
 	seconds = min(seconds, int(r.Duration/time.Second), chart.MaxPoints)
 	c := &chart.Shares{Title: fmt.Sprintf("fairqueue token demo: share of settled tokens per second, fairQueuing.cost %s", r.Cost)}
-	weighted := WeightedShares(r.TokenWeights())
+	weighted := testutil.WeightedShares(r.TokenWeights())
 	for i, t := range r.Tenants {
 		ct := chart.Tenant{Name: fmt.Sprintf("%s (%.0f req/s of %d-byte prompts)", t.Name, t.Rate, t.PromptBytes)}
 		for s := range seconds {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairqueue/fairqueue/internal/gobuild"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // TestStandaloneScenarioShares runs the standalone scenario (`make
@@ -28,7 +29,7 @@ func TestStandaloneScenarioShares(t *testing.T) {
 	for _, w := range []struct {
 		window   [2]time.Duration
 		weighted []float64
-	}{{before, WeightedShares(WeightsBefore)}, {after, WeightedShares(WeightsAfter)}} {
+	}{{before, testutil.WeightedShares(WeightsBefore)}, {after, testutil.WeightedShares(WeightsAfter)}} {
 		got := res.Shares(w.window[0], w.window[1])
 		for i, tenant := range Tenants {
 			printed := fmt.Sprintf("%s (weighted %4.1f%%)", percent(got[i]), 100*w.weighted[i])

@@ -1,12 +1,13 @@
 // Package testutil holds small helpers shared by the tests of several
-// packages. It depends on the standard library only.
+// packages. It depends on the standard library and internal/proc only.
 package testutil
 
 import (
 	"bytes"
-	"net"
 	"sync"
 	"testing"
+
+	"github.com/fairqueue/fairqueue/internal/proc"
 )
 
 // SyncBuffer is a bytes.Buffer that is safe to write from one goroutine
@@ -34,19 +35,28 @@ func (b *SyncBuffer) String() string {
 }
 
 // FreeAddr returns a loopback address ("127.0.0.1:port") whose port was free
-// just now, for a server the test starts itself (often in another process,
-// which cannot be handed a listener). The port is only reserved while
-// FreeAddr runs, so another process may take it before the server binds it;
-// tests accept that small race. It fails the test if no port can be had.
+// just now (see proc.FreeAddr), for a server the test starts itself, often
+// in another process. It fails the test if no port can be had.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := proc.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatalf("freeing %s for the test: %v", addr, err)
-	}
 	return addr
+}
+
+// WeightedShares returns each weight's fraction of their sum: the share of a
+// resource each backlogged tenant is owed under weighted fair queuing, which
+// the fairness tests and the demos measure against.
+func WeightedShares[W int | float64](weights []W) []float64 {
+	var sum W
+	for _, w := range weights {
+		sum += w
+	}
+	out := make([]float64, len(weights))
+	for i, w := range weights {
+		out[i] = float64(w) / float64(sum)
+	}
+	return out
 }

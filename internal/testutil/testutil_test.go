@@ -1,7 +1,7 @@
 package testutil
 
 import (
-	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,18 +26,6 @@ func TestSyncBufferConcurrentWritesAndReads(t *testing.T) {
 	}
 }
 
-func TestFreeAddrCanBeListenedOn(t *testing.T) {
-	addr := FreeAddr(t)
-	if !strings.HasPrefix(addr, "127.0.0.1:") {
-		t.Fatalf("FreeAddr() = %q, want a 127.0.0.1 address", addr)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("listening on FreeAddr()'s %s: %v", addr, err)
-	}
-	_ = ln.Close() // nothing was accepted
-}
-
 func TestEventuallyReturnsOnceTheConditionHolds(t *testing.T) {
 	n := 0
 	Eventually(t, "the third poll", func() bool { n++; return n == 3 })
@@ -60,5 +48,23 @@ func TestEventuallyFailsNamingWhatItAwaited(t *testing.T) {
 	}
 	if !strings.Contains(ft.Msg, "the sky falls") {
 		t.Errorf("failure message %q does not name what was awaited", ft.Msg)
+	}
+}
+
+func TestWeightedShares(t *testing.T) {
+	for _, tc := range []struct {
+		weights []int
+		want    []float64
+	}{
+		{[]int{1}, []float64{1}},
+		{[]int{1, 1}, []float64{0.5, 0.5}},
+		{[]int{1, 3}, []float64{0.25, 0.75}},
+	} {
+		if got := WeightedShares(tc.weights); !slices.Equal(got, tc.want) {
+			t.Errorf("WeightedShares(%v) = %v, want %v", tc.weights, got, tc.want)
+		}
+	}
+	if got := WeightedShares([]float64{2, 1, 1}); !slices.Equal(got, []float64{0.5, 0.25, 0.25}) {
+		t.Errorf("WeightedShares of float weights = %v, want [0.5 0.25 0.25]", got)
 	}
 }

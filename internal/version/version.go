@@ -1,7 +1,10 @@
-// Package version tells what build a fairqueue binary is, from the build
-// information the Go toolchain embeds: the main module's version and the VCS
-// revision it was built from. Every binary answers --version with Line, so a
-// bug report can name the exact build.
+// Package version tells what build a fairqueue binary is: the main module's
+// version and the VCS revision it was built from. Both come from the values
+// the linker stamps (make build and the images pass them) and, where none was
+// stamped, from the build information the Go toolchain embeds. The images
+// need the stamp: their build context has no .git, so the toolchain records
+// no revision there. Every binary answers --version with Line, so a bug
+// report can name the exact build.
 package version
 
 import (
@@ -30,10 +33,36 @@ type Info struct {
 	Platform  string `json:"platform"`
 }
 
-// Get reads the running binary's build information.
+// Stamped by the linker, as the Makefile and the Dockerfiles do:
+//
+//	go build -ldflags "-X github.com/fairqueue/fairqueue/internal/version.version=v0.5.0 \
+//	  -X github.com/fairqueue/fairqueue/internal/version.revision=1a2b3c4d" ./cmd/dataplane
+//
+// Empty unless stamped.
+var (
+	version  string
+	revision string
+)
+
+// Get reads the running binary's build: the stamped version and revision,
+// else its build information's.
 func Get() Info {
 	bi, _ := debug.ReadBuildInfo()
-	return FromBuildInfo(bi)
+	return FromBuildInfo(bi).stamped(version, revision)
+}
+
+// stamped returns i with the version and revision stamped at link time in
+// place of the build information's; an empty stamp keeps i's. A revision
+// other than the one the toolchain recorded drops i's dirty flag, which
+// belonged to that one.
+func (i Info) stamped(version, revision string) Info {
+	if version != "" {
+		i.Version = version
+	}
+	if revision != "" && revision != i.Revision {
+		i.Revision, i.Dirty = revision, false
+	}
+	return i
 }
 
 // FromBuildInfo extracts an Info from bi, which may be nil (a binary built

@@ -40,6 +40,30 @@ func TestFromBuildInfo(t *testing.T) {
 	}
 }
 
+func TestStampTakesPrecedenceOverBuildInfo(t *testing.T) {
+	vcs := &debug.BuildInfo{GoVersion: "go1.26.7", Main: debug.Module{Version: "v0.0.0-20261202000000-1a2b3c4d5e6f+dirty"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "1a2b3c4d"}, {Key: "vcs.modified", Value: "true"}}}
+	image := &debug.BuildInfo{GoVersion: "go1.26.7", Main: debug.Module{Version: "(devel)"}} // no .git in the context
+	for _, tc := range []struct {
+		name              string
+		bi                *debug.BuildInfo
+		version, revision string
+		want              string
+	}{
+		{"nothing stamped: the build information", vcs, "", "", "v0.0.0-20261202000000-1a2b3c4d5e6f+dirty (revision 1a2b3c4d, dirty; "},
+		{"an image build: only the stamp knows", image, "v0.5.0", "9f8e7d6c", "v0.5.0 (revision 9f8e7d6c; "},
+		{"an image build of an untagged tree", image, "", "9f8e7d6c", "devel (revision 9f8e7d6c; "},
+		{"the same revision stamped keeps the dirty flag", vcs, "v0.5.0", "1a2b3c4d", "v0.5.0 (revision 1a2b3c4d, dirty; "},
+		{"another revision stamped drops it", vcs, "", "9f8e7d6c", "v0.0.0-20261202000000-1a2b3c4d5e6f+dirty (revision 9f8e7d6c; "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := FromBuildInfo(tc.bi).stamped(tc.version, tc.revision).String(); !strings.HasPrefix(got, tc.want) {
+				t.Errorf("got %q, want it to start with %q", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestLineNamesTheBinary(t *testing.T) {
 	if got := Line("manager"); !strings.HasPrefix(got, "manager ") || !strings.Contains(got, "(revision ") {
 		t.Errorf("Line(manager) = %q", got)

@@ -9,6 +9,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fairqueue/fairqueue/internal/demo"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -52,7 +54,10 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func TestDemoScenario(t *testing.T) {
+// runScenario runs the demo headless with opts, building the binaries, and
+// returns its result after writing the report to the test log.
+func runScenario(t *testing.T, opts demo.Options) *demo.Result {
+	t.Helper()
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
@@ -63,18 +68,17 @@ func TestDemoScenario(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioBudget)
 	defer cancel()
 	out := &logWriter{t: t}
-	res, err := demo.Run(ctx, demo.Options{
-		RepoDir:  repo,
-		Build:    true,
-		Duration: duration,
-		ChangeAt: changeAt,
-		Out:      out,
-		Live:     testing.Verbose(),
-	})
+	opts.RepoDir, opts.Build, opts.Out, opts.Live = repo, true, out, testing.Verbose()
+	res, err := demo.Run(ctx, opts)
 	if err != nil {
-		t.Fatalf("the scenario did not run: %v", err)
+		t.Fatalf("the %s scenario did not run: %v", cmp.Or(opts.Scenario, demo.ScenarioShares), err)
 	}
 	res.WriteReport(out)
+	return res
+}
+
+func TestDemoScenario(t *testing.T) {
+	res := runScenario(t, demo.Options{Duration: duration, ChangeAt: changeAt})
 
 	t.Run("shares within 10% of the weighted shares", func(t *testing.T) {
 		before, after := res.SteadyWindows()
@@ -83,8 +87,8 @@ func TestDemoScenario(t *testing.T) {
 			window   [2]time.Duration
 			weighted []float64
 		}{
-			{"before the change", before, demo.WeightedShares(demo.WeightsBefore)},
-			{"after the change", after, demo.WeightedShares(demo.WeightsAfter)},
+			{"before the change", before, testutil.WeightedShares(demo.WeightsBefore)},
+			{"after the change", after, testutil.WeightedShares(demo.WeightsAfter)},
 		} {
 			got := res.Shares(w.window[0], w.window[1])
 			for i, tenant := range demo.Tenants {
@@ -151,31 +155,9 @@ func TestDemoScenario(t *testing.T) {
 // share of the requests far below it (its requests are ~7x larger), and the
 // tokens the answers reported must equal the tokens the data planes settled.
 func TestTokenScenario(t *testing.T) {
-	repo, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(repo, "bin", "k8s", "kube-apiserver")); err != nil {
-		t.Fatalf("bin/k8s has no kube-apiserver: run `make envtest` first (make test-e2e does): %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), scenarioBudget)
-	defer cancel()
-	out := &logWriter{t: t}
 	// Long enough that one of acme's ~1050-token requests is under 2% of its tokens.
 	const run = 50 * time.Second
-	res, err := demo.Run(ctx, demo.Options{
-		RepoDir:  repo,
-		Build:    true,
-		Scenario: demo.ScenarioTokens,
-		Cost:     demo.CostTokens,
-		Duration: run,
-		Out:      out,
-		Live:     testing.Verbose(),
-	})
-	if err != nil {
-		t.Fatalf("the token scenario did not run: %v", err)
-	}
-	res.WriteReport(out)
+	res := runScenario(t, demo.Options{Scenario: demo.ScenarioTokens, Cost: demo.CostTokens, Duration: run})
 
 	tokens := res.TokenShares(demo.Settle, run)
 	requests := res.Shares(demo.Settle, run)

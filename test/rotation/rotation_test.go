@@ -268,22 +268,15 @@ func TestHashKeyRotationUnderTraffic(t *testing.T) {
 	// report interval: poll them for a bounded time.
 	if kc, err := exec.LookPath("kubectl"); err == nil {
 		for _, args := range [][]string{{"get", "fqp"}, {"get", "fqp", "-o", "wide"}} {
-			var fields []string
 			var out []byte
-			for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			testutil.EventuallyWithin(t, 15*time.Second, fmt.Sprintf("kubectl %v shows the policy Ready with 1/1 replicas updated", args), func() bool {
 				if out, err = exec.CommandContext(ctx, kc, append([]string{"--kubeconfig", env.Kubeconfig, "-n", ns}, args...)...).CombinedOutput(); err != nil {
 					t.Fatalf("kubectl %v: %v\n%s", args, err, out)
 				}
-				fields = strings.Fields(strings.Split(strings.TrimSpace(string(out)), "\n")[1])
-				ok := len(fields) >= 7 && fields[3] == "True" && fields[4] == fqv1alpha1.ReasonRendered && fields[5] == "1" && fields[6] == "1"
-				if ok || time.Now().After(deadline) {
-					break
-				}
-			}
+				fields := strings.Fields(strings.Split(strings.TrimSpace(string(out)), "\n")[1])
+				return len(fields) >= 7 && fields[3] == "True" && fields[4] == fqv1alpha1.ReasonRendered && fields[5] == "1" && fields[6] == "1"
+			})
 			t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
-			if len(fields) < 7 || fields[3] != "True" || fields[4] != fqv1alpha1.ReasonRendered || fields[5] != "1" || fields[6] != "1" {
-				t.Errorf("kubectl %v does not show the policy Ready with 1/1 replicas updated within 15s: %q", args, fields)
-			}
 		}
 	}
 	t.Logf("%d requests through %d rotations, %d not 2xx", load.total.Load(), rotations, load.failed.Load())

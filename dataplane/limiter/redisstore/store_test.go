@@ -30,6 +30,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 func userBatch(key string, l limiter.Limit) limiter.Batch {
@@ -144,17 +145,10 @@ func TestOnePolicyOneClusterSlot(t *testing.T) {
 	if err := admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err(); err != nil {
 		t.Fatalf("CLUSTER ADDSLOTSRANGE: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.EventuallyWithin(t, 10*time.Second, "the one-node cluster to report cluster_state:ok", func() bool {
 		info, err := admin.ClusterInfo(ctx).Result()
-		if err == nil && strings.Contains(info, "cluster_state:ok") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the one-node cluster did not reach cluster_state:ok within 10s: %q, %v", info, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling an external process
-	}
+		return err == nil && strings.Contains(info, "cluster_state:ok")
+	})
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.addr}})
 	defer func() { _ = cc.Close() }()
 	cs := NewWithClient(cc, Options{Namespace: "team-a", Policy: "llm"})

@@ -38,6 +38,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/dataplane/server"
 	"github.com/fairqueue/fairqueue/internal/testenv"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 const (
@@ -46,6 +47,9 @@ const (
 	// p99Limit is a loose bound; the target on an idle machine is 1 s, but
 	// this machine is shared by concurrent test runs.
 	p99Limit = 5 * time.Second
+	// wait bounds each synchronisation with the API server and the
+	// processes under test.
+	wait = 30 * time.Second
 )
 
 // loads collects each config the data plane puts in force with its time.
@@ -89,7 +93,7 @@ func TestApplyToEffectiveLatency(t *testing.T) {
 	mustDo(t, err)
 	mustDo(t, (&controllers.FairQueuePolicyReconciler{}).SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: ptrTrue()}))
 	var wg sync.WaitGroup
-	defer waitGroup(t, &wg, "the operator and the data plane to stop")
+	defer testutil.WaitGroupWithin(t, wait, "the operator and the data plane to stop", &wg)
 	defer cancel()
 	wg.Go(func() {
 		if err := mgr.Start(ctx); err != nil {
@@ -117,7 +121,7 @@ func TestApplyToEffectiveLatency(t *testing.T) {
 
 	// It reads the hash key the operator generated, as cmd/dataplane does.
 	var key []byte
-	eventually(t, "the hash key Secret", func() bool {
+	testutil.EventuallyWithin(t, wait, "the hash key Secret", func() bool {
 		s, err := dataPlane.CoreV1().Secrets(ns).Get(ctx, policy.HashKeySecretName(), metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -157,7 +161,7 @@ func TestApplyToEffectiveLatency(t *testing.T) {
 			t.Errorf("server: %v", err)
 		}
 	})
-	eventually(t, "the data plane to load the first config", srv.Ready)
+	testutil.EventuallyWithin(t, wait, "the data plane to load the first config", srv.Ready)
 
 	// weightOf returns the weight the data plane has in force for a raw identity.
 	weightOf := func(raw string) int32 {
@@ -218,7 +222,7 @@ func TestApplyToEffectiveLatency(t *testing.T) {
 	}
 
 	// The replica's report reaches the policy status.
-	eventually(t, "status.updatedReplicas to count the data plane", func() bool {
+	testutil.EventuallyWithin(t, wait, "status.updatedReplicas to count the data plane", func() bool {
 		var p fqv1alpha1.FairQueuePolicy
 		mustDo(t, c.Get(ctx, client.ObjectKeyFromObject(policy), &p))
 		return p.Status.ConfigHash == srv.ConfigHash() && p.Status.DataPlaneReplicas == 1 && p.Status.UpdatedReplicas == 1
@@ -264,29 +268,6 @@ func percentile(d []time.Duration, p int) time.Duration {
 	slices.Sort(s)
 	i := (p*len(s)+99)/100 - 1
 	return s[max(i, 0)]
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// waitGroup waits for wg, failing the test when that takes over 30 s.
-func waitGroup(t *testing.T, wg *sync.WaitGroup, what string) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Errorf("timed out waiting for %s", what)
-	}
 }
 
 func mustDo(t *testing.T, err error) {

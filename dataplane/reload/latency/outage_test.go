@@ -26,6 +26,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/reload"
 	"github.com/fairqueue/fairqueue/internal/testenv"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // outageRuns is how many outages TestConfigMapChangeServesSoonAfterAnOutage
@@ -92,7 +93,7 @@ func killAPIServer(t *testing.T, certDir string) {
 		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
 		mustDo(t, err)
 		mustDo(t, syscall.Kill(pid, syscall.SIGKILL))
-		eventually(t, "the API server to die", func() bool {
+		testutil.EventuallyWithin(t, wait, "the API server to die", func() bool {
 			data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 			return err != nil || bytes.Contains(data, []byte(") Z ")) // gone, or a zombie its parent will reap
 		})
@@ -183,7 +184,7 @@ func TestConfigMapChangeServesSoonAfterAnOutage(t *testing.T) {
 			t.Error("the source did not stop within 10 s of the cancel")
 		}
 	}()
-	eventually(t, "the first config", rl.Ready)
+	testutil.EventuallyWithin(t, wait, "the first config", rl.Ready)
 
 	outage := outageLength(t)
 	var lat []time.Duration
@@ -193,7 +194,7 @@ func TestConfigMapChangeServesSoonAfterAnOutage(t *testing.T) {
 		killAPIServer(t, api.CertDir)
 		mustDo(t, api.Stop()) // notices the exit; frees the port for Start
 		stopped := time.Now()
-		eventually(t, "the outage to show in the source's health", func() bool { return rl.SourceHealth() != nil })
+		testutil.EventuallyWithin(t, wait, "the outage to show in the source's health", func() bool { return rl.SourceHealth() != nil })
 		if up := metricValue(t, reg, reload.SourceUpName); up != 0 {
 			t.Errorf("run %d: %s = %v during the outage, want 0", run, reload.SourceUpName, up)
 		}
@@ -231,7 +232,7 @@ func TestConfigMapChangeServesSoonAfterAnOutage(t *testing.T) {
 		}
 		lat = append(lat, at.Sub(answering))
 		t.Logf("run %d: API server down for %s; change served %s after it answered again", run, outage.Round(time.Millisecond), at.Sub(answering).Round(time.Millisecond))
-		eventually(t, "the source's health to recover", func() bool { return rl.SourceHealth() == nil })
+		testutil.EventuallyWithin(t, wait, "the source's health to recover", func() bool { return rl.SourceHealth() == nil })
 	}
 	t.Logf("time to serve a change after a %s outage over %d runs: min %s, max %s", outage, len(lat), slices.Min(lat).Round(time.Millisecond), slices.Max(lat).Round(time.Millisecond))
 	if worst := slices.Max(lat); worst > serveLimit {
