@@ -164,22 +164,11 @@ func pairRatio(pkg, a, b, cpuA, cpuB string, rounds int) (float64, error) {
 		}
 		return nsPerOp(out, name)
 	}
-	var ratios []float64
-	for r := range rounds {
-		var ta, tb float64
-		if r%2 == 0 {
-			if ta, err = run(a, cpuA); err == nil {
-				tb, err = run(b, cpuB)
-			}
-		} else {
-			if tb, err = run(b, cpuB); err == nil {
-				ta, err = run(a, cpuA)
-			}
-		}
-		if err != nil {
-			return 0, err
-		}
-		ratios = append(ratios, ta/tb)
+	ratios, _, _, err := alternate(rounds,
+		func() (float64, error) { return run(a, cpuA) },
+		func() (float64, error) { return run(b, cpuB) })
+	if err != nil {
+		return 0, err
 	}
 	slices.Sort(ratios)
 	fmt.Printf("bench-check: %s %s@%s / %s@%s per round: %.3f\n", pkg, a, cpuA, b, cpuB, ratios)
@@ -228,22 +217,11 @@ func pairRatioCPU(pkg, a, b string, iters, rounds int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var ratios, nsA, nsB []float64
-	for r := range rounds {
-		var ta, tb float64
-		if r%2 == 0 {
-			if ta, err = perOp(a, baseA); err == nil {
-				tb, err = perOp(b, baseB)
-			}
-		} else {
-			if tb, err = perOp(b, baseB); err == nil {
-				ta, err = perOp(a, baseA)
-			}
-		}
-		if err != nil {
-			return 0, err
-		}
-		ratios, nsA, nsB = append(ratios, ta/tb), append(nsA, ta), append(nsB, tb)
+	ratios, nsA, nsB, err := alternate(rounds,
+		func() (float64, error) { return perOp(a, baseA) },
+		func() (float64, error) { return perOp(b, baseB) })
+	if err != nil {
+		return 0, err
 	}
 	slices.Sort(ratios)
 	slices.Sort(nsA)
@@ -268,4 +246,27 @@ func nsPerOp(out []byte, name string) (float64, error) {
 		}
 	}
 	return 0, errors.New("no ns/op for " + name + " in:\n" + string(out))
+}
+
+// alternate measures a and b rounds times, alternating which goes first so
+// that both see the same drift of a shared machine, and returns a's over
+// b's per round with each side's figures.
+func alternate(rounds int, a, b func() (float64, error)) (ratios, as, bs []float64, err error) {
+	for r := range rounds {
+		var ta, tb float64
+		if r%2 == 0 {
+			if ta, err = a(); err == nil {
+				tb, err = b()
+			}
+		} else {
+			if tb, err = b(); err == nil {
+				ta, err = a()
+			}
+		}
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ratios, as, bs = append(ratios, ta/tb), append(as, ta), append(bs, tb)
+	}
+	return ratios, as, bs, nil
 }
