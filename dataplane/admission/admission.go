@@ -78,6 +78,16 @@ type Settings struct {
 	TenantDimension identity.Dimension
 }
 
+// tenant returns the tenant id queues a request from id under, the
+// dimension it came from, and whether the request may queue at all: never
+// with fair queuing off or without an identity of a queueable dimension.
+func (s *Settings) tenant(id identity.Set) (tenant string, used identity.Dimension, queueable bool) {
+	if !s.Enabled {
+		return "", "", false
+	}
+	return id.Tenant(s.TenantDimension)
+}
+
 // Request is what admission needs to know about one HTTP request.
 type Request struct {
 	// ClientAddr keys the per-client bucket; empty skips it.
@@ -261,14 +271,7 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Reques
 	}
 
 	keys := identityKeys(*r)
-	var (
-		tenant    string
-		used      identity.Dimension
-		queueable bool
-	)
-	if p.settings.Enabled {
-		tenant, used, queueable = r.Identity.Tenant(p.settings.TenantDimension)
-	}
+	tenant, used, queueable := p.settings.tenant(r.Identity)
 	var gate Gate
 	if queueable {
 		if o := c.tenantObserver(); o != nil {

@@ -63,15 +63,7 @@ func (cp *Capacity) spacing() time.Duration { return max(cp.Spacing, time.Millis
 func (c *Controller) takeSlot(ctx context.Context, arrival time.Time, t *Ticket, dec *Decision) {
 	r := &t.r
 	cp := &r.Capacity
-	s := c.settings()
-	var (
-		tenant    string
-		used      identity.Dimension
-		queueable bool
-	)
-	if s.Enabled {
-		tenant, used, queueable = r.Identity.Tenant(s.TenantDimension)
-	}
+	tenant, used, queueable := c.settings().tenant(r.Identity)
 	if !queueable || !c.queue.HasWaiters(CapacityKey) {
 		idx, res := cp.Tracker.AcquireAny(&t.slot, cp.Candidates, cp.Start)
 		switch res {
