@@ -75,7 +75,7 @@ func NewMemoryStore(maxKeysPerDimension int) *MemoryStore {
 	s := &MemoryStore{perShard: maxKeysPerDimension / n, nShards: uint64(n), seed: maphash.MakeSeed()}
 	for d := range s.tables {
 		for i := range n {
-			s.tables[d][i].index = make(map[string]int32)
+			s.tables[d][i].index = make(map[uint64]int32)
 		}
 	}
 	return s
@@ -138,7 +138,7 @@ func (s *MemoryStore) settle(now time.Time, b *Batch, adjust bool) {
 			continue
 		}
 		sh := locked.shard(i)
-		idx, ok := sh.index[r.Key]
+		idx, ok := sh.find(r.hash, r.Key)
 		switch {
 		case ok:
 			debt := sh.debt(idx, t, r)
@@ -153,7 +153,7 @@ func (s *MemoryStore) settle(now time.Time, b *Batch, adjust bool) {
 			// Full already: never charged, or refilled and dropped.
 		default:
 			if _, ok := sh.room(t, s.perShard); ok {
-				sh.insert(bucket{key: r.Key, tat: t + r.AdjustedDebt(0), interval: r.interval, window: r.window})
+				sh.insert(bucket{key: r.Key, hash: r.hash, tat: t + r.AdjustedDebt(0), interval: r.interval, window: r.window})
 			}
 		}
 	}
@@ -231,7 +231,7 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 			sh.buckets[slot[i]].tat = tat // charging raises tat: due stays a lower bound
 			continue
 		}
-		sh.insert(bucket{key: r.Key, tat: tat, interval: r.interval, window: r.window})
+		sh.insert(bucket{key: r.Key, hash: r.hash, tat: tat, interval: r.interval, window: r.window})
 	}
 	return d
 }
@@ -240,10 +240,8 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 // unknown key, and whether any key is unknown.
 func (s *MemoryStore) find(b *Batch, locked *lockSet) (slot [MaxBatch]int32, fresh bool) {
 	for i := 0; i < b.n; i++ {
-		idx, ok := locked.shard(i).index[b.reqs[i].Key]
-		if !ok {
-			idx, fresh = -1, true
-		}
+		idx, ok := locked.shard(i).find(b.reqs[i].hash, b.reqs[i].Key)
+		fresh = fresh || !ok
 		slot[i] = idx
 	}
 	return slot, fresh

@@ -34,6 +34,8 @@ const (
 // bucket is one GCRA cell. Times are nanoseconds since the store's epoch.
 type bucket struct {
 	key string
+	// hash is key's seeded hash, its entry in the shard's index.
+	hash uint64
 	// tat is the theoretical arrival time: the bucket is full when tat <= now
 	// and owes tat-now otherwise (see gcra.go).
 	tat int64
@@ -48,11 +50,18 @@ type bucket struct {
 }
 
 // shard is one locked part of a dimension's bucket table: a dense slice, an
-// index from key to slot, and a min-heap of slots by due (evict.go). Every
-// access holds mu.
+// index from key hash to slot, and a min-heap of slots by due (evict.go).
+// Every access holds mu.
+//
+// The index is keyed by the 64-bit seeded hash that also picks the shard, so
+// a request hashes each key once: a map keyed by the string would hash it
+// again. The slot's key is compared, so a collision never merges two keys:
+// a key whose hash another tracked key already has goes to spill, a map by
+// the key itself that stays empty (nil) unless that happens.
 type shard struct {
 	mu      sync.Mutex
-	index   map[string]int32
+	index   map[uint64]int32
+	spill   map[string]int32
 	buckets []bucket
 	heap    []int32
 	// decided counts the outcomes of the shard's buckets in every Take.
@@ -78,15 +87,60 @@ func (sh *shard) setDebt(idx int32, t, debt int64) {
 	sh.lower(idx)
 }
 
-// shardOf returns the table-wide position of the shard of dimension d
-// holding key: the tables are laid out in dimension order, each split by a
-// seeded hash of the key (a power of two of shards, so a mask picks one).
-func (s *MemoryStore) shardOf(d Dimension, key string) int {
-	i := 0
-	if s.nShards > 1 {
-		i = int(maphash.String(s.seed, key) & (s.nShards - 1))
+// find returns the slot of key, whose hash is h, and whether sh holds it.
+func (sh *shard) find(h uint64, key string) (int32, bool) {
+	if idx, ok := sh.index[h]; ok && sh.buckets[idx].key == key {
+		return idx, true
 	}
-	return int(d)*maxShards + i
+	if idx, ok := sh.spill[key]; ok {
+		return idx, true
+	}
+	return -1, false
+}
+
+// link records a new bucket at idx: in the index when its hash is free, in
+// spill when another key has it.
+func (sh *shard) link(idx int32) {
+	bk := &sh.buckets[idx]
+	if _, taken := sh.index[bk.hash]; !taken {
+		sh.index[bk.hash] = idx
+		return
+	}
+	if sh.spill == nil {
+		sh.spill = make(map[string]int32)
+	}
+	sh.spill[bk.key] = idx
+}
+
+// relink records that the bucket at from moved to to, wherever it is indexed.
+func (sh *shard) relink(from, to int32) {
+	bk := &sh.buckets[from]
+	if cur, ok := sh.index[bk.hash]; ok && cur == from {
+		sh.index[bk.hash] = to
+		return
+	}
+	sh.spill[bk.key] = to
+}
+
+// unlink forgets the bucket at idx.
+func (sh *shard) unlink(idx int32) {
+	bk := &sh.buckets[idx]
+	if cur, ok := sh.index[bk.hash]; ok && cur == idx {
+		delete(sh.index, bk.hash)
+		return
+	}
+	delete(sh.spill, bk.key)
+}
+
+// hashOf returns the seeded hash of key, which picks its shard and indexes
+// it there.
+func (s *MemoryStore) hashOf(key string) uint64 { return maphash.String(s.seed, key) }
+
+// shardAt returns the table-wide position of the shard of dimension d
+// holding a key of hash h: the tables are laid out in dimension order, each
+// split by the hash (a power of two of shards, so a mask picks one).
+func (s *MemoryStore) shardAt(d Dimension, h uint64) int {
+	return int(d)*maxShards + int(h&(s.nShards-1))
 }
 
 // lockSet is the shards a batch holds, locked in table order.
@@ -96,7 +150,8 @@ type lockSet struct {
 	of     [MaxBatch]int8 // request i's shard in shards
 }
 
-// lock locks the shards of b's requests once each, in ascending table order,
+// lock hashes the key of each of b's requests (Request.hash) and locks their
+// shards once each, in ascending table order,
 // so two batches can never wait on each other. A batch's requests are of
 // different dimensions, usually in dimension order as Limiter builds them,
 // so it usually locks one shard each in the order listed.
@@ -105,7 +160,8 @@ func (s *MemoryStore) lock(b *Batch, l *lockSet) {
 	var byPos [MaxBatch]int8
 	for i := 0; i < b.n; i++ {
 		r := &b.reqs[i]
-		pos[i] = s.shardOf(r.Dimension, r.Key)
+		r.hash = s.hashOf(r.Key)
+		pos[i] = s.shardAt(r.Dimension, r.hash)
 		j := i
 		for ; j > 0 && pos[byPos[j-1]] > pos[i]; j-- { // insertion sort: at most four
 			byPos[j] = byPos[j-1]
