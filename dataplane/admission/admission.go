@@ -266,19 +266,38 @@ func (c *Controller) admit(ctx context.Context, arrival time.Time, r *Request) D
 // all with the limiter and settings of one policy.
 func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Request) (dec Decision) {
 	p := c.pol.Load()
-	if pre, err := p.lim.TakePreAuth(now, r.ClientAddr); err != nil || !pre.Allowed {
-		return c.preAuthRefusal(pre, err, r.ClientAddr)
-	}
-
 	keys := identityKeys(*r)
+	all := limitKeysOf(keys)
 	tenant, used, queueable := p.settings.tenant(r.Identity)
 	var gate Gate
 	if queueable {
+		gate = c.gateFor(keys, r.band)
+	}
+	var (
+		d   limiter.Decision
+		err error
+	)
+	if gate == nil && (!queueable || !c.queue.HasWaitersAny(all[:])) {
+		// Nothing to queue behind and no gate to ask: the pre-auth and
+		// identity buckets are charged in one trip to the store, in that
+		// order. Waiters that arrive meanwhile are passed as they would be
+		// between the check and TakeIdentity.
+		var pre limiter.Decision
+		if pre, d, err = p.lim.TakeAdmission(now, r.ClientAddr, keys); !pre.Allowed {
+			return c.preAuthRefusal(pre, err, r.ClientAddr)
+		}
+		if o := c.tenantObserver(); o != nil && queueable {
+			defer func() { observeTenant(o, now, tenant, used, &dec) }()
+		}
+	} else {
+		if pre, err := p.lim.TakePreAuth(now, r.ClientAddr); err != nil || !pre.Allowed {
+			return c.preAuthRefusal(pre, err, r.ClientAddr)
+		}
+		// Only a queueable request has waiters to queue behind or a gate.
 		if o := c.tenantObserver(); o != nil {
 			defer func() { observeTenant(o, now, tenant, used, &dec) }()
 		}
-		all := limitKeysOf(keys)
-		if gate = c.gateFor(keys, r.band); gate != nil {
+		if gate != nil {
 			gate.Arrive(tenant, keys.Model)
 		}
 		if c.queue.HasWaitersAny(all[:]) {
@@ -287,11 +306,9 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Reques
 		if ok, retry := gateAllow(gate, now, tenant, keys.Model); !ok {
 			return c.wait(ctx, now, r, keys, tenant, used, gate, gated(retry))
 		}
-	}
-
-	d, err := p.lim.TakeIdentity(now, keys)
-	if err == nil {
-		gateDone(gate, tenant, keys.Model, d)
+		if d, err = p.lim.TakeIdentity(now, keys); err == nil {
+			gateDone(gate, tenant, keys.Model, d)
+		}
 	}
 	switch {
 	case err != nil:

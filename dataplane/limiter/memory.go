@@ -187,8 +187,32 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 	var locked lockSet
 	s.lock(b, &locked)
 	defer locked.unlock()
+	return s.decideLocked(t, b, &locked, charge)
+}
 
-	slot, fresh := s.find(b, &locked)
+// takeInOrder is a Take of first and, only when first is allowed, a Take
+// of then, in one trip: then's shards are locked while first's still are,
+// so every dimension of first must be below every dimension of then (the
+// shards are locked in table order). It returns both decisions; then's is
+// zero when first refused.
+func (s *MemoryStore) takeInOrder(now time.Time, first, then *Batch) (Decision, Decision) {
+	t := s.since(now)
+	var locked, thenLocked lockSet
+	s.lock(first, &locked)
+	defer locked.unlock()
+	d := s.decideLocked(t, first, &locked, true)
+	if !d.Allowed {
+		return d, Decision{}
+	}
+	s.lock(then, &thenLocked)
+	defer thenLocked.unlock()
+	return d, s.decideLocked(t, then, &thenLocked, true)
+}
+
+// decideLocked is decide at t, nanoseconds since the epoch, with b's shards
+// locked in locked.
+func (s *MemoryStore) decideLocked(t int64, b *Batch, locked *lockSet, charge bool) Decision {
+	slot, fresh := s.find(b, locked)
 	if fresh {
 		// A new key needs room in its shard; making it drops refilled
 		// buckets, which moves slots.
@@ -204,11 +228,11 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 		if d.TableFull != 0 {
 			if charge {
 				s.full.Add(1)
-				count(b, &locked, &d)
+				count(b, locked, &d)
 			}
 			return d
 		}
-		slot, _ = s.find(b, &locked)
+		slot, _ = s.find(b, locked)
 	}
 	var debts [MaxBatch]int64 // a new bucket is full
 	for i := 0; i < b.n; i++ {
@@ -220,7 +244,7 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
 	if !charge {
 		return d
 	}
-	count(b, &locked, &d)
+	count(b, locked, &d)
 	if !d.Allowed {
 		return d
 	}
