@@ -212,8 +212,11 @@ func (s *MemoryStore) takeInOrder(now time.Time, first, then *Batch) (Decision, 
 // decideLocked is decide at t, nanoseconds since the epoch, with b's shards
 // locked in locked.
 func (s *MemoryStore) decideLocked(t int64, b *Batch, locked *lockSet, charge bool) Decision {
-	slot, fresh := s.find(b, locked)
-	if fresh {
+	var (
+		slot  [MaxBatch]int32
+		debts [MaxBatch]int64 // a new bucket is full
+	)
+	if s.find(t, b, locked, &slot, &debts) {
 		// A new key needs room in its shard; making it drops refilled
 		// buckets, which moves slots.
 		var d Decision
@@ -232,24 +235,19 @@ func (s *MemoryStore) decideLocked(t int64, b *Batch, locked *lockSet, charge bo
 			}
 			return d
 		}
-		slot, _ = s.find(b, locked)
-	}
-	var debts [MaxBatch]int64 // a new bucket is full
-	for i := 0; i < b.n; i++ {
-		if slot[i] >= 0 {
-			debts[i] = locked.shard(i).debt(slot[i], t, &b.reqs[i])
-		}
+		s.find(t, b, locked, &slot, &debts)
 	}
 	d := DecisionFromDebts(b, &debts, charge)
 	if !charge {
 		return d
 	}
-	count(b, locked, &d)
 	if !d.Allowed {
+		count(b, locked, &d)
 		return d
 	}
 	for i := 0; i < b.n; i++ {
 		r, sh := &b.reqs[i], locked.shard(i)
+		sh.decided[OutcomeAllowed]++ // as count would
 		tat := t + debts[i] + r.Charge()
 		if slot[i] >= 0 {
 			sh.buckets[slot[i]].tat = tat // charging raises tat: due stays a lower bound
@@ -260,15 +258,21 @@ func (s *MemoryStore) decideLocked(t int64, b *Batch, locked *lockSet, charge bo
 	return d
 }
 
-// find returns the slot of each bucket of b in its locked shard, -1 for an
-// unknown key, and whether any key is unknown.
-func (s *MemoryStore) find(b *Batch, locked *lockSet) (slot [MaxBatch]int32, fresh bool) {
+// find sets the slot of each bucket of b in its locked shard, -1 for an
+// unknown key, and its debt at t, 0 for an unknown key (a new bucket is
+// full); it reports whether any key is unknown.
+func (s *MemoryStore) find(t int64, b *Batch, locked *lockSet, slot *[MaxBatch]int32, debts *[MaxBatch]int64) (fresh bool) {
 	for i := 0; i < b.n; i++ {
-		idx, ok := locked.shard(i).find(b.reqs[i].hash, b.reqs[i].Key)
-		fresh = fresh || !ok
-		slot[i] = idx
+		r, sh := &b.reqs[i], locked.shard(i)
+		idx, ok := sh.find(r.hash, r.Key)
+		slot[i], debts[i] = idx, 0
+		if !ok {
+			fresh = true
+			continue
+		}
+		debts[i] = sh.debt(idx, t, r)
 	}
-	return slot, fresh
+	return fresh
 }
 
 // count records the outcome of each bucket of a Take, decided as d, in its

@@ -145,23 +145,36 @@ func (s *MemoryStore) shardAt(d Dimension, h uint64) int {
 
 // lockSet is the shards a batch holds, locked in table order.
 type lockSet struct {
-	shards [MaxBatch]*shard
+	of     [MaxBatch]*shard // request i's shard
+	locked [MaxBatch]*shard // each shard once, in the order locked
 	n      int
-	of     [MaxBatch]int8 // request i's shard in shards
 }
 
-// lock hashes the key of each of b's requests (Request.hash) and locks their
-// shards once each, in ascending table order,
-// so two batches can never wait on each other. A batch's requests are of
-// different dimensions, usually in dimension order as Limiter builds them,
-// so it usually locks one shard each in the order listed.
+// lock hashes the key of each of b's requests (Request.hash) and locks
+// their shards once each, in ascending table order, so two batches can
+// never wait on each other. Limiter builds batches in dimension order, one
+// request per dimension, so the shards are usually ascending already and
+// are locked in the order listed.
 func (s *MemoryStore) lock(b *Batch, l *lockSet) {
 	var pos [MaxBatch]int // table position of each request's shard
-	var byPos [MaxBatch]int8
+	ascending := true
 	for i := 0; i < b.n; i++ {
 		r := &b.reqs[i]
 		r.hash = s.hashOf(r.Key)
 		pos[i] = s.shardAt(r.Dimension, r.hash)
+		l.of[i] = &s.tables[pos[i]/maxShards][pos[i]%maxShards]
+		ascending = ascending && (i == 0 || pos[i-1] < pos[i])
+	}
+	if ascending {
+		for i := 0; i < b.n; i++ {
+			l.of[i].mu.Lock()
+			l.locked[i] = l.of[i]
+		}
+		l.n = b.n
+		return
+	}
+	var byPos [MaxBatch]int8
+	for i := 0; i < b.n; i++ {
 		j := i
 		for ; j > 0 && pos[byPos[j-1]] > pos[i]; j-- { // insertion sort: at most four
 			byPos[j] = byPos[j-1]
@@ -171,20 +184,18 @@ func (s *MemoryStore) lock(b *Batch, l *lockSet) {
 	for k := 0; k < b.n; k++ {
 		i := byPos[k]
 		if k == 0 || pos[i] != pos[byPos[k-1]] {
-			sh := &s.tables[pos[i]/maxShards][pos[i]%maxShards]
-			sh.mu.Lock()
-			l.shards[l.n] = sh
+			l.of[i].mu.Lock()
+			l.locked[l.n] = l.of[i]
 			l.n++
 		}
-		l.of[i] = int8(l.n - 1)
 	}
 }
 
 func (l *lockSet) unlock() {
 	for i := l.n - 1; i >= 0; i-- {
-		l.shards[i].mu.Unlock()
+		l.locked[i].mu.Unlock()
 	}
 }
 
 // shard returns the locked shard of b's request i.
-func (l *lockSet) shard(i int) *shard { return l.shards[l.of[i]] }
+func (l *lockSet) shard(i int) *shard { return l.of[i] }
