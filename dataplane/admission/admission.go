@@ -237,36 +237,39 @@ func (c *Controller) settings() *Settings { return &c.pol.Load().settings }
 // deferred admission on, while it is held for its token reservation. ctx
 // ending (the client disconnecting) takes the request out of either queue at
 // once, giving back what it was charged.
-func (c *Controller) Admit(ctx context.Context, r Request) Decision {
-	return c.admit(ctx, c.clk.Now(), &r)
+func (c *Controller) Admit(ctx context.Context, r Request) (dec Decision) {
+	c.admit(ctx, c.clk.Now(), &r, &dec)
+	return dec
 }
 
-// admit is Admit for a request that arrived at arrival. It leaves in r
-// what it resolved: its band and, once estimated, its token reservation.
-func (c *Controller) admit(ctx context.Context, arrival time.Time, r *Request) Decision {
+// admit is Admit for a request that arrived at arrival, deciding into dec,
+// which must be zero: the decision is written where the caller returns it,
+// never copied up the calls. It leaves in r what it resolved: its band and,
+// once estimated, its token reservation.
+func (c *Controller) admit(ctx context.Context, arrival time.Time, r *Request, dec *Decision) {
 	r.band = c.requestBand(r)
 	estimate := r.Tokens <= 0 && r.Reserver != nil
 	if estimate && c.chargesTokens(*r) {
 		r.Tokens, estimate = r.Reserver.Reservation(), false
 	}
-	dec := c.admitRequests(ctx, arrival, r)
+	c.admitRequests(ctx, arrival, r, dec)
 	if !dec.Allowed {
-		return dec
+		return
 	}
 	if estimate {
 		r.Tokens = r.Reserver.Reservation()
 	}
-	if r.Tokens <= 0 {
-		return dec
+	if r.Tokens > 0 {
+		*dec = c.reserve(ctx, arrival, *r, *dec)
 	}
-	return c.reserve(ctx, arrival, *r, dec)
 }
 
 // admitRequests decides r's request-count limits (SPEC sections 2 and 5),
-// all with the limiter and settings of one policy.
-func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Request) (dec Decision) {
+// all with the limiter and settings of one policy, into dec, which must be
+// zero.
+func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Request, dec *Decision) {
 	p := c.pol.Load()
-	keys := identityKeys(*r)
+	keys := r.keys()
 	all := limitKeysOf(keys)
 	tenant, used, queueable := p.settings.tenant(r.Identity)
 	var gate Gate
@@ -284,27 +287,31 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Reques
 		// between the check and TakeIdentity.
 		var pre limiter.Decision
 		if pre, d, err = p.lim.TakeAdmission(now, r.ClientAddr, keys); !pre.Allowed {
-			return c.preAuthRefusal(pre, err, r.ClientAddr)
+			*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
+			return
 		}
 		if o := c.tenantObserver(); o != nil && queueable {
-			defer func() { observeTenant(o, now, tenant, used, &dec) }()
+			defer observeTenant(o, now, tenant, used, dec)
 		}
 	} else {
 		if pre, err := p.lim.TakePreAuth(now, r.ClientAddr); err != nil || !pre.Allowed {
-			return c.preAuthRefusal(pre, err, r.ClientAddr)
+			*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
+			return
 		}
 		// Only a queueable request has waiters to queue behind or a gate.
 		if o := c.tenantObserver(); o != nil {
-			defer func() { observeTenant(o, now, tenant, used, &dec) }()
+			defer observeTenant(o, now, tenant, used, dec)
 		}
 		if gate != nil {
 			gate.Arrive(tenant, keys.Model)
 		}
 		if c.queue.HasWaitersAny(all[:]) {
-			return c.wait(ctx, now, r, keys, tenant, used, gate, limiter.Decision{})
+			*dec = c.wait(ctx, now, r, keys, tenant, used, gate, limiter.Decision{})
+			return
 		}
 		if ok, retry := gateAllow(gate, now, tenant, keys.Model); !ok {
-			return c.wait(ctx, now, r, keys, tenant, used, gate, gated(retry))
+			*dec = c.wait(ctx, now, r, keys, tenant, used, gate, gated(retry))
+			return
 		}
 		if d, err = p.lim.TakeIdentity(now, keys); err == nil {
 			gateDone(gate, tenant, keys.Model, d)
@@ -312,13 +319,14 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Reques
 	}
 	switch {
 	case err != nil:
-		return unavailable(err)
+		*dec = unavailable(err)
 	case d.Allowed:
-		return Decision{Allowed: true, Status: StatusOK, Quota: d.Tightest, HasQuota: d.HasQuota}
+		dec.Allowed, dec.Status, dec.Quota, dec.HasQuota = true, StatusOK, d.Tightest, d.HasQuota
 	case !queueable || !canQueue(d):
-		return c.refusal(d, keys, "")
+		*dec = c.refusal(d, keys, "")
+	default:
+		*dec = c.wait(ctx, now, r, keys, tenant, used, gate, d)
 	}
-	return c.wait(ctx, now, r, keys, tenant, used, gate, d)
 }
 
 // canQueue reports whether a refusal may wait in the fair queue: one by an
@@ -364,7 +372,10 @@ func (c *Controller) refund(r Request) error {
 }
 
 // identityKeys returns the identity bucket keys of r.
-func identityKeys(r Request) limiter.Keys {
+func identityKeys(r Request) limiter.Keys { return r.keys() }
+
+// keys returns the identity bucket keys of r without copying it.
+func (r *Request) keys() limiter.Keys {
 	return limiter.Keys{APIKey: r.Identity.APIKey, User: r.Identity.User, Team: r.Identity.Team, Model: r.Model}
 }
 

@@ -248,7 +248,7 @@ func (s *MemoryStore) decideLocked(t int64, b *Batch, locked *lockSet, charge bo
 	for i := 0; i < b.n; i++ {
 		r, sh := &b.reqs[i], locked.shard(i)
 		sh.decided[OutcomeAllowed]++ // as count would
-		tat := t + debts[i] + r.Charge()
+		tat := t + debts[i] + r.charge()
 		if slot[i] >= 0 {
 			sh.buckets[slot[i]].tat = tat // charging raises tat: due stays a lower bound
 			continue
