@@ -138,7 +138,7 @@ func (s *MemoryStore) settle(now time.Time, b *Batch, adjust bool) {
 			continue
 		}
 		sh := locked.shard(i)
-		idx, ok := sh.find(r.hash, r.Key)
+		idx, ok := sh.find(locked.hash[i], r.Key)
 		switch {
 		case ok:
 			debt := sh.debt(idx, t, r)
@@ -153,7 +153,7 @@ func (s *MemoryStore) settle(now time.Time, b *Batch, adjust bool) {
 			// Full already: never charged, or refilled and dropped.
 		default:
 			if _, ok := sh.room(t, s.perShard); ok {
-				sh.insert(bucket{key: r.Key, hash: r.hash, tat: t + r.AdjustedDebt(0), interval: r.interval, window: r.window})
+				sh.insert(bucket{key: r.Key, hash: locked.hash[i], tat: t + r.AdjustedDebt(0), interval: r.interval, window: r.window})
 			}
 		}
 	}
@@ -253,7 +253,7 @@ func (s *MemoryStore) decideLocked(t int64, b *Batch, locked *lockSet, charge bo
 			sh.buckets[slot[i]].tat = tat // charging raises tat: due stays a lower bound
 			continue
 		}
-		sh.insert(bucket{key: r.Key, hash: r.hash, tat: tat, interval: r.interval, window: r.window})
+		sh.insert(bucket{key: r.Key, hash: locked.hash[i], tat: tat, interval: r.interval, window: r.window})
 	}
 	return d
 }
@@ -264,7 +264,7 @@ func (s *MemoryStore) decideLocked(t int64, b *Batch, locked *lockSet, charge bo
 func (s *MemoryStore) find(t int64, b *Batch, locked *lockSet, slot *[MaxBatch]int32, debts *[MaxBatch]int64) (fresh bool) {
 	for i := 0; i < b.n; i++ {
 		r, sh := &b.reqs[i], locked.shard(i)
-		idx, ok := sh.find(r.hash, r.Key)
+		idx, ok := sh.find(locked.hash[i], r.Key)
 		slot[i], debts[i] = idx, 0
 		if !ok {
 			fresh = true

@@ -51,9 +51,6 @@ type Request struct {
 	// interval and window cache Limit's GCRA shape (see shapeOf), set by
 	// Batch.Add, so the in-memory store need not divide on every request.
 	interval, window int64
-	// hash is Key's seeded hash, set by the in-memory store when it locks
-	// the batch and used for the shard and its index.
-	hash uint64
 }
 
 // Batch is a fixed-capacity list of up to MaxBatch requests, at most one per

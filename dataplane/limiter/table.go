@@ -133,8 +133,13 @@ func (sh *shard) unlink(idx int32) {
 }
 
 // hashOf returns the seeded hash of key, which picks its shard and indexes
-// it there.
-func (s *MemoryStore) hashOf(key string) uint64 { return maphash.String(s.seed, key) }
+// it there. The empty key (the global bucket's) needs no hashing.
+func (s *MemoryStore) hashOf(key string) uint64 {
+	if key == "" {
+		return 0
+	}
+	return maphash.String(s.seed, key)
+}
 
 // shardAt returns the table-wide position of the shard of dimension d
 // holding a key of hash h: the tables are laid out in dimension order, each
@@ -145,23 +150,24 @@ func (s *MemoryStore) shardAt(d Dimension, h uint64) int {
 
 // lockSet is the shards a batch holds, locked in table order.
 type lockSet struct {
+	hash   [MaxBatch]uint64 // request i's key hash (hashOf)
 	of     [MaxBatch]*shard // request i's shard
 	locked [MaxBatch]*shard // each shard once, in the order locked
 	n      int
 }
 
-// lock hashes the key of each of b's requests (Request.hash) and locks
-// their shards once each, in ascending table order, so two batches can
-// never wait on each other. Limiter builds batches in dimension order, one
-// request per dimension, so the shards are usually ascending already and
-// are locked in the order listed.
+// lock hashes the key of each of b's requests and locks their shards once
+// each, in ascending table order, so two batches can never wait on each
+// other. Limiter builds batches in dimension order, one request per
+// dimension, so the shards are usually ascending already and are locked in
+// the order listed.
 func (s *MemoryStore) lock(b *Batch, l *lockSet) {
 	var pos [MaxBatch]int // table position of each request's shard
 	ascending := true
 	for i := 0; i < b.n; i++ {
 		r := &b.reqs[i]
-		r.hash = s.hashOf(r.Key)
-		pos[i] = s.shardAt(r.Dimension, r.hash)
+		l.hash[i] = s.hashOf(r.Key)
+		pos[i] = s.shardAt(r.Dimension, l.hash[i])
 		l.of[i] = &s.tables[pos[i]/maxShards][pos[i]%maxShards]
 		ascending = ascending && (i == 0 || pos[i-1] < pos[i])
 	}
