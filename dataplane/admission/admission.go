@@ -266,57 +266,72 @@ func (c *Controller) admit(ctx context.Context, arrival time.Time, r *Request, d
 
 // admitRequests decides r's request-count limits (SPEC sections 2 and 5),
 // all with the limiter and settings of one policy, into dec, which must be
-// zero.
+// zero. It holds only the common case, a request with nothing to queue
+// behind and no gate to ask, so its frame stays small.
 func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Request, dec *Decision) {
 	p := c.pol.Load()
 	keys := r.keys()
-	all := limitKeysOf(keys)
 	tenant, used, queueable := p.settings.tenant(r.Identity)
 	var gate Gate
 	if queueable {
-		gate = c.gateFor(keys, r.band)
-	}
-	var (
-		d   limiter.Decision
-		err error
-	)
-	if gate == nil && (!queueable || !c.queue.HasWaitersAny(all[:])) {
-		// Nothing to queue behind and no gate to ask: the pre-auth and
-		// identity buckets are charged in one trip to the store, in that
-		// order. Waiters that arrive meanwhile are passed as they would be
-		// between the check and TakeIdentity.
-		var pre limiter.Decision
-		if pre, d, err = p.lim.TakeAdmission(now, r.ClientAddr, keys); !pre.Allowed {
-			*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
+		if gate = c.gateFor(keys, r.band); gate != nil || c.hasWaiters(keys) {
+			c.admitInTurn(ctx, now, r, p, keys, tenant, used, gate, dec)
 			return
-		}
-		if o := c.tenantObserver(); o != nil && queueable {
-			defer observeTenant(o, now, tenant, used, dec)
-		}
-	} else {
-		if pre, err := p.lim.TakePreAuth(now, r.ClientAddr); err != nil || !pre.Allowed {
-			*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
-			return
-		}
-		// Only a queueable request has waiters to queue behind or a gate.
-		if o := c.tenantObserver(); o != nil {
-			defer observeTenant(o, now, tenant, used, dec)
-		}
-		if gate != nil {
-			gate.Arrive(tenant, keys.Model)
-		}
-		if c.queue.HasWaitersAny(all[:]) {
-			*dec = c.wait(ctx, now, r, keys, tenant, used, gate, limiter.Decision{})
-			return
-		}
-		if ok, retry := gateAllow(gate, now, tenant, keys.Model); !ok {
-			*dec = c.wait(ctx, now, r, keys, tenant, used, gate, gated(retry))
-			return
-		}
-		if d, err = p.lim.TakeIdentity(now, keys); err == nil {
-			gateDone(gate, tenant, keys.Model, d)
 		}
 	}
+	// The pre-auth and identity buckets are charged in one trip to the
+	// store, in that order. Waiters that arrive meanwhile are passed as
+	// they would be between the check and TakeIdentity.
+	pre, d, err := p.lim.TakeAdmission(now, r.ClientAddr, keys)
+	if !pre.Allowed {
+		*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
+		return
+	}
+	if o := c.tenantObserver(); o != nil && queueable {
+		defer observeTenant(o, now, tenant, used, dec)
+	}
+	if err == nil && d.Allowed { // as identityDecided would, without the call
+		dec.Allowed, dec.Status, dec.Quota, dec.HasQuota = true, StatusOK, d.Tightest, d.HasQuota
+		return
+	}
+	c.identityDecided(ctx, now, r, keys, tenant, used, queueable, gate, d, err, dec)
+}
+
+// admitInTurn is admitRequests for a queueable request with a gate to ask
+// or waiters on one of its keys: after the pre-auth buckets, it joins the
+// tenant's queue without taking a token when waiters are there (no
+// barging) or the gate holds it back, and checks the identity buckets
+// otherwise.
+func (c *Controller) admitInTurn(ctx context.Context, now time.Time, r *Request, p *policy, keys limiter.Keys, tenant string, used identity.Dimension, gate Gate, dec *Decision) {
+	if pre, err := p.lim.TakePreAuth(now, r.ClientAddr); err != nil || !pre.Allowed {
+		*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
+		return
+	}
+	if o := c.tenantObserver(); o != nil {
+		defer observeTenant(o, now, tenant, used, dec)
+	}
+	if gate != nil {
+		gate.Arrive(tenant, keys.Model)
+	}
+	if c.hasWaiters(keys) {
+		*dec = c.wait(ctx, now, r, keys, tenant, used, gate, limiter.Decision{})
+		return
+	}
+	if ok, retry := gateAllow(gate, now, tenant, keys.Model); !ok {
+		*dec = c.wait(ctx, now, r, keys, tenant, used, gate, gated(retry))
+		return
+	}
+	d, err := p.lim.TakeIdentity(now, keys)
+	if err == nil {
+		gateDone(gate, tenant, keys.Model, d)
+	}
+	c.identityDecided(ctx, now, r, keys, tenant, used, true, gate, d, err, dec)
+}
+
+// identityDecided writes into dec what the identity buckets' decision d, or
+// the store's err, means for r: admitted, refused at once, or queued when
+// the request may queue and the refusal is queueable.
+func (c *Controller) identityDecided(ctx context.Context, now time.Time, r *Request, keys limiter.Keys, tenant string, used identity.Dimension, queueable bool, gate Gate, d limiter.Decision, err error, dec *Decision) {
 	switch {
 	case err != nil:
 		*dec = unavailable(err)
@@ -327,6 +342,13 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Reques
 	default:
 		*dec = c.wait(ctx, now, r, keys, tenant, used, gate, d)
 	}
+}
+
+// hasWaiters reports whether requests wait in the fair queue on any of
+// the identity buckets of keys.
+func (c *Controller) hasWaiters(keys limiter.Keys) bool {
+	all := limitKeysOf(keys)
+	return c.queue.HasWaitersAny(all[:])
 }
 
 // canQueue reports whether a refusal may wait in the fair queue: one by an
