@@ -82,11 +82,17 @@ func (r Request) Shape() (interval, window int64) { return r.interval, r.window 
 // identically. A Take that is allowed leaves bucket i owing
 // debts[i]+b.At(i).Charge().
 func DecisionFromDebts(b *Batch, debts *[MaxBatch]int64, charge bool) Decision {
-	d := Decision{Allowed: true}
-	for i := 0; i < b.n; i++ {
-		judge(&d, &b.reqs[i], debts[i], charge)
-	}
+	var d Decision
+	decideDebts(&d, b, debts, charge)
 	return d
+}
+
+// decideDebts is DecisionFromDebts into d, which must be zero.
+func decideDebts(d *Decision, b *Batch, debts *[MaxBatch]int64, charge bool) {
+	d.Allowed = true
+	for i := 0; i < b.n; i++ {
+		judge(d, &b.reqs[i], debts[i], charge)
+	}
 }
 
 // Charge returns the GCRA time, in nanoseconds, that a Take or Peek of r

@@ -215,7 +215,7 @@ func (l *Limiter) TakeAdmission(now time.Time, client string, k Keys) (pre, id D
 	}
 	// Global and client come before every identity dimension in the store's
 	// table order, as takeInOrder needs.
-	pre, id = l.mem.takeInOrder(now, &pb, &ib)
+	l.mem.takeInOrder(now, &pb, &ib, &pre, &id)
 	l.observe(&pb, &pre, nil)
 	if pre.Allowed {
 		l.observe(&ib, &id, nil)

@@ -182,36 +182,36 @@ func (s *MemoryStore) setEpoch(now time.Time) *time.Time {
 // is set and all hold their cost, charges them all; otherwise it changes
 // nothing but the lazy rescaling of buckets whose limit was hot-swapped and
 // the dropping of refilled buckets.
-func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
+func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) (d Decision) {
 	t := s.since(now)
 	var locked lockSet
 	s.lock(b, &locked)
 	defer locked.unlock()
-	return s.decideLocked(t, b, &locked, charge)
+	s.decideLocked(&d, t, b, &locked, charge)
+	return d
 }
 
 // takeInOrder is a Take of first and, only when first is allowed, a Take
-// of then, in one trip: then's shards are locked while first's still are,
-// so every dimension of first must be below every dimension of then (the
-// shards are locked in table order). It returns both decisions; then's is
-// zero when first refused.
-func (s *MemoryStore) takeInOrder(now time.Time, first, then *Batch) (Decision, Decision) {
+// of then, in one trip, deciding into d and thenD, which must be zero
+// (thenD stays zero when first is refused). then's shards are locked while
+// first's still are, so every dimension of first must be below every
+// dimension of then (the shards are locked in table order).
+func (s *MemoryStore) takeInOrder(now time.Time, first, then *Batch, d, thenD *Decision) {
 	t := s.since(now)
 	var locked, thenLocked lockSet
 	s.lock(first, &locked)
 	defer locked.unlock()
-	d := s.decideLocked(t, first, &locked, true)
-	if !d.Allowed {
-		return d, Decision{}
+	if s.decideLocked(d, t, first, &locked, true); !d.Allowed {
+		return
 	}
 	s.lock(then, &thenLocked)
 	defer thenLocked.unlock()
-	return d, s.decideLocked(t, then, &thenLocked, true)
+	s.decideLocked(thenD, t, then, &thenLocked, true)
 }
 
 // decideLocked is decide at t, nanoseconds since the epoch, with b's shards
-// locked in locked.
-func (s *MemoryStore) decideLocked(t int64, b *Batch, locked *lockSet, charge bool) Decision {
+// locked in locked, into d, which must be zero.
+func (s *MemoryStore) decideLocked(d *Decision, t int64, b *Batch, locked *lockSet, charge bool) {
 	var (
 		slot  [MaxBatch]int32
 		debts [MaxBatch]int64 // a new bucket is full
@@ -219,31 +219,30 @@ func (s *MemoryStore) decideLocked(t int64, b *Batch, locked *lockSet, charge bo
 	if s.find(t, b, locked, &slot, &debts) {
 		// A new key needs room in its shard; making it drops refilled
 		// buckets, which moves slots.
-		var d Decision
 		for i := 0; i < b.n; i++ {
 			if slot[i] < 0 {
 				if wait, ok := locked.shard(i).room(t, s.perShard); !ok {
 					d.TableFull = d.TableFull.Add(b.reqs[i].Dimension)
-					refuse(&d, b.reqs[i].Dimension, time.Duration(wait))
+					refuse(d, b.reqs[i].Dimension, time.Duration(wait))
 				}
 			}
 		}
 		if d.TableFull != 0 {
 			if charge {
 				s.full.Add(1)
-				count(b, locked, &d)
+				count(b, locked, d)
 			}
-			return d
+			return
 		}
 		s.find(t, b, locked, &slot, &debts)
 	}
-	d := DecisionFromDebts(b, &debts, charge)
+	decideDebts(d, b, &debts, charge)
 	if !charge {
-		return d
+		return
 	}
 	if !d.Allowed {
-		count(b, locked, &d)
-		return d
+		count(b, locked, d)
+		return
 	}
 	for i := 0; i < b.n; i++ {
 		r, sh := &b.reqs[i], locked.shard(i)
@@ -255,7 +254,6 @@ func (s *MemoryStore) decideLocked(t int64, b *Batch, locked *lockSet, charge bo
 		}
 		sh.insert(bucket{key: r.Key, hash: locked.hash[i], tat: tat, interval: r.interval, window: r.window})
 	}
-	return d
 }
 
 // find sets the slot of each bucket of b in its locked shard, -1 for an
