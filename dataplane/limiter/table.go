@@ -141,13 +141,6 @@ func (s *MemoryStore) hashOf(key string) uint64 {
 	return maphash.String(s.seed, key)
 }
 
-// shardAt returns the table-wide position of the shard of dimension d
-// holding a key of hash h: the tables are laid out in dimension order, each
-// split by the hash (a power of two of shards, so a mask picks one).
-func (s *MemoryStore) shardAt(d Dimension, h uint64) int {
-	return int(d)*maxShards + int(h&(s.nShards-1))
-}
-
 // lockSet is the shards a batch holds, locked in table order.
 type lockSet struct {
 	hash   [MaxBatch]uint64 // request i's key hash (hashOf)
@@ -158,17 +151,19 @@ type lockSet struct {
 
 // lock hashes the key of each of b's requests and locks their shards once
 // each, in ascending table order, so two batches can never wait on each
-// other. Limiter builds batches in dimension order, one request per
+// other: the tables are laid out in dimension order, each split by the
+// hash (a power of two of shards, so a mask picks one). Limiter builds batches in dimension order, one request per
 // dimension, so the shards are usually ascending already and are locked in
 // the order listed.
 func (s *MemoryStore) lock(b *Batch, l *lockSet) {
-	var pos [MaxBatch]int // table position of each request's shard
+	var pos [MaxBatch]uint64 // table position of each request's shard
 	ascending := true
 	for i := 0; i < b.n; i++ {
 		r := &b.reqs[i]
-		l.hash[i] = s.hashOf(r.Key)
-		pos[i] = s.shardAt(r.Dimension, l.hash[i])
-		l.of[i] = &s.tables[pos[i]/maxShards][pos[i]%maxShards]
+		h := s.hashOf(r.Key)
+		in := h & (s.nShards - 1)
+		l.hash[i], l.of[i] = h, &s.tables[r.Dimension][in]
+		pos[i] = uint64(r.Dimension)*maxShards + in
 		ascending = ascending && (i == 0 || pos[i-1] < pos[i])
 	}
 	if ascending {
