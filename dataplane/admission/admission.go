@@ -32,6 +32,11 @@ limitations under the License.
 //     its budget; otherwise answers 429 at once;
 //  5. answers 503 at once, never queued, when the limiter store is unavailable.
 //
+// When step 2 finds nothing to wait behind and no fleet gate paces the
+// request (the common case), steps 1 and 3 are one trip to the limiter's
+// store (Limiter.TakeAdmission), still in that order: a pre-auth refusal
+// charges no identity bucket, an identity refusal keeps the pre-auth charge.
+//
 // A request without any tenant identity cannot be queued, so it skips the
 // no-barging check and keeps the behaviour it would have without fair
 // queuing: a token if one is free, an immediate 429 otherwise.
