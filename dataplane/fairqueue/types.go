@@ -34,6 +34,10 @@ const (
 	ReasonDisabled Reason = "disabled"
 	// ReasonShutdown means the Queue was closed; the caller answers 503 or 429.
 	ReasonShutdown Reason = "shutdown"
+	// ReasonNoIdentity means the request has no identity of the tenant
+	// dimension, so it could not wait in the queue: the queue never gives
+	// it, a caller reports it with Queue.Refuse.
+	ReasonNoIdentity Reason = "no_identity"
 )
 
 // Default bounds from the product specification, whose one home is the
@@ -325,8 +329,9 @@ type Observer interface {
 	// time it spent queued.
 	Granted(dimension, limitType, band string, waited time.Duration)
 	// Refused reports a request refused at enqueue or after waiting, with the
-	// band it was (or would have been) scheduled in. Besides the five
-	// specification reasons, reason may be ReasonDisabled or ReasonShutdown;
+	// band it was (or would have been) scheduled in, or refused without
+	// queuing (Queue.Refuse). Besides the five specification reasons, reason
+	// may be ReasonDisabled, ReasonShutdown or ReasonNoIdentity;
 	// cancellations and Attempt errors are not reported.
 	Refused(dimension, limitType, band string, reason Reason)
 }
