@@ -100,14 +100,7 @@ func TestCapacityEstimatedWaitIsTheWait(t *testing.T) {
 func TestCapacityRefusalsAtOnceAreCountedAndSpread(t *testing.T) {
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 1)
-	hs := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		arrived <- struct{}{}
-		select {
-		case <-release:
-		case <-time.After(20 * time.Second):
-		}
-		_, _ = w.Write([]byte(`{"ok":true}`))
-	}), withCapacity(1, func(c *config.Config) { c.Identity.TrustHeaders = true })) // fair queuing off
+	hs := newHarness(t, holdingUpstream(arrived, release), withCapacity(1, func(c *config.Config) { c.Identity.TrustHeaders = true })) // fair queuing off
 	first := make(chan int, 1)
 	go func() {
 		resp := hs.do(capBody, map[string]string{"X-User": "alice"})
@@ -138,19 +131,10 @@ func TestCapacityRefusalsAtOnceAreCountedAndSpread(t *testing.T) {
 // with the given limit_type.
 func histogramSum(t *testing.T, hs *harness, name, limitType string) float64 {
 	t.Helper()
-	mfs, err := hs.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if labelOf(m, "limit_type") == limitType {
-				sum += m.GetHistogram().GetSampleSum()
-			}
+	for _, m := range series(t, hs, name) {
+		if labelOf(m, "limit_type") == limitType {
+			sum += m.GetHistogram().GetSampleSum()
 		}
 	}
 	return sum
@@ -159,17 +143,9 @@ func histogramSum(t *testing.T, hs *harness, name, limitType string) float64 {
 // counterSum returns the sum of every series of the named counter.
 func counterSum(t *testing.T, hs *harness, name string) float64 {
 	t.Helper()
-	mfs, err := hs.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
+	for _, m := range series(t, hs, name) {
+		sum += m.GetCounter().GetValue()
 	}
 	return sum
 }
