@@ -174,3 +174,38 @@ func TestCapacityWaitEstimateIsTheSlotsAhead(t *testing.T) {
 		t.Errorf("capacity waits told the tenant observer = %v, want [%v %v]", obs.waits, capSpacing, 2*capSpacing)
 	}
 }
+
+// TestCapacityQueueRefusalsAreToldSuccessiveSlots: requests refused because
+// their tenant's queue for a slot is full are told when successive places
+// free, one slot spacing apart from the next slot on, never less than it and
+// never beyond their budget.
+func TestCapacityQueueRefusalsAreToldSuccessiveSlots(t *testing.T) {
+	e := newEnv(t, envOpts{settings: on, bounds: fairqueue.Bounds{MaxQueueDepthPerTenant: 1, MaxWait: 250 * time.Millisecond}})
+	cp := oneSlot(t, e)
+	r := Request{Identity: alice, Model: "m", Capacity: cp}
+	holder := new(Ticket)
+	if d := e.c.Begin(context.Background(), r, holder); !d.Allowed {
+		t.Fatalf("first request: %+v, want the free slot", d)
+	}
+	waiter := make(chan Decision, 1)
+	go func() {
+		tk := new(Ticket)
+		d := e.c.Begin(context.Background(), r, tk)
+		tk.Done(0)
+		waiter <- d
+	}()
+	testutil.Eventually(t, "the second request to wait", func() bool { return e.depth() == 1 })
+	// The waiter's place frees with the next slot; each refused request
+	// after it is told the place after, up to the 250ms budget.
+	for i, want := range []time.Duration{capSpacing, 2 * capSpacing, 250 * time.Millisecond} {
+		var tk Ticket
+		d := e.c.Begin(context.Background(), r, &tk)
+		if d.Allowed || d.Queue.Reason != fairqueue.ReasonTenantQueueFull || d.LimitType != LimitTypeCapacity || d.RetryAfter != want {
+			t.Fatalf("refusal %d: %+v; want tenant_queue_full for capacity, told %v", i+1, d, want)
+		}
+	}
+	holder.Done(0)
+	if d := recv(t, "the waiter's decision", waiter); !d.Allowed {
+		t.Errorf("waiter: %+v, want admitted when the slot freed", d)
+	}
+}
