@@ -343,12 +343,14 @@ func (s *sched) refund(w *waiter) {
 
 // complete records the outcome of a granted waiter's attempt at now. An
 // admitted waiter leaves and its tenant is charged its cost; a refused one is
-// re-queued at the head of its tenant queue with ready time now+retryAfter, or
+// re-queued at the head of its tenant queue with ready time now+retryAfter
+// (now, when a Wake for one of its keys came while the attempt ran), or
 // refused with ReasonWaitExceedsBudget when that is not before its deadline;
 // an error removes it.
 func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err error) outcome {
 	t := w.t
 	o := s.order(t)
+	woken := w.wokenDuring()
 	s.countAttempt(w, -1)
 	if !ok || err != nil {
 		s.refund(w)
@@ -389,6 +391,11 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 		return outcomeRefused
 	}
 	w.readyAt = now + retryAfter
+	if woken {
+		// Room was announced while the attempt ran: try again now rather
+		// than leave it unused until the Retry-After.
+		w.readyAt = now
+	}
 	w.state = stateQueued
 	s.deadlines.push(w)
 	if w.size > 1 {
