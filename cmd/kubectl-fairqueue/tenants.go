@@ -6,7 +6,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -100,8 +99,7 @@ func printTenants(out io.Writer, before, after []replicaSample, interval time.Du
 		}
 		return a.label < b.label
 	})
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	w := &printer{w: tw}
+	w := newTable(out)
 	name := ""
 	if names != nil {
 		name = "NAME\t"
@@ -141,10 +139,7 @@ func printTenants(out io.Writer, before, after []replicaSample, interval time.Du
 		w.printf("(%d more tenants; --tenants 0 shows all)\n", more)
 	}
 	w.printf("\n")
-	if w.err != nil {
-		return w.err
-	}
-	return tw.Flush()
+	return w.flush()
 }
 
 // resolveTenants maps the hash prefix of every weighted tenant of the policy
