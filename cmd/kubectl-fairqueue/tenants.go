@@ -15,6 +15,7 @@ import (
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
+	"github.com/fairqueue/fairqueue/dataplane/render"
 )
 
 // tenantRow is one tenant's figures over a top window, summed over replicas.
@@ -184,14 +185,7 @@ func resolveTenants(ctx context.Context, g *globals, policy string) (map[string]
 		}
 		sources = append(sources, sec)
 	}
-	lookup := func(name string) (string, bool) {
-		for _, s := range sources {
-			if v, ok := s.Data[name]; ok {
-				return strings.TrimSpace(string(v)), true
-			}
-		}
-		return "", false
-	}
+	lookup := render.SecretLookup(sources)
 	names := make(map[string]string, len(fq.Weights))
 	for i, w := range fq.Weights {
 		id, err := fqv1alpha1.Expand(w.Identity, lookup)
