@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -374,8 +373,7 @@ func simBands(cfg *config.Config, res *SimResult, secs float64, admitted int) []
 // printSimulation writes the per-tenant table of a simulation.
 func printSimulation(out io.Writer, cfg *config.Config, load *Load, res *SimResult) error {
 	o := simulationOutput(cfg, load, res)
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	w := &printer{w: tw}
+	w := newTable(out)
 	backend := "backend service time " + load.serviceTime().String()
 	if len(o.ModelServers) > 0 {
 		backend = "backends simulated as model servers (capacity mode)"
@@ -421,10 +419,7 @@ func printSimulation(out io.Writer, cfg *config.Config, load *Load, res *SimResu
 	for _, n := range o.Notes {
 		w.printf("%s\n", wrap(n, 110))
 	}
-	if w.err != nil {
-		return w.err
-	}
-	return tw.Flush()
+	return w.flush()
 }
 
 // wrap breaks s into lines of at most width bytes between words.

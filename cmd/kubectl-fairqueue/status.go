@@ -187,8 +187,7 @@ func runStatus(ctx context.Context, g *globals, name string, out *outputFlag) er
 // replica's Lease and the time of its last report.
 func printStatus(out io.Writer, s *PolicyStatus, wide bool) error {
 	t := now()
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	w := &printer{w: tw}
+	w := newTable(out)
 	w.printf("Policy:\t%s/%s (generation %d, observed %d)\n", s.Namespace, s.Name, s.Generation, s.ObservedGeneration)
 	w.printf("Fair queuing:\t%v (tenant dimension %s)\n", s.FairQueuing.Enabled, s.FairQueuing.TenantDimension)
 	w.printf("Config hash:\t%s\n", orDefault(s.ConfigHash, "(not rendered yet)"))
@@ -233,10 +232,7 @@ func printStatus(out io.Writer, s *PolicyStatus, wide bool) error {
 	if len(s.Replicas) == 0 {
 		w.printf("(no data-plane replica reports for this policy: are the data planes running with --configmap and POD_NAME?)\n")
 	}
-	if w.err != nil {
-		return w.err
-	}
-	return tw.Flush()
+	return w.flush()
 }
 
 // runStatusList lists the policies of the namespace, or of all with -A.
@@ -280,8 +276,7 @@ func runStatusList(ctx context.Context, g *globals, all bool, out *outputFlag) e
 
 // printStatusList writes one line per policy, as kubectl get does.
 func printStatusList(out io.Writer, items []PolicyStatus, all, wide bool) error {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	w := &printer{w: tw}
+	w := newTable(out)
 	col := func(allCol, cols, wideCols string) {
 		if all {
 			w.printf("%s\t", allCol)
@@ -303,22 +298,33 @@ func printStatusList(out io.Writer, items []PolicyStatus, all, wide bool) error 
 			fmt.Sprintf("%v\t%s\t%d\t%s\t%s\t%s", s.FairQueuing.Enabled, s.FairQueuing.TenantDimension, s.WeightedTenants, bandList(s.Bands),
 				capacityList(s.Capacity), orDefault(s.ConfigMap, "-")))
 	}
-	if w.err != nil {
-		return w.err
-	}
-	return tw.Flush()
+	return w.flush()
 }
 
-// printer writes formatted lines and keeps the first write error.
+// printer writes the tab-separated lines of a table and keeps the first
+// write error, so a print function checks once, at flush.
 type printer struct {
-	w   io.Writer
+	tw  *tabwriter.Writer
 	err error
+}
+
+// newTable returns a printer aligning its columns as kubectl's tables do.
+func newTable(out io.Writer) *printer {
+	return &printer{tw: tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)}
 }
 
 func (p *printer) printf(format string, args ...any) {
 	if p.err == nil {
-		_, p.err = fmt.Fprintf(p.w, format, args...)
+		_, p.err = fmt.Fprintf(p.tw, format, args...)
 	}
+}
+
+// flush writes out the aligned table, or returns the first write error.
+func (p *printer) flush() error {
+	if p.err != nil {
+		return p.err
+	}
+	return p.tw.Flush()
 }
 
 func holder(l *coordinationv1.Lease) string {

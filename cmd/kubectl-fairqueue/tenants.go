@@ -6,7 +6,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +15,7 @@ import (
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
+	"github.com/fairqueue/fairqueue/dataplane/render"
 )
 
 // tenantRow is one tenant's figures over a top window, summed over replicas.
@@ -100,8 +100,7 @@ func printTenants(out io.Writer, before, after []replicaSample, interval time.Du
 		}
 		return a.label < b.label
 	})
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	w := &printer{w: tw}
+	w := newTable(out)
 	name := ""
 	if names != nil {
 		name = "NAME\t"
@@ -141,10 +140,7 @@ func printTenants(out io.Writer, before, after []replicaSample, interval time.Du
 		w.printf("(%d more tenants; --tenants 0 shows all)\n", more)
 	}
 	w.printf("\n")
-	if w.err != nil {
-		return w.err
-	}
-	return tw.Flush()
+	return w.flush()
 }
 
 // resolveTenants maps the hash prefix of every weighted tenant of the policy
@@ -189,14 +185,7 @@ func resolveTenants(ctx context.Context, g *globals, policy string) (map[string]
 		}
 		sources = append(sources, sec)
 	}
-	lookup := func(name string) (string, bool) {
-		for _, s := range sources {
-			if v, ok := s.Data[name]; ok {
-				return strings.TrimSpace(string(v)), true
-			}
-		}
-		return "", false
-	}
+	lookup := render.SecretLookup(sources)
 	names := make(map[string]string, len(fq.Weights))
 	for i, w := range fq.Weights {
 		id, err := fqv1alpha1.Expand(w.Identity, lookup)

@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -489,8 +488,7 @@ func printTop(out io.Writer, pods []string, before, after []replicaSample, inter
 			}
 		}
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	w := &printer{w: tw}
+	w := newTable(out)
 	w.printf("REPLICA\tCONFIG\tDEPTH\tTENANTS\tGRANTS/S\tSHARE\tWAIT P50\tWAIT P99\tREFUSED/S BY REASON\n")
 	for i, pod := range pods {
 		b, a := before[i], after[i]
@@ -533,10 +531,7 @@ func printTop(out io.Writer, pods []string, before, after []replicaSample, inter
 			orDefault(strings.Join(refused, " "), "-"))
 	}
 	w.printf("\n")
-	if w.err != nil {
-		return w.err
-	}
-	return tw.Flush()
+	return w.flush()
 }
 
 func firstErr(errs ...error) error {
@@ -612,8 +607,7 @@ func printBands(out io.Writer, before, after []replicaSample, interval time.Dura
 		return list[i].name < list[j].name
 	})
 	secs := interval.Seconds()
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	w := &printer{w: tw}
+	w := newTable(out)
 	w.printf("BAND\tGRANTS/S\tSHARE\tDEPTH\tWAIT P50\tWAIT P99\tREFUSED/S\n")
 	for _, r := range list {
 		share, p50, p99 := "-", "-", "-"
@@ -629,8 +623,5 @@ func printBands(out io.Writer, before, after []replicaSample, interval time.Dura
 		w.printf("%s\t%.1f\t%s\t%.0f\t%s\t%s\t%.1f\n", r.name, r.grants/secs, share, r.depth, p50, p99, r.refused/secs)
 	}
 	w.printf("\n")
-	if w.err != nil {
-		return w.err
-	}
-	return tw.Flush()
+	return w.flush()
 }

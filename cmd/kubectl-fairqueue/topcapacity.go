@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -125,8 +124,7 @@ func printCapacity(out io.Writer, pods []string, before, after []replicaSample, 
 		return rows[i].pod < rows[j].pod
 	})
 	secs := interval.Seconds()
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	w := &printer{w: tw}
+	w := newTable(out)
 	w.printf("BACKEND\tREPLICA\tIN FLIGHT\tSATURATED\tSIGNALS (value/max)\tSTALE\tPOLL ERRORS/S\n")
 	for _, r := range rows {
 		b := r.b
@@ -150,10 +148,7 @@ func printCapacity(out io.Writer, pods []string, before, after []replicaSample, 
 		w.printf("\nQueued for any limit, capacity included: %.0f (these data planes do not export capacity waiters apart)\n", queued)
 	}
 	w.printf("\n")
-	if w.err != nil {
-		return w.err
-	}
-	return tw.Flush()
+	return w.flush()
 }
 
 // saturatedBy says whether the backend takes no more requests and why: at

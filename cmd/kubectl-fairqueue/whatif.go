@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"text/tabwriter"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 )
@@ -61,8 +60,7 @@ func runWhatIf(ctx context.Context, w io.Writer, out *outputFlag, cfg *config.Co
 // printComparison writes the bands and tenants of a comparison, before and
 // after side by side.
 func printComparison(out io.Writer, load *Load, c *SimulationComparison) error {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	w := &printer{w: tw}
+	w := newTable(out)
 	w.printf("Simulated %s of offered load, backend service time %s, twice on the same arrivals:\n", load.Duration.Duration, load.serviceTime())
 	for _, m := range c.Moves {
 		w.printf("  what if %s moves from band %s to band %s\n", m.Tenant, m.From, m.To)
@@ -83,8 +81,5 @@ func printComparison(out io.Writer, load *Load, c *SimulationComparison) error {
 	}
 	w.printf("\n%s\n", wrap("Both runs are steady-state over the same window and the same jittered arrivals (--seed); only the moved "+
 		"tenants' bands differ. Bands are strict priority: a band is granted what the bands above it leave, or its minShare while backlogged.", 110))
-	if w.err != nil {
-		return w.err
-	}
-	return tw.Flush()
+	return w.flush()
 }

@@ -36,10 +36,22 @@ type Capacity struct {
 	Tracker    *capacity.Tracker
 	Candidates []string
 	Start      int
-	// Spacing is the measured mean time between slots coming free, the
-	// grant spacing assumed before the queue has measured its own and the
-	// Retry-After of an immediate refusal; at least a millisecond is used.
+	// Spacing is the measured mean time between slots coming free: the
+	// grant spacing assumed before the queue has measured its own, and the
+	// expected time until the next slot frees (the mean residual of
+	// releases that come at random), which a wait's estimate and every
+	// capacity refusal's Retry-After count from; at least a millisecond is
+	// used.
 	Spacing time.Duration
+}
+
+// CapacityWaitObserver is a TenantObserver that is also told how long a
+// tenant's admitted request waited for a backend slot. That wait comes after
+// TenantAdmitted reported the request (with the time it waited for its rate
+// limits), so without it a tenant's capacity waits would be missing from its
+// wait time.
+type CapacityWaitObserver interface {
+	TenantCapacityWaited(tenant string, dim identity.Dimension, waited time.Duration)
 }
 
 // Backend returns the name of the candidate the ticket's slot was taken for,
@@ -77,11 +89,28 @@ func (c *Controller) takeSlot(ctx context.Context, arrival time.Time, t *Ticket,
 		}
 		if !queueable {
 			c.giveBack(t)
-			*dec = Decision{Status: StatusTooManyRequests, LimitType: LimitTypeCapacity, RetryAfter: cp.spacing()}
+			*dec = c.capacityRefusal(ctx, arrival, r, tenant)
 			return
 		}
 	}
 	*dec = c.waitSlot(ctx, arrival, t, dec, tenant, used)
+}
+
+// capacityRefusal is the immediate 429 of a request that cannot wait for a
+// slot: fair queuing is off, or it has no identity of the tenant dimension
+// (SPEC 6b). The fair queue counts it (refused_total, limit_type capacity,
+// reason disabled or no_identity) and tells it the next room time not yet
+// promised, so refusals close together come back one slot apart.
+func (c *Controller) capacityRefusal(ctx context.Context, arrival time.Time, r *Request, tenant string) Decision {
+	s := c.settings()
+	reason := fairqueue.ReasonNoIdentity
+	if !s.Enabled {
+		reason = fairqueue.ReasonDisabled
+	}
+	band, _ := c.resolveBand(r)
+	retry := c.queue.Refuse(fairqueue.Request{Tenant: tenant, Dimension: string(s.TenantDimension), LimitType: LimitTypeCapacity,
+		Band: band, Deadline: budget(ctx, arrival, *r), FirstGrant: r.Capacity.spacing()}, reason)
+	return Decision{Status: StatusTooManyRequests, LimitType: LimitTypeCapacity, RetryAfter: retry}
 }
 
 // waitSlot queues a request for a backend slot; the queue's attempt takes
@@ -122,14 +151,17 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 		defer o.TenantWaiting(tenant, used, LimitTypeCapacity, -1)
 	}
 	res, err := c.queue.Wait(ctx, fairqueue.Request{
-		Tenant:     tenant,
-		Dimension:  string(used),
-		LimitType:  LimitTypeCapacity,
-		Band:       band,
-		LimitKeys:  capacityKeys[:],
-		Deadline:   budget(ctx, arrival, *r),
+		Tenant:    tenant,
+		Dimension: string(used),
+		LimitType: LimitTypeCapacity,
+		Band:      band,
+		LimitKeys: capacityKeys[:],
+		Deadline:  budget(ctx, arrival, *r),
+		// Ready at once, so that a release grants it at once; expected to
+		// be granted when the next slot frees, the grants ahead after.
 		RetryAfter: 0,
-		Interval:   cp.spacing(),
+		FirstGrant: spacing,
+		Interval:   spacing,
 		Cost:       cost,
 		Size:       1,
 		Attempt:    attempt,
@@ -147,6 +179,9 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 		c.giveBack(t)
 		return Decision{Status: StatusClientClosedRequest, Queue: info, Err: err}
 	case res.Admitted:
+		if o, ok := c.tenantObserver().(CapacityWaitObserver); ok {
+			o.TenantCapacityWaited(tenant, used, res.Waited)
+		}
 		out := *dec
 		out.Queue = info
 		if cost > 1 && t.settle.accounted == 0 {

@@ -56,7 +56,7 @@ func (d *deadlineIndex) earliest() *waiter {
 func (s *sched) expire(now int64) {
 	for w := s.deadlines.earliest(); w != nil && w.deadline <= now; w = s.deadlines.earliest() {
 		s.deadlines.remove(w)
-		w.retryAfter = s.ownPlace(now, w, max(w.t.head().readyAt-now, 0))
+		w.retryAfter = s.ownPlace(now, w, max(w.t.head().readyAt-now, w.firstGrant, 0))
 		s.finish(w, now, false, ReasonDeadlineExceeded)
 		s.onDone(w)
 	}

@@ -64,7 +64,9 @@
 // total weight W) are served U*(W-w)/w besides, in grants of their own mean
 // size. Its position is the grants expected before it (its k-1 predecessors
 // and the others' share in grants) plus one: ceil(k*W/w) with unit costs. Its
-// estimate at enqueue is its Retry-After plus the time those grants take,
+// estimate at enqueue is its Retry-After (or, for room a Wake announces,
+// Request.FirstGrant: the expected time until the first grant, when larger)
+// plus the time those grants take,
 // alpha per grant plus beta per unit of cost, fitted by least squares to the
 // measured grants while the queue is backlogged (a limit counting requests
 // spaces grants evenly whatever their size; one charged by cost spaces them

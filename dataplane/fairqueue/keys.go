@@ -5,6 +5,10 @@ package fairqueue
 type keyState struct {
 	waiters  int
 	inFlight int
+	// woken says a Wake came for the key while its attempt ran: the room it
+	// announced may have come after the attempt looked, so a refused
+	// attempt is tried again at once instead of after its Retry-After.
+	woken bool
 
 	holder    *waiter // nil: not held
 	holdUntil int64
@@ -48,5 +52,17 @@ func (s *sched) countAttempt(w *waiter, d int) {
 	s.order(w.t).inFlight += d
 	for _, ks := range w.ks {
 		ks.inFlight += d
+		ks.woken = false
 	}
+}
+
+// wokenDuring reports whether a Wake came for one of w's keys while its
+// attempt ran. Call it before the attempt is uncounted.
+func (w *waiter) wokenDuring() bool {
+	for _, ks := range w.ks {
+		if ks.woken {
+			return true
+		}
+	}
+	return false
 }

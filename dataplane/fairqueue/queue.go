@@ -114,7 +114,7 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 		band, _ := q.s.bandFor(r.Tenant, r.Band)
 		q.obs.Refused(r.Dimension, r.LimitType, q.s.weights.BandName(band), reason)
 		q.mu.Unlock()
-		return Result{Reason: reason, RetryAfter: r.RetryAfter, Band: band}, nil
+		return Result{Reason: reason, RetryAfter: max(r.RetryAfter, r.FirstGrant), Band: band}, nil
 	}
 	deadline := q.toSched(r.Deadline)
 	if d, ok := ctx.Deadline(); ok {
@@ -122,7 +122,7 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 	}
 	a := arrival{
 		tenant: r.Tenant, dim: r.Dimension, limitType: r.LimitType, keys: r.LimitKeys, deadline: deadline,
-		retryAfter: r.RetryAfter, interval: r.Interval, cost: r.Cost, size: r.Size, band: r.Band,
+		retryAfter: r.RetryAfter, firstGrant: r.FirstGrant, interval: r.Interval, cost: r.Cost, size: r.Size, band: r.Band,
 	}
 	w, reason, pos, est := q.s.enqueue(now, &a)
 	if w == nil {
@@ -198,6 +198,25 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 		q.mu.Unlock()
 		return res, err
 	}
+}
+
+// Refuse reports to the Observer request r, refused at once for a limit the
+// queue would have held it for had it a tenant or fair queuing been on (an
+// immediate 429 of capacity mode, SPEC 6b), with reason, and returns its
+// Retry-After. The larger of r.FirstGrant and r.RetryAfter is the expected
+// time until the limit has room; refusals close together are told
+// successive times, that far apart, so clients that obey them do not all
+// come back at once to find room for one. A time beyond the request's budget
+// (r.Deadline, and MaxWait from now) is cut to it, unless the time to room
+// itself is. r.Attempt is not used.
+func (q *Queue) Refuse(r Request, reason Reason) time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	band, _ := q.s.bandFor(r.Tenant, r.Band)
+	q.obs.Refused(r.Dimension, r.LimitType, q.s.weights.BandName(band), reason)
+	budget := min(q.toSched(r.Deadline), now+int64(q.s.bounds.MaxWait)) - now
+	return time.Duration(q.s.refusedOutside(now, max(int64(r.RetryAfter), int64(r.FirstGrant)), budget))
 }
 
 // runAttempt runs w's attempt. If the attempt panics, w leaves the queue and

@@ -53,7 +53,7 @@ func (s *sched) room(now int64, a *arrival, reason Reason) int64 {
 //     promises no slot (the client comes back before it).
 //   - queue_full: successive grants anywhere, from the next grant or expiry.
 func (s *sched) refusalRetry(now int64, a *arrival, reason Reason, est int64) int64 {
-	retryAfter := max(int64(a.retryAfter), 0)
+	retryAfter := a.first()
 	budget := min(a.deadline, now+int64(s.bounds.MaxWait)) - now
 	fit := func(d int64) int64 { return max(min(d, budget), retryAfter, minRetry) }
 	switch reason {
@@ -103,4 +103,23 @@ func (s *sched) refusalRetry(now int64, a *arrival, reason Reason, est int64) in
 		return fit(d)
 	}
 	return fit(retryAfter)
+}
+
+// refusedOutside returns the Retry-After of a request refused at now without
+// queuing (see Queue.Refuse), step being the expected time until its limit
+// has room: step after the latest time told such a refusal, or after now
+// when that has passed, so refusals close together are told successive
+// times. A time beyond budget is cut to it and promises nothing (the client
+// comes back before it); a step beyond budget is told as it is, never less.
+func (s *sched) refusedOutside(now, step, budget int64) int64 {
+	step = max(step, minRetry)
+	at := now + step
+	if s.outside != 0 {
+		at = max(at, s.outside+step)
+	}
+	d := at - now
+	if d <= budget {
+		s.outside = at
+	}
+	return max(min(d, budget), step)
 }

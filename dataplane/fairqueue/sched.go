@@ -73,8 +73,9 @@ type sched struct {
 	// spacing turns grants into time (see grantSpacing).
 	spacing grantSpacing
 	// promised is the latest room time promised to a request refused with
-	// queue_full; 0 for none (see refusalRetry).
-	promised int64
+	// queue_full; 0 for none (see refusalRetry). outside is the same for
+	// the requests refused without queuing (see refusedOutside).
+	promised, outside int64
 
 	freeW freeList[waiter]
 	freeT freeList[tenant]
@@ -113,6 +114,9 @@ type arrival struct {
 	// retryAfter is the limiter's time to the request's next token (the
 	// Retry-After of the refusal that sent it here); negative means 0.
 	retryAfter time.Duration
+	// firstGrant is Request.FirstGrant: the expected time until the limit
+	// has room, when a Wake rather than retryAfter announces it.
+	firstGrant time.Duration
 	// interval is the time the contended bucket needs to refill what the
 	// request takes (see placeOf); 0 or negative means unknown.
 	interval time.Duration
@@ -125,7 +129,8 @@ type arrival struct {
 
 // enqueue adds request a arriving at now, or refuses it with the reason and
 // the position it would have had. The estimate is the request's Retry-After
-// plus the time the grants expected before it take. A request whose estimate
+// (or its expected first grant, when larger: see arrival.first) plus the time
+// the grants expected before it take. A request whose estimate
 // does not fit its budget is refused at once (ReasonWaitExceedsBudget) rather
 // than held until the budget runs out.
 func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
@@ -134,6 +139,7 @@ func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 		deadline = mw
 	}
 	retryAfter := max(int64(a.retryAfter), 0)
+	first := a.first()
 	c := costOf(a.cost)
 	// The tenant's own queue, when it has one, knows its band: one map
 	// lookup on the common path.
@@ -161,7 +167,7 @@ func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 	pos, wait, _ := s.placeOf(k, upTo, c, weight, sumW, a.interval, s.higher(o))
 	// A request that waits is never estimated at 0: even the first in line
 	// waits for the scheduler to grant it.
-	raw := min(retryAfter+int64(wait), maxEstimate)
+	raw := min(first+int64(wait), maxEstimate)
 	est := max(raw, minRetry)
 
 	switch {
@@ -187,6 +193,7 @@ func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 	w.t, w.tenant, w.keys, w.dim, w.limitType = t, a.tenant, a.keys, a.dim, a.limitType
 	w.enqueuedAt, w.readyAt, w.deadline = now, now+retryAfter, deadline
 	w.retryAfter, w.position, w.estimate, w.cost = retryAfter, pos, est, c
+	w.firstGrant = max(int64(a.firstGrant), 0)
 	w.interval = max(a.interval, 0)
 	w.size = c
 	if a.size > 0 {
@@ -211,6 +218,12 @@ func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 		s.place(t, now)
 	}
 	return w, "", pos, est
+}
+
+// first returns the expected time from arrival until the limit has room
+// for one request: the Retry-After, or firstGrant when that is larger.
+func (a *arrival) first() int64 {
+	return max(int64(a.retryAfter), int64(a.firstGrant), 0)
 }
 
 // queueOf is queueFor for arrival a in the band it asks for.
@@ -330,12 +343,14 @@ func (s *sched) refund(w *waiter) {
 
 // complete records the outcome of a granted waiter's attempt at now. An
 // admitted waiter leaves and its tenant is charged its cost; a refused one is
-// re-queued at the head of its tenant queue with ready time now+retryAfter, or
+// re-queued at the head of its tenant queue with ready time now+retryAfter
+// (now, when a Wake for one of its keys came while the attempt ran), or
 // refused with ReasonWaitExceedsBudget when that is not before its deadline;
 // an error removes it.
 func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err error) outcome {
 	t := w.t
 	o := s.order(t)
+	woken := w.wokenDuring()
 	s.countAttempt(w, -1)
 	if !ok || err != nil {
 		s.refund(w)
@@ -376,6 +391,11 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 		return outcomeRefused
 	}
 	w.readyAt = now + retryAfter
+	if woken {
+		// Room was announced while the attempt ran: try again now rather
+		// than leave it unused until the Retry-After.
+		w.readyAt = now
+	}
 	w.state = stateQueued
 	s.deadlines.push(w)
 	if w.size > 1 {

@@ -21,9 +21,9 @@ const (
 	// and the request's tenant has none.
 	ReasonTenantTableFull Reason = "tenant_table_full"
 	// ReasonWaitExceedsBudget means the request's expected grant time (at
-	// enqueue: the Retry-After plus the waiters ahead of it by its tenant's
-	// share; after a refused re-check: the Retry-After) does not fit in its
-	// remaining budget.
+	// enqueue: the Retry-After, or Request.FirstGrant when larger, plus the
+	// waiters ahead of it by its tenant's share; after a refused re-check:
+	// the Retry-After) does not fit in its remaining budget.
 	ReasonWaitExceedsBudget Reason = "wait_exceeds_budget"
 	// ReasonDeadlineExceeded means the request's budget ran out while it was
 	// queued.
@@ -34,6 +34,10 @@ const (
 	ReasonDisabled Reason = "disabled"
 	// ReasonShutdown means the Queue was closed; the caller answers 503 or 429.
 	ReasonShutdown Reason = "shutdown"
+	// ReasonNoIdentity means the request has no identity of the tenant
+	// dimension, so it could not wait in the queue: the queue never gives
+	// it, a caller reports it with Queue.Refuse.
+	ReasonNoIdentity Reason = "no_identity"
 )
 
 // Default bounds from the product specification, whose one home is the
@@ -220,8 +224,17 @@ type Request struct {
 	Deadline time.Time
 	// RetryAfter is the Retry-After of the refusal that sent the request here;
 	// for a request queued only to avoid barging, the time until the limiter
-	// would have a token for it (0 when it has one now).
+	// would have a token for it (0 when it has one now). The request is
+	// ready for its first attempt after it.
 	RetryAfter time.Duration
+	// FirstGrant is the expected time until the limit has room for one
+	// request, for a limit whose room is announced by Queue.Wake rather
+	// than timed by RetryAfter (a backend slot coming free, SPEC 6b: its
+	// RetryAfter is 0 so that a Wake grants the request at once). The
+	// estimate, the arrival budget check and the Retry-After of a refusal
+	// count from the larger of it and RetryAfter; the time the request is
+	// ready is RetryAfter alone. 0 means RetryAfter.
+	FirstGrant time.Duration
 	// Interval is the time the bucket the request contends for needs to
 	// refill what the request takes (one refill interval for a request-count
 	// bucket, Size tokens' worth for a bucket charged by size). Until the
@@ -276,9 +289,9 @@ type Result struct {
 	Position int
 	// Waited is the time spent in the queue.
 	Waited time.Duration
-	// Estimate is the wait predicted at enqueue: the Retry-After plus the
-	// time the grants expected ahead of the request take, measured per grant
-	// and per unit of their cost.
+	// Estimate is the wait predicted at enqueue: the Retry-After (or
+	// FirstGrant, when larger) plus the time the grants expected ahead of
+	// the request take, measured per grant and per unit of their cost.
 	Estimate time.Duration
 	// RetryAfter is a hint for the client when the request was refused. For a
 	// refusal by a bound (tenant_queue_full, queue_full, tenant_table_full)
@@ -316,8 +329,9 @@ type Observer interface {
 	// time it spent queued.
 	Granted(dimension, limitType, band string, waited time.Duration)
 	// Refused reports a request refused at enqueue or after waiting, with the
-	// band it was (or would have been) scheduled in. Besides the five
-	// specification reasons, reason may be ReasonDisabled or ReasonShutdown;
+	// band it was (or would have been) scheduled in, or refused without
+	// queuing (Queue.Refuse). Besides the five specification reasons, reason
+	// may be ReasonDisabled, ReasonShutdown or ReasonNoIdentity;
 	// cancellations and Attempt errors are not reported.
 	Refused(dimension, limitType, band string, reason Reason)
 }

@@ -36,6 +36,9 @@ type waiter struct {
 	readyAt    int64
 	deadline   int64
 	retryAfter int64
+	// firstGrant is the expected time until its limit has room when a Wake
+	// announces it (Request.FirstGrant), 0 for a limit timed by Retry-After.
+	firstGrant int64
 	position   int
 	estimate   int64
 	interval   time.Duration

@@ -4,9 +4,11 @@ package fairqueue
 // the Retry-After its last refusal gave it: the thing key stands for has room
 // again (a backend slot freed, SPEC 6b), so the waiters need not poll for it.
 // The scheduler then grants them one attempt at a time, by band and weight,
-// exactly as for a waiter whose Retry-After passed. It does not allocate; it
-// visits the tenants waiting for their Retry-After (at most MaxTenants plus
-// the overflow queues).
+// exactly as for a waiter whose Retry-After passed. A Wake that comes while
+// an attempt on key runs is not lost: if that attempt is refused (it may have
+// looked before the room came), it is tried again at once instead of after
+// its Retry-After. It does not allocate; it visits the tenants waiting for
+// their Retry-After (at most MaxTenants plus the overflow queues).
 func (q *Queue) Wake(key LimitKey) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -18,8 +20,14 @@ func (q *Queue) Wake(key LimitKey) {
 // wake moves the pending tenants whose head needs key to the ready heap and
 // reports whether any moved.
 func (s *sched) wake(now int64, key LimitKey) bool {
-	if s.keys[key] == nil {
+	ks := s.keys[key]
+	if ks == nil {
 		return false
+	}
+	if ks.inFlight > 0 {
+		// The running attempt may have looked before the room came: if it
+		// is refused, it is tried again at once (see complete).
+		ks.woken = true
 	}
 	moved := false
 	for i := range s.nb {

@@ -88,3 +88,41 @@ func TestWakeWithoutWaitersAllocatesNothing(t *testing.T) {
 		t.Errorf("Wake allocates %v times, want 0", n)
 	}
 }
+
+// TestWakeDuringAttemptIsNotLost: a Wake that comes while the head's attempt
+// runs, after the attempt found no room, makes the refused waiter try again
+// at once, on a fake clock that never moves, instead of leaving the room
+// unused until its Retry-After.
+func TestWakeDuringAttemptIsNotLost(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(0, 0))
+	q := New(clk, Bounds{MaxWait: time.Hour}, Weights{}, nil)
+	defer q.Close()
+	key := LimitKey{Kind: 200, Key: "backends"}
+	var room atomic.Bool
+	looked, goOn := make(chan struct{}), make(chan struct{})
+	var attempts atomic.Int64
+	attempt := func() (bool, time.Duration, error) {
+		if attempts.Add(1) == 1 {
+			// The first attempt finds no room, then the room comes and is
+			// announced before the attempt's refusal reaches the queue.
+			ok := room.Load()
+			close(looked)
+			<-goOn
+			return ok, time.Minute, nil
+		}
+		return room.Load(), time.Minute, nil
+	}
+	done := make(chan Result, 1)
+	go func() {
+		res, _ := q.Wait(context.Background(), Request{Tenant: "a", LimitKeys: []LimitKey{key}, Attempt: attempt})
+		done <- res
+	}()
+	recv(t, looked)
+	room.Store(true)
+	q.Wake(key)
+	close(goOn)
+	res := recv(t, done)
+	if !res.Admitted || attempts.Load() != 2 {
+		t.Errorf("result %+v after %d attempts; want admitted by a second attempt at once", res, attempts.Load())
+	}
+}

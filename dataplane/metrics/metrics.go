@@ -98,7 +98,7 @@ func limitTypeIndex(lt string) int {
 var reasons = [...]fairqueue.Reason{
 	fairqueue.ReasonQueueFull, fairqueue.ReasonTenantQueueFull, fairqueue.ReasonTenantTableFull,
 	fairqueue.ReasonWaitExceedsBudget, fairqueue.ReasonDeadlineExceeded,
-	fairqueue.ReasonDisabled, fairqueue.ReasonShutdown,
+	fairqueue.ReasonDisabled, fairqueue.ReasonShutdown, fairqueue.ReasonNoIdentity,
 }
 
 // Metrics holds the data plane's collectors with their label children

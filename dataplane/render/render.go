@@ -215,6 +215,24 @@ func renderBands(fq *fqv1alpha1.FairQueuing, out *config.FairQueuing) {
 // limit (each renders to about 110 bytes).
 const maxBandMembers = 4096
 
+// SecretLookup resolves the ${VAR}s of weights entries (for
+// fqv1alpha1.Expand) as rendering does: from the first of sources holding
+// data key VAR, its value trimmed of white space. kubectl-fairqueue top
+// --resolve names tenants with it, so that its names match the hashes the
+// operator renders.
+func SecretLookup(sources []*corev1.Secret) func(name string) (string, bool) {
+	return func(name string) (string, bool) {
+		for _, s := range sources {
+			if v, ok := s.Data[name]; ok {
+				// Values written with `kubectl create secret --from-file`
+				// often end in a newline that is no part of the identity.
+				return strings.TrimSpace(string(v)), true
+			}
+		}
+		return "", false
+	}
+}
+
 // renderWeights resolves and hashes every weights entry. Variables are looked
 // up in the weightsFrom Secrets in order, the first holding the key winning.
 // Then every value of a weightsFrom Secret with a band becomes a member of
@@ -235,16 +253,7 @@ func renderWeights(fq *fqv1alpha1.FairQueuing, key []byte, secrets map[string]*c
 		}
 		sources = append(sources, s)
 	}
-	lookup := func(name string) (string, bool) {
-		for _, s := range sources {
-			if v, ok := s.Data[name]; ok {
-				// Values written with `kubectl create secret --from-file`
-				// often end in a newline that is no part of the identity.
-				return strings.TrimSpace(string(v)), true
-			}
-		}
-		return "", false
-	}
+	lookup := SecretLookup(sources)
 
 	weights = make([]config.Weight, 0, len(fq.Weights))
 	byHash := make(map[string]int, len(fq.Weights))

@@ -66,14 +66,7 @@ func capacityWaitHarness(t *testing.T) (hs *harness, arrived, release chan struc
 	t.Helper()
 	release = make(chan struct{}, 4)
 	arrived = make(chan struct{}, 4)
-	hs = newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		arrived <- struct{}{}
-		select {
-		case <-release:
-		case <-time.After(20 * time.Second):
-		}
-		_, _ = w.Write([]byte(`{"ok":true}`))
-	}), withCapacity(1, func(c *config.Config) {
+	hs = newHarness(t, holdingUpstream(arrived, release), withCapacity(1, func(c *config.Config) {
 		c.Identity.TrustHeaders = true
 		c.FairQueuing.Enabled = true
 		c.FairQueuing.Bounds.MaxWait = dur(time.Hour)
@@ -94,27 +87,45 @@ func recvWithin[T any](t *testing.T, what string, ch <-chan T) T {
 	return zero
 }
 
+// holdingUpstream is an upstream that sends on arrived as each request
+// reaches it and answers once release is sent to or closed (or after 20 s).
+func holdingUpstream(arrived chan<- struct{}, release <-chan struct{}) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-release:
+		case <-time.After(20 * time.Second):
+		}
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	})
+}
+
 // sumSeries sums the series of the named metric with the given limit_type:
 // counter and gauge values, and a histogram's observation count.
 func sumSeries(t *testing.T, hs *harness, name, limitType string) float64 {
+	t.Helper()
+	var sum float64
+	for _, m := range series(t, hs, name) {
+		if labelOf(m, "limit_type") == limitType {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return sum
+}
+
+// series returns the series of the named metric.
+func series(t *testing.T, hs *harness, name string) []*dto.Metric {
 	t.Helper()
 	mfs, err := hs.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sum float64
 	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if labelOf(m, "limit_type") != limitType {
-				continue
-			}
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		if mf.GetName() == name {
+			return mf.GetMetric()
 		}
 	}
-	return sum
+	return nil
 }
 
 func labelOf(m *dto.Metric, name string) string {

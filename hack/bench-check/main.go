@@ -147,18 +147,13 @@ func main() {
 // per round, alternating which goes first, and returns the median over the
 // rounds of a's ns/op over b's.
 func pairRatio(pkg, a, b, cpuA, cpuB string, rounds int) (float64, error) {
-	test, err := os.CreateTemp("", "bench-check-*.test")
+	test, remove, err := buildTests(pkg)
 	if err != nil {
 		return 0, err
 	}
-	_ = test.Close()
-	defer func() { _ = os.Remove(test.Name()) }()
-	if out, err := exec.Command("go", "test", "-c", "-o", test.Name(), pkg).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("building the tests of %s: %w\n%s", pkg, err, out)
-	}
+	defer remove()
 	run := func(name, cpu string) (float64, error) {
-		out, err := exec.Command(test.Name(), "-test.run", "^$", "-test.bench", "^"+name+"$", "-test.cpu", cpu,
-			"-test.benchtime", "1s", "-test.count", "1").CombinedOutput()
+		out, err := benchCmd(test, name, cpu, "1s").CombinedOutput()
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w\n%s", name, err, out)
 		}
@@ -182,18 +177,13 @@ func pairRatio(pkg, a, b, cpuA, cpuB string, rounds int) (float64, error) {
 // setup), per iteration. It returns the median over the rounds of a's over
 // b's.
 func pairRatioCPU(pkg, a, b string, iters, rounds int) (float64, error) {
-	test, err := os.CreateTemp("", "bench-check-*.test")
+	test, remove, err := buildTests(pkg)
 	if err != nil {
 		return 0, err
 	}
-	_ = test.Close()
-	defer func() { _ = os.Remove(test.Name()) }()
-	if out, err := exec.Command("go", "test", "-c", "-o", test.Name(), pkg).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("building the tests of %s: %w\n%s", pkg, err, out)
-	}
+	defer remove()
 	cpu := func(name string, n int) (time.Duration, error) {
-		cmd := exec.Command(test.Name(), "-test.run", "^$", "-test.bench", "^"+name+"$", "-test.cpu", "1",
-			"-test.benchtime", strconv.Itoa(n)+"x", "-test.count", "1")
+		cmd := benchCmd(test, name, "1", strconv.Itoa(n)+"x")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w\n%s", name, err, out)
@@ -229,6 +219,30 @@ func pairRatioCPU(pkg, a, b string, iters, rounds int) (float64, error) {
 	fmt.Printf("bench-check: %s %s / %s CPU ns/op medians %.0f / %.0f, ratio per round: %.3f\n",
 		pkg, a, b, nsA[len(nsA)/2], nsB[len(nsB)/2], ratios)
 	return ratios[len(ratios)/2], nil
+}
+
+// buildTests compiles the test binary of pkg once into a temporary file,
+// so the rounds run the same binary and measure no compilation; remove
+// deletes the file.
+func buildTests(pkg string) (bin string, remove func(), err error) {
+	f, err := os.CreateTemp("", "bench-check-*.test")
+	if err != nil {
+		return "", nil, err
+	}
+	_ = f.Close()
+	remove = func() { _ = os.Remove(f.Name()) }
+	if out, err := exec.Command("go", "test", "-c", "-o", f.Name(), pkg).CombinedOutput(); err != nil {
+		remove()
+		return "", nil, fmt.Errorf("building the tests of %s: %w\n%s", pkg, err, out)
+	}
+	return f.Name(), remove, nil
+}
+
+// benchCmd runs benchmark name of the test binary bin alone, once, at
+// GOMAXPROCS cpu for benchtime (a duration, or "Nx" iterations).
+func benchCmd(bin, name, cpu, benchtime string) *exec.Cmd {
+	return exec.Command(bin, "-test.run", "^$", "-test.bench", "^"+name+"$", "-test.cpu", cpu,
+		"-test.benchtime", benchtime, "-test.count", "1")
 }
 
 // nsPerOp returns the ns/op of benchmark name in go test output.

@@ -42,6 +42,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
 	"github.com/fairqueue/fairqueue/internal/gobuild"
 	"github.com/fairqueue/fairqueue/internal/loadgen"
+	"github.com/fairqueue/fairqueue/internal/proc"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
@@ -471,11 +472,10 @@ func startUpstream(ctx context.Context, o Options, sc scenario, p *progress, sup
 // and metrics addresses.
 func startDataPlane(ctx context.Context, o Options, p *progress, sup *Supervisor, name string, args ...string) (traffic, metrics string, err error) {
 	traffic, err = p.startServer(ctx, sup, name, func(addr string) []string {
-		port, perr := freePort()
-		if perr != nil {
+		var perr error
+		if metrics, perr = proc.FreeAddr(); perr != nil {
 			return nil
 		}
-		metrics = loopback(port)
 		return append(append([]string{filepath.Join(o.BinDir, "dataplane")}, args...),
 			"--listen", addr, "--metrics-listen", metrics, "--shutdown-grace", "5s")
 	}, "")
@@ -608,24 +608,23 @@ func startKube(ctx context.Context, o Options, sc scenario, p *progress, sup *Su
 func (p *progress) startServer(ctx context.Context, sup *Supervisor, name string, args func(addr string) []string, readyPath string) (string, error) {
 	var addr string
 	err := p.step("Starting "+name, func() error {
-		port, err := freePort()
-		if err != nil {
+		var err error
+		if addr, err = proc.FreeAddr(); err != nil {
 			return err
 		}
-		addr = loopback(port)
 		argv := args(addr)
 		if len(argv) == 0 {
 			return fmt.Errorf("no free port for %s", name)
 		}
-		proc, err := sup.Start(ctx, name, argv[0], argv[1:]...)
+		child, err := sup.Start(ctx, name, argv[0], argv[1:]...)
 		if err != nil {
 			return err
 		}
-		p.printf("    %s on %s, log: %s\n", name, addr, proc.LogPath)
+		p.printf("    %s on %s, log: %s\n", name, addr, child.LogPath)
 		deadline := time.Now().Add(time.Minute)
 		for {
-			if exited, err := proc.Exited(); exited {
-				return fmt.Errorf("%s exited at start (%w): see %s", name, exitError(err), proc.LogPath)
+			if exited, err := child.Exited(); exited {
+				return fmt.Errorf("%s exited at start (%w): see %s", name, exitError(err), child.LogPath)
 			}
 			if readyPath == "" {
 				if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
@@ -636,7 +635,7 @@ func (p *progress) startServer(ctx context.Context, sup *Supervisor, name string
 				return nil
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%s did not listen on %s within a minute: see %s", name, addr, proc.LogPath)
+				return fmt.Errorf("%s did not listen on %s within a minute: see %s", name, addr, child.LogPath)
 			}
 			select {
 			case <-ctx.Done():
@@ -676,18 +675,18 @@ func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
 }
 
 // waitForLine waits until the process's log holds line on a line by itself.
-func waitForLine(ctx context.Context, proc *Process, line string, timeout time.Duration) error {
+func waitForLine(ctx context.Context, child *Process, line string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		data, err := os.ReadFile(proc.LogPath)
+		data, err := os.ReadFile(child.LogPath)
 		if err == nil && strings.Contains("\n"+string(data), "\n"+line+"\n") {
 			return nil
 		}
-		if exited, err := proc.Exited(); exited {
-			return fmt.Errorf("%s exited before printing %q (%w): see %s", proc.Name, line, exitError(err), proc.LogPath)
+		if exited, err := child.Exited(); exited {
+			return fmt.Errorf("%s exited before printing %q (%w): see %s", child.Name, line, exitError(err), child.LogPath)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not print %q within %v: see %s", proc.Name, line, timeout, proc.LogPath)
+			return fmt.Errorf("%s did not print %q within %v: see %s", child.Name, line, timeout, child.LogPath)
 		}
 		select {
 		case <-ctx.Done():

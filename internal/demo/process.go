@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -161,22 +160,6 @@ func (s *Supervisor) StopAll() error {
 	}
 	return errors.Join(errs...)
 }
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free loopback port: %w", err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	if err := ln.Close(); err != nil {
-		return 0, fmt.Errorf("releasing loopback port %d: %w", port, err)
-	}
-	return port, nil
-}
-
-// loopback returns "127.0.0.1:port".
-func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
 // portClosed reports whether nothing accepts connections on addr any more.
 func portClosed(addr string) bool {

@@ -102,7 +102,7 @@ func LaunchCluster(ctx context.Context, bin, cli, dir string, masters, replicas 
 		s, err := Launch(ctx, bin, nodeDir,
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", strconv.FormatInt(ClusterNodeTimeout.Milliseconds(), 10),
-			"--cluster-port", strconv.Itoa(busPort),
+			"--cluster-port", busPort,
 			// A replica may take over however long ago it last heard
 			// from its master: on a busy test machine that can be a while.
 			"--cluster-replica-validity-factor", "0")

@@ -31,13 +31,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairqueue/fairqueue/internal/proc"
 )
 
 // DefaultBinary is the redis-server run when none is named.
@@ -120,8 +121,8 @@ func Launch(ctx context.Context, bin, dir string, extra ...string) (*Server, err
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	s.args = []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"}
+	s := &Server{bin: bin, addr: net.JoinHostPort("127.0.0.1", port)}
+	s.args = []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"}
 	if dir != "" {
 		s.args = append(s.args, "--dir", dir)
 	}
@@ -132,14 +133,15 @@ func Launch(ctx context.Context, bin, dir string, extra ...string) (*Server, err
 	return s, nil
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// freePort returns a loopback port that was free a moment ago, for a
+// redis-server flag.
+func freePort() (string, error) {
+	addr, err := proc.FreeAddr()
 	if err != nil {
-		return 0, fmt.Errorf("find a free loopback port for redis-server: %w", err)
+		return "", err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	return port, l.Close()
+	_, port, err := net.SplitHostPort(addr)
+	return port, err
 }
 
 // Addr is the server's host:port.
@@ -264,8 +266,8 @@ func LaunchSentinel(ctx context.Context, bin, dir, master, masterAddr string) (*
 	if err := os.WriteFile(conf, fmt.Appendf(nil, "sentinel monitor %s %s %s 1\n", master, host, mport), 0o600); err != nil {
 		return nil, fmt.Errorf("sentinel: write its configuration: %w", err)
 	}
-	s := &Server{bin: bin, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	s.args = []string{conf, "--sentinel", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no"}
+	s := &Server{bin: bin, addr: net.JoinHostPort("127.0.0.1", port)}
+	s.args = []string{conf, "--sentinel", "--port", port, "--bind", "127.0.0.1", "--protected-mode", "no"}
 	if err := s.Restart(ctx); err != nil {
 		return nil, err
 	}
