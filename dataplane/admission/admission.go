@@ -32,6 +32,11 @@ limitations under the License.
 //     its budget; otherwise answers 429 at once;
 //  5. answers 503 at once, never queued, when the limiter store is unavailable.
 //
+// When step 2 finds nothing to wait behind and no fleet gate paces the
+// request (the common case), steps 1 and 3 are one trip to the limiter's
+// store (Limiter.TakeAdmission), still in that order: a pre-auth refusal
+// charges no identity bucket, an identity refusal keeps the pre-auth charge.
+//
 // A request without any tenant identity cannot be queued, so it skips the
 // no-barging check and keeps the behaviour it would have without fair
 // queuing: a token if one is free, an immediate 429 otherwise.
@@ -237,71 +242,118 @@ func (c *Controller) settings() *Settings { return &c.pol.Load().settings }
 // deferred admission on, while it is held for its token reservation. ctx
 // ending (the client disconnecting) takes the request out of either queue at
 // once, giving back what it was charged.
-func (c *Controller) Admit(ctx context.Context, r Request) Decision {
-	return c.admit(ctx, c.clk.Now(), &r)
+func (c *Controller) Admit(ctx context.Context, r Request) (dec Decision) {
+	c.admit(ctx, c.clk.Now(), &r, &dec)
+	return dec
 }
 
-// admit is Admit for a request that arrived at arrival. It leaves in r
-// what it resolved: its band and, once estimated, its token reservation.
-func (c *Controller) admit(ctx context.Context, arrival time.Time, r *Request) Decision {
+// admit is Admit for a request that arrived at arrival, deciding into dec,
+// which must be zero: the decision is written where the caller returns it,
+// never copied up the calls. It leaves in r what it resolved: its band and,
+// once estimated, its token reservation.
+func (c *Controller) admit(ctx context.Context, arrival time.Time, r *Request, dec *Decision) {
 	r.band = c.requestBand(r)
 	estimate := r.Tokens <= 0 && r.Reserver != nil
 	if estimate && c.chargesTokens(*r) {
 		r.Tokens, estimate = r.Reserver.Reservation(), false
 	}
-	dec := c.admitRequests(ctx, arrival, r)
+	c.admitRequests(ctx, arrival, r, dec)
 	if !dec.Allowed {
-		return dec
+		return
 	}
 	if estimate {
 		r.Tokens = r.Reserver.Reservation()
 	}
-	if r.Tokens <= 0 {
-		return dec
+	if r.Tokens > 0 {
+		*dec = c.reserve(ctx, arrival, *r, *dec)
 	}
-	return c.reserve(ctx, arrival, *r, dec)
 }
 
 // admitRequests decides r's request-count limits (SPEC sections 2 and 5),
-// all with the limiter and settings of one policy.
-func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Request) (dec Decision) {
+// all with the limiter and settings of one policy, into dec, which must be
+// zero. It holds only the common case, a request with nothing to queue
+// behind and no gate to ask, so its frame stays small.
+func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Request, dec *Decision) {
 	p := c.pol.Load()
-	if pre, err := p.lim.TakePreAuth(now, r.ClientAddr); err != nil || !pre.Allowed {
-		return c.preAuthRefusal(pre, err, r.ClientAddr)
-	}
-
-	keys := identityKeys(*r)
+	keys := r.keys()
 	tenant, used, queueable := p.settings.tenant(r.Identity)
 	var gate Gate
 	if queueable {
-		if o := c.tenantObserver(); o != nil {
-			defer func() { observeTenant(o, now, tenant, used, &dec) }()
-		}
-		all := limitKeysOf(keys)
-		if gate = c.gateFor(keys, r.band); gate != nil {
-			gate.Arrive(tenant, keys.Model)
-		}
-		if c.queue.HasWaitersAny(all[:]) {
-			return c.wait(ctx, now, r, keys, tenant, used, gate, limiter.Decision{})
-		}
-		if ok, retry := gateAllow(gate, now, tenant, keys.Model); !ok {
-			return c.wait(ctx, now, r, keys, tenant, used, gate, gated(retry))
+		if gate = c.gateFor(keys, r.band); gate != nil || c.hasWaiters(keys) {
+			c.admitInTurn(ctx, now, r, p, keys, tenant, used, gate, dec)
+			return
 		}
 	}
+	// The pre-auth and identity buckets are charged in one trip to the
+	// store, in that order. Waiters that arrive meanwhile are passed as
+	// they would be between the check and TakeIdentity.
+	pre, d, err := p.lim.TakeAdmission(now, r.ClientAddr, keys)
+	if !pre.Allowed {
+		*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
+		return
+	}
+	if o := c.tenantObserver(); o != nil && queueable {
+		defer observeTenant(o, now, tenant, used, dec)
+	}
+	if err == nil && d.Allowed { // as identityDecided would, without the call
+		dec.Allowed, dec.Status, dec.Quota, dec.HasQuota = true, StatusOK, d.Tightest, d.HasQuota
+		return
+	}
+	c.identityDecided(ctx, now, r, keys, tenant, used, queueable, gate, d, err, dec)
+}
 
+// admitInTurn is admitRequests for a queueable request with a gate to ask
+// or waiters on one of its keys: after the pre-auth buckets, it joins the
+// tenant's queue without taking a token when waiters are there (no
+// barging) or the gate holds it back, and checks the identity buckets
+// otherwise.
+func (c *Controller) admitInTurn(ctx context.Context, now time.Time, r *Request, p *policy, keys limiter.Keys, tenant string, used identity.Dimension, gate Gate, dec *Decision) {
+	if pre, err := p.lim.TakePreAuth(now, r.ClientAddr); err != nil || !pre.Allowed {
+		*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
+		return
+	}
+	if o := c.tenantObserver(); o != nil {
+		defer observeTenant(o, now, tenant, used, dec)
+	}
+	if gate != nil {
+		gate.Arrive(tenant, keys.Model)
+	}
+	if c.hasWaiters(keys) {
+		*dec = c.wait(ctx, now, r, keys, tenant, used, gate, limiter.Decision{})
+		return
+	}
+	if ok, retry := gateAllow(gate, now, tenant, keys.Model); !ok {
+		*dec = c.wait(ctx, now, r, keys, tenant, used, gate, gated(retry))
+		return
+	}
 	d, err := p.lim.TakeIdentity(now, keys)
 	if err == nil {
 		gateDone(gate, tenant, keys.Model, d)
 	}
+	c.identityDecided(ctx, now, r, keys, tenant, used, true, gate, d, err, dec)
+}
+
+// identityDecided writes into dec what the identity buckets' decision d, or
+// the store's err, means for r: admitted, refused at once, or queued when
+// the request may queue and the refusal is queueable.
+func (c *Controller) identityDecided(ctx context.Context, now time.Time, r *Request, keys limiter.Keys, tenant string, used identity.Dimension, queueable bool, gate Gate, d limiter.Decision, err error, dec *Decision) {
 	switch {
 	case err != nil:
-		return unavailable(err)
+		*dec = unavailable(err)
 	case d.Allowed:
-		return Decision{Allowed: true, Status: StatusOK, Quota: d.Tightest, HasQuota: d.HasQuota}
+		dec.Allowed, dec.Status, dec.Quota, dec.HasQuota = true, StatusOK, d.Tightest, d.HasQuota
 	case !queueable || !canQueue(d):
-		return c.refusal(d, keys, "")
+		*dec = c.refusal(d, keys, "")
+	default:
+		*dec = c.wait(ctx, now, r, keys, tenant, used, gate, d)
 	}
-	return c.wait(ctx, now, r, keys, tenant, used, gate, d)
+}
+
+// hasWaiters reports whether requests wait in the fair queue on any of
+// the identity buckets of keys.
+func (c *Controller) hasWaiters(keys limiter.Keys) bool {
+	all := limitKeysOf(keys)
+	return c.queue.HasWaitersAny(all[:])
 }
 
 // canQueue reports whether a refusal may wait in the fair queue: one by an
@@ -347,7 +399,10 @@ func (c *Controller) refund(r Request) error {
 }
 
 // identityKeys returns the identity bucket keys of r.
-func identityKeys(r Request) limiter.Keys {
+func identityKeys(r Request) limiter.Keys { return r.keys() }
+
+// keys returns the identity bucket keys of r without copying it.
+func (r *Request) keys() limiter.Keys {
 	return limiter.Keys{APIKey: r.Identity.APIKey, User: r.Identity.User, Team: r.Identity.Team, Model: r.Model}
 }
 

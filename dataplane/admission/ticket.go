@@ -61,11 +61,11 @@ type Ticket struct {
 // Begin decides r as Admit does and, when it is admitted, makes t the
 // request's ticket. A refused request is charged nothing to give back: t
 // stays empty and its Done does nothing.
-func (c *Controller) Begin(ctx context.Context, r Request, t *Ticket) Decision {
+func (c *Controller) Begin(ctx context.Context, r Request, t *Ticket) (dec Decision) {
 	arrival := c.clk.Now()
 	// The ticket keeps r as admission resolved it: a capacity wait charges
 	// its estimated reservation when the fair queue charges tokens.
-	dec := c.admit(ctx, arrival, &r)
+	c.admit(ctx, arrival, &r, &dec)
 	if dec.Allowed {
 		t.c, t.r, t.settle = c, r, dec.settle
 		dec.settle = settlement{}

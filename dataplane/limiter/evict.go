@@ -77,16 +77,16 @@ func (sh *shard) insert(bk bucket) {
 	bk.due = bk.tat
 	idx := int32(len(sh.buckets))
 	bk.pos = int32(len(sh.heap))
-	sh.index[bk.key] = idx
 	sh.buckets = append(sh.buckets, bk)
+	sh.link(idx)
 	sh.heap = append(sh.heap, idx)
 	sh.up(int(bk.pos))
 }
 
 // remove drops the bucket at idx, moving the last bucket into its slot.
 func (sh *shard) remove(idx int32) {
+	sh.unlink(idx)
 	bk := &sh.buckets[idx]
-	delete(sh.index, bk.key)
 	// Take it out of the heap: move the last heap entry into its place.
 	p, lastPos := int(bk.pos), len(sh.heap)-1
 	if p != lastPos {
@@ -101,10 +101,9 @@ func (sh *shard) remove(idx int32) {
 	// Take it out of the slice: move the last bucket into its slot.
 	last := int32(len(sh.buckets) - 1)
 	if idx != last {
+		sh.relink(last, idx)
 		sh.buckets[idx] = sh.buckets[last]
-		moved := &sh.buckets[idx]
-		sh.index[moved.key] = idx
-		sh.heap[moved.pos] = idx
+		sh.heap[sh.buckets[idx].pos] = idx
 	}
 	sh.buckets[last] = bucket{}
 	sh.buckets = sh.buckets[:last]

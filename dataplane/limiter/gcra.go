@@ -82,17 +82,26 @@ func (r Request) Shape() (interval, window int64) { return r.interval, r.window 
 // identically. A Take that is allowed leaves bucket i owing
 // debts[i]+b.At(i).Charge().
 func DecisionFromDebts(b *Batch, debts *[MaxBatch]int64, charge bool) Decision {
-	d := Decision{Allowed: true}
-	for i := 0; i < b.n; i++ {
-		judge(&d, &b.reqs[i], debts[i], charge)
-	}
+	var d Decision
+	decideDebts(&d, b, debts, charge)
 	return d
+}
+
+// decideDebts is DecisionFromDebts into d, which must be zero.
+func decideDebts(d *Decision, b *Batch, debts *[MaxBatch]int64, charge bool) {
+	d.Allowed = true
+	for i := 0; i < b.n; i++ {
+		judge(d, &b.reqs[i], debts[i], charge)
+	}
 }
 
 // Charge returns the GCRA time, in nanoseconds, that a Take or Peek of r
 // charges: Cost refill intervals (one for a Cost of 0 or 1), saturated so a
 // timestamp plus a charge cannot overflow.
-func (r Request) Charge() int64 {
+func (r Request) Charge() int64 { return r.charge() }
+
+// charge is Charge without copying r.
+func (r *Request) charge() int64 {
 	if r.Cost <= 1 {
 		return r.interval
 	}
@@ -161,7 +170,7 @@ func refuse(d *Decision, dim Dimension, wait time.Duration) bool {
 // fewest tokens left; a refusal's quota is the bucket named by LimitType, so
 // the x-ratelimit-* headers never describe a bucket that let the request pass.
 func judge(d *Decision, r *Request, debt int64, charge bool) {
-	cost := r.Charge()
+	cost := r.charge()
 	capacity := r.Limit.capacity()
 	if over := debt + min(cost, r.window) - r.window; over > 0 {
 		// Too few tokens: the wait is until the deficit has refilled.

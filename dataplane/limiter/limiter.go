@@ -190,15 +190,48 @@ func (l *Limiter) SetConfig(cfg Config) error {
 // before authentication. A refusal is never queueable. An empty client address
 // skips the per-client bucket.
 func (l *Limiter) TakePreAuth(now time.Time, client string) (Decision, error) {
-	r := l.cfg.Load()
 	var b Batch
+	l.cfg.Load().preAuthBatch(&b, client)
+	return l.take(now, &b)
+}
+
+// TakeAdmission is TakePreAuth for client followed, only when it admits, by
+// TakeIdentity for k: pre is the pre-authentication decision, id the
+// identity one (zero unless pre.Allowed), err an error of either. With the
+// in-memory store it is one trip, every bucket decided at one instant with
+// the limits of one config; a refusal by the identity buckets leaves the
+// pre-authentication buckets charged, as the two calls would.
+func (l *Limiter) TakeAdmission(now time.Time, client string, k Keys) (pre, id Decision, err error) {
+	r := l.cfg.Load()
+	var pb, ib Batch
+	r.preAuthBatch(&pb, client)
+	r.keysBatch(&ib, k, 0, r.overrides, 0)
+	if l.mem == nil {
+		if pre, err = l.take(now, &pb); err != nil || !pre.Allowed {
+			return pre, Decision{}, err
+		}
+		id, err = l.take(now, &ib)
+		return pre, id, err
+	}
+	// Global and client come before every identity dimension in the store's
+	// table order, as takeInOrder needs.
+	l.mem.takeInOrder(now, &pb, &ib, &pre, &id)
+	l.observe(&pb, &pre, nil)
+	if pre.Allowed {
+		l.observe(&ib, &id, nil)
+	}
+	return pre, id, nil
+}
+
+// preAuthBatch fills b with the global and per-client buckets that apply to
+// a request from client.
+func (r *resolved) preAuthBatch(b *Batch, client string) {
 	if r.on[DimensionGlobal] {
 		b.add(DimensionGlobal, "", &r.limits[DimensionGlobal], 0)
 	}
 	if r.on[DimensionClient] && client != "" {
 		b.add(DimensionClient, client, &r.limits[DimensionClient], 0)
 	}
-	return l.take(now, &b)
 }
 
 // TakeIdentity checks the api key, user, team and model buckets that apply to
@@ -373,20 +406,28 @@ func (l *Limiter) take(now time.Time, b *Batch) (Decision, error) {
 	} else if d, err = l.store.Take(now, *b); err != nil {
 		d = Decision{}
 	}
-	if o := l.observer; o != nil && !l.memCounted {
-		for i := 0; i < b.n; i++ {
-			dim := b.reqs[i].Dimension
-			if err != nil {
-				o.ObserveDecision(dim, OutcomeUnavailable)
-			} else if out, ok := outcomeOf(&d, dim); ok {
-				o.ObserveDecision(dim, out)
-			}
-		}
-	}
+	l.observe(b, &d, err)
 	if err != nil {
 		return d, fmt.Errorf("rate-limit check: %w", err)
 	}
 	return d, nil
+}
+
+// observe tells the observer the outcome of each bucket of b, a Take decided
+// as d or failed with err, unless it reads them from the in-memory store.
+func (l *Limiter) observe(b *Batch, d *Decision, err error) {
+	o := l.observer
+	if o == nil || l.memCounted {
+		return
+	}
+	for i := 0; i < b.n; i++ {
+		dim := b.reqs[i].Dimension
+		if err != nil {
+			o.ObserveDecision(dim, OutcomeUnavailable)
+		} else if out, ok := outcomeOf(d, dim); ok {
+			o.ObserveDecision(dim, out)
+		}
+	}
 }
 
 // outcomeOf returns what d, a Take's decision, means for the bucket of dim

@@ -412,3 +412,84 @@ func TestObserverCountsTableFull(t *testing.T) {
 		t.Fatalf("observed %v, want %v", rec, want)
 	}
 }
+
+// viaInterface hides a MemoryStore behind the Store interface, so a Limiter
+// takes the path of every other store.
+type viaInterface struct{ Store }
+
+// TestTakeAdmissionIsTakePreAuthThenTakeIdentity checks that the one-trip
+// TakeAdmission decides, charges and reports exactly as TakePreAuth followed,
+// when it admits, by TakeIdentity: a pre-auth refusal charges no identity
+// bucket, an identity refusal keeps the pre-auth charge. It runs with the
+// in-memory store's one trip and through the Store interface.
+func TestTakeAdmissionIsTakePreAuthThenTakeIdentity(t *testing.T) {
+	cfg := Config{Global: lim(6, time.Second, 0), Client: lim(3, time.Second, 0), User: lim(2, time.Second, 0), Model: lim(4, time.Second, 0)}
+	type call struct {
+		at     time.Duration
+		client string
+		keys   Keys
+	}
+	var calls []call
+	for i := range 40 {
+		calls = append(calls, call{
+			at:     time.Duration(i) * 70 * time.Millisecond,
+			client: []string{"a", "b", ""}[i%3],
+			keys:   []Keys{{User: "u", Model: "m"}, {User: "v", Model: "m"}, {Model: "m"}, {}}[i%4],
+		})
+	}
+	for _, tc := range []struct {
+		name  string
+		store func() Store
+	}{
+		{"memory store", func() Store { return NewMemoryStore(0) }},
+		{"through the Store interface", func() Store { return viaInterface{NewMemoryStore(0)} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			oneRec, twoRec := recorder{}, recorder{}
+			one := mustNew(t, cfg, Options{Store: tc.store(), Observer: oneRec})
+			two := mustNew(t, cfg, Options{Store: tc.store(), Observer: twoRec})
+			var refusedPre, refusedID int
+			for i, c := range calls {
+				now := t0.Add(c.at)
+				pre, id, err := one.TakeAdmission(now, c.client, c.keys)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantPre, err := two.TakePreAuth(now, c.client)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var wantID Decision
+				if wantPre.Allowed {
+					if wantID, err = two.TakeIdentity(now, c.keys); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if pre != wantPre || id != wantID {
+					t.Fatalf("call %d: TakeAdmission = %+v, %+v; want %+v, %+v", i, pre, id, wantPre, wantID)
+				}
+				switch {
+				case !pre.Allowed:
+					refusedPre++
+				case !id.Allowed:
+					refusedID++
+				}
+			}
+			if refusedPre == 0 || refusedID == 0 {
+				t.Fatalf("%d pre-auth and %d identity refusals: the calls must exercise both", refusedPre, refusedID)
+			}
+			if fmt.Sprint(oneRec) != fmt.Sprint(twoRec) {
+				t.Fatalf("TakeAdmission observed %v, the two calls %v", oneRec, twoRec)
+			}
+		})
+	}
+
+	rec := recorder{}
+	down := mustNew(t, cfg, Options{Store: downStore{}, Observer: rec})
+	if pre, _, err := down.TakeAdmission(t0, "a", Keys{User: "u"}); pre.Allowed || !errors.Is(err, ErrStoreUnavailable) {
+		t.Fatalf("TakeAdmission with a down store = %+v, %v; want refused with ErrStoreUnavailable", pre, err)
+	}
+	if want := (recorder{"global/unavailable": 1, "client/unavailable": 1}); fmt.Sprint(rec) != fmt.Sprint(want) {
+		t.Fatalf("observed %v, want %v", rec, want)
+	}
+}

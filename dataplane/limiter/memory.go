@@ -30,7 +30,8 @@ const DefaultMaxKeysPerDimension = 65536
 // and reset follow with integer arithmetic (gcra.go) and no allocation.
 //
 // Concurrency: each dimension's table is split into up to 16 shards by a
-// seeded hash of the key, each behind its own mutex (table.go). A batch
+// seeded hash of the key, which also indexes the key in its shard, each
+// shard behind its own mutex (table.go). A batch
 // locks the shards of its buckets in a fixed order for the check and charge,
 // so all-or-nothing charging is atomic, requests for different keys proceed
 // in parallel, and requests sharing a bucket (a model, a team) serialise
@@ -75,7 +76,7 @@ func NewMemoryStore(maxKeysPerDimension int) *MemoryStore {
 	s := &MemoryStore{perShard: maxKeysPerDimension / n, nShards: uint64(n), seed: maphash.MakeSeed()}
 	for d := range s.tables {
 		for i := range n {
-			s.tables[d][i].index = make(map[string]int32)
+			s.tables[d][i].index = make(map[uint64]int32)
 		}
 	}
 	return s
@@ -138,7 +139,7 @@ func (s *MemoryStore) settle(now time.Time, b *Batch, adjust bool) {
 			continue
 		}
 		sh := locked.shard(i)
-		idx, ok := sh.index[r.Key]
+		idx, ok := sh.find(locked.hash[i], r.Key)
 		switch {
 		case ok:
 			debt := sh.debt(idx, t, r)
@@ -153,7 +154,7 @@ func (s *MemoryStore) settle(now time.Time, b *Batch, adjust bool) {
 			// Full already: never charged, or refilled and dropped.
 		default:
 			if _, ok := sh.room(t, s.perShard); ok {
-				sh.insert(bucket{key: r.Key, tat: t + r.AdjustedDebt(0), interval: r.interval, window: r.window})
+				sh.insert(bucket{key: r.Key, hash: locked.hash[i], tat: t + r.AdjustedDebt(0), interval: r.interval, window: r.window})
 			}
 		}
 	}
@@ -182,71 +183,95 @@ func (s *MemoryStore) setEpoch(now time.Time) *time.Time {
 // is set and all hold their cost, charges them all; otherwise it changes
 // nothing but the lazy rescaling of buckets whose limit was hot-swapped and
 // the dropping of refilled buckets.
-func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) Decision {
+func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) (d Decision) {
 	t := s.since(now)
 	var locked lockSet
 	s.lock(b, &locked)
 	defer locked.unlock()
+	s.decideLocked(&d, t, b, &locked, charge)
+	return d
+}
 
-	slot, fresh := s.find(b, &locked)
-	if fresh {
+// takeInOrder is a Take of first and, only when first is allowed, a Take
+// of then, in one trip, deciding into d and thenD, which must be zero
+// (thenD stays zero when first is refused). then's shards are locked while
+// first's still are, so every dimension of first must be below every
+// dimension of then (the shards are locked in table order).
+func (s *MemoryStore) takeInOrder(now time.Time, first, then *Batch, d, thenD *Decision) {
+	t := s.since(now)
+	var locked, thenLocked lockSet
+	s.lock(first, &locked)
+	defer locked.unlock()
+	if s.decideLocked(d, t, first, &locked, true); !d.Allowed {
+		return
+	}
+	s.lock(then, &thenLocked)
+	defer thenLocked.unlock()
+	s.decideLocked(thenD, t, then, &thenLocked, true)
+}
+
+// decideLocked is decide at t, nanoseconds since the epoch, with b's shards
+// locked in locked, into d, which must be zero.
+func (s *MemoryStore) decideLocked(d *Decision, t int64, b *Batch, locked *lockSet, charge bool) {
+	var (
+		slot  [MaxBatch]int32
+		debts [MaxBatch]int64 // a new bucket is full
+	)
+	if s.find(t, b, locked, &slot, &debts) {
 		// A new key needs room in its shard; making it drops refilled
 		// buckets, which moves slots.
-		var d Decision
 		for i := 0; i < b.n; i++ {
 			if slot[i] < 0 {
 				if wait, ok := locked.shard(i).room(t, s.perShard); !ok {
 					d.TableFull = d.TableFull.Add(b.reqs[i].Dimension)
-					refuse(&d, b.reqs[i].Dimension, time.Duration(wait))
+					refuse(d, b.reqs[i].Dimension, time.Duration(wait))
 				}
 			}
 		}
 		if d.TableFull != 0 {
 			if charge {
 				s.full.Add(1)
-				count(b, &locked, &d)
+				count(b, locked, d)
 			}
-			return d
+			return
 		}
-		slot, _ = s.find(b, &locked)
+		s.find(t, b, locked, &slot, &debts)
 	}
-	var debts [MaxBatch]int64 // a new bucket is full
-	for i := 0; i < b.n; i++ {
-		if slot[i] >= 0 {
-			debts[i] = locked.shard(i).debt(slot[i], t, &b.reqs[i])
-		}
-	}
-	d := DecisionFromDebts(b, &debts, charge)
+	decideDebts(d, b, &debts, charge)
 	if !charge {
-		return d
+		return
 	}
-	count(b, &locked, &d)
 	if !d.Allowed {
-		return d
+		count(b, locked, d)
+		return
 	}
 	for i := 0; i < b.n; i++ {
 		r, sh := &b.reqs[i], locked.shard(i)
-		tat := t + debts[i] + r.Charge()
+		sh.decided[OutcomeAllowed]++ // as count would
+		tat := t + debts[i] + r.charge()
 		if slot[i] >= 0 {
 			sh.buckets[slot[i]].tat = tat // charging raises tat: due stays a lower bound
 			continue
 		}
-		sh.insert(bucket{key: r.Key, tat: tat, interval: r.interval, window: r.window})
+		sh.insert(bucket{key: r.Key, hash: locked.hash[i], tat: tat, interval: r.interval, window: r.window})
 	}
-	return d
 }
 
-// find returns the slot of each bucket of b in its locked shard, -1 for an
-// unknown key, and whether any key is unknown.
-func (s *MemoryStore) find(b *Batch, locked *lockSet) (slot [MaxBatch]int32, fresh bool) {
+// find sets the slot of each bucket of b in its locked shard, -1 for an
+// unknown key, and its debt at t, 0 for an unknown key (a new bucket is
+// full); it reports whether any key is unknown.
+func (s *MemoryStore) find(t int64, b *Batch, locked *lockSet, slot *[MaxBatch]int32, debts *[MaxBatch]int64) (fresh bool) {
 	for i := 0; i < b.n; i++ {
-		idx, ok := locked.shard(i).index[b.reqs[i].Key]
+		r, sh := &b.reqs[i], locked.shard(i)
+		idx, ok := sh.find(locked.hash[i], r.Key)
+		slot[i], debts[i] = idx, 0
 		if !ok {
-			idx, fresh = -1, true
+			fresh = true
+			continue
 		}
-		slot[i] = idx
+		debts[i] = sh.debt(idx, t, r)
 	}
-	return slot, fresh
+	return fresh
 }
 
 // count records the outcome of each bucket of a Take, decided as d, in its
