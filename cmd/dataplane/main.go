@@ -17,11 +17,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -68,14 +66,10 @@ func main() {
 	if version.PrintIfRequested(os.Stdout, "dataplane", os.Args[1:]) {
 		return
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal ends the process at once, skipping the drain
-	}()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
-	stop() // before os.Exit, which skips deferred calls
-	cli.Exit("dataplane", err)
+	cli.Main("dataplane", func(ctx context.Context) error {
+		cli.SecondSignalKills(ctx) // skipping the drain
+		return run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	})
 }
 
 // options are the parsed flags.

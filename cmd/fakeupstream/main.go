@@ -15,9 +15,7 @@ import (
 	"log"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -61,19 +59,19 @@ func main() {
 			c.MaxNumSeqs, c.KVCacheTokens, c.MaxNumBatchedTokens)
 	}
 	srv := &http.Server{Addr: *listen, ReadHeaderTimeout: 10 * time.Second, Handler: handler}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
-	log.Printf("%s listening on %s", what, *listen)
-	err := srv.ListenAndServe()
-	stop() // before os.Exit, which skips deferred calls
-	if !errors.Is(err, http.ErrServerClosed) {
-		cli.Exit("fakeupstream", err)
-	}
+	cli.Main("fakeupstream", func(ctx context.Context) error {
+		go func() {
+			<-ctx.Done()
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shutdownCtx)
+		}()
+		log.Printf("%s listening on %s", what, *listen)
+		if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
 }
 
 // simFlags registers the --sim-* flags, defaulting to the simulator's

@@ -21,8 +21,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/fairqueue/fairqueue/internal/cli"
 	"github.com/fairqueue/fairqueue/internal/loadgen"
@@ -33,10 +31,9 @@ func main() {
 	if version.PrintIfRequested(os.Stdout, "fqload", os.Args[1:]) {
 		return
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv, os.ReadFile)
-	stop() // before os.Exit, which skips deferred calls
-	cli.Exit("fqload", err)
+	cli.Main("fqload", func(ctx context.Context) error {
+		return run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv, os.ReadFile)
+	})
 }
 
 // run is main with its inputs and outputs injected. It returns flag.ErrHelp

@@ -17,8 +17,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -44,10 +42,7 @@ const binary = "kubectl-fairqueue"
 const defaultRequestTimeout = "30s"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop() // before os.Exit, which skips deferred calls
-	cli.Exit(binary, err)
+	cli.Main(binary, func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Stdout, os.Stderr) })
 }
 
 // run runs the plugin with args, as main does with the process's.

@@ -47,12 +47,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
+	"github.com/fairqueue/fairqueue/internal/cli"
 	"github.com/fairqueue/fairqueue/internal/demo"
 )
 
@@ -60,9 +59,7 @@ import (
 var errInterrupted = errors.New("interrupted")
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
-	stop() // before os.Exit, which skips deferred calls
+	err := cli.WithSignals(func(ctx context.Context) error { return run(ctx, os.Args[1:]) })
 	if err != nil {
 		switch {
 		case errors.Is(err, flag.ErrHelp):

@@ -19,9 +19,7 @@ import (
 	"io"
 	"log"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -31,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/fairqueue/fairqueue/internal/cli"
 	"github.com/fairqueue/fairqueue/internal/gobuild"
 )
 
@@ -47,21 +46,17 @@ type options struct {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	logger := stdr.New(log.New(os.Stderr, "localcp ", log.LstdFlags))
 	ctrllog.SetLogger(logger.V(1))
 	opts, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		stop()
 		return
 	}
 	if err != nil {
-		stop() // before os.Exit, which skips deferred calls
 		fmt.Fprintf(os.Stderr, "localcp: %v\n", err)
 		os.Exit(2)
 	}
-	err = run(ctx, opts, os.Stdout, logger)
-	stop()
+	err = cli.WithSignals(func(ctx context.Context) error { return run(ctx, opts, os.Stdout, logger) })
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "localcp: %v\n", err)
 		os.Exit(1)

@@ -403,7 +403,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		}
 	}
 
-	sup := NewSupervisor(work, 15*time.Second)
+	sup := proc.NewSupervisor(work, 15*time.Second)
 	stopped := false
 	defer func() {
 		if !stopped {
@@ -461,7 +461,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 }
 
 // startUpstream starts the fake upstream and returns its address.
-func startUpstream(ctx context.Context, o Options, sc scenario, p *progress, sup *Supervisor) (string, error) {
+func startUpstream(ctx context.Context, o Options, sc scenario, p *progress, sup *proc.Supervisor) (string, error) {
 	return p.startServer(ctx, sup, "fakeupstream", func(addr string) []string {
 		return append([]string{filepath.Join(o.BinDir, "fakeupstream"), "--listen", addr, "--latency", "5ms", "--models", loadgen.DefaultModel}, sc.upstreamArgs...)
 	}, "")
@@ -470,7 +470,7 @@ func startUpstream(ctx context.Context, o Options, sc scenario, p *progress, sup
 // startDataPlane starts one data-plane replica called name with args (besides
 // its listen addresses) and waits until it is ready; it returns the traffic
 // and metrics addresses.
-func startDataPlane(ctx context.Context, o Options, p *progress, sup *Supervisor, name string, args ...string) (traffic, metrics string, err error) {
+func startDataPlane(ctx context.Context, o Options, p *progress, sup *proc.Supervisor, name string, args ...string) (traffic, metrics string, err error) {
 	traffic, err = p.startServer(ctx, sup, name, func(addr string) []string {
 		var perr error
 		if metrics, perr = proc.FreeAddr(); perr != nil {
@@ -491,7 +491,7 @@ func startDataPlane(ctx context.Context, o Options, p *progress, sup *Supervisor
 // startKube starts a local control plane, the operator, the fake upstream
 // and the data planes, which watch the ConfigMap the operator renders from
 // the policy the demo applies with kubectl.
-func startKube(ctx context.Context, o Options, sc scenario, p *progress, sup *Supervisor, work string) (*plane, error) {
+func startKube(ctx context.Context, o Options, sc scenario, p *progress, sup *proc.Supervisor, work string) (*plane, error) {
 	kubectlPath, err := findKubectl(o.BinDir)
 	if err != nil {
 		return nil, err
@@ -500,7 +500,7 @@ func startKube(ctx context.Context, o Options, sc scenario, p *progress, sup *Su
 
 	// The control plane.
 	kubeconfig := filepath.Join(work, "kubeconfig")
-	var cp *Process
+	var cp *proc.Process
 	if err := p.step("Starting etcd and kube-apiserver (hack/localcp)", func() error {
 		cp, err = sup.Start(ctx, "localcp", filepath.Join(o.BinDir, "localcp"),
 			"--dir", filepath.Join(work, "controlplane"), "--kubeconfig", kubeconfig,
@@ -508,7 +508,7 @@ func startKube(ctx context.Context, o Options, sc scenario, p *progress, sup *Su
 		if err != nil {
 			return err
 		}
-		p.printf("    log: %s\n", cp.LogPath)
+		p.printf("    log: %s\n", cp.LogPath())
 		return waitForLine(ctx, cp, "ready", 3*time.Minute)
 	}); err != nil {
 		return pl, err
@@ -605,7 +605,7 @@ func startKube(ctx context.Context, o Options, sc scenario, p *progress, sup *Su
 // startServer starts a process listening on a free loopback port, given by
 // args(addr), and waits until it accepts connections (and, with readyPath,
 // answers 200 there). It returns the address.
-func (p *progress) startServer(ctx context.Context, sup *Supervisor, name string, args func(addr string) []string, readyPath string) (string, error) {
+func (p *progress) startServer(ctx context.Context, sup *proc.Supervisor, name string, args func(addr string) []string, readyPath string) (string, error) {
 	var addr string
 	err := p.step("Starting "+name, func() error {
 		var err error
@@ -620,11 +620,11 @@ func (p *progress) startServer(ctx context.Context, sup *Supervisor, name string
 		if err != nil {
 			return err
 		}
-		p.printf("    %s on %s, log: %s\n", name, addr, child.LogPath)
+		p.printf("    %s on %s, log: %s\n", name, addr, child.LogPath())
 		deadline := time.Now().Add(time.Minute)
 		for {
-			if exited, err := child.Exited(); exited {
-				return fmt.Errorf("%s exited at start (%w): see %s", name, exitError(err), child.LogPath)
+			if child.Exited() {
+				return fmt.Errorf("%s exited at start (%w): see %s", name, child.ExitReason(), child.LogPath())
 			}
 			if readyPath == "" {
 				if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
@@ -635,7 +635,7 @@ func (p *progress) startServer(ctx context.Context, sup *Supervisor, name string
 				return nil
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%s did not listen on %s within a minute: see %s", name, addr, child.LogPath)
+				return fmt.Errorf("%s did not listen on %s within a minute: see %s", name, addr, child.LogPath())
 			}
 			select {
 			case <-ctx.Done():
@@ -674,19 +674,29 @@ func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
 	}
 }
 
+// portClosed reports whether nothing accepts connections on addr any more.
+func portClosed(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return true
+	}
+	_ = c.Close() // a probe: nothing was sent
+	return false
+}
+
 // waitForLine waits until the process's log holds line on a line by itself.
-func waitForLine(ctx context.Context, child *Process, line string, timeout time.Duration) error {
+func waitForLine(ctx context.Context, child *proc.Process, line string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		data, err := os.ReadFile(child.LogPath)
+		data, err := os.ReadFile(child.LogPath())
 		if err == nil && strings.Contains("\n"+string(data), "\n"+line+"\n") {
 			return nil
 		}
-		if exited, err := child.Exited(); exited {
-			return fmt.Errorf("%s exited before printing %q (%w): see %s", child.Name, line, exitError(err), child.LogPath)
+		if child.Exited() {
+			return fmt.Errorf("%s exited before printing %q (%w): see %s", child.Name(), line, child.ExitReason(), child.LogPath())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not print %q within %v: see %s", child.Name, line, timeout, child.LogPath)
+			return fmt.Errorf("%s did not print %q within %v: see %s", child.Name(), line, timeout, child.LogPath())
 		}
 		select {
 		case <-ctx.Done():

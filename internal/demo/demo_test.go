@@ -8,9 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +19,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	fqv1alpha1 "github.com/fairqueue/fairqueue/api/v1alpha1"
+	"github.com/fairqueue/fairqueue/internal/proc"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
@@ -224,53 +223,32 @@ func TestManifestsAreAValidPolicy(t *testing.T) {
 	}
 }
 
-func TestSupervisorStopsProcessGroups(t *testing.T) {
+func TestWaitForLine(t *testing.T) {
 	sh, err := exec.LookPath("sh")
 	if err != nil {
 		t.Skip("no sh")
 	}
-	dir := t.TempDir()
-	sup := NewSupervisor(dir, 5*time.Second)
+	sup := proc.NewSupervisor(t.TempDir(), 5*time.Second)
+	defer func() { _ = sup.StopAll() }() // the processes' ends are not under test
 	ctx := context.Background()
-	// A process that ignores nothing and exits 0 on SIGTERM, and one whose
-	// child would outlive it if the group were not killed.
-	clean, err := sup.Start(ctx, "clean", sh, "-c", `trap 'exit 0' TERM; echo started; while :; do sleep 0.05; done`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pidFile := filepath.Join(dir, "child.pid")
-	parent, err := sup.Start(ctx, "parent", sh, "-c", `sleep 60 & echo $! > `+pidFile+`; trap 'exit 3' TERM; while :; do sleep 0.05; done`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := waitForLine(ctx, clean, "started", 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	var childPid string
-	testutil.EventuallyWithin(t, 10*time.Second, "the parent starts its child", func() bool {
-		b, _ := os.ReadFile(pidFile) // absent until the parent writes it
-		childPid = strings.TrimSpace(string(b))
-		return childPid != ""
-	})
-
-	err = sup.StopAll()
-	if err == nil || !strings.Contains(err.Error(), "parent exited with exit status 3") {
-		t.Errorf("StopAll error = %v, want the parent's non-zero exit reported", err)
-	}
-	if err != nil && strings.Contains(err.Error(), "clean") {
-		t.Errorf("StopAll reported the process that exited cleanly: %v", err)
-	}
-	for _, p := range []*Process{clean, parent} {
-		if exited, _ := p.Exited(); !exited {
-			t.Errorf("%s still runs after StopAll", p.Name)
+	for _, tc := range []struct {
+		name, script string
+		within       time.Duration
+		want         string
+	}{
+		{"ready", `echo starting; echo ready; while :; do sleep 0.05; done`, 30 * time.Second, ""},
+		{"exits", `echo not-ready; exit 2`, 30 * time.Second, `exits exited before printing "ready" (exit status 2): see `},
+		{"silent", `while :; do sleep 0.05; done`, 500 * time.Millisecond, `silent did not print "ready" within 500ms: see `},
+	} {
+		p, err := sup.Start(ctx, tc.name, sh, "-c", tc.script)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = waitForLine(ctx, p, "ready", tc.within)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want)) {
+			t.Errorf("%s: waitForLine = %v, want %q", tc.name, err, tc.want)
 		}
 	}
-	// SIGKILL is delivered asynchronously: give the child a moment to die.
-	alive := func() bool {
-		b, err := os.ReadFile("/proc/" + childPid + "/stat")
-		return err == nil && !strings.Contains(string(b), ") Z")
-	}
-	testutil.EventuallyWithin(t, 5*time.Second, "the parent's child "+childPid+" dies with its process group", func() bool { return !alive() })
 }
 
 func TestWaitHTTPAndPortClosed(t *testing.T) {

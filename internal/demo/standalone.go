@@ -7,13 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/fairqueue/fairqueue/internal/proc"
 )
 
 // startStandalone starts the fake upstream and one data plane that reads the
 // scenario's policy and tenants Secret from files, as `dataplane --policy`
 // runs outside Kubernetes; the weight change rewrites the Secret's file,
 // which the data plane follows.
-func startStandalone(ctx context.Context, o Options, sc scenario, p *progress, sup *Supervisor, work string) (*plane, error) {
+func startStandalone(ctx context.Context, o Options, sc scenario, p *progress, sup *proc.Supervisor, work string) (*plane, error) {
 	pl := &plane{}
 	upstreamAddr, err := startUpstream(ctx, o, sc, p, sup)
 	if err != nil {

@@ -106,3 +106,67 @@ func TestFreeAddrCanBeListenedOn(t *testing.T) {
 	}
 	_ = ln.Close() // nothing was accepted
 }
+
+func TestStopSaysHowTheProcessEnded(t *testing.T) {
+	for _, tc := range []struct {
+		name, script string
+		started      string // printed once its trap is set
+		want         string // "" for a clean stop
+	}{
+		{"clean exit on SIGTERM", "trap 'exit 0' TERM; echo up; while :; do sleep 0.02; done", "up", ""},
+		{"exit 3 on SIGTERM", "trap 'exit 3' TERM; echo up; while :; do sleep 0.02; done", "up", "sh exited with exit status 3 after SIGTERM (see LOG)"},
+		{"deaf to SIGTERM", "trap '' TERM; echo up; while :; do sleep 0.02; done", "up", "sh did not exit within 200ms of SIGTERM and was killed (see LOG)"},
+		{"exited 4 before", "echo up; exit 4", "up", "sh had already exited: exit status 4 (see LOG)"},
+		{"exited 0 before", "echo up", "up", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "sh.log")
+			p, err := StartWith(shell(t, tc.script), Options{LogPath: log, Group: true, Grace: 200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = p.WaitReady(func() bool {
+				b, _ := os.ReadFile(log) // empty until it printed
+				return string(b) == tc.started+"\n"
+			}, 10*time.Second)
+			if err != nil && !strings.Contains(err.Error(), "exited before it was ready") {
+				t.Fatal(err)
+			}
+			if strings.HasPrefix(tc.name, "exited") {
+				select {
+				case <-p.Done():
+				case <-time.After(10 * time.Second):
+					t.Fatal("the script still runs 10s after it printed its last line")
+				}
+			}
+			var got string
+			if err := p.Stop(); err != nil {
+				got = err.Error()
+			}
+			if want := strings.ReplaceAll(tc.want, "LOG", log); got != want {
+				t.Errorf("Stop = %q, want %q", got, want)
+			}
+			if !p.Exited() {
+				t.Error("the process still runs after Stop")
+			}
+		})
+	}
+}
+
+func TestStartWithLogPathWritesOutputAndNamesIt(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "greeter.log")
+	p, err := StartWith(shell(t, "echo hello; echo oops >&2; exit 2"), Options{Name: "greeter", LogPath: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.WaitReady(func() bool { return false }, 10*time.Second)
+	if want := "greeter exited before it was ready (exit status 2) (see " + log + ")"; err == nil || err.Error() != want {
+		t.Errorf("WaitReady = %v, want %q", err, want)
+	}
+	if b, err := os.ReadFile(log); err != nil || string(b) != "hello\noops\n" {
+		t.Errorf("the log holds %q (%v), want stdout and stderr", b, err)
+	}
+	if _, err := StartWith(exec.Command("/nonexistent/greeter"), Options{LogPath: filepath.Join(t.TempDir(), "missing", "x.log")}); err == nil || !strings.Contains(err.Error(), "creating the log of greeter") {
+		t.Errorf("StartWith with a log in a missing directory = %v, want the log named", err)
+	}
+}
