@@ -243,7 +243,9 @@ func (c *Controller) settings() *Settings { return &c.pol.Load().settings }
 // ending (the client disconnecting) takes the request out of either queue at
 // once, giving back what it was charged.
 func (c *Controller) Admit(ctx context.Context, r Request) (dec Decision) {
-	c.admit(ctx, c.clk.Now(), &r, &dec)
+	arrival := c.clk.Now()
+	c.admit(ctx, arrival, &r, &dec)
+	c.observe(arrival, &r, &dec)
 	return dec
 }
 
@@ -292,9 +294,6 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Reques
 		*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
 		return
 	}
-	if o := c.tenantObserver(); o != nil && queueable {
-		defer observeTenant(o, now, tenant, used, dec)
-	}
 	if err == nil && d.Allowed { // as identityDecided would, without the call
 		dec.Allowed, dec.Status, dec.Quota, dec.HasQuota = true, StatusOK, d.Tightest, d.HasQuota
 		return
@@ -311,9 +310,6 @@ func (c *Controller) admitInTurn(ctx context.Context, now time.Time, r *Request,
 	if pre, err := p.lim.TakePreAuth(now, r.ClientAddr); err != nil || !pre.Allowed {
 		*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
 		return
-	}
-	if o := c.tenantObserver(); o != nil {
-		defer observeTenant(o, now, tenant, used, dec)
 	}
 	if gate != nil {
 		gate.Arrive(tenant, keys.Model)

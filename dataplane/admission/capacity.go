@@ -45,15 +45,6 @@ type Capacity struct {
 	Spacing time.Duration
 }
 
-// CapacityWaitObserver is a TenantObserver that is also told how long a
-// tenant's admitted request waited for a backend slot. That wait comes after
-// TenantAdmitted reported the request (with the time it waited for its rate
-// limits), so without it a tenant's capacity waits would be missing from its
-// wait time.
-type CapacityWaitObserver interface {
-	TenantCapacityWaited(tenant string, dim identity.Dimension, waited time.Duration)
-}
-
 // Backend returns the name of the candidate the ticket's slot was taken for,
 // or "" when capacity mode is off or nothing was taken.
 func (t *Ticket) Backend() string {
@@ -179,9 +170,6 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 		c.giveBack(t)
 		return Decision{Status: StatusClientClosedRequest, Queue: info, Err: err}
 	case res.Admitted:
-		if o, ok := c.tenantObserver().(CapacityWaitObserver); ok {
-			o.TenantCapacityWaited(tenant, used, res.Waited)
-		}
 		out := *dec
 		out.Queue = info
 		if cost > 1 && t.settle.accounted == 0 {

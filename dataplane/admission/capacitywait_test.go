@@ -107,20 +107,24 @@ func TestCapacityRefusedAtOnceIsCountedAndToldSuccessiveSlots(t *testing.T) {
 	}
 }
 
-// capWaits records the capacity waits told a CapacityWaitObserver.
+// capWaits records the waits of the admitted requests told a TenantObserver.
 type capWaits struct {
-	mu    sync.Mutex
-	waits []time.Duration
+	mu      sync.Mutex
+	waits   []time.Duration
+	refused []string
 }
 
-func (o *capWaits) TenantAdmitted(time.Time, string, identity.Dimension, time.Duration) {}
-func (o *capWaits) TenantRefused(time.Time, string, identity.Dimension, string)         {}
-func (o *capWaits) TenantWaiting(string, identity.Dimension, string, int)               {}
-func (o *capWaits) TenantCapacityWaited(_ string, _ identity.Dimension, waited time.Duration) {
+func (o *capWaits) TenantAdmitted(_ time.Time, _ string, _ identity.Dimension, waited time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.waits = append(o.waits, waited)
 }
+func (o *capWaits) TenantRefused(_ time.Time, _ string, _ identity.Dimension, reason string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.refused = append(o.refused, reason)
+}
+func (o *capWaits) TenantWaiting(string, identity.Dimension, string, int) {}
 
 // TestCapacityWaitEstimateIsTheSlotsAhead: a request waiting for a slot is
 // estimated at the slots it waits for (the next, then one per request ahead
@@ -170,8 +174,10 @@ func TestCapacityWaitEstimateIsTheSlotsAhead(t *testing.T) {
 	holder.Done(0)
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	if len(obs.waits) != 2 || obs.waits[0] != capSpacing || obs.waits[1] != 2*capSpacing {
-		t.Errorf("capacity waits told the tenant observer = %v, want [%v %v]", obs.waits, capSpacing, 2*capSpacing)
+	// Each request is reported once, when it holds its slot: the holder at
+	// once, the waiters with the time they waited for theirs.
+	if len(obs.waits) != 3 || obs.waits[0] != 0 || obs.waits[1] != capSpacing || obs.waits[2] != 2*capSpacing {
+		t.Errorf("admitted waits told the tenant observer = %v, want [0s %v %v]", obs.waits, capSpacing, 2*capSpacing)
 	}
 }
 
@@ -207,5 +213,32 @@ func TestCapacityQueueRefusalsAreToldSuccessiveSlots(t *testing.T) {
 	holder.Done(0)
 	if d := recv(t, "the waiter's decision", waiter); !d.Allowed {
 		t.Errorf("waiter: %+v, want admitted when the slot freed", d)
+	}
+}
+
+// TestCapacityRefusalIsNoTenantGrant: a request that passed its rate limits
+// and was then refused a backend slot is reported to the tenant observer as
+// a refusal with the fair queue's reason, never as an admitted request.
+func TestCapacityRefusalIsNoTenantGrant(t *testing.T) {
+	// The budget (maxWait) is shorter than the time to the next slot, so the
+	// second request is refused at arrival.
+	e := newEnv(t, envOpts{settings: on, bounds: fairqueue.Bounds{MaxWait: capSpacing / 2}})
+	obs := &capWaits{}
+	e.c.SetTenantObserver(obs)
+	cp := oneSlot(t, e)
+	holder := new(Ticket)
+	if d := e.c.Begin(context.Background(), Request{Identity: alice, Model: "m", Capacity: cp}, holder); !d.Allowed {
+		t.Fatalf("first request: %+v, want the free slot", d)
+	}
+	defer holder.Done(0)
+	d := e.c.Begin(context.Background(), Request{Identity: alice, Model: "m", Capacity: cp}, new(Ticket))
+	if d.Allowed || d.LimitType != LimitTypeCapacity || d.Queue.Reason != fairqueue.ReasonWaitExceedsBudget {
+		t.Fatalf("second request: %+v, want refused for capacity, wait_exceeds_budget", d)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.waits) != 1 || len(obs.refused) != 1 || obs.refused[0] != string(fairqueue.ReasonWaitExceedsBudget) {
+		t.Errorf("tenant observer told %d admitted and refusals %v, want 1 admitted and [%s]",
+			len(obs.waits), obs.refused, fairqueue.ReasonWaitExceedsBudget)
 	}
 }

@@ -73,6 +73,20 @@ func (c *Controller) tenantObserver() TenantObserver {
 	return nil
 }
 
+// observe reports dec, the final decision for r (after its token
+// reservation and its backend slot), to the tenant observer when r has a
+// tenant to queue as: reported earlier, a request refused by a later stage
+// would count as a grant of its tenant.
+func (c *Controller) observe(arrival time.Time, r *Request, dec *Decision) {
+	o := c.tenantObserver()
+	if o == nil {
+		return
+	}
+	if tenant, used, ok := c.settings().tenant(r.Identity); ok {
+		observeTenant(o, arrival, tenant, used, dec)
+	}
+}
+
 // observeTenant reports dec, the decision for a request of tenant, to o.
 func observeTenant(o TenantObserver, now time.Time, tenant string, dim identity.Dimension, dec *Decision) {
 	switch {

@@ -73,6 +73,7 @@ func (c *Controller) Begin(ctx context.Context, r Request, t *Ticket) (dec Decis
 			c.takeSlot(ctx, arrival, t, &dec)
 		}
 	}
+	c.observe(arrival, &r, &dec)
 	return dec
 }
 

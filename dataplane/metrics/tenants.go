@@ -184,23 +184,6 @@ func (t *Tenants) TenantAdmitted(now time.Time, tenant string, dim identity.Dime
 	}
 }
 
-// TenantCapacityWaited implements admission.CapacityWaitObserver: the time
-// an admitted request then waited for a backend slot adds to its tenant's
-// wait, without counting another grant. For a tenant with series of its own
-// it takes no lock and allocates nothing.
-func (t *Tenants) TenantCapacityWaited(tenant string, dim identity.Dimension, waited time.Duration) {
-	if waited <= 0 {
-		return
-	}
-	if s := (*t.series.Load())[tenant]; s != nil {
-		s.wait.Add(waited.Seconds())
-		return
-	}
-	if i := dimensionIndex(string(dim)); i >= 0 {
-		t.otherWait[i].Add(waited.Seconds())
-	}
-}
-
 // TenantRefused implements admission.TenantObserver.
 func (t *Tenants) TenantRefused(now time.Time, tenant string, dim identity.Dimension, reason string) {
 	t.tick(now)

@@ -8,13 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairqueue/fairqueue/dataplane/admission"
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
-
-var _ admission.CapacityWaitObserver = (*metrics.Tenants)(nil)
 
 // headerMs returns the integer milliseconds of header name of resp.
 func headerMs(t *testing.T, resp *http.Response, name string) time.Duration {
