@@ -48,6 +48,25 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
+// A claimed slot: the tenant's count is kept per backend (overdraft.go),
+// an entry made and removed each time.
+func BenchmarkAcquireForRelease(b *testing.B) {
+	tr := New(Options{})
+	defer tr.Close()
+	if err := tr.Apply([]Backend{{Name: "vllm-a", MaxInFlight: 1 << 30}}); err != nil {
+		b.Fatal(err)
+	}
+	var s Slot
+	c := Claim{Tenant: "tenant-key-hash", Weight: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		if tr.AcquireFor(&s, c, "vllm-a") != Acquired {
+			b.Fatal("refused")
+		}
+		s.Release()
+	}
+}
+
 // AcquireAny over three candidates whose first two are full.
 func BenchmarkAcquireAnyThirdCandidate(b *testing.B) {
 	tr := New(Options{OnRoom: func(string) {}})
