@@ -184,6 +184,9 @@ type backend struct {
 	window    atomic.Int64
 	contended atomic.Bool        // refused a request since the last OnRoom
 	holders   holders            // claimed slots by tenant and band (overdraft.go)
+	// over counts the slots held that were taken above the window, which
+	// the window's growth does not count as the server's (poller.adjust).
+	over atomic.Int64
 	sat       *config.Saturation // guarded by Tracker.mu
 	// poller is nil without signals; it is replaced under Tracker.mu and
 	// read without it, so that Stats never waits for a poller to stop.
@@ -340,6 +343,7 @@ type Slot struct {
 	claimed bool
 	band    uint8
 	tenant  string
+	over    bool // taken above the window (b.over counts it)
 }
 
 // Backend returns the name of the backend the slot is held on, or "".
@@ -361,6 +365,9 @@ func (s *Slot) Release() {
 		sh.Release(b.name, s.seq)
 	}
 	b.unhold(s)
+	if s.over {
+		b.over.Add(-1)
+	}
 	n := b.inFlight.Add(-1)
 	if n+1 >= b.max.Load() || b.contended.Load() {
 		b.roomed()
@@ -445,14 +452,15 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 		limit = min(limit, w)
 	}
 	var shared int64
+	over := false
 	for {
-		shared = limit
+		shared, over = limit, false
 		n := b.inFlight.Load()
 		if n >= limit {
 			if n >= maxInFlight || !b.mayOverdraft(c, n, limit, maxInFlight) {
 				return b.refused()
 			}
-			shared = min(maxInFlight, limit+reserve(limit))
+			shared, over = min(maxInFlight, limit+reserve(limit)), true
 		}
 		if b.inFlight.CompareAndSwap(n, n+1) {
 			break
@@ -469,7 +477,10 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 			return r
 		}
 	}
-	s.b, s.seq = b, seq
+	s.b, s.seq, s.over = b, seq, over
+	if over {
+		b.over.Add(1)
+	}
 	b.hold(s, c)
 	s.held.Store(true)
 	return Acquired

@@ -155,7 +155,13 @@ func TestOverdraftShareCountsWaitersAndWeights(t *testing.T) {
 	done := f.tr.Waiting(Claim{Tenant: "c", Weight: 1})
 	h.take(a, Saturated) // c waits: a's share among three is 10/3
 	done()
-	done()              // once only
+	done() // once only
+	f.tr.waiters.mu.Lock()
+	n, band := len(f.tr.waiters.tenants), f.tr.waiters.bands[0]
+	f.tr.waiters.mu.Unlock()
+	if n != 0 || band != 0 {
+		t.Fatalf("after the wait: %d tenants and %d requests waiting, want none", n, band)
+	}
 	h.take(a, Acquired) // c gone: 4 < 5
 	h.release("a", 1)
 
@@ -227,5 +233,24 @@ func TestTenantCountsAreBoundedAndEmptied(t *testing.T) {
 	}
 	if n, band := count(); n != 0 || band != 0 {
 		t.Fatalf("after every release: %d tenants counted, %d slots in band 0; want none", n, band)
+	}
+}
+
+// TestOverdraftDoesNotGrowTheWindow: a reading under every max grows the
+// window by one from what is in flight under it; overdraft slots are not
+// the server taking more.
+func TestOverdraftDoesNotGrowTheWindow(t *testing.T) {
+	heavy := Claim{Tenant: "heavy", Weight: 1}
+	f, h := windowed(t, heavy)
+	h.take(Claim{Tenant: "light1", Weight: 1}, Acquired)
+	h.take(Claim{Tenant: "light2", Weight: 1}, Acquired) // 12 in flight, 2 of them overdraft
+	f.srv.set(vllmMetrics(0, 0.5))
+	f.tick() // under: the window grows from 10 to 11, not to 13
+	h.release("light1", 1)
+	h.release("light2", 1)
+	h.take(heavy, Acquired)
+	h.take(heavy, Saturated)
+	if got := inFlight(f.tr, "a"); got != 11 {
+		t.Fatalf("%d in flight, want a window of 11", got)
 	}
 }

@@ -203,7 +203,10 @@ func (p *poller) record(now time.Time, vals []float64, found []bool, kind string
 // Only the poller's goroutine calls it.
 func (p *poller) adjust(over, fresh bool) {
 	b := p.b
-	n, limit := b.inFlight.Load(), b.max.Load()
+	// What is in flight under the window: overdraft slots (overdraft.go)
+	// are not the server taking more, or each reading under every max
+	// would grow the window by the reserve, not by one.
+	n, limit := b.inFlight.Load()-b.over.Load(), b.max.Load()
 	was := b.window.Load()
 	w, room := was, false
 	switch {
