@@ -182,12 +182,12 @@ type backend struct {
 	// from its saturation signals (poller.adjust); 0 means maxInFlight
 	// alone bounds it.
 	window    atomic.Int64
-	contended atomic.Bool        // refused a request since the last OnRoom
-	holders   holders            // claimed slots by tenant and band (overdraft.go)
+	contended atomic.Bool // refused a request since the last OnRoom
+	holders   holders     // claimed slots by tenant and band (overdraft.go)
 	// over counts the slots held that were taken above the window, which
 	// the window's growth does not count as the server's (poller.adjust).
 	over atomic.Int64
-	sat       *config.Saturation // guarded by Tracker.mu
+	sat  *config.Saturation // guarded by Tracker.mu
 	// poller is nil without signals; it is replaced under Tracker.mu and
 	// read without it, so that Stats never waits for a poller to stop.
 	poller atomic.Pointer[poller]
