@@ -79,7 +79,9 @@ limitations under the License.
 //     window at once, never above maxInFlight; the overdraft is repaid by
 //     the next releases, which admit no one while the count is at or over
 //     the window. maxInFlight alone (no window) and a signal over its max
-//     with nothing in flight allow none;
+//     with nothing in flight allow none. The window moves by the slots
+//     taken under it only: an overdraft slot is not the server taking
+//     more;
 //   - never past a higher band's waiter: while a request of a higher band
 //     waits (Tracker.Waiting), no lower band overdrafts;
 //   - per-tenant counts are per backend and bounded (Options.MaxTenants);

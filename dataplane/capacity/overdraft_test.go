@@ -236,10 +236,12 @@ func TestTenantCountsAreBoundedAndEmptied(t *testing.T) {
 	}
 }
 
-// TestOverdraftDoesNotGrowTheWindow: a reading under every max grows the
-// window by one from what is in flight under it; overdraft slots are not
-// the server taking more.
-func TestOverdraftDoesNotGrowTheWindow(t *testing.T) {
+// TestOverdraftSlotsAndTheWindow: a reading under every max grows the
+// window by one from what is in flight less the overdraft slots (they are
+// not the server taking more); a reading over a max cuts it to one below
+// everything in flight, overdraft slots included (they are in the server's
+// batch).
+func TestOverdraftSlotsAndTheWindow(t *testing.T) {
 	heavy := Claim{Tenant: "heavy", Weight: 1}
 	f, h := windowed(t, heavy)
 	h.take(Claim{Tenant: "light1", Weight: 1}, Acquired)
@@ -252,5 +254,19 @@ func TestOverdraftDoesNotGrowTheWindow(t *testing.T) {
 	h.take(heavy, Saturated)
 	if got := inFlight(f.tr, "a"); got != 11 {
 		t.Fatalf("%d in flight, want a window of 11", got)
+	}
+
+	// Overdraft slots held while heavy's releases repay them.
+	h.take(Claim{Tenant: "light1", Weight: 1}, Acquired)
+	h.take(Claim{Tenant: "light2", Weight: 1}, Acquired) // 13
+	h.release("heavy", 2)                                // 11: 9 heavy, 2 overdraft
+	f.srv.set(vllmMetrics(5, 0.5))
+	f.tick() // over: one below the 11 in flight
+	h.release("light1", 1)
+	h.release("light2", 1) // 9
+	h.take(heavy, Acquired)
+	h.take(heavy, Saturated)
+	if got := inFlight(f.tr, "a"); got != 10 {
+		t.Fatalf("%d in flight, want a window of 10", got)
 	}
 }

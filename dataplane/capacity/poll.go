@@ -203,10 +203,7 @@ func (p *poller) record(now time.Time, vals []float64, found []bool, kind string
 // Only the poller's goroutine calls it.
 func (p *poller) adjust(over, fresh bool) {
 	b := p.b
-	// What is in flight under the window: overdraft slots (overdraft.go)
-	// are not the server taking more, or each reading under every max
-	// would grow the window by the reserve, not by one.
-	n, limit := b.inFlight.Load()-b.over.Load(), b.max.Load()
+	n, limit := b.inFlight.Load(), b.max.Load()
 	was := b.window.Load()
 	w, room := was, false
 	switch {
@@ -226,7 +223,11 @@ func (p *poller) adjust(over, fresh bool) {
 		p.clear = n
 		room = b.full.Swap(false)
 		if w > 0 {
-			if w = max(w, n) + 1; w >= limit {
+			// From what is in flight less the overdraft slots
+			// (overdraft.go): they are not the server taking more, or
+			// each reading would grow the window by the reserve. The
+			// cut above counts them: they are in the server's batch.
+			if w = max(w, n-b.over.Load()) + 1; w >= limit {
 				w = 0
 			}
 			room = room || (w == 0 || w > was) && b.contended.Load()
