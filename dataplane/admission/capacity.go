@@ -95,10 +95,10 @@ func (c *Controller) claim(r *Request, tenant string, queueable bool) capacity.C
 	}
 	p := c.pol.Load()
 	if p.queues == nil {
-		return capacity.Claim{Tenant: tenant, Band: r.band, Weight: 1}
+		return capacity.Claim{Tenant: tenant, Band: r.band, Weight: 1, Cost: c.queueCost(*r)}
 	}
 	w := &p.queues.weights
-	return capacity.Claim{Tenant: tenant, Band: max(r.band, w.BandOf(tenant)), Weight: w.Of(tenant)}
+	return capacity.Claim{Tenant: tenant, Band: max(r.band, w.BandOf(tenant)), Weight: w.Of(tenant), Cost: c.queueCost(*r)}
 }
 
 // waitSlot queues a request for a backend slot; the queue's attempt takes

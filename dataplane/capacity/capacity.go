@@ -184,8 +184,9 @@ type backend struct {
 	window    atomic.Int64
 	contended atomic.Bool // refused a request since the last OnRoom
 	holders   holders     // claimed slots by tenant and band (overdraft.go)
-	// over counts the slots held that were taken above the window, which
-	// the window's growth does not count as the server's (poller.adjust).
+	// over is the overdraft outstanding: slots taken above the window
+	// and not yet repaid by a release (overdraft.go). The window's growth
+	// does not count them as the server's (poller.adjust).
 	over atomic.Int64
 	sat  *config.Saturation // guarded by Tracker.mu
 	// poller is nil without signals; it is replaced under Tracker.mu and
@@ -343,7 +344,7 @@ type Slot struct {
 	claimed bool
 	band    uint8
 	tenant  string
-	over    bool // taken above the window (b.over counts it)
+	cost    int64
 }
 
 // Backend returns the name of the backend the slot is held on, or "".
@@ -365,9 +366,7 @@ func (s *Slot) Release() {
 		sh.Release(b.name, s.seq)
 	}
 	b.unhold(s)
-	if s.over {
-		b.over.Add(-1)
-	}
+	b.repay()
 	n := b.inFlight.Add(-1)
 	if n+1 >= b.max.Load() || b.contended.Load() {
 		b.roomed()
@@ -477,7 +476,7 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 			return r
 		}
 	}
-	s.b, s.seq, s.over = b, seq, over
+	s.b, s.seq = b, seq
 	if over {
 		b.over.Add(1)
 	}

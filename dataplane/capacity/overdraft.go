@@ -33,6 +33,11 @@ type Claim struct {
 	Band int
 	// Weight is the tenant's weight; values below 1 count as 1.
 	Weight int
+	// Cost is what the request's slot counts for in its tenant's share:
+	// its cost in the fair queue (1, or its tokens with cost: Tokens, so
+	// that a long prompt holds more of the backend than a short one).
+	// Values below 1 count as 1.
+	Cost int64
 }
 
 // Overdraft bounds: at most max(MinOverdraft, window/OverdraftDivisor)
@@ -54,10 +59,11 @@ const (
 func reserve(limit int64) int64 { return max(MinOverdraft, limit/OverdraftDivisor) }
 
 // holding is one tenant's slots at a backend, or its requests waiting for
-// one, and the weight it last claimed with.
+// one, their cost, and the weight it last claimed with.
 type holding struct {
 	n      int32
 	weight int32
+	cost   int64
 }
 
 // claims is a bounded count of slots (or waiters) per tenant and per band.
@@ -66,6 +72,7 @@ type holding struct {
 // shares do not see it). The zero value is ready; guard it with a mutex.
 type claims struct {
 	tenants map[string]holding
+	cost    int64 // of the tenants counted
 	bands   [fairqueue.MaxBands]int32
 }
 
@@ -80,28 +87,35 @@ func (cs *claims) add(c *Claim, limit int) bool {
 	if cs.tenants == nil {
 		cs.tenants = make(map[string]holding)
 	}
-	cs.tenants[c.Tenant] = holding{n: h.n + 1, weight: weightOf(c)}
+	cost := costOf(c)
+	cs.tenants[c.Tenant] = holding{n: h.n + 1, weight: weightOf(c), cost: h.cost + cost}
+	cs.cost += cost
 	return true
 }
 
-// remove undoes an add of band, and of tenant unless tenant is "".
-func (cs *claims) remove(tenant string, band int) {
+// remove undoes an add of cost in band, and of tenant unless tenant is "".
+func (cs *claims) remove(tenant string, band int, cost int64) {
 	cs.bands[band]--
 	if tenant == "" {
 		return
 	}
+	cs.cost -= cost
 	h := cs.tenants[tenant]
 	if h.n <= 1 {
 		delete(cs.tenants, tenant)
 		return
 	}
 	h.n--
+	h.cost -= cost
 	cs.tenants[tenant] = h
 }
 
 func bandOf(c *Claim) int { return min(max(c.Band, 0), fairqueue.MaxBands-1) }
 
 func weightOf(c *Claim) int32 { return int32(min(max(c.Weight, 1), fairqueue.MaxWeight)) }
+
+// costOf bounds a claim's cost as the fair queue bounds a grant's.
+func costOf(c *Claim) int64 { return min(max(c.Cost, 1), fairqueue.MaxCost) }
 
 // holders is a backend's claims on its slots.
 type holders struct {
@@ -128,7 +142,7 @@ func (t *Tracker) Waiting(c Claim) (done func()) {
 	w.mu.Lock()
 	counted := w.add(&c, t.maxTenants)
 	w.mu.Unlock()
-	tenant, band := "", bandOf(&c)
+	tenant, band, cost := "", bandOf(&c), costOf(&c)
 	if counted {
 		tenant = c.Tenant
 	}
@@ -136,7 +150,7 @@ func (t *Tracker) Waiting(c Claim) (done func()) {
 	return func() {
 		once.Do(func() {
 			w.mu.Lock()
-			w.remove(tenant, band)
+			w.remove(tenant, band, cost)
 			w.mu.Unlock()
 		})
 	}
@@ -168,8 +182,9 @@ func (b *backend) mayOverdraft(c *Claim, n, limit, maxInFlight int64) bool {
 	if !counted && len(b.holders.tenants) >= t.maxTenants {
 		return false // its slots could not be counted
 	}
-	// Under its weighted share of limit among the tenants holding or
-	// waiting for slots, itself included.
+	// Under its weighted share, among the tenants holding or waiting for
+	// slots (itself included), of the cost of the slots held: with unit
+	// costs, of the slots.
 	weight := int64(weightOf(c))
 	total := weight
 	for tenant, h := range b.holders.tenants {
@@ -182,7 +197,19 @@ func (b *backend) mayOverdraft(c *Claim, n, limit, maxInFlight int64) bool {
 			total += int64(h.weight)
 		}
 	}
-	return int64(own.n)*total < limit*weight
+	return own.cost*total < b.holders.cost*weight
+}
+
+// repay takes one slot off the overdraft outstanding, if any: a release
+// while b is over its window admits no one, so it repays an overdraft
+// slot, whichever slot it was.
+func (b *backend) repay() {
+	for {
+		o := b.over.Load()
+		if o <= 0 || b.over.CompareAndSwap(o, o-1) {
+			return
+		}
+	}
 }
 
 // hold counts s, just taken on b for c.
@@ -194,7 +221,7 @@ func (b *backend) hold(s *Slot, c *Claim) {
 	b.holders.mu.Lock()
 	counted := b.holders.add(c, b.t.maxTenants)
 	b.holders.mu.Unlock()
-	s.claimed, s.band = true, uint8(bandOf(c))
+	s.claimed, s.band, s.cost = true, uint8(bandOf(c)), costOf(c)
 	if counted {
 		s.tenant = c.Tenant
 	}
@@ -206,6 +233,6 @@ func (b *backend) unhold(s *Slot) {
 		return
 	}
 	b.holders.mu.Lock()
-	b.holders.remove(s.tenant, int(s.band))
+	b.holders.remove(s.tenant, int(s.band), s.cost)
 	b.holders.mu.Unlock()
 }

@@ -270,3 +270,27 @@ func TestOverdraftSlotsAndTheWindow(t *testing.T) {
 		t.Fatalf("%d in flight, want a window of 10", got)
 	}
 }
+
+// TestOverdraftShareIsByCost: with costs (cost: Tokens), the share is of
+// the cost held, so a tenant of short prompts holding more slots than a
+// tenant of long ones is still under its share.
+func TestOverdraftShareIsByCost(t *testing.T) {
+	heavy := Claim{Tenant: "heavy", Weight: 1, Cost: 3000}
+	light := Claim{Tenant: "light", Weight: 1, Cost: 100}
+	_, h := windowed(t, heavy)
+	h.release("heavy", 6)
+	for range 6 {
+		h.take(light, Acquired) // under the window: heavy 4 (12000), light 6 (600)
+	}
+	h.take(light, Acquired)  // 6 of 10 slots, but 600 of 12600
+	h.take(heavy, Saturated) // 12000 of 12700
+
+	// The same slots at unit cost: 6 of 10, over its share.
+	heavy.Cost, light.Cost = 1, 1
+	_, h = windowed(t, heavy)
+	h.release("heavy", 6)
+	for range 6 {
+		h.take(light, Acquired)
+	}
+	h.take(light, Saturated)
+}
