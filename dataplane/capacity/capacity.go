@@ -451,7 +451,7 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 		limit = min(limit, w)
 	}
 	var shared int64
-	over := false
+	var over bool
 	for {
 		shared, over = limit, false
 		n := b.inFlight.Load()
