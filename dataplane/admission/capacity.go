@@ -85,10 +85,10 @@ func (c *Controller) takeSlot(ctx context.Context, arrival time.Time, t *Ticket,
 	*dec = c.waitSlot(ctx, arrival, t, dec, tenant, used, claim)
 }
 
-// claim is whom r's slot is for: its tenant, weight and band, so that a
-// tenant under its share of a backend, or a higher band than a holder, may
-// overdraft the backend's saturation window (package capacity). Without fair
-// queuing it is anonymous and never overdrafts.
+// claim is whom r's slot is for: its tenant, weight, band and queue cost,
+// so that a tenant under its share of a backend, or a higher band than a
+// holder, may overdraft the backend's saturation window (package capacity).
+// Without fair queuing it is anonymous and never overdrafts.
 func (c *Controller) claim(r *Request, tenant string, queueable bool) capacity.Claim {
 	if !queueable {
 		return capacity.Claim{}

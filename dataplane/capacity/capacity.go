@@ -340,7 +340,7 @@ type Slot struct {
 	seq  uint64
 	held atomic.Bool
 	// claimed: the slot counts in b's holders, in band and, unless tenant
-	// is "", for tenant.
+	// is "", for tenant, at cost.
 	claimed bool
 	band    uint8
 	tenant  string
