@@ -197,7 +197,9 @@ func (b *backend) mayOverdraft(c *Claim, n, limit, maxInFlight int64) bool {
 			total += int64(h.weight)
 		}
 	}
-	return own.cost*total < b.holders.cost*weight
+	// In floating point: costs up to fairqueue.MaxCost times weights up to
+	// MaxWeight per tenant may overflow an int64.
+	return float64(own.cost)*float64(total) < float64(b.holders.cost)*float64(weight)
 }
 
 // repay takes one slot off the overdraft outstanding, if any: a release
