@@ -90,7 +90,7 @@ func (c *Controller) takeSlot(ctx context.Context, arrival time.Time, t *Ticket,
 // holder, may overdraft the backend's saturation window (package capacity).
 // Without fair queuing it is anonymous and never overdrafts.
 func (c *Controller) claim(r *Request, tenant string, queueable bool) capacity.Claim {
-	if !queueable {
+	if !queueable || !r.Capacity.Tracker.Claims() {
 		return capacity.Claim{}
 	}
 	p := c.pol.Load()

@@ -168,6 +168,8 @@ type Tracker struct {
 type snapshot struct {
 	byName map[string]*backend
 	order  []*backend // as configured, for Stats
+	// signals: some backend has saturation signals, so a Claim counts.
+	signals bool
 }
 
 // backend is one backend's live state. Its count outlives a reload that
@@ -291,6 +293,7 @@ func (t *Tracker) Apply(bs []Backend) error {
 		}
 		next.byName[cfg.Name] = b
 		next.order = append(next.order, b)
+		next.signals = next.signals || cfg.Saturation != nil
 	}
 	for name, b := range old.byName {
 		if next.byName[name] != nil {
@@ -431,6 +434,11 @@ func (t *Tracker) AcquireAnyFor(s *Slot, c Claim, candidates []string, start int
 	}
 	return -1, worst
 }
+
+// Claims reports whether a Claim can count: some backend has saturation
+// signals, so a window to overdraft. Without, callers may pass the zero
+// Claim and spare working one out.
+func (t *Tracker) Claims() bool { return t.current.Load().signals }
 
 // Saturated reports whether the named backend would refuse a request now
 // (false for a backend without an entry), by this replica's count and

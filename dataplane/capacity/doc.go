@@ -86,9 +86,10 @@ limitations under the License.
 //     it is not the server taking more. Its cut counts it;
 //   - never past a higher band's waiter: while a request of a higher band
 //     waits (Tracker.Waiting), no lower band overdrafts;
-//   - per-tenant counts are per backend and bounded (Options.MaxTenants);
-//     an entry leaves when its count returns to 0, and a tenant that could
-//     not be counted never overdrafts.
+//   - per-tenant counts are per backend with signals (without, there is
+//     no window and the fast path stays a compare-and-swap) and bounded
+//     (Options.MaxTenants); an entry leaves when its count returns to 0,
+//     and a tenant that could not be counted never overdrafts.
 //
 // The shares are this replica's: with Options.Shared the fleet-wide count
 // still holds every slot, and an overdraft asks the store for the same

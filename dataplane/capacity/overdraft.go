@@ -214,10 +214,13 @@ func (b *backend) repay() {
 	}
 }
 
-// hold counts s, just taken on b for c.
+// hold counts s, just taken on b for c. A backend without signals never
+// has a window to overdraft, so its slots are not counted: the fast path
+// stays a compare-and-swap. (A slot taken before a reload gave its backend
+// signals is not counted until it is released.)
 func (b *backend) hold(s *Slot, c *Claim) {
 	s.claimed, s.tenant, s.band = false, "", 0
-	if c.Tenant == "" {
+	if c.Tenant == "" || b.poller.Load() == nil {
 		return
 	}
 	b.holders.mu.Lock()
