@@ -67,8 +67,9 @@ func (c *Controller) takeSlot(ctx context.Context, arrival time.Time, t *Ticket,
 	r := &t.r
 	cp := &r.Capacity
 	tenant, used, queueable := c.settings().tenant(r.Identity)
+	claim := c.claim(r, tenant, queueable)
 	if !queueable || !c.queue.HasWaiters(CapacityKey) {
-		idx, res := cp.Tracker.AcquireAny(&t.slot, cp.Candidates, cp.Start)
+		idx, res := cp.Tracker.AcquireAnyFor(&t.slot, claim, cp.Candidates, cp.Start)
 		switch res {
 		case capacity.Acquired, capacity.Untracked:
 			t.chosen = idx + 1
@@ -84,7 +85,23 @@ func (c *Controller) takeSlot(ctx context.Context, arrival time.Time, t *Ticket,
 			return
 		}
 	}
-	*dec = c.waitSlot(ctx, arrival, t, dec, tenant, used)
+	*dec = c.waitSlot(ctx, arrival, t, dec, tenant, used, claim)
+}
+
+// claim is whom r's slot is for: its tenant, weight, band and queue cost,
+// so that a tenant under its share of a backend, or a higher band than a
+// holder, may overdraft the backend's saturation window (package capacity).
+// Without fair queuing it is anonymous and never overdrafts.
+func (c *Controller) claim(r *Request, tenant string, queueable bool) capacity.Claim {
+	if !queueable || !r.Capacity.Tracker.Claims() {
+		return capacity.Claim{}
+	}
+	p := c.pol.Load()
+	if p.queues == nil {
+		return capacity.Claim{Tenant: tenant, Band: r.band, Weight: 1, Cost: c.queueCost(*r)}
+	}
+	w := &p.queues.weights
+	return capacity.Claim{Tenant: tenant, Band: max(r.band, w.BandOf(tenant)), Weight: w.Of(tenant), Cost: c.queueCost(*r)}
 }
 
 // capacityRefusal is the immediate 429 of a request that cannot wait for a
@@ -106,7 +123,7 @@ func (c *Controller) capacityRefusal(ctx context.Context, arrival time.Time, r *
 
 // waitSlot queues a request for a backend slot; the queue's attempt takes
 // one, and a released slot wakes the queue (Queue.Wake on CapacityKey).
-func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket, dec *Decision, tenant string, used identity.Dimension) Decision {
+func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket, dec *Decision, tenant string, used identity.Dimension, claim capacity.Claim) Decision {
 	r := &t.r
 	cp := &r.Capacity
 	spacing := cp.spacing()
@@ -116,8 +133,9 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 	slot, tracker, cands, start := new(capacity.Slot), cp.Tracker, cp.Candidates, cp.Start
 	t.waited = slot
 	chosen := 0
+	defer tracker.Waiting(claim)()
 	attempt := func() (bool, time.Duration, error) {
-		idx, res := tracker.AcquireAny(slot, cands, start)
+		idx, res := tracker.AcquireAnyFor(slot, claim, cands, start)
 		switch res {
 		case capacity.Acquired, capacity.Untracked:
 			chosen = idx + 1

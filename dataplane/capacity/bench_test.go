@@ -19,6 +19,9 @@ package capacity
 import (
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
 )
 
 // The fast path against its floor: one atomic add and one subtract, what
@@ -42,6 +45,29 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if tr.Acquire(&s, "vllm-a") != Acquired {
+			b.Fatal("refused")
+		}
+		s.Release()
+	}
+}
+
+// A claimed slot on a backend with signals: the tenant's count is kept
+// (overdraft.go), an entry made and removed each time. The metrics URL
+// answers nothing: the poller's failures leave the window alone.
+func BenchmarkAcquireForRelease(b *testing.B) {
+	tr := New(Options{})
+	defer tr.Close()
+	sat := &config.Saturation{MetricsURL: "http://127.0.0.1:1/metrics", Interval: config.Duration{Duration: time.Hour},
+		Timeout: config.Duration{Duration: time.Second}, StaleAfter: config.Duration{Duration: time.Hour},
+		Signals: []config.Signal{{Metric: "vllm:num_requests_waiting", Max: 0}}}
+	if err := tr.Apply([]Backend{{Name: "vllm-a", MaxInFlight: 1 << 30, Saturation: sat}}); err != nil {
+		b.Fatal(err)
+	}
+	var s Slot
+	c := Claim{Tenant: "tenant-key-hash", Weight: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		if tr.AcquireFor(&s, c, "vllm-a") != Acquired {
 			b.Fatal("refused")
 		}
 		s.Release()

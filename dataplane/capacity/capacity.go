@@ -138,6 +138,9 @@ type Options struct {
 	HTTPClient *http.Client
 	// MaxBodyBytes bounds a metrics body; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxTenants bounds the tenants counted per backend, and waiting, for
+	// the overdraft's shares; zero means config.DefaultMaxTenants.
+	MaxTenants int
 }
 
 // Tracker counts slots per backend and runs one poller per backend with
@@ -152,6 +155,9 @@ type Tracker struct {
 	ownHTTP bool
 	seq     atomic.Uint64 // the last lease number handed out
 
+	maxTenants int
+	waiters    waiters // requests waiting for a slot, by tenant and band
+
 	current atomic.Pointer[snapshot]
 
 	mu     sync.Mutex // serialises Apply and Close
@@ -162,6 +168,8 @@ type Tracker struct {
 type snapshot struct {
 	byName map[string]*backend
 	order  []*backend // as configured, for Stats
+	// signals: some backend has saturation signals, so a Claim counts.
+	signals bool
 }
 
 // backend is one backend's live state. Its count outlives a reload that
@@ -176,8 +184,13 @@ type backend struct {
 	// from its saturation signals (poller.adjust); 0 means maxInFlight
 	// alone bounds it.
 	window    atomic.Int64
-	contended atomic.Bool        // refused a request since the last OnRoom
-	sat       *config.Saturation // guarded by Tracker.mu
+	contended atomic.Bool // refused a request since the last OnRoom
+	holders   holders     // claimed slots by tenant and band (overdraft.go)
+	// over is the overdraft outstanding: slots taken above the window
+	// and not yet repaid by a release (overdraft.go). The window's growth
+	// does not count them as the server's (poller.adjust).
+	over atomic.Int64
+	sat  *config.Saturation // guarded by Tracker.mu
 	// poller is nil without signals; it is replaced under Tracker.mu and
 	// read without it, so that Stats never waits for a poller to stop.
 	poller atomic.Pointer[poller]
@@ -198,6 +211,10 @@ func New(o Options) *Tracker {
 	}
 	if t.opts.MaxBodyBytes <= 0 {
 		t.opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	t.maxTenants = o.MaxTenants
+	if t.maxTenants <= 0 {
+		t.maxTenants = config.DefaultMaxTenants
 	}
 	t.current.Store(&snapshot{byName: map[string]*backend{}})
 	return t
@@ -276,6 +293,7 @@ func (t *Tracker) Apply(bs []Backend) error {
 		}
 		next.byName[cfg.Name] = b
 		next.order = append(next.order, b)
+		next.signals = next.signals || cfg.Saturation != nil
 	}
 	for name, b := range old.byName {
 		if next.byName[name] != nil {
@@ -324,6 +342,12 @@ type Slot struct {
 	b    *backend
 	seq  uint64
 	held atomic.Bool
+	// claimed: the slot counts in b's holders, in band and, unless tenant
+	// is "", for tenant, at cost.
+	claimed bool
+	band    uint8
+	tenant  string
+	cost    int64
 }
 
 // Backend returns the name of the backend the slot is held on, or "".
@@ -344,6 +368,8 @@ func (s *Slot) Release() {
 	if sh := b.t.opts.Shared; sh != nil {
 		sh.Release(b.name, s.seq)
 	}
+	b.unhold(s)
+	b.repay()
 	n := b.inFlight.Add(-1)
 	if n+1 >= b.max.Load() || b.contended.Load() {
 		b.roomed()
@@ -355,6 +381,13 @@ func (s *Slot) Release() {
 // (no entry for the backend: dispatch, s holds nothing), Saturated or
 // Unavailable.
 func (t *Tracker) Acquire(s *Slot, name string) Result {
+	return t.AcquireFor(s, Claim{}, name)
+}
+
+// AcquireFor is Acquire for a request of c: its slot is counted for c's
+// tenant and band, and it may overdraft a backend held back by its window
+// (see the package doc's Overdraft).
+func (t *Tracker) AcquireFor(s *Slot, c Claim, name string) Result {
 	if s.held.Load() {
 		s.Release()
 	}
@@ -362,7 +395,7 @@ func (t *Tracker) Acquire(s *Slot, name string) Result {
 	if b == nil {
 		return Untracked
 	}
-	return b.acquire(s)
+	return b.acquire(s, &c)
 }
 
 // AcquireAny tries candidates in order from start (wrapping round), as the
@@ -371,6 +404,11 @@ func (t *Tracker) Acquire(s *Slot, name string) Result {
 // candidate refused (Unavailable when one could not be decided and none
 // had room).
 func (t *Tracker) AcquireAny(s *Slot, candidates []string, start int) (int, Result) {
+	return t.AcquireAnyFor(s, Claim{}, candidates, start)
+}
+
+// AcquireAnyFor is AcquireAny for a request of c (see AcquireFor).
+func (t *Tracker) AcquireAnyFor(s *Slot, c Claim, candidates []string, start int) (int, Result) {
 	n := len(candidates)
 	if n == 0 {
 		return -1, Saturated
@@ -386,7 +424,7 @@ func (t *Tracker) AcquireAny(s *Slot, candidates []string, start int) (int, Resu
 		if b == nil {
 			return idx, Untracked
 		}
-		r := b.acquire(s)
+		r := b.acquire(s, &c)
 		if r.OK() {
 			return idx, r
 		}
@@ -397,6 +435,11 @@ func (t *Tracker) AcquireAny(s *Slot, candidates []string, start int) (int, Resu
 	return -1, worst
 }
 
+// Claims reports whether a Claim can count: some backend has saturation
+// signals, so a window to overdraft. Without, callers may pass the zero
+// Claim and spare working one out.
+func (t *Tracker) Claims() bool { return t.current.Load().signals }
+
 // Saturated reports whether the named backend would refuse a request now
 // (false for a backend without an entry), by this replica's count and
 // signals. It is a hint: a slot is only taken by Acquire.
@@ -405,19 +448,26 @@ func (t *Tracker) Saturated(name string) bool {
 	return b != nil && (b.full.Load() || b.inFlight.Load() >= b.max.Load() || b.windowFull())
 }
 
-// acquire takes a slot on b into s.
-func (b *backend) acquire(s *Slot) Result {
+// acquire takes a slot on b into s for c.
+func (b *backend) acquire(s *Slot, c *Claim) Result {
 	if b.full.Load() {
 		return b.refused()
 	}
-	limit := b.max.Load()
+	maxInFlight := b.max.Load()
+	limit := maxInFlight
 	if w := b.window.Load(); w > 0 {
 		limit = min(limit, w)
 	}
+	var shared int64
+	var over bool
 	for {
+		shared, over = limit, false
 		n := b.inFlight.Load()
 		if n >= limit {
-			return b.refused()
+			if n >= maxInFlight || !b.mayOverdraft(c, n, limit, maxInFlight) {
+				return b.refused()
+			}
+			shared, over = min(maxInFlight, limit+reserve(limit)), true
 		}
 		if b.inFlight.CompareAndSwap(n, n+1) {
 			break
@@ -426,7 +476,7 @@ func (b *backend) acquire(s *Slot) Result {
 	var seq uint64
 	if sh := b.t.opts.Shared; sh != nil {
 		seq = b.t.seq.Add(1)
-		if r := sh.Acquire(b.name, int(limit), b.inFlight.Load(), seq); r != Acquired {
+		if r := sh.Acquire(b.name, int(shared), b.inFlight.Load(), seq); r != Acquired {
 			b.inFlight.Add(-1)
 			if r == Saturated {
 				return b.refused()
@@ -435,6 +485,10 @@ func (b *backend) acquire(s *Slot) Result {
 		}
 	}
 	s.b, s.seq = b, seq
+	if over {
+		b.over.Add(1)
+	}
+	b.hold(s, c)
 	s.held.Store(true)
 	return Acquired
 }

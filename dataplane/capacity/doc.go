@@ -66,6 +66,36 @@ limitations under the License.
 // decisions: Acquire compares the count with the smaller of maxInFlight and
 // the window. docs/capacity.md has the measurements behind these choices.
 //
+// # Overdraft
+//
+// Under a flood every slot under the window is held, and a request of a
+// light tenant, granted first by the fair queue, still waits for the next
+// release. So AcquireFor takes a slot at once, above the window, for a
+// Claim whose tenant holds less than its weighted share of the backend's
+// slots (among the tenants holding slots there or waiting for one, itself
+// included; by Claim.Cost, so with cost: Tokens a tenant of short prompts
+// holding many slots is still under its share of the tokens) or whose band
+// is above some holder's band:
+//
+//   - at most max(MinOverdraft, window/OverdraftDivisor) slots above the
+//     window at once, never above maxInFlight; the overdraft is repaid by
+//     the next releases, which admit no one while the count is at or over
+//     the window. maxInFlight alone (no window) and a signal over its max
+//     with nothing in flight allow none. The window's growth leaves out
+//     the overdraft outstanding (taken and not yet repaid by a release):
+//     it is not the server taking more. Its cut counts it;
+//   - never past a higher band's waiter: while a request of a higher band
+//     waits (Tracker.Waiting), no lower band overdrafts;
+//   - per-tenant counts are per backend with signals (without, there is
+//     no window and the fast path stays a compare-and-swap) and bounded
+//     (Options.MaxTenants); an entry leaves when its count returns to 0,
+//     and a tenant that could not be counted never overdrafts.
+//
+// The shares are this replica's: with Options.Shared the fleet-wide count
+// still holds every slot, and an overdraft asks the store for the same
+// reserve above the window, so each replica's overdrafts stay within its
+// own reserve over the fleet-wide count.
+//
 // # Waking waiters
 //
 // Options.OnRoom is called when a backend that refused, or was full, gets

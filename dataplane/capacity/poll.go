@@ -223,7 +223,11 @@ func (p *poller) adjust(over, fresh bool) {
 		p.clear = n
 		room = b.full.Swap(false)
 		if w > 0 {
-			if w = max(w, n) + 1; w >= limit {
+			// From what is in flight less the overdraft outstanding
+			// (overdraft.go): it is not the server taking more, or each
+			// reading would grow the window by the reserve. The cut
+			// above counts it: it is in the server's batch.
+			if w = max(w, n-b.over.Load()) + 1; w >= limit {
 				w = 0
 			}
 			room = room || (w == 0 || w > was) && b.contended.Load()
