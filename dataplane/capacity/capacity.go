@@ -520,8 +520,11 @@ type BackendStats struct {
 	// acquires.
 	Saturated bool
 	// Stale: a signal has had no reading for longer than staleAfter.
-	Stale   bool
-	Signals []SignalStats
+	Stale bool
+	// Overdraft is the slots taken above the saturation window for tenants
+	// under their share or of a higher band, not yet repaid by a release.
+	Overdraft int
+	Signals   []SignalStats
 }
 
 // SignalStats is one signal's latest reading.
@@ -542,6 +545,7 @@ func (t *Tracker) Stats() []BackendStats {
 			Backend:     b.name,
 			InFlight:    int(b.inFlight.Load()),
 			MaxInFlight: int(b.max.Load()),
+			Overdraft:   int(max(b.over.Load(), 0)),
 		}
 		st.Saturated = b.full.Load() || int64(st.InFlight) >= int64(st.MaxInFlight) || b.windowFull()
 		if p := b.poller.Load(); p != nil {

@@ -102,19 +102,39 @@ func TestUnderShareTenantOverdraftsTheWindow(t *testing.T) {
 	if got := inFlight(f.tr, "a"); got != 12 {
 		t.Fatalf("%d in flight, want the window 10 plus the reserve 2", got)
 	}
+	wantOverdraft(t, f.tr, 2)
 
 	wakes := f.rm.count()
 	h.release("heavy", 1) // 11: an overdraft slot comes back, the window is still full
 	if f.rm.count() != wakes+1 {
 		t.Fatal("a release on a contended backend did not wake the waiters")
 	}
+	wantOverdraft(t, f.tr, 1)
 	h.take(heavy, Saturated) // heavy waits until in flight is under the window
 	h.take(light3, Acquired) // light3 is under its share: the freed reserve is its
+	wantOverdraft(t, f.tr, 2)
 	h.release("light1", 1)
 	h.release("light2", 1)
 	h.release("light3", 1) // 9 in flight, under the window
+	wantOverdraft(t, f.tr, 0)
 	h.take(heavy, Acquired)
 	h.take(heavy, Saturated)
+	wantOverdraft(t, f.tr, 0)
+}
+
+// wantOverdraft fails t unless backend "a" reports want overdraft slots
+// outstanding (the fairqueue_backend_overdraft gauge).
+func wantOverdraft(t *testing.T, tr *Tracker, want int) {
+	t.Helper()
+	for _, st := range tr.Stats() {
+		if st.Backend == "a" {
+			if st.Overdraft != want {
+				t.Fatalf("overdraft outstanding %d, want %d", st.Overdraft, want)
+			}
+			return
+		}
+	}
+	t.Fatal("no backend a in the tracker's stats")
 }
 
 // TestOverdraftNeverPassesMaxInFlight: with no window (maxInFlight alone

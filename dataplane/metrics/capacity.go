@@ -12,6 +12,7 @@ const (
 	BackendInFlightName    = "fairqueue_backend_in_flight"
 	BackendMaxInFlightName = "fairqueue_backend_max_in_flight"
 	BackendSaturatedName   = "fairqueue_backend_saturated"
+	BackendOverdraftName   = "fairqueue_backend_overdraft"
 	BackendStaleName       = "fairqueue_backend_saturation_stale"
 	BackendSignalName      = "fairqueue_backend_saturation_signal"
 	BackendSignalMaxName   = "fairqueue_backend_saturation_signal_max"
@@ -26,6 +27,7 @@ type Capacity struct {
 	inFlight  *prometheus.Desc
 	max       *prometheus.Desc
 	saturated *prometheus.Desc
+	overdraft *prometheus.Desc
 	stale     *prometheus.Desc
 	signal    *prometheus.Desc
 	signalMax *prometheus.Desc
@@ -45,6 +47,8 @@ func NewCapacity(reg prometheus.Registerer, stats func() []capacity.BackendStats
 			"The backend's configured maxInFlight (capacity mode).", []string{"backend"}, nil),
 		saturated: prometheus.NewDesc(BackendSaturatedName,
 			"1 while the backend takes no more requests: at maxInFlight, or a fresh saturation signal over its max.", []string{"backend"}, nil),
+		overdraft: prometheus.NewDesc(BackendOverdraftName,
+			"Slots taken above the saturation window for tenants under their share or of a higher band, not yet repaid by a release (capacity mode).", []string{"backend"}, nil),
 		stale: prometheus.NewDesc(BackendStaleName,
 			"1 while the backend's saturation signals are stale (maxInFlight alone decides).", []string{"backend"}, nil),
 		signal: prometheus.NewDesc(BackendSignalName,
@@ -66,6 +70,7 @@ func (c *Capacity) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.inFlight
 	ch <- c.max
 	ch <- c.saturated
+	ch <- c.overdraft
 	ch <- c.stale
 	ch <- c.signal
 	ch <- c.signalMax
@@ -77,6 +82,7 @@ func (c *Capacity) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(b.InFlight), b.Backend)
 		ch <- prometheus.MustNewConstMetric(c.max, prometheus.GaugeValue, float64(b.MaxInFlight), b.Backend)
 		ch <- prometheus.MustNewConstMetric(c.saturated, prometheus.GaugeValue, b2f(b.Saturated), b.Backend)
+		ch <- prometheus.MustNewConstMetric(c.overdraft, prometheus.GaugeValue, float64(b.Overdraft), b.Backend)
 		ch <- prometheus.MustNewConstMetric(c.stale, prometheus.GaugeValue, b2f(b.Stale), b.Backend)
 		for _, s := range b.Signals {
 			ch <- prometheus.MustNewConstMetric(c.signal, prometheus.GaugeValue, s.Value, b.Backend, s.Metric)

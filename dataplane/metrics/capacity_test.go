@@ -30,7 +30,7 @@ import (
 // value against its max, so both are exported per backend and signal.
 func TestCapacityExportsEachSignalBesideItsMax(t *testing.T) {
 	stats := []capacity.BackendStats{{
-		Backend: "vllm-a", InFlight: 3, MaxInFlight: 4, Saturated: true,
+		Backend: "vllm-a", InFlight: 3, MaxInFlight: 4, Saturated: true, Overdraft: 1,
 		Signals: []capacity.SignalStats{{Metric: "vllm:num_requests_waiting", Max: 4, Value: 6, Fresh: true}},
 	}, {Backend: "vllm-b", InFlight: 0, MaxInFlight: 4, Stale: true}}
 	c, reg := register(t, func(reg prometheus.Registerer) (*Capacity, error) {
@@ -44,6 +44,10 @@ fairqueue_backend_saturation_signal{backend="vllm-a",signal="vllm:num_requests_w
 # HELP fairqueue_backend_saturation_signal_max The configured max of a saturation signal: a fresh reading above it saturates the backend.
 # TYPE fairqueue_backend_saturation_signal_max gauge
 fairqueue_backend_saturation_signal_max{backend="vllm-a",signal="vllm:num_requests_waiting"} 4
+# HELP fairqueue_backend_overdraft Slots taken above the saturation window for tenants under their share or of a higher band, not yet repaid by a release (capacity mode).
+# TYPE fairqueue_backend_overdraft gauge
+fairqueue_backend_overdraft{backend="vllm-a"} 1
+fairqueue_backend_overdraft{backend="vllm-b"} 0
 # HELP fairqueue_backend_saturation_stale 1 while the backend's saturation signals are stale (maxInFlight alone decides).
 # TYPE fairqueue_backend_saturation_stale gauge
 fairqueue_backend_saturation_stale{backend="vllm-a"} 0
@@ -52,7 +56,7 @@ fairqueue_backend_saturation_stale{backend="vllm-b"} 1
 # TYPE fairqueue_backend_saturation_poll_errors_total counter
 fairqueue_backend_saturation_poll_errors_total{backend="vllm-b",kind="timeout"} 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), BackendSignalName, BackendSignalMaxName, BackendStaleName, BackendPollErrorsName); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), BackendSignalName, BackendSignalMaxName, BackendOverdraftName, BackendStaleName, BackendPollErrorsName); err != nil {
 		t.Fatal(err)
 	}
 }
