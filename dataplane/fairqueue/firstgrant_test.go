@@ -75,7 +75,9 @@ func TestFirstGrantBudgetCheck(t *testing.T) {
 	defer q.Close()
 	// No slot frees: the head's attempt is refused and it waits for the
 	// next, on a clock that does not move.
-	full := func() (bool, time.Duration, error) { return false, slotSpacing, nil }
+	// The attempt's own Retry-After is shorter than the time to the first
+	// grant: refusals are still told at least the latter.
+	full := func() (bool, time.Duration, error) { return false, time.Millisecond, nil }
 	r := Request{Tenant: "a", Dimension: "user", LimitType: "capacity", LimitKeys: []LimitKey{{Kind: 200, Key: "backends"}},
 		FirstGrant: slotSpacing, Interval: slotSpacing, Attempt: full}
 	var queued []<-chan waitResult
@@ -128,7 +130,9 @@ func TestFirstGrantRefusalsAreNeverBelowIt(t *testing.T) {
 	q := New(clk, Bounds{MaxQueueDepthPerTenant: 1, MaxWait: time.Second}, Weights{}, nil)
 	defer q.Close()
 	key := LimitKey{Kind: 200, Key: "backends"}
-	full := func() (bool, time.Duration, error) { return false, slotSpacing, nil }
+	// The attempt's own Retry-After is shorter than the time to the first
+	// grant: refusals are still told at least the latter.
+	full := func() (bool, time.Duration, error) { return false, time.Millisecond, nil }
 	r := Request{Tenant: "a", LimitKeys: []LimitKey{key}, FirstGrant: slotSpacing, Interval: slotSpacing, Attempt: full}
 	head := startWait(t, context.Background(), q, r)
 	res, err := waitNow(t, context.Background(), q, r)

@@ -385,17 +385,20 @@ func (s *sched) complete(now int64, w *waiter, ok bool, retryAfter int64, err er
 	t.flightAdj = 0 // already applied to the finish tag it re-enters from
 	retryAfter = max(retryAfter, minRetry)
 	w.retryAfter = retryAfter
-	if now+retryAfter >= w.deadline {
-		w.retryAfter = s.ownPlace(now, w, retryAfter)
-		s.finish(w, now, false, ReasonWaitExceedsBudget)
-		return outcomeRefused
-	}
-	w.readyAt = now + retryAfter
+	ready := now + retryAfter
 	if woken {
 		// Room was announced while the attempt ran: try again now rather
 		// than leave it unused until the Retry-After.
-		w.readyAt = now
+		ready = now
 	}
+	if ready >= w.deadline {
+		// Told no less than the time to the first grant, as every refusal of
+		// a wait with a FirstGrant is.
+		w.retryAfter = s.ownPlace(now, w, max(retryAfter, w.firstGrant))
+		s.finish(w, now, false, ReasonWaitExceedsBudget)
+		return outcomeRefused
+	}
+	w.readyAt = ready
 	w.state = stateQueued
 	s.deadlines.push(w)
 	if w.size > 1 {

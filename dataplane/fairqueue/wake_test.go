@@ -94,8 +94,16 @@ func TestWakeWithoutWaitersAllocatesNothing(t *testing.T) {
 // at once, on a fake clock that never moves, instead of leaving the room
 // unused until its Retry-After.
 func TestWakeDuringAttemptIsNotLost(t *testing.T) {
+	// A budget shorter than the attempt's Retry-After must not turn the
+	// announced room into a wait_exceeds_budget refusal either.
+	for _, maxWait := range []time.Duration{time.Hour, time.Second} {
+		t.Run(maxWait.String(), func(t *testing.T) { wakeDuringAttempt(t, maxWait) })
+	}
+}
+
+func wakeDuringAttempt(t *testing.T, maxWait time.Duration) {
 	clk := testingclock.NewFakeClock(time.Unix(0, 0))
-	q := New(clk, Bounds{MaxWait: time.Hour}, Weights{}, nil)
+	q := New(clk, Bounds{MaxWait: maxWait}, Weights{}, nil)
 	defer q.Close()
 	key := LimitKey{Kind: 200, Key: "backends"}
 	var room atomic.Bool
