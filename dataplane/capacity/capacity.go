@@ -473,11 +473,19 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 			break
 		}
 	}
+	// Counted with the slot, so that a release while the shared store is
+	// asked repays it.
+	if over {
+		b.over.Add(1)
+	}
 	var seq uint64
 	if sh := b.t.opts.Shared; sh != nil {
 		seq = b.t.seq.Add(1)
 		if r := sh.Acquire(b.name, int(shared), b.inFlight.Load(), seq); r != Acquired {
 			b.inFlight.Add(-1)
+			if over {
+				b.repay()
+			}
 			if r == Saturated {
 				return b.refused()
 			}
@@ -485,9 +493,6 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 		}
 	}
 	s.b, s.seq = b, seq
-	if over {
-		b.over.Add(1)
-	}
 	b.hold(s, c)
 	s.held.Store(true)
 	return Acquired
@@ -545,7 +550,7 @@ func (t *Tracker) Stats() []BackendStats {
 			Backend:     b.name,
 			InFlight:    int(b.inFlight.Load()),
 			MaxInFlight: int(b.max.Load()),
-			Overdraft:   int(max(b.over.Load(), 0)),
+			Overdraft:   int(b.over.Load()),
 		}
 		st.Saturated = b.full.Load() || int64(st.InFlight) >= int64(st.MaxInFlight) || b.windowFull()
 		if p := b.poller.Load(); p != nil {

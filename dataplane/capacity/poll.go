@@ -233,6 +233,9 @@ func (p *poller) adjust(over, fresh bool) {
 			room = room || (w == 0 || w > was) && b.contended.Load()
 		}
 	}
+	if w == 0 {
+		b.over.Store(0) // no window, nothing above it
+	}
 	b.window.Store(w)
 	if room {
 		b.roomed()
