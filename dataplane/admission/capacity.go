@@ -150,7 +150,10 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 	}
 	// A request that already waited for a rate limit was charged its cost
 	// then; this wait charges one grant, not the cost again.
-	cost := c.queueCost(*r)
+	cost := claim.Cost // the queue cost, when the tracker counts claims
+	if claim.Tenant == "" {
+		cost = c.queueCost(*r)
+	}
 	if t.settle.accounted > 0 {
 		cost = 1
 	}

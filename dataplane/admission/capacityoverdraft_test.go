@@ -103,7 +103,7 @@ func TestCapacityLightTenantOverdraftsTheFloodsWindow(t *testing.T) {
 	var tk Ticket
 	d := e.c.Begin(lctx, light, &tk)
 	defer tk.Done(0)
-	if !d.Allowed || tk.Backend() != "a" {
+	if !d.Allowed || d.Queue.Waited != 0 || tk.Backend() != "a" {
 		t.Fatalf("light request: %+v on %q, want admitted at once to a", d, tk.Backend())
 	}
 	if e.depth() != 1 {
