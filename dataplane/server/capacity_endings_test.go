@@ -208,7 +208,7 @@ func TestCapacityEveryEndingReleasesAndGrantsTheWaiter(t *testing.T) {
 				defer close(holderDone)
 				tc.holder(t, hs, queued, proceed)
 			}()
-			if who := <-arrived; who != "holder" {
+			if who := recvWithin(t, "the holder at the upstream", arrived); who != "holder" {
 				t.Fatalf("%s reached the upstream first", who)
 			}
 			if tc.beforeWaiter != nil {
@@ -233,10 +233,10 @@ func TestCapacityEveryEndingReleasesAndGrantsTheWaiter(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the waiter was not granted when the holder's response ended")
 			}
-			if code := <-waiter; code != http.StatusOK {
+			if code := recvWithin(t, "the waiter's response", waiter); code != http.StatusOK {
 				t.Errorf("waiter: %d, want 200", code)
 			}
-			<-holderDone
+			recvWithin(t, "the holder's end", holderDone)
 			hs.exactlyIdle(tc.name)
 		})
 	}
@@ -321,7 +321,7 @@ func TestCapacityAClientCancellingWhileQueuedTakesNoSlot(t *testing.T) {
 		readAll(t, resp)
 		holder <- resp.StatusCode
 	}()
-	<-arrived
+	recvWithin(t, "the holder at the upstream", arrived)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -340,7 +340,7 @@ func TestCapacityAClientCancellingWhileQueuedTakesNoSlot(t *testing.T) {
 	}()
 	testutil.Eventually(t, "the leaver queues", func() bool { return hs.queueDepth() == 1 })
 	cancel()
-	if err := <-left; err == nil {
+	if err := recvWithin(t, "the leaver's end", left); err == nil {
 		t.Error("the cancelled request was answered")
 	}
 	testutil.Eventually(t, "the leaver leaves the queue", func() bool { return hs.queueDepth() == 0 })
@@ -356,13 +356,13 @@ func TestCapacityAClientCancellingWhileQueuedTakesNoSlot(t *testing.T) {
 	}()
 	testutil.Eventually(t, "the waiter queues", func() bool { return hs.queueDepth() == 1 })
 	close(proceed)
-	if code := <-holder; code != http.StatusOK {
+	if code := recvWithin(t, "the holder's response", holder); code != http.StatusOK {
 		t.Errorf("holder: %d, want 200", code)
 	}
-	if code := <-waiter; code != http.StatusOK {
+	if code := recvWithin(t, "the waiter's response", waiter); code != http.StatusOK {
 		t.Errorf("waiter: %d, want 200", code)
 	}
-	if who := <-arrived; who != "waiter" {
+	if who := recvWithin(t, "the waiter at the upstream", arrived); who != "waiter" {
 		t.Errorf("%s reached the upstream, want the waiter (the leaver must never)", who)
 	}
 	hs.exactlyIdle("after the leaver")

@@ -205,8 +205,8 @@ func TestCapacityStaleMetricsLeaveMaxInFlightToDecide(t *testing.T) {
 			}
 			// Stale: maxInFlight (2) alone decides, whatever the last reading said.
 			results := []<-chan result{hs.start(t.Context(), capBody, nil), hs.start(t.Context(), capBody, nil)}
-			<-arrived
-			<-arrived
+			recvWithin(t, "the first request at the upstream", arrived)
+			recvWithin(t, "the second request at the upstream", arrived)
 			if !hs.capacityRefused() {
 				t.Fatal("a third request admitted over maxInFlight 2")
 			}
