@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -162,7 +164,7 @@ func saturatedBy(b *backendSample, maxes map[string]float64) string {
 	}
 	var over []string
 	if !b.stale {
-		for _, name := range sortedKeys(b.signals) {
+		for _, name := range slices.Sorted(maps.Keys(b.signals)) {
 			if m, ok := maxes[name]; ok && (&config.Signal{Max: m}).Saturated(b.signals[name]) {
 				over = append(over, name)
 			}
@@ -181,7 +183,7 @@ func signalValues(b *backendSample, maxes map[string]float64) string {
 		return "-"
 	}
 	parts := make([]string, 0, len(b.signals))
-	for _, name := range sortedKeys(b.signals) {
+	for _, name := range slices.Sorted(maps.Keys(b.signals)) {
 		limit := "?"
 		if m, ok := maxes[name]; ok {
 			limit = strconv.FormatFloat(m, 'g', -1, 64)
@@ -189,13 +191,4 @@ func signalValues(b *backendSample, maxes map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s=%s/%s", name, strconv.FormatFloat(b.signals[name], 'g', 4, 64), limit))
 	}
 	return strings.Join(parts, " ")
-}
-
-func sortedKeys(m map[string]float64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

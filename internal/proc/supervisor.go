@@ -30,6 +30,11 @@ type Supervisor struct {
 // logDir/NAME.log. A process gets grace to exit after SIGTERM before it is
 // killed.
 func NewSupervisor(logDir string, grace time.Duration) *Supervisor {
+	if grace <= 0 {
+		// As Stop's default, so that a cancelled context's SIGKILL
+		// (exec's WaitDelay) comes too.
+		grace = StopGrace
+	}
 	return &Supervisor{logDir: logDir, grace: grace}
 }
 
