@@ -193,16 +193,17 @@ func (s *MemoryStore) decide(now time.Time, b *Batch, charge bool) (d Decision) 
 }
 
 // takeInOrder is a Take of first and, only when first is allowed, a Take
-// of then, in one trip, deciding into d and thenD, which must be zero
-// (thenD stays zero when first is refused). then's shards are locked while
-// first's still are, so every dimension of first must be below every
-// dimension of then (the shards are locked in table order).
+// of then, in one trip at one instant, deciding into d and thenD, which
+// must be zero (thenD stays zero when first is refused). first's shards
+// are unlocked before then's are locked: the global bucket's shard, which
+// every request takes, is not held across the identity lookups.
 func (s *MemoryStore) takeInOrder(now time.Time, first, then *Batch, d, thenD *Decision) {
 	t := s.since(now)
 	var locked, thenLocked lockSet
 	s.lock(first, &locked)
-	defer locked.unlock()
-	if s.decideLocked(d, t, first, &locked, true); !d.Allowed {
+	s.decideLocked(d, t, first, &locked, true)
+	locked.unlock()
+	if !d.Allowed {
 		return
 	}
 	s.lock(then, &thenLocked)
