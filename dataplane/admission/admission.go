@@ -127,6 +127,9 @@ type Request struct {
 
 	// band is the index Admit resolved Band to (bands.go).
 	band int
+	// preAuthed: the request passed the pre-authentication buckets, so
+	// what admission decided is a decision about its tenant (observe).
+	preAuthed bool
 
 	// Capacity, with a Tracker, makes Begin take a backend slot once every
 	// limit passed (SPEC 6b, capacity.go); Admit alone ignores it.
@@ -294,6 +297,7 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Reques
 		*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
 		return
 	}
+	r.preAuthed = true
 	if err == nil && d.Allowed { // as identityDecided would, without the call
 		dec.Allowed, dec.Status, dec.Quota, dec.HasQuota = true, StatusOK, d.Tightest, d.HasQuota
 		return
@@ -311,6 +315,7 @@ func (c *Controller) admitInTurn(ctx context.Context, now time.Time, r *Request,
 		*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
 		return
 	}
+	r.preAuthed = true
 	if gate != nil {
 		gate.Arrive(tenant, keys.Model)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/capacity"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/dataplane/limiter"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
@@ -240,5 +241,25 @@ func TestCapacityRefusalIsNoTenantGrant(t *testing.T) {
 	if len(obs.waits) != 1 || len(obs.refused) != 1 || obs.refused[0] != string(fairqueue.ReasonWaitExceedsBudget) {
 		t.Errorf("tenant observer told %d admitted and refusals %v, want 1 admitted and [%s]",
 			len(obs.waits), obs.refused, fairqueue.ReasonWaitExceedsBudget)
+	}
+}
+
+// TestPreAuthRefusalIsNoTenantDecision: a request refused by the
+// pre-authentication buckets (global, client) is not reported to the tenant
+// observer: that refusal says nothing about its tenant.
+func TestPreAuthRefusalIsNoTenantDecision(t *testing.T) {
+	e := newEnv(t, envOpts{cfg: limiter.Config{Global: lim(1, time.Second)}, settings: on})
+	obs := &capWaits{}
+	e.c.SetTenantObserver(obs)
+	if d := e.c.Admit(context.Background(), Request{Identity: alice}); !d.Allowed {
+		t.Fatalf("first request: %+v, want admitted", d)
+	}
+	if d := e.c.Admit(context.Background(), Request{Identity: alice}); d.Allowed || d.LimitType != "global" {
+		t.Fatalf("second request: %+v, want refused by the global bucket", d)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.waits) != 1 || len(obs.refused) != 0 {
+		t.Errorf("tenant observer told %d admitted and refusals %v, want 1 admitted and none", len(obs.waits), obs.refused)
 	}
 }

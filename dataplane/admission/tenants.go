@@ -74,12 +74,13 @@ func (c *Controller) tenantObserver() TenantObserver {
 }
 
 // observe reports dec, the final decision for r (after its token
-// reservation and its backend slot), to the tenant observer when r has a
-// tenant to queue as: reported earlier, a request refused by a later stage
-// would count as a grant of its tenant.
+// reservation and its backend slot), to the tenant observer when r passed
+// the pre-authentication buckets and has a tenant to queue as: reported
+// earlier, a request refused by a later stage would count as a grant of its
+// tenant.
 func (c *Controller) observe(arrival time.Time, r *Request, dec *Decision) {
 	o := c.tenantObserver()
-	if o == nil {
+	if o == nil || !r.preAuthed {
 		return
 	}
 	if tenant, used, ok := c.settings().tenant(r.Identity); ok {
