@@ -299,7 +299,7 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Reques
 	}
 	r.preAuthed = true
 	if err == nil && d.Allowed { // as identityDecided would, without the call
-		dec.Allowed, dec.Status, dec.Quota, dec.HasQuota = true, StatusOK, d.Tightest, d.HasQuota
+		admitted(dec, d)
 		return
 	}
 	c.identityDecided(ctx, now, r, keys, tenant, used, queueable, gate, d, err, dec)
@@ -334,6 +334,12 @@ func (c *Controller) admitInTurn(ctx context.Context, now time.Time, r *Request,
 	c.identityDecided(ctx, now, r, keys, tenant, used, true, gate, d, err, dec)
 }
 
+// admitted makes dec the decision of a request the identity buckets,
+// deciding d, allowed.
+func admitted(dec *Decision, d limiter.Decision) {
+	dec.Allowed, dec.Status, dec.Quota, dec.HasQuota = true, StatusOK, d.Tightest, d.HasQuota
+}
+
 // identityDecided writes into dec what the identity buckets' decision d, or
 // the store's err, means for r: admitted, refused at once, or queued when
 // the request may queue and the refusal is queueable.
@@ -342,7 +348,7 @@ func (c *Controller) identityDecided(ctx context.Context, now time.Time, r *Requ
 	case err != nil:
 		*dec = unavailable(err)
 	case d.Allowed:
-		dec.Allowed, dec.Status, dec.Quota, dec.HasQuota = true, StatusOK, d.Tightest, d.HasQuota
+		admitted(dec, d)
 	case !queueable || !canQueue(d):
 		*dec = c.refusal(d, keys, "")
 	default:
@@ -396,11 +402,9 @@ func (c *Controller) backendRefusal(retry time.Duration) Decision {
 // request a later stage refused (every backend exhausted), so none is lost
 // to it (SPEC section 2).
 func (c *Controller) refund(r Request) error {
-	return c.limiter().RefundIdentity(c.clk.Now(), identityKeys(r))
+	return c.limiter().RefundIdentity(c.clk.Now(), r.keys())
 }
 
-// identityKeys returns the identity bucket keys of r.
-func identityKeys(r Request) limiter.Keys { return r.keys() }
 
 // keys returns the identity bucket keys of r without copying it.
 func (r *Request) keys() limiter.Keys {

@@ -170,7 +170,7 @@ func (c *Controller) NeedsTokens(r Request) bool {
 	if !c.tokenSettings().Enabled {
 		return false
 	}
-	return c.chargesTokens(r) || c.limiter().HasTokenLimits(identityKeys(r))
+	return c.chargesTokens(r) || c.limiter().HasTokenLimits(r.keys())
 }
 
 // chargesTokens reports whether the request-count fair queue would charge
@@ -198,7 +198,7 @@ func (c *Controller) reserve(ctx context.Context, arrival time.Time, r Request, 
 	if !s.Enabled || q == nil || r.Tokens <= 0 {
 		return dec
 	}
-	keys := identityKeys(r)
+	keys := r.keys()
 	if !c.limiter().HasTokenLimits(keys) {
 		return dec
 	}
@@ -432,7 +432,7 @@ func (c *Controller) tokenRefusal(d limiter.Decision, keys limiter.Keys, dec Dec
 // undoCount gives back what the request-count admission in dec charged: the
 // identity tokens, and the cost the fair queue charged its tenant.
 func (c *Controller) undoCount(r Request, dec *Decision) {
-	if err := c.limiter().RefundIdentity(c.clk.Now(), identityKeys(r)); err != nil {
+	if err := c.limiter().RefundIdentity(c.clk.Now(), r.keys()); err != nil {
 		c.log.V(1).Info("Could not give back request-count tokens of a request refused for its token budget", "err", err)
 	}
 	if st := &dec.settle; st.fq != nil && st.accounted > 0 {
@@ -461,7 +461,7 @@ func (c *Controller) settle(r Request, st *settlement, used int64) error {
 		*st = settlement{}
 		return nil
 	}
-	keys := identityKeys(r)
+	keys := r.keys()
 	o := c.tokenObserver()
 	if o != nil {
 		o.Estimated(st.reserved, used)

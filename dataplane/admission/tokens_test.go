@@ -75,7 +75,7 @@ func (e *tokenEnv) held() int {
 // tokensLeft reports whether the token buckets of r hold n tokens now.
 func (e *tokenEnv) tokensLeft(t testing.TB, r Request, n int64) bool {
 	t.Helper()
-	d, err := e.lim.PeekTokens(e.clk.Now(), identityKeys(r), n)
+	d, err := e.lim.PeekTokens(e.clk.Now(), r.keys(), n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func (e *tokenEnv) tokensLeft(t testing.TB, r Request, n int64) bool {
 // countLeft returns the request-count tokens left in r's tightest bucket.
 func (e *tokenEnv) countLeft(t testing.TB, r Request) int64 {
 	t.Helper()
-	d, err := e.lim.PeekIdentity(e.clk.Now(), identityKeys(r))
+	d, err := e.lim.PeekIdentity(e.clk.Now(), r.keys())
 	if err != nil {
 		t.Fatal(err)
 	}
