@@ -405,7 +405,6 @@ func (c *Controller) refund(r Request) error {
 	return c.limiter().RefundIdentity(c.clk.Now(), r.keys())
 }
 
-
 // keys returns the identity bucket keys of r without copying it.
 func (r *Request) keys() limiter.Keys {
 	return limiter.Keys{APIKey: r.Identity.APIKey, User: r.Identity.User, Team: r.Identity.Team, Model: r.Model}
