@@ -132,7 +132,22 @@ func (k *standaloneKey) persist() (bool, error) {
 	if err := os.MkdirAll(filepath.Dir(k.path), 0o700); err != nil {
 		return false, fmt.Errorf("creating the directory of --hash-key-file: %w", err)
 	}
-	f, err := os.OpenFile(k.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	// Written to a temporary file and linked into place, which fails if the
+	// file exists: the key appears whole or not at all, so a process or a
+	// reader that finds the file never reads a partial key.
+	tmp, err := os.CreateTemp(filepath.Dir(k.path), filepath.Base(k.path)+".tmp-*")
+	if err != nil {
+		return false, fmt.Errorf("creating --hash-key-file: %w", err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if _, err := tmp.Write(k.key); err != nil {
+		_ = tmp.Close()
+		return false, fmt.Errorf("writing --hash-key-file: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return false, fmt.Errorf("writing --hash-key-file: %w", err)
+	}
+	err = os.Link(tmp.Name(), k.path)
 	if errors.Is(err, fs.ErrExist) {
 		theirs, rerr := os.ReadFile(k.path)
 		if rerr == nil && bytes.Equal(theirs, k.key) {
@@ -142,15 +157,6 @@ func (k *standaloneKey) persist() (bool, error) {
 	}
 	if err != nil {
 		return false, fmt.Errorf("creating --hash-key-file: %w", err)
-	}
-	if _, err := f.Write(k.key); err != nil {
-		_ = f.Close()
-		_ = os.Remove(k.path)
-		return false, fmt.Errorf("writing --hash-key-file: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		_ = os.Remove(k.path)
-		return false, fmt.Errorf("writing --hash-key-file: %w", err)
 	}
 	k.new = false
 	return true, nil
