@@ -190,7 +190,9 @@ type backend struct {
 	// and not yet repaid by a release (overdraft.go). The window's growth
 	// does not count them as the server's (poller.adjust).
 	over atomic.Int64
-	sat  *config.Saturation // guarded by Tracker.mu
+	// times are what its slots say about when the next frees (durations.go).
+	times slotTimes
+	sat   *config.Saturation // guarded by Tracker.mu
 	// poller is nil without signals; it is replaced under Tracker.mu and
 	// read without it, so that Stats never waits for a poller to stop.
 	poller atomic.Pointer[poller]
@@ -348,6 +350,9 @@ type Slot struct {
 	band    uint8
 	tenant  string
 	cost    int64
+	// stamp is when the slot was taken, when it is timed (durations.go);
+	// 0 when not.
+	stamp atomic.Int64
 }
 
 // Backend returns the name of the backend the slot is held on, or "".
@@ -371,6 +376,7 @@ func (s *Slot) Release() {
 	b.unhold(s)
 	b.repay()
 	n := b.inFlight.Add(-1)
+	b.timeRelease(s, n+1)
 	if n+1 >= b.max.Load() || b.contended.Load() {
 		b.roomed()
 	}
@@ -458,11 +464,11 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 	if w := b.window.Load(); w > 0 {
 		limit = min(limit, w)
 	}
-	var shared int64
+	var shared, n int64
 	var over bool
 	for {
 		shared, over = limit, false
-		n := b.inFlight.Load()
+		n = b.inFlight.Load()
 		if n >= limit {
 			if n >= maxInFlight || !b.mayOverdraft(c, n, limit, maxInFlight) {
 				return b.refused()
@@ -493,6 +499,7 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 		}
 	}
 	s.b, s.seq = b, seq
+	b.timeAcquire(s, n+1, limit)
 	b.hold(s, c)
 	s.held.Store(true)
 	return Acquired
