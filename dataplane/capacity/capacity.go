@@ -351,8 +351,9 @@ type Slot struct {
 	tenant  string
 	cost    int64
 	// stamp is when the slot was taken, when it is timed (durations.go);
-	// 0 when not.
-	stamp atomic.Int64
+	// 0 when not. Written by Acquire before held, read by the Release
+	// that wins held.
+	stamp int64
 }
 
 // Backend returns the name of the backend the slot is held on, or "".
@@ -365,7 +366,11 @@ func (s *Slot) Backend() string {
 
 // Release gives the slot back. Only the first call after an Acquire does
 // anything; later calls, and calls on a zero Slot, are no-ops.
-func (s *Slot) Release() {
+func (s *Slot) Release() { s.release(true) }
+
+// release is Release; measure says whether the slot's time held tells how
+// long the backend takes (see Withdraw).
+func (s *Slot) release(measure bool) {
 	if !s.held.CompareAndSwap(true, false) {
 		return
 	}
@@ -376,8 +381,11 @@ func (s *Slot) Release() {
 	b.unhold(s)
 	b.repay()
 	n := b.inFlight.Add(-1)
-	b.timeRelease(s, n+1)
-	if n+1 >= b.max.Load() || b.contended.Load() {
+	maxInFlight := b.max.Load()
+	if s.stamp != 0 || busy(n+1, maxInFlight) || b.window.Load() > 0 {
+		b.timeRelease(s, n+1, measure) // maybe busy: see durations.go
+	}
+	if n+1 >= maxInFlight || b.contended.Load() {
 		b.roomed()
 	}
 }

@@ -59,23 +59,34 @@ type slotTimes struct {
 func busy(count, limit int64) bool { return 2*count >= limit }
 
 // timeAcquire stamps s, just taken on b as its count-th slot under limit,
-// with the time when b is busy, and notes b's reaching half full.
+// with the time when b is busy, and notes b's reaching half full. The
+// check is inlined; only a busy backend pays a call and a clock reading.
 func (b *backend) timeAcquire(s *Slot, count, limit int64) {
-	if !busy(count, limit) {
-		s.stamp.Store(0)
-		return
+	s.stamp = 0
+	if busy(count, limit) {
+		b.stampBusy(s, count, limit)
 	}
+}
+
+// stampBusy is timeAcquire past its inlined check.
+func (b *backend) stampBusy(s *Slot, count, limit int64) {
 	now := b.t.clk.Now().UnixNano()
-	s.stamp.Store(now)
+	s.stamp = now
 	if !busy(count-1, limit) || b.times.quiet.Load() == 0 {
 		b.times.quiet.Store(now)
 	}
 }
 
-// timeRelease measures s's time held, if it was stamped, and notes the
-// release of b's count-th slot (count before the release).
-func (b *backend) timeRelease(s *Slot, count int64) {
-	at := s.stamp.Swap(0)
+// timeRelease measures s's time held, if it was stamped and measure says
+// it counts, and notes the release of b's count-th slot (count before the
+// release), when b is busy. Release calls it only when s was stamped or b
+// may be busy (at half its maxInFlight, or with a window), so a backend
+// under half full without a window pays a comparison.
+func (b *backend) timeRelease(s *Slot, count int64, measure bool) {
+	at := s.stamp
+	if !measure {
+		at = 0
+	}
 	if at == 0 && !busy(count, b.limit()) {
 		return
 	}
@@ -110,10 +121,7 @@ func (b *backend) limit() int64 {
 // Withdraw is Release for a slot whose request never reached the backend
 // (no dispatch after all): its time held is not measured, since it says
 // nothing about how long the backend takes.
-func (s *Slot) Withdraw() {
-	s.stamp.Store(0)
-	s.Release()
-}
+func (s *Slot) Withdraw() { s.release(false) }
 
 // ReleaseSpacing returns the expected time between slots coming free on
 // the named backends together (names without a capacity entry are

@@ -167,3 +167,25 @@ func TestSlotsUnderHalfFullReadNoClock(t *testing.T) {
 	}
 	s1.Release()
 }
+
+// BenchmarkAcquireReleaseBusy is BenchmarkAcquireRelease on a backend at
+// half full or more, whose slots are timed: two clock readings more.
+func BenchmarkAcquireReleaseBusy(b *testing.B) {
+	tr := New(Options{})
+	defer tr.Close()
+	if err := tr.Apply([]Backend{{Name: "vllm-a", MaxInFlight: 2}}); err != nil {
+		b.Fatal(err)
+	}
+	var held, s Slot
+	if tr.Acquire(&held, "vllm-a") != Acquired {
+		b.Fatal("refused")
+	}
+	defer held.Release()
+	b.ReportAllocs()
+	for b.Loop() {
+		if tr.Acquire(&s, "vllm-a") != Acquired {
+			b.Fatal("refused")
+		}
+		s.Release()
+	}
+}
