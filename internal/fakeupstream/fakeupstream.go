@@ -73,6 +73,10 @@ type Upstream struct {
 	opts Options
 	mux  *http.ServeMux
 
+	flight    inFlight
+	closed    chan struct{} // closed by Close: hung requests end
+	closeOnce sync.Once
+
 	mu       sync.Mutex
 	recorded []Recorded
 	total    int
@@ -80,7 +84,8 @@ type Upstream struct {
 
 // New returns a fake upstream serving POST /v1/chat/completions, POST
 // /v1/completions and GET /v1/models. A request header X-Fake-Status answers with that status
-// instead; X-Fake-Latency-Ms overrides Options.Latency for one request.
+// instead; X-Fake-Latency-Ms overrides Options.Latency for one request;
+// FaultHeader makes it fail (see there).
 func New(opts Options) *Upstream {
 	if opts.Chunks <= 0 {
 		opts.Chunks = 3
@@ -95,15 +100,18 @@ func New(opts Options) *Upstream {
 	if len(opts.Models) == 0 {
 		opts.Models = []string{"fake-model"}
 	}
-	u := &Upstream{opts: opts, mux: http.NewServeMux()}
+	u := &Upstream{opts: opts, mux: http.NewServeMux(), closed: make(chan struct{})}
 	u.mux.HandleFunc("POST /v1/chat/completions", u.chat)
 	u.mux.HandleFunc("POST /v1/completions", u.completion)
 	u.mux.HandleFunc("GET /v1/models", u.models)
 	return u
 }
 
-// ServeHTTP records the request, applies the latency and routes it.
+// ServeHTTP records the request, applies the latency and any fault, and
+// routes it.
 func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	done := u.flight.enter()
+	defer done()
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	if err != nil {
 		http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
@@ -120,6 +128,17 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !sleep(r, latency) {
 		return
+	}
+	switch r.Header.Get(FaultHeader) {
+	case FaultReset:
+		done()
+		reset(w)
+		return
+	case FaultHang:
+		u.hang(w, r, done)
+		return
+	case FaultBreak:
+		w = &breaker{ResponseWriter: w, done: done}
 	}
 	if v := r.Header.Get("X-Fake-Status"); v != "" {
 		if code, err := strconv.Atoi(v); err == nil {
