@@ -108,7 +108,7 @@ func (b *breaker) Write(p []byte) (int, error) {
 		return b.ResponseWriter.Write(p)
 	}
 	h.Set("Content-Length", strconv.Itoa(len(p)))
-	b.ResponseWriter.WriteHeader(http.StatusOK)
+	b.WriteHeader(http.StatusOK)
 	n, _ := b.ResponseWriter.Write(p[:len(p)/2])
 	b.cut()
 	return n, errBroken
