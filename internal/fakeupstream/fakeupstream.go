@@ -17,6 +17,7 @@ package fakeupstream
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -56,6 +57,11 @@ type Options struct {
 	Record int
 	// Models lists the model ids served by /v1/models; nil means one "fake-model".
 	Models []string
+	// Hold, if set, is called with each request once it is read and counted
+	// in flight, before its latency, fault or answer: a test blocks in it to
+	// keep a request at the backend. It should return when the request's
+	// context ends.
+	Hold func(*http.Request)
 }
 
 // Recorded is one request as the fake received it.
@@ -112,6 +118,9 @@ func New(opts Options) *Upstream {
 func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	done := u.flight.enter()
 	defer done()
+	// A request whose client went away is no longer the backend's, though
+	// its handler may not have noticed yet: a model server aborts it.
+	defer context.AfterFunc(r.Context(), done)()
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	if err != nil {
 		http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
@@ -119,6 +128,9 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	u.record(r, body)
+	if u.opts.Hold != nil {
+		u.opts.Hold(r)
+	}
 
 	latency := u.opts.Latency
 	if v := r.Header.Get("X-Fake-Latency-Ms"); v != "" {

@@ -49,8 +49,9 @@ func (c *inFlight) enter() func() {
 }
 
 // InFlight returns the number of requests the fake is handling now: from
-// their arrival to the end of their answer, or the moment a fault breaks or
-// a hung request's client goes away.
+// their arrival to the end of their answer, the moment a fault breaks it, or
+// the moment its client goes away (as a model server aborts a request whose
+// connection closed).
 func (u *Upstream) InFlight() int { return int(u.flight.now.Load()) }
 
 // PeakInFlight returns the most requests the fake has handled at once.
