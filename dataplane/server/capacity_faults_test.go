@@ -1,0 +1,367 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.uber.org/goleak"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/metrics"
+	"github.com/fairqueue/fairqueue/internal/fakeupstream"
+	"github.com/fairqueue/fairqueue/internal/testutil"
+)
+
+// faultRig is capacity mode (one slot, fair queuing on, maxWait an hour)
+// in front of a fake backend that counts what it handles at once: the
+// request of user "holder" is held at the backend until proceed is closed,
+// then answered as its headers ask (a fault, a status), while the request
+// of user "waiter" waits for the slot in the fair queue.
+type faultRig struct {
+	*harness
+	fake    *fakeupstream.Upstream
+	arrived chan string   // who reached the backend, in order
+	proceed chan struct{} // closed: the holder's request goes on
+	written atomic.Int64  // bytes the backend wrote, every request
+	ops     *httptest.Server
+	granted chan struct{} // closed once the waiter reached the backend
+}
+
+func newFaultRig(t *testing.T, mutate func(*config.Config)) *faultRig {
+	t.Helper()
+	rig := &faultRig{arrived: make(chan string, 8), proceed: make(chan struct{}), granted: make(chan struct{})}
+	rig.fake = fakeupstream.New(fakeupstream.Options{Chunks: 4, Hold: func(r *http.Request) {
+		user := r.Header.Get("X-User")
+		rig.arrived <- user
+		if user != "holder" {
+			return
+		}
+		select {
+		case <-rig.proceed:
+		case <-r.Context().Done():
+		}
+	}})
+	t.Cleanup(rig.fake.Close) // before the upstream's Close, which waits for hung requests
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rig.fake.ServeHTTP(&countingWriter{ResponseWriter: w, n: &rig.written}, r)
+	})
+	rig.harness = newHarness(t, counted, func(c *config.Config) {
+		queuedCapacity(c)
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	rig.ops = httptest.NewServer(rig.srv.OpsHandler())
+	t.Cleanup(rig.ops.Close)
+	return rig
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(p)
+	w.n.Add(int64(n))
+	return n, err
+}
+
+func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// scrapedInFlight reads fairqueue_backend_in_flight from the metrics
+// endpoint, as an operator's Prometheus does.
+func (rig *faultRig) scrapedInFlight() float64 {
+	rig.t.Helper()
+	resp, err := http.Get(rig.ops.URL + "/metrics")
+	if err != nil {
+		rig.t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		rig.t.Fatalf("scraping /metrics: %v", err)
+	}
+	fam := fams[metrics.BackendInFlightName]
+	if fam == nil || len(fam.GetMetric()) != 1 {
+		rig.t.Fatalf("/metrics has no single %s series: %v", metrics.BackendInFlightName, fam)
+	}
+	return fam.GetMetric()[0].GetGauge().GetValue()
+}
+
+// settled checks, once everything ended, that the scraped in-flight gauge
+// is exactly 0 and stays so (no slot leaked, none released twice, which
+// would show as a negative count or a later request refused), and that the
+// backend never had more than maxInFlight (1) at once.
+func (rig *faultRig) settled(what string) {
+	rig.t.Helper()
+	testutil.Eventually(rig.t, what+": the backend's requests end", func() bool { return rig.fake.InFlight() == 0 })
+	testutil.Eventually(rig.t, what+": the scraped in-flight gauge returns to 0", func() bool { return rig.scrapedInFlight() <= 0 })
+	if got := rig.scrapedInFlight(); got != 0 {
+		rig.t.Errorf("%s: %s = %v, want exactly 0", what, metrics.BackendInFlightName, got)
+	}
+	if p := rig.fake.PeakInFlight(); p > 1 {
+		rig.t.Errorf("%s: the backend had %d requests at once, over maxInFlight 1", what, p)
+	}
+	// The slot is usable: one more request is admitted and answered at once.
+	resp := rig.do(capBody, map[string]string{"X-User": "after"})
+	if body := readAll(rig.t, resp); resp.StatusCode != http.StatusOK {
+		rig.t.Errorf("%s: a request afterwards got %d %s, want 200", what, resp.StatusCode, body)
+	}
+	if got := rig.scrapedInFlight(); got != 0 {
+		rig.t.Errorf("%s: %s = %v after one more request, want 0", what, metrics.BackendInFlightName, got)
+	}
+}
+
+// holderRequest builds the holder's request with the given body and headers.
+func (rig *faultRig) holderRequest(ctx context.Context, body string, header map[string]string) *http.Request {
+	rig.t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rig.front.URL+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		rig.t.Fatal(err)
+	}
+	req.Header.Set("X-User", "holder")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	return req
+}
+
+const (
+	// streamBody asks for a short stream.
+	streamBody = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	// floodBody asks for a stream of about 150 MB, more than every socket
+	// buffer between the backend and a client that does not read.
+	floodBody = `{"model":"m","stream":true,"n":16,"max_tokens":65536,"messages":[{"role":"user","content":"hi"}]}`
+)
+
+// wantError checks an error answer's status and that its code and message
+// say what happened.
+func wantError(t *testing.T, resp *http.Response, status int, code, says string) {
+	t.Helper()
+	e := decodeError(t, resp)
+	if resp.StatusCode != status || e.Error.Code != code || !strings.Contains(e.Error.Message, says) {
+		t.Errorf("holder: %d %q %q, want %d %q saying %q", resp.StatusCode, e.Error.Code, e.Error.Message, status, code, says)
+	}
+}
+
+// TestCapacityFaultsFromOutside breaks the request holding a backend's only
+// slot in each way a backend or a client can, through the real server and
+// a real (fake) backend over HTTP, while another tenant waits for the slot:
+// the holder's client gets the answer SPEC gives that fault, the waiter is
+// granted as soon as the faulted request ends (its budget is an hour, so a
+// stranded waiter fails the test), the in-flight gauge an operator scrapes
+// returns to exactly 0, the backend never had more than maxInFlight at
+// once, and no goroutine is left behind.
+func TestCapacityFaultsFromOutside(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*config.Config)
+		// holder sends the holder's request and checks what its client got;
+		// it runs beside the waiter.
+		holder func(t *testing.T, rig *faultRig)
+		// beforeWaiter, if set, runs once the holder is at the backend.
+		beforeWaiter func(rig *faultRig)
+		// end makes the holder's request end once the waiter queued;
+		// nil closes proceed.
+		end func(rig *faultRig)
+	}{
+		{
+			name: "backend resets before any byte",
+			holder: func(t *testing.T, rig *faultRig) {
+				resp, err := rig.client.Do(rig.holderRequest(t.Context(), capBody, map[string]string{fakeupstream.FaultHeader: fakeupstream.FaultReset}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantError(t, resp, http.StatusBadGateway, "bad_gateway", "backend")
+			},
+		},
+		{
+			name: "backend breaks a whole answer after its headers",
+			holder: func(t *testing.T, rig *faultRig) {
+				resp, err := rig.client.Do(rig.holderRequest(t.Context(), capBody, map[string]string{fakeupstream.FaultHeader: fakeupstream.FaultBreak}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantError(t, resp, http.StatusBadGateway, "bad_gateway", "backend")
+			},
+		},
+		{
+			name: "backend resets a stream after its first chunk",
+			holder: func(t *testing.T, rig *faultRig) {
+				resp, err := rig.client.Do(rig.holderRequest(t.Context(), streamBody, map[string]string{fakeupstream.FaultHeader: fakeupstream.FaultBreak}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("holder: %d, want the stream's 200", resp.StatusCode)
+				}
+				if body, err := readAllErr(resp); err == nil || strings.Contains(body, "[DONE]") {
+					t.Errorf("holder read %q, %v: want the stream cut short, an error", body, err)
+				}
+			},
+		},
+		{
+			name: "backend answers 500",
+			holder: func(t *testing.T, rig *faultRig) {
+				resp, err := rig.client.Do(rig.holderRequest(t.Context(), capBody, map[string]string{"X-Fake-Status": "500"}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if body := readAll(t, resp); resp.StatusCode != http.StatusInternalServerError {
+					t.Errorf("holder: %d %s, want the backend's 500", resp.StatusCode, body)
+				}
+			},
+		},
+		{
+			name:   "hung backend: the total timeout ends it",
+			mutate: func(c *config.Config) { c.Timeouts.RequestTotal = dur(time.Minute) },
+			holder: func(t *testing.T, rig *faultRig) {
+				resp, err := rig.client.Do(rig.holderRequest(t.Context(), capBody, map[string]string{fakeupstream.FaultHeader: fakeupstream.FaultHang}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantError(t, resp, http.StatusGatewayTimeout, "upstream_timeout", "total timeout")
+			},
+			// The waiter arrives 40s into the holder's minute, so its own
+			// budget outlasts the holder's timeout.
+			beforeWaiter: func(rig *faultRig) { rig.clk.Step(40 * time.Second) },
+			end: func(rig *faultRig) {
+				close(rig.proceed)
+				rig.clk.Step(20 * time.Second)
+			},
+		},
+		{
+			name:   "hung backend without a total timeout: the client gives up",
+			mutate: func(c *config.Config) { c.Timeouts.RequestTotal = dur(0) },
+			holder: func(t *testing.T, rig *faultRig) {
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				go func() {
+					<-rig.proceed
+					cancel()
+				}()
+				if resp, err := rig.client.Do(rig.holderRequest(ctx, capBody, map[string]string{fakeupstream.FaultHeader: fakeupstream.FaultHang})); err == nil {
+					t.Errorf("the holder whose client left was answered %d", resp.StatusCode)
+					_ = resp.Body.Close()
+				}
+			},
+		},
+		{
+			name: "client disconnects mid-stream",
+			holder: func(t *testing.T, rig *faultRig) {
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				resp, err := rig.client.Do(rig.holderRequest(ctx, floodBody, nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+					t.Errorf("the stream's first line: %v", err)
+				}
+				cancel()
+				_ = resp.Body.Close()
+			},
+		},
+		{
+			name:   "client stops reading: the total timeout ends it",
+			mutate: func(c *config.Config) { c.Timeouts.RequestTotal = dur(time.Minute) },
+			holder: func(t *testing.T, rig *faultRig) {
+				resp, err := rig.client.Do(rig.holderRequest(t.Context(), floodBody, nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The client reads nothing until the slot went to the waiter.
+				select {
+				case <-rig.granted:
+				case <-t.Context().Done():
+					_ = resp.Body.Close()
+					return
+				}
+				if _, err := readAllErr(resp); err == nil {
+					t.Error("the holder read a stream cut by its timeout as complete")
+				}
+			},
+			beforeWaiter: func(rig *faultRig) { rig.clk.Step(40 * time.Second) },
+			end: func(rig *faultRig) {
+				close(rig.proceed)
+				rig.stalled()
+				rig.clk.Step(20 * time.Second)
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			leaks := goleak.IgnoreCurrent()
+			t.Cleanup(func() { goleak.VerifyNone(t, leaks) }) // after the rig's cleanups
+			rig := newFaultRig(t, tc.mutate)
+			holderDone := make(chan struct{})
+			go func() {
+				defer close(holderDone)
+				tc.holder(t, rig)
+			}()
+			t.Cleanup(func() { // before the rig's: a failed test's holder ends first
+				select {
+				case <-holderDone:
+				case <-time.After(10 * time.Second):
+				}
+			})
+			if who := recvWithin(t, "the holder at the backend", rig.arrived); who != "holder" {
+				t.Fatalf("%s reached the backend first", who)
+			}
+			if tc.beforeWaiter != nil {
+				tc.beforeWaiter(rig)
+			}
+			waiter := rig.start(t.Context(), capBody, map[string]string{"X-User": "waiter"})
+			rig.queued(1)
+			if got := rig.scrapedInFlight(); got != 1 {
+				t.Errorf("%s = %v while the holder runs, want 1", metrics.BackendInFlightName, got)
+			}
+			if tc.end != nil {
+				tc.end(rig)
+			} else {
+				close(rig.proceed)
+			}
+			select {
+			case who := <-rig.arrived:
+				if who != "waiter" {
+					t.Errorf("%s reached the backend, want the waiter", who)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("the waiter was not granted when the faulted request ended")
+			}
+			close(rig.granted)
+			if r := recvResult(t, waiter); r.err != nil || r.resp.StatusCode != http.StatusOK {
+				t.Errorf("waiter: %+v, want 200", r)
+			}
+			recvWithin(t, "the holder's end", holderDone)
+			rig.settled(tc.name)
+		})
+	}
+}
+
+// stalled waits until the backend's writes stop (a client not reading has
+// filled every buffer on the way) after at least a megabyte.
+func (rig *faultRig) stalled() {
+	rig.t.Helper()
+	last, same := int64(-1), 0
+	testutil.EventuallyWithin(rig.t, 30*time.Second, "the backend's stream stalls on the client that does not read", func() bool {
+		n := rig.written.Load()
+		if n == last && n > 1<<20 {
+			same++
+		} else {
+			last, same = n, 0
+		}
+		return same >= 5
+	})
+}
