@@ -170,6 +170,10 @@ type snapshot struct {
 	order  []*backend // as configured, for Stats
 	// signals: some backend has saturation signals, so a Claim counts.
 	signals bool
+	// pool, when known (ApplyPool), names every backend of the config in
+	// force, with an entry or without. A candidate in neither it nor
+	// byName was removed by a reload the request waited through.
+	pool map[string]struct{}
 }
 
 // backend is one backend's live state. Its count outlives a reload that
@@ -258,7 +262,15 @@ func Validate(bs []Backend) error {
 
 // Apply puts bs in force (see the package doc's Reload). On an error
 // nothing changes.
-func (t *Tracker) Apply(bs []Backend) error {
+func (t *Tracker) Apply(bs []Backend) error { return t.ApplyPool(bs, nil) }
+
+// ApplyPool is Apply for a config whose backends, with a capacity entry
+// or without, are pool. A request that waited through a reload still
+// lists the backends of the config it arrived under; AcquireAny then skips
+// one no longer in pool, instead of taking it as a backend without an
+// entry, which nothing bounds and the pool no longer has. A nil pool
+// leaves every backend without an entry untracked.
+func (t *Tracker) ApplyPool(bs []Backend, pool []string) error {
 	if err := Validate(bs); err != nil {
 		return err
 	}
@@ -269,6 +281,12 @@ func (t *Tracker) Apply(bs []Backend) error {
 	}
 	old := t.current.Load()
 	next := &snapshot{byName: make(map[string]*backend, len(bs)), order: make([]*backend, 0, len(bs))}
+	if pool != nil {
+		next.pool = make(map[string]struct{}, len(pool))
+		for _, name := range pool {
+			next.pool[name] = struct{}{}
+		}
+	}
 	var room []*backend
 	for _, cfg := range bs {
 		b := old.byName[cfg.Name]
@@ -418,12 +436,20 @@ func (t *Tracker) AcquireAnyFor(s *Slot, c Claim, candidates []string, start int
 	}
 	snap := t.current.Load()
 	worst := Saturated
+	gone, known := -1, false // the first candidate a reload removed; any not removed
 	for i := range n {
 		idx := (start + i) % n
 		b := snap.byName[candidates[idx]]
 		if b == nil {
-			return idx, Untracked
+			if !snap.gone(candidates[idx]) {
+				return idx, Untracked
+			}
+			if gone < 0 {
+				gone = idx
+			}
+			continue
 		}
+		known = true
 		r := b.acquire(s, &c)
 		if r.OK() {
 			return idx, r
@@ -432,7 +458,23 @@ func (t *Tracker) AcquireAnyFor(s *Slot, c Claim, candidates []string, start int
 			worst = Unavailable
 		}
 	}
+	if !known {
+		// Every candidate is gone: the caller's backends in force answer
+		// (the pool has none of them), not a wait for slots that no
+		// release will free.
+		return gone, Untracked
+	}
 	return -1, worst
+}
+
+// gone reports whether a backend without an entry was removed from the
+// pool (known only after ApplyPool).
+func (s *snapshot) gone(name string) bool {
+	if s.pool == nil {
+		return false
+	}
+	_, ok := s.pool[name]
+	return !ok
 }
 
 // Claims reports whether a Claim can count: some backend has saturation

@@ -36,7 +36,10 @@ limitations under the License.
 // keeps its count (its requests are still in flight) and takes the new
 // maxInFlight at once; a removed backend's outstanding slots still release
 // into its old count, which no longer matters. Pollers are restarted only
-// for backends whose saturation settings changed.
+// for backends whose saturation settings changed. Tracker.ApplyPool also
+// names the pool's backends, so that a request that waited through the
+// reload skips a candidate the reload removed instead of taking it as a
+// backend without an entry.
 //
 // # Window
 //

@@ -43,3 +43,47 @@ func TestRemovingAFullBackendWakesItsWaiters(t *testing.T) {
 	}
 	held.Release() // into the old count, harmlessly
 }
+
+// TestAcquireAnySkipsBackendsAReloadRemoved: a request that waited through
+// a reload lists the backends of the config it arrived under. One the
+// reload removed from the pool is skipped, not taken as a backend without
+// an entry; a backend of the pool without an entry is still untracked; and
+// when every candidate is gone the caller's pool answers.
+func TestAcquireAnySkipsBackendsAReloadRemoved(t *testing.T) {
+	tr := newTracker(t, Options{}, Backend{Name: "a", MaxInFlight: 1}, Backend{Name: "b", MaxInFlight: 1})
+	var holdA, s Slot
+	if tr.Acquire(&holdA, "a") != Acquired {
+		t.Fatal("a: want a slot")
+	}
+	defer holdA.Release()
+	if err := tr.ApplyPool([]Backend{{Name: "a", MaxInFlight: 1}}, []string{"a", "free"}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		candidates []string
+		start      int
+		idx        int
+		want       Result
+	}{
+		{"removed b skipped, a full", []string{"a", "b"}, 1, -1, Saturated},
+		{"a pool backend without an entry is untracked", []string{"b", "free"}, 0, 1, Untracked},
+		{"every candidate gone", []string{"b", "c"}, 1, 1, Untracked},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			idx, got := tr.AcquireAny(&s, tc.candidates, tc.start)
+			if idx != tc.idx || got != tc.want {
+				t.Errorf("AcquireAny = %d, %v; want %d, %v", idx, got, tc.idx, tc.want)
+			}
+			s.Release()
+		})
+	}
+	// Without the pool (Apply), a backend without an entry is untracked.
+	if err := tr.Apply([]Backend{{Name: "a", MaxInFlight: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if idx, got := tr.AcquireAny(&s, []string{"a", "b"}, 0); idx != 1 || got != Untracked {
+		t.Errorf("after Apply: %d, %v; want b untracked", idx, got)
+	}
+}
