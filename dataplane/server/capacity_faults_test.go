@@ -2,9 +2,14 @@ package server
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -363,5 +368,109 @@ func (rig *faultRig) stalled() {
 			last, same = n, 0
 		}
 		return same >= 5
+	})
+}
+
+// TestCapacityHostileRequestsTakeNoSlot: a body over the limit is refused
+// before admission and reaches no backend; a body that is not JSON and a
+// small gzip bomb (the data plane never decompresses a body) are passed to
+// the backend as they are, which refuses them; an HTTP/2 preface on the
+// plain listener is read as an HTTP/1.1 request (HTTP/2 is not served
+// there). Pipelined HTTP/1.1 requests are served one after the other. After
+// each the backend holds nothing, never held more than maxInFlight, and the
+// scraped in-flight gauge is exactly 0.
+func TestCapacityHostileRequestsTakeNoSlot(t *testing.T) {
+	rig := newFaultRig(t, nil)
+	close(rig.proceed) // nobody is held
+	go func() { // nobody waits for arrivals either
+		for {
+			select {
+			case <-rig.arrived:
+			case <-t.Context().Done():
+				return
+			}
+		}
+	}()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write([]byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 900<<10) + `"}]}`))
+	_ = zw.Close()
+	tests := []struct {
+		name      string
+		body      string
+		header    map[string]string
+		status    int
+		forwarded int
+	}{
+		{"body over the limit", `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 4<<10) + `"}]}`, nil, http.StatusRequestEntityTooLarge, 0},
+		{"not JSON", `{"model":`, nil, http.StatusBadRequest, 1},
+		{"gzip bomb", gz.String(), map[string]string{"Content-Encoding": "gzip"}, http.StatusBadRequest, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if gz.Len() > 1<<10 && tc.name == "gzip bomb" {
+				t.Skipf("the gzip bomb is %d bytes, over the harness's body limit", gz.Len())
+			}
+			before := rig.fake.Count()
+			h := map[string]string{"X-User": "mallory"}
+			for k, v := range tc.header {
+				h[k] = v
+			}
+			resp := rig.do(tc.body, h)
+			if body := readAll(t, resp); resp.StatusCode != tc.status {
+				t.Errorf("%d %s, want %d", resp.StatusCode, body, tc.status)
+			}
+			if n := rig.fake.Count() - before; n != tc.forwarded {
+				t.Errorf("the backend got %d requests, want %d", n, tc.forwarded)
+			}
+			rig.settled(tc.name)
+		})
+	}
+	t.Run("HTTP/2 preface", func(t *testing.T) {
+		conn, err := net.Dial("tcp", rig.front.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close() }()
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		_, _ = io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("no HTTP/1.1 answer to an HTTP/2 preface: %v", err)
+		}
+		_ = resp.Body.Close()
+		if resp.ProtoMajor != 1 || resp.StatusCode < 400 {
+			t.Errorf("HTTP/2 preface answered %s %d, want an HTTP/1.1 error", resp.Proto, resp.StatusCode)
+		}
+		rig.settled("HTTP/2 preface")
+	})
+	t.Run("pipelined HTTP/1.1", func(t *testing.T) {
+		before := rig.fake.Count()
+		conn, err := net.Dial("tcp", rig.front.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close() }()
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		req := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-User: pipe\r\nContent-Type: application/json\r\nContent-Length: " +
+			strconv.Itoa(len(capBody)) + "\r\n\r\n" + capBody
+		if _, err := io.WriteString(conn, req+req+req); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(conn)
+		for i := range 3 {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("pipelined response %d: %v", i, err)
+			}
+			if body, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusOK {
+				t.Errorf("pipelined response %d: %d %s", i, resp.StatusCode, body)
+			}
+			_ = resp.Body.Close()
+		}
+		if n := rig.fake.Count() - before; n != 3 {
+			t.Errorf("the backend got %d requests, want the 3 pipelined", n)
+		}
+		rig.settled("pipelined")
 	})
 }
