@@ -382,7 +382,7 @@ func (rig *faultRig) stalled() {
 func TestCapacityHostileRequestsTakeNoSlot(t *testing.T) {
 	rig := newFaultRig(t, nil)
 	close(rig.proceed) // nobody is held
-	go func() { // nobody waits for arrivals either
+	go func() {        // nobody waits for arrivals either
 		for {
 			select {
 			case <-rig.arrived:
