@@ -381,8 +381,9 @@ func (rig *faultRig) stalled() {
 // scraped in-flight gauge is exactly 0.
 func TestCapacityHostileRequestsTakeNoSlot(t *testing.T) {
 	rig := newFaultRig(t, nil)
-	close(rig.proceed) // nobody is held
-	go func() {        // nobody waits for arrivals either
+	// Nobody is held at the backend, and nobody waits for arrivals.
+	close(rig.proceed)
+	go func() {
 		for {
 			select {
 			case <-rig.arrived:
