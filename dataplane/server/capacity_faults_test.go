@@ -304,6 +304,24 @@ func TestCapacityFaultsFromOutside(t *testing.T) {
 				rig.clk.Step(20 * time.Second)
 			},
 		},
+		{
+			// Nothing else bounds it: the write blocks until the client
+			// reads or goes.
+			name:   "client stops reading without a total timeout: it going away ends it",
+			mutate: func(c *config.Config) { c.Timeouts.RequestTotal = dur(0) },
+			holder: func(t *testing.T, rig *faultRig) {
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				resp, err := rig.client.Do(rig.holderRequest(ctx, floodBody, nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-rig.proceed
+				rig.stalled()
+				cancel() // the client hangs up without having read
+				_ = resp.Body.Close()
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
