@@ -174,7 +174,15 @@ type snapshot struct {
 	// force, with an entry or without. A candidate in neither it nor
 	// byName was removed by a reload the request waited through.
 	pool map[string]struct{}
+	// retired holds the backends reloads removed while requests still held
+	// their slots, at most maxRetired: one brought back before they end
+	// takes up its count again, so its maxInFlight still counts them.
+	retired map[string]*backend
 }
+
+// maxRetired bounds snapshot.retired; past it a backend brought back
+// starts from 0 in flight (its old slots release into the old count).
+const maxRetired = 1024
 
 // backend is one backend's live state. Its count outlives a reload that
 // keeps the backend.
@@ -291,6 +299,9 @@ func (t *Tracker) ApplyPool(bs []Backend, pool []string) error {
 	for _, cfg := range bs {
 		b := old.byName[cfg.Name]
 		if b == nil {
+			b = old.retired[cfg.Name]
+		}
+		if b == nil {
 			b = &backend{name: cfg.Name, t: t}
 		}
 		prev := b.max.Swap(int64(cfg.MaxInFlight))
@@ -313,6 +324,11 @@ func (t *Tracker) ApplyPool(bs []Backend, pool []string) error {
 		next.order = append(next.order, b)
 		next.signals = next.signals || cfg.Saturation != nil
 	}
+	for name, b := range old.retired {
+		if next.byName[name] == nil && b.inFlight.Load() > 0 {
+			next.retire(b)
+		}
+	}
 	for name, b := range old.byName {
 		if next.byName[name] != nil {
 			continue
@@ -320,6 +336,14 @@ func (t *Tracker) ApplyPool(bs []Backend, pool []string) error {
 		if p := b.poller.Swap(nil); p != nil {
 			p.stop()
 			b.full.Store(false)
+		}
+		// No signals while out of the config: brought back, it starts a
+		// poller afresh and has no window until a reading sets one.
+		b.sat = nil
+		b.window.Store(0)
+		b.over.Store(0)
+		if b.inFlight.Load() > 0 {
+			next.retire(b)
 		}
 		// Nothing bounds a removed backend: its waiters may go now.
 		if b.contended.Load() || b.inFlight.Load() >= b.max.Load() {
@@ -465,6 +489,17 @@ func (t *Tracker) AcquireAnyFor(s *Slot, c Claim, candidates []string, start int
 		return gone, Untracked
 	}
 	return -1, worst
+}
+
+// retire keeps b, removed with slots in flight, for a reload that brings
+// it back.
+func (s *snapshot) retire(b *backend) {
+	if s.retired == nil {
+		s.retired = map[string]*backend{}
+	}
+	if len(s.retired) < maxRetired {
+		s.retired[b.name] = b
+	}
 }
 
 // gone reports whether a backend without an entry was removed from the

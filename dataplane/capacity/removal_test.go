@@ -87,3 +87,42 @@ func TestAcquireAnySkipsBackendsAReloadRemoved(t *testing.T) {
 		t.Errorf("after Apply: %d, %v; want b untracked", idx, got)
 	}
 }
+
+// TestABackendBroughtBackKeepsItsSlotsInFlight: a reload removes a backend
+// while requests hold its slots and a later one brings it back before they
+// end. Its count must still hold them, or the backend gets maxInFlight new
+// requests on top of the ones still running; and their releases must come
+// back to it exactly once.
+func TestABackendBroughtBackKeepsItsSlotsInFlight(t *testing.T) {
+	b := Backend{Name: "b", MaxInFlight: 2}
+	tr := newTracker(t, Options{}, b)
+	var s1, s2, s3 Slot
+	if tr.Acquire(&s1, "b") != Acquired || tr.Acquire(&s2, "b") != Acquired {
+		t.Fatal("want two slots")
+	}
+	if err := tr.Apply(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Apply([]Backend{b}); err != nil {
+		t.Fatal(err)
+	}
+	if n := inFlight(tr, "b"); n != 2 {
+		t.Fatalf("in flight once brought back = %d, want the 2 still held", n)
+	}
+	if got := tr.Acquire(&s3, "b"); got != Saturated {
+		t.Fatalf("a third request on a backend holding 2 of 2: %v, want saturated", got)
+	}
+	s1.Release()
+	s1.Release()
+	if n := inFlight(tr, "b"); n != 1 {
+		t.Fatalf("in flight after one release = %d, want 1", n)
+	}
+	if got := tr.Acquire(&s3, "b"); got != Acquired {
+		t.Fatalf("after a release: %v, want acquired", got)
+	}
+	s2.Release()
+	s3.Release()
+	if n := inFlight(tr, "b"); n != 0 {
+		t.Fatalf("in flight at the end = %d, want exactly 0", n)
+	}
+}

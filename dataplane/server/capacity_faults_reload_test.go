@@ -116,3 +116,41 @@ func TestCapacityReloadRemovingABackendWhileRequestsHoldAndWait(t *testing.T) {
 		t.Errorf("b1 had %d at once, over its maxInFlight 1", p)
 	}
 }
+
+// TestCapacityBroughtBackByAReloadCountsTheRequestsStillHeld: a reload
+// turns capacity off while a request holds the one slot, and the next turns
+// it back on before that request ends. The backend's count still holds it:
+// a new request waits for the slot instead of making two at the backend.
+func TestCapacityBroughtBackByAReloadCountsTheRequestsStillHeld(t *testing.T) {
+	f := newHeldFake(t)
+	hs := newHarness(t, http.NotFoundHandler(), func(c *config.Config) { *c = *twoBackends(f.url, "", false) })
+	holder := hs.start(context.Background(), capBody, map[string]string{"X-User": "alice"})
+	recvWithin(t, "the holder at the backend", f.arrived)
+	off := twoBackends(f.url, "", false)
+	off.Capacity = nil
+	if err := hs.srv.Load(off, "off"); err != nil {
+		t.Fatal(err)
+	}
+	if err := hs.srv.Load(twoBackends(f.url, "", false), "on-again"); err != nil {
+		t.Fatal(err)
+	}
+	if n := hs.inFlight(); n != 1 {
+		t.Errorf("in flight once capacity is back = %d, want the holder's 1", n)
+	}
+	waiter := hs.start(context.Background(), capBody, map[string]string{"X-User": "bob"})
+	hs.queued(1)
+	f.release <- struct{}{}
+	if who := recvWithin(t, "the waiter at the backend", f.arrived); who != "bob" {
+		t.Errorf("%s reached the backend, want the waiter", who)
+	}
+	f.release <- struct{}{}
+	for _, c := range []<-chan result{holder, waiter} {
+		if r := recvResult(t, c); r.err != nil || r.resp.StatusCode != http.StatusOK {
+			t.Errorf("%+v, want 200", r)
+		}
+	}
+	hs.exactlyIdle("capacity back")
+	if p := f.PeakInFlight(); p > 1 {
+		t.Errorf("the backend had %d at once, over maxInFlight 1", p)
+	}
+}
