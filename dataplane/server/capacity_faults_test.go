@@ -142,6 +142,20 @@ func (rig *faultRig) holderRequest(ctx context.Context, body string, header map[
 	return req
 }
 
+// sendHolder sends the holder's request and returns its response.
+func (rig *faultRig) sendHolder(t *testing.T, ctx context.Context, body, fault string) *http.Response {
+	t.Helper()
+	h := map[string]string{}
+	if fault != "" {
+		h[fakeupstream.FaultHeader] = fault
+	}
+	resp, err := rig.client.Do(rig.holderRequest(ctx, body, h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 const (
 	// streamBody asks for a short stream.
 	streamBody = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
@@ -184,30 +198,21 @@ func TestCapacityFaultsFromOutside(t *testing.T) {
 		{
 			name: "backend resets before any byte",
 			holder: func(t *testing.T, rig *faultRig) {
-				resp, err := rig.client.Do(rig.holderRequest(t.Context(), capBody, map[string]string{fakeupstream.FaultHeader: fakeupstream.FaultReset}))
-				if err != nil {
-					t.Fatal(err)
-				}
+				resp := rig.sendHolder(t, t.Context(), capBody, fakeupstream.FaultReset)
 				wantError(t, resp, http.StatusBadGateway, "bad_gateway", "backend")
 			},
 		},
 		{
 			name: "backend breaks a whole answer after its headers",
 			holder: func(t *testing.T, rig *faultRig) {
-				resp, err := rig.client.Do(rig.holderRequest(t.Context(), capBody, map[string]string{fakeupstream.FaultHeader: fakeupstream.FaultBreak}))
-				if err != nil {
-					t.Fatal(err)
-				}
+				resp := rig.sendHolder(t, t.Context(), capBody, fakeupstream.FaultBreak)
 				wantError(t, resp, http.StatusBadGateway, "bad_gateway", "backend")
 			},
 		},
 		{
 			name: "backend resets a stream after its first chunk",
 			holder: func(t *testing.T, rig *faultRig) {
-				resp, err := rig.client.Do(rig.holderRequest(t.Context(), streamBody, map[string]string{fakeupstream.FaultHeader: fakeupstream.FaultBreak}))
-				if err != nil {
-					t.Fatal(err)
-				}
+				resp := rig.sendHolder(t, t.Context(), streamBody, fakeupstream.FaultBreak)
 				if resp.StatusCode != http.StatusOK {
 					t.Errorf("holder: %d, want the stream's 200", resp.StatusCode)
 				}
@@ -230,21 +235,13 @@ func TestCapacityFaultsFromOutside(t *testing.T) {
 		},
 		{
 			name:   "hung backend: the total timeout ends it",
-			mutate: func(c *config.Config) { c.Timeouts.RequestTotal = dur(time.Minute) },
+			mutate: minuteTimeout,
 			holder: func(t *testing.T, rig *faultRig) {
-				resp, err := rig.client.Do(rig.holderRequest(t.Context(), capBody, map[string]string{fakeupstream.FaultHeader: fakeupstream.FaultHang}))
-				if err != nil {
-					t.Fatal(err)
-				}
+				resp := rig.sendHolder(t, t.Context(), capBody, fakeupstream.FaultHang)
 				wantError(t, resp, http.StatusGatewayTimeout, "upstream_timeout", "total timeout")
 			},
-			// The waiter arrives 40s into the holder's minute, so its own
-			// budget outlasts the holder's timeout.
-			beforeWaiter: func(rig *faultRig) { rig.clk.Step(40 * time.Second) },
-			end: func(rig *faultRig) {
-				close(rig.proceed)
-				rig.clk.Step(20 * time.Second)
-			},
+			beforeWaiter: waiterLater,
+			end:          func(rig *faultRig) { close(rig.proceed); holderTimesOut(rig) },
 		},
 		{
 			name:   "hung backend without a total timeout: the client gives up",
@@ -267,10 +264,7 @@ func TestCapacityFaultsFromOutside(t *testing.T) {
 			holder: func(t *testing.T, rig *faultRig) {
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
-				resp, err := rig.client.Do(rig.holderRequest(ctx, floodBody, nil))
-				if err != nil {
-					t.Fatal(err)
-				}
+				resp := rig.sendHolder(t, ctx, floodBody, "")
 				if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
 					t.Errorf("the stream's first line: %v", err)
 				}
@@ -280,12 +274,9 @@ func TestCapacityFaultsFromOutside(t *testing.T) {
 		},
 		{
 			name:   "client stops reading: the total timeout ends it",
-			mutate: func(c *config.Config) { c.Timeouts.RequestTotal = dur(time.Minute) },
+			mutate: minuteTimeout,
 			holder: func(t *testing.T, rig *faultRig) {
-				resp, err := rig.client.Do(rig.holderRequest(t.Context(), floodBody, nil))
-				if err != nil {
-					t.Fatal(err)
-				}
+				resp := rig.sendHolder(t, t.Context(), floodBody, "")
 				// The client reads nothing until the slot went to the waiter.
 				select {
 				case <-rig.granted:
@@ -297,11 +288,11 @@ func TestCapacityFaultsFromOutside(t *testing.T) {
 					t.Error("the holder read a stream cut by its timeout as complete")
 				}
 			},
-			beforeWaiter: func(rig *faultRig) { rig.clk.Step(40 * time.Second) },
+			beforeWaiter: waiterLater,
 			end: func(rig *faultRig) {
 				close(rig.proceed)
 				rig.stalled()
-				rig.clk.Step(20 * time.Second)
+				holderTimesOut(rig)
 			},
 		},
 		{
@@ -312,10 +303,7 @@ func TestCapacityFaultsFromOutside(t *testing.T) {
 			holder: func(t *testing.T, rig *faultRig) {
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
-				resp, err := rig.client.Do(rig.holderRequest(ctx, floodBody, nil))
-				if err != nil {
-					t.Fatal(err)
-				}
+				resp := rig.sendHolder(t, ctx, floodBody, "")
 				<-rig.proceed
 				rig.stalled()
 				cancel() // the client hangs up without having read
@@ -372,6 +360,16 @@ func TestCapacityFaultsFromOutside(t *testing.T) {
 		})
 	}
 }
+
+// minuteTimeout sets a total timeout of a minute.
+func minuteTimeout(c *config.Config) { c.Timeouts.RequestTotal = dur(time.Minute) }
+
+// waiterLater makes the waiter arrive 40s into the holder's minute, so its
+// own budget outlasts the holder's total timeout.
+func waiterLater(rig *faultRig) { rig.clk.Step(40 * time.Second) }
+
+// holderTimesOut ends the holder's minute, 20s after the waiter arrived.
+func holderTimesOut(rig *faultRig) { rig.clk.Step(20 * time.Second) }
 
 // stalled waits until the backend's writes stop (a client not reading has
 // filled every buffer on the way) after at least a megabyte.
