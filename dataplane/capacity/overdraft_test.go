@@ -17,9 +17,17 @@ limitations under the License.
 package capacity
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // claimed is a test's slots on backend "a" of a poll fixture, by claim.
@@ -67,7 +75,7 @@ func windowed(t *testing.T, heavy Claim) (*pollFixture, *claimed) {
 	t.Helper()
 	f := newPollFixture(t, vllmMetrics(0, 0.5), Options{})
 	signals := []config.Signal{{Metric: "vllm:num_requests_waiting", Max: 4}}
-	if err := f.tr.Apply([]Backend{{Name: "a", MaxInFlight: 64, Saturation: saturation(f.srv.URL+"/metrics", signals...)}}); err != nil {
+	if err := f.tr.Apply([]Backend{{Name: "a", MaxInFlight: 64, Saturation: saturation(f.srv.URL+"/metrics", signals...)}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	f.waitPolls(1) // the restarted poller's first reading
@@ -313,4 +321,279 @@ func TestOverdraftShareIsByCost(t *testing.T) {
 		h.take(light, Acquired)
 	}
 	h.take(light, Saturated)
+}
+
+// scanMayOverdraft is mayOverdraft as it was before the sums: the tenants
+// holding at b and waiting summed on every call. The reference of
+// TestOverdraftSumsDecideAsTheScan and of the before of
+// BenchmarkRefusedOverdraftDecision.
+func (b *backend) scanMayOverdraft(c *Claim, n, limit, maxInFlight int64) bool {
+	if c.Tenant == "" || n >= min(maxInFlight, limit+reserve(limit)) {
+		return false
+	}
+	band := bandOf(c)
+	t := b.t
+	b.holders.mu.Lock()
+	defer b.holders.mu.Unlock()
+	t.waiters.mu.Lock()
+	defer t.waiters.mu.Unlock()
+	for i := range band {
+		if t.waiters.bands[i] > 0 {
+			return false
+		}
+	}
+	for i := band + 1; i < len(b.holders.bands); i++ {
+		if b.holders.bands[i] > 0 {
+			return true
+		}
+	}
+	own, counted := b.holders.tenants[c.Tenant]
+	if !counted && len(b.holders.tenants) >= t.tenantLimit() {
+		return false
+	}
+	weight := int64(weightOf(c))
+	total := weight
+	for tenant, h := range b.holders.tenants {
+		if tenant != c.Tenant {
+			total += int64(h.weight)
+		}
+	}
+	for tenant, h := range t.waiters.tenants {
+		if _, holds := b.holders.tenants[tenant]; !holds && tenant != c.Tenant {
+			total += int64(h.weight)
+		}
+	}
+	return float64(own.cost)*float64(total) < float64(b.holders.cost)*float64(weight)
+}
+
+// signalled returns backends of the given names with saturation signals
+// (so that their slots are counted per tenant) read from an address that
+// refuses: the window stays as the test sets it.
+func signalled(names ...string) []Backend {
+	sat := &config.Saturation{MetricsURL: "http://127.0.0.1:1/metrics", Interval: config.Duration{Duration: time.Hour},
+		Timeout: config.Duration{Duration: time.Second}, StaleAfter: config.Duration{Duration: time.Hour},
+		Signals: []config.Signal{{Metric: "vllm:num_requests_waiting", Max: 0}}}
+	bs := make([]Backend, len(names))
+	for i, n := range names {
+		bs[i] = Backend{Name: n, MaxInFlight: 1 << 30, Saturation: sat}
+	}
+	return bs
+}
+
+// checkSums fails t unless every backend's running sums equal the sums of
+// the entries they stand for.
+func checkSums(t *testing.T, tr *Tracker) {
+	t.Helper()
+	bs := tr.lockClaims()
+	defer tr.unlockClaims(bs)
+	w := &tr.waiters
+	all := func(string) bool { return true }
+	if got, want := w.weight, sumWeights(w.tenants, all); got != want {
+		t.Fatalf("waiters weigh %d, their entries %d", got, want)
+	}
+	for _, b := range bs {
+		h := &b.holders
+		if got, want := h.weight, sumWeights(h.tenants, all); got != want {
+			t.Fatalf("backend %s: holders weigh %d, their entries %d", b.name, got, want)
+		}
+		holds := func(tenant string) bool { _, ok := h.tenants[tenant]; return ok }
+		if got, want := h.waitingHeld, sumWeights(w.tenants, holds); got != want {
+			t.Fatalf("backend %s: waiters holding there weigh %d, their entries %d", b.name, got, want)
+		}
+	}
+}
+
+// sumWeights sums the weights of the entries of cs whose tenant is kept.
+func sumWeights(cs map[string]holding, keep func(tenant string) bool) int64 {
+	var s int64
+	for tenant, h := range cs {
+		if keep(tenant) {
+			s += int64(h.weight)
+		}
+	}
+	return s
+}
+
+// TestOverdraftSumsDecideAsTheScan: over random sequences of requests
+// starting and ending waits and taking and releasing slots on three
+// backends, of tenants changing weight, band and cost between claims,
+// beyond MaxTenants and across reloads that change it, the overdraft
+// decided from the running sums is the one the scan of every tenant
+// decided, for every tenant asking, and the sums are those of the entries.
+func TestOverdraftSumsDecideAsTheScan(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	tenants := []string{"t0", "t1", "t2", "t3", "t4", "t5", "t6"}
+	for seed := range int64(20) {
+		rng := rand.New(rand.NewPCG(uint64(seed), 0))
+		tr := New(Options{Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), MaxTenants: 4})
+		if err := tr.Apply(signalled(names...), 0); err != nil {
+			t.Fatal(err)
+		}
+		// Mostly band 0: a lower band holding decides before the shares.
+		claim := func() Claim {
+			return Claim{Tenant: tenants[rng.IntN(len(tenants))], Weight: rng.IntN(5), Band: rng.IntN(8) / 6, Cost: rng.Int64N(2000)}
+		}
+		var dones []func()
+		var slots []*Slot
+		for step := range 300 {
+			switch op := rng.IntN(11); {
+			case op < 3:
+				dones = append(dones, tr.Waiting(claim()))
+			case op < 5 && len(dones) > 0:
+				i := rng.IntN(len(dones))
+				dones[i]()
+				if rng.IntN(4) == 0 {
+					dones[i]() // a second call does nothing
+				}
+				dones = slices.Delete(dones, i, i+1)
+			case op < 8:
+				s := new(Slot)
+				if r := tr.AcquireFor(s, claim(), names[rng.IntN(len(names))]); r != Acquired {
+					t.Fatalf("seed %d step %d: acquire under maxInFlight: %v", seed, step, r)
+				}
+				slots = append(slots, s)
+			case op < 10 && len(slots) > 0:
+				i := rng.IntN(len(slots))
+				slots[i].Release()
+				slots = slices.Delete(slots, i, i+1)
+			default:
+				// A reload keeping the backends, with another bound.
+				if err := tr.Apply(signalled(names...), 2+rng.IntN(4)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			checkSums(t, tr)
+			for _, b := range tr.current.Load().order {
+				for _, tenant := range tenants {
+					c := claim()
+					c.Tenant = tenant
+					if got, want := b.mayOverdraft(&c, 100, 100, 1<<30), b.scanMayOverdraft(&c, 100, 100, 1<<30); got != want {
+						t.Fatalf("seed %d step %d: backend %s, claim %+v: overdraft %t from the sums, %t from the scan",
+							seed, step, b.name, c, got, want)
+					}
+				}
+			}
+		}
+		for _, s := range slots {
+			s.Release()
+		}
+		for _, d := range dones {
+			d()
+		}
+		checkSums(t, tr)
+		tr.Close()
+	}
+}
+
+// TestOverdraftSumsUnderConcurrentReloads: waits, slots and overdraft
+// decisions on several goroutines while reloads add, remove and reorder
+// backends neither deadlock (Waiting locks every backend's holders) nor
+// leave a sum unlike its entries; a removed backend lends nothing.
+func TestOverdraftSumsUnderConcurrentReloads(t *testing.T) {
+	tr := New(Options{Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), MaxTenants: 8})
+	defer tr.Close()
+	sets := [][]string{{"a", "b", "c"}, {"c", "b", "d"}, {"d", "a"}}
+	if err := tr.Apply(signalled(sets[0]...), 0); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c := Claim{Tenant: fmt.Sprintf("t%d", rng.IntN(12)), Weight: 1 + rng.IntN(3), Band: rng.IntN(2)}
+				done := tr.Waiting(c)
+				var s Slot
+				name := string(rune('a' + rng.IntN(4)))
+				tr.AcquireFor(&s, c, name)
+				if b := tr.current.Load().byName[name]; b != nil {
+					b.mayOverdraft(&c, 10, 10, 100)
+				}
+				done()
+				s.Release()
+			}
+		}()
+	}
+	for i := range 200 {
+		if err := tr.Apply(signalled(sets[i%len(sets)]...), 4+i%8); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	testutil.WaitGroupWithin(t, 10*time.Second, "the waiting and acquiring goroutines", &wg)
+	checkSums(t, tr)
+
+	// A backend removed while a tenant holds: its sums no longer kept,
+	// they never decide an overdraft.
+	if err := tr.Apply(signalled(sets[0]...), 0); err != nil {
+		t.Fatal(err)
+	}
+	var s Slot
+	if r := tr.AcquireFor(&s, Claim{Tenant: "heavy"}, "a"); r != Acquired {
+		t.Fatalf("acquire: %v", r)
+	}
+	defer s.Release()
+	b := tr.current.Load().byName["a"]
+	light := Claim{Tenant: "light"}
+	if !b.mayOverdraft(&light, 10, 10, 100) {
+		t.Fatal("a tenant holding nothing may not overdraft a backend in force")
+	}
+	if err := tr.Apply(signalled("b"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if b.mayOverdraft(&light, 10, 10, 100) {
+		t.Fatal("a removed backend lent an overdraft")
+	}
+}
+
+// TestReloadChangesTheTenantBound: Apply's maxTenants (the policy's
+// fairQueuing.bounds.maxTenants) bounds the tenants counted from then on,
+// on a Tracker that outlives the reload; tenants counted before stay
+// counted until they leave, and zero keeps the bound.
+func TestReloadChangesTheTenantBound(t *testing.T) {
+	tr := New(Options{Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), MaxTenants: 2})
+	defer tr.Close()
+	counted := func() (holding, waiting int) {
+		b := tr.current.Load().byName["a"]
+		bs := tr.lockClaims()
+		defer tr.unlockClaims(bs)
+		return len(b.holders.tenants), len(tr.waiters.tenants)
+	}
+	take := func(tenants ...string) {
+		for _, tn := range tenants {
+			s := new(Slot)
+			if r := tr.AcquireFor(s, Claim{Tenant: tn}, "a"); r != Acquired {
+				t.Fatalf("acquire for %s: %v", tn, r)
+			}
+			t.Cleanup(s.Release)
+			t.Cleanup(tr.Waiting(Claim{Tenant: tn}))
+		}
+	}
+	for _, step := range []struct {
+		maxTenants int
+		tenants    []string
+		want       int
+	}{
+		{0, []string{"a1", "a2", "a3"}, 2}, // Options.MaxTenants
+		{4, []string{"b1", "b2", "b3"}, 4}, // raised: two more
+		{0, []string{"c1"}, 4},             // zero keeps 4
+		{1, []string{"d1"}, 4},             // lowered: the 4 stay, d1 is not counted
+	} {
+		if err := tr.Apply(signalled("a"), step.maxTenants); err != nil {
+			t.Fatal(err)
+		}
+		take(step.tenants...)
+		if h, w := counted(); h != step.want || w != step.want {
+			t.Fatalf("after Apply with maxTenants %d: %d tenants holding and %d waiting counted, want %d",
+				step.maxTenants, h, w, step.want)
+		}
+	}
 }
