@@ -31,6 +31,11 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/config"
 )
 
+// LimitType is the limit_type (SPEC 6b) of a request refused, or queued,
+// because every candidate backend was saturated: admission's decisions and
+// the queue metrics' label both name it so.
+const LimitType = "capacity"
+
 // Result is the outcome of an Acquire.
 type Result uint8
 
