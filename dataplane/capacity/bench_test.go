@@ -176,8 +176,9 @@ func BenchmarkRefusedAcquireFor(b *testing.B) {
 }
 
 // The overdraft decision of a refused AcquireFor, before (scan: every
-// tenant holding or waiting summed, the reference in overdraft_test.go)
-// and after (sums), on the same state. Run with -count: each round runs
+// tenant holding or waiting summed, the reference in overdraft_test.go,
+// without mayOverdraft's cheap prechecks) and after (sums), on the same
+// state. Run with -count: each round runs
 // both, alternating, so that the noise of a shared machine falls on both.
 func BenchmarkRefusedOverdraftDecision(b *testing.B) {
 	for _, n := range []int{1, 64, 1024} {
@@ -187,12 +188,15 @@ func BenchmarkRefusedOverdraftDecision(b *testing.B) {
 			limit := ba.window.Load()
 			for _, impl := range []struct {
 				name   string
-				decide func(*backend, *Claim, int64, int64, int64) bool
-			}{{"scan", (*backend).scanMayOverdraft}, {"sums", (*backend).mayOverdraft}} {
+				decide func(*Claim) bool
+			}{
+				{"scan", ba.scanDecides},
+				{"sums", func(c *Claim) bool { return ba.mayOverdraft(c, limit, limit, 1<<30) }},
+			} {
 				b.Run(impl.name, func(b *testing.B) {
 					b.ReportAllocs()
 					for b.Loop() {
-						if impl.decide(ba, &heavy, limit, limit, 1<<30) {
+						if impl.decide(&heavy) {
 							b.Fatal("heavy may overdraft")
 						}
 					}
