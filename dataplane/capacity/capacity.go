@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -29,6 +30,11 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 )
+
+// LimitType is the limit_type (SPEC 6b) of a request refused, or queued,
+// because every candidate backend was saturated: admission's decisions and
+// the queue metrics' label both name it so.
+const LimitType = "capacity"
 
 // Result is the outcome of an Acquire.
 type Result uint8
@@ -139,7 +145,8 @@ type Options struct {
 	// MaxBodyBytes bounds a metrics body; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// MaxTenants bounds the tenants counted per backend, and waiting, for
-	// the overdraft's shares; zero means config.DefaultMaxTenants.
+	// the overdraft's shares, until an Apply sets it; zero means
+	// config.DefaultMaxTenants.
 	MaxTenants int
 }
 
@@ -155,8 +162,8 @@ type Tracker struct {
 	ownHTTP bool
 	seq     atomic.Uint64 // the last lease number handed out
 
-	maxTenants int
-	waiters    waiters // requests waiting for a slot, by tenant and band
+	maxTenants atomic.Int64 // bounds the entries of waiters and of each backend's holders
+	waiters    waiters      // requests waiting for a slot, by tenant and band
 
 	current atomic.Pointer[snapshot]
 
@@ -168,6 +175,9 @@ type Tracker struct {
 type snapshot struct {
 	byName map[string]*backend
 	order  []*backend // as configured, for Stats
+	// locking is order sorted by name: the order in which the holders of
+	// several backends are locked (overdraft.go).
+	locking []*backend
 	// signals: some backend has saturation signals, so a Claim counts.
 	signals bool
 }
@@ -185,6 +195,7 @@ type backend struct {
 	// alone bounds it.
 	window    atomic.Int64
 	contended atomic.Bool // refused a request since the last OnRoom
+	retired   atomic.Bool // no longer in force (removed, or the Tracker closed)
 	holders   holders     // claimed slots by tenant and band (overdraft.go)
 	// over is the overdraft outstanding: slots taken above the window
 	// and not yet repaid by a release (overdraft.go). The window's growth
@@ -212,10 +223,10 @@ func New(o Options) *Tracker {
 	if t.opts.MaxBodyBytes <= 0 {
 		t.opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	t.maxTenants = o.MaxTenants
-	if t.maxTenants <= 0 {
-		t.maxTenants = config.DefaultMaxTenants
+	if o.MaxTenants <= 0 {
+		o.MaxTenants = config.DefaultMaxTenants
 	}
+	t.maxTenants.Store(int64(o.MaxTenants))
 	t.current.Store(&snapshot{byName: map[string]*backend{}})
 	return t
 }
@@ -256,9 +267,12 @@ func Validate(bs []Backend) error {
 	return errors.Join(errs...)
 }
 
-// Apply puts bs in force (see the package doc's Reload). On an error
-// nothing changes.
-func (t *Tracker) Apply(bs []Backend) error {
+// Apply puts bs in force (see the package doc's Reload), and maxTenants,
+// the policy's fairQueuing.bounds.maxTenants, as the bound on the tenants
+// counted for the overdraft's shares (Options.MaxTenants); zero keeps the
+// bound. A lower bound counts no new tenant until enough entries leave. On
+// an error nothing changes.
+func (t *Tracker) Apply(bs []Backend, maxTenants int) error {
 	if err := Validate(bs); err != nil {
 		return err
 	}
@@ -299,6 +313,7 @@ func (t *Tracker) Apply(bs []Backend) error {
 		if next.byName[name] != nil {
 			continue
 		}
+		b.retired.Store(true) // before the snapshot without it (overdraft.go)
 		if p := b.poller.Swap(nil); p != nil {
 			p.stop()
 			b.full.Store(false)
@@ -308,12 +323,20 @@ func (t *Tracker) Apply(bs []Backend) error {
 			room = append(room, b)
 		}
 	}
+	next.locking = slices.SortedFunc(slices.Values(next.order), func(a, b *backend) int { return strings.Compare(a.name, b.name) })
+	if maxTenants > 0 {
+		t.maxTenants.Store(int64(maxTenants))
+	}
 	t.current.Store(next)
 	for _, b := range room {
 		b.roomed()
 	}
 	return nil
 }
+
+// tenantLimit is the bound on the entries of the waiters and of each
+// backend's holders.
+func (t *Tracker) tenantLimit() int { return int(t.maxTenants.Load()) }
 
 // Close stops every poller and drops the backends; slots still held
 // release harmlessly. Apply fails afterwards.
@@ -325,6 +348,7 @@ func (t *Tracker) Close() {
 	}
 	t.closed = true
 	for _, b := range t.current.Load().byName {
+		b.retired.Store(true)
 		if p := b.poller.Swap(nil); p != nil {
 			p.stop()
 		}

@@ -29,7 +29,7 @@ func TestRemovingAFullBackendWakesItsWaiters(t *testing.T) {
 	if tr.Acquire(&held, "full") != Acquired || tr.Acquire(&refused, "full") != Saturated {
 		t.Fatal("want one slot taken and one refused")
 	}
-	if err := tr.Apply(nil); err != nil {
+	if err := tr.Apply(nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	r.mu.Lock()
