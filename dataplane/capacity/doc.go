@@ -92,8 +92,11 @@ limitations under the License.
 //     waits (Tracker.Waiting), no lower band overdrafts;
 //   - per-tenant counts are per backend with signals (without, there is
 //     no window and the fast path stays a compare-and-swap) and bounded
-//     (Options.MaxTenants); an entry leaves when its count returns to 0,
-//     and a tenant that could not be counted never overdrafts.
+//     (Options.MaxTenants, then the policy's maxTenants given to Apply); an
+//     entry leaves when its count returns to 0, and a tenant that could not
+//     be counted never overdrafts. The weights a share is weighed among are
+//     running sums kept as entries come and go, so a refused acquire does
+//     not scan the tenants.
 //
 // The shares are this replica's: with Options.Shared the fleet-wide count
 // still holds every slot, and an overdraft asks the store for the same

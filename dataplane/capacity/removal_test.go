@@ -29,7 +29,7 @@ func TestRemovingAFullBackendWakesItsWaiters(t *testing.T) {
 	if tr.Acquire(&held, "full") != Acquired || tr.Acquire(&refused, "full") != Saturated {
 		t.Fatal("want one slot taken and one refused")
 	}
-	if err := tr.Apply(nil); err != nil {
+	if err := tr.Apply(nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	r.mu.Lock()
@@ -56,7 +56,7 @@ func TestAcquireAnySkipsBackendsAReloadRemoved(t *testing.T) {
 		t.Fatal("a: want a slot")
 	}
 	defer holdA.Release()
-	if err := tr.ApplyPool([]Backend{{Name: "a", MaxInFlight: 1}}, []string{"a", "free"}); err != nil {
+	if err := tr.ApplyPool([]Backend{{Name: "a", MaxInFlight: 1}}, 0, []string{"a", "free"}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -80,7 +80,7 @@ func TestAcquireAnySkipsBackendsAReloadRemoved(t *testing.T) {
 		})
 	}
 	// Without the pool (Apply), a backend without an entry is untracked.
-	if err := tr.Apply([]Backend{{Name: "a", MaxInFlight: 1}}); err != nil {
+	if err := tr.Apply([]Backend{{Name: "a", MaxInFlight: 1}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if idx, got := tr.AcquireAny(&s, []string{"a", "b"}, 0); idx != 1 || got != Untracked {
@@ -100,10 +100,10 @@ func TestABackendBroughtBackKeepsItsSlotsInFlight(t *testing.T) {
 	if tr.Acquire(&s1, "b") != Acquired || tr.Acquire(&s2, "b") != Acquired {
 		t.Fatal("want two slots")
 	}
-	if err := tr.Apply(nil); err != nil {
+	if err := tr.Apply(nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Apply([]Backend{b}); err != nil {
+	if err := tr.Apply([]Backend{b}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if n := inFlight(tr, "b"); n != 2 {
