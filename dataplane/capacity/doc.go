@@ -35,8 +35,12 @@ limitations under the License.
 // Tracker.Apply puts a new set of backends in force. A backend that stays
 // keeps its count (its requests are still in flight) and takes the new
 // maxInFlight at once; a removed backend's outstanding slots still release
-// into its old count, which no longer matters. Pollers are restarted only
-// for backends whose saturation settings changed.
+// into its old count, which a reload bringing the backend back before they
+// end takes up again, so its maxInFlight counts them. Pollers are restarted only
+// for backends whose saturation settings changed. Tracker.ApplyPool also
+// names the pool's backends, so that a request that waited through the
+// reload skips a candidate the reload removed instead of taking it as a
+// backend without an entry.
 //
 // # Window
 //
