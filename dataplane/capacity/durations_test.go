@@ -173,7 +173,7 @@ func TestSlotsUnderHalfFullReadNoClock(t *testing.T) {
 func BenchmarkAcquireReleaseBusy(b *testing.B) {
 	tr := New(Options{})
 	defer tr.Close()
-	if err := tr.Apply([]Backend{{Name: "vllm-a", MaxInFlight: 2}}); err != nil {
+	if err := tr.Apply([]Backend{{Name: "vllm-a", MaxInFlight: 2}}, 0); err != nil {
 		b.Fatal(err)
 	}
 	var held, s Slot
