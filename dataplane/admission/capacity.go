@@ -36,13 +36,6 @@ type Capacity struct {
 	Tracker    *capacity.Tracker
 	Candidates []string
 	Start      int
-	// Spacing is the measured mean time between slots coming free: the
-	// grant spacing assumed before the queue has measured its own, and the
-	// expected time until the next slot frees (the mean residual of
-	// releases that come at random), which a wait's estimate and every
-	// capacity refusal's Retry-After count from; at least a millisecond is
-	// used.
-	Spacing time.Duration
 }
 
 // Backend returns the name of the candidate the ticket's slot was taken for,
@@ -54,8 +47,17 @@ func (t *Ticket) Backend() string {
 	return t.r.Capacity.Candidates[t.chosen-1]
 }
 
-// spacing returns the capacity grant spacing, never below a millisecond.
-func (cp *Capacity) spacing() time.Duration { return max(cp.Spacing, time.Millisecond) }
+// spacing returns the expected time between the candidates' slots coming
+// free, as the tracker knows it now (capacity.Tracker.ReleaseSpacing),
+// never below a millisecond. It is the grant spacing assumed before the
+// queue has measured its own, and the expected time until the next slot
+// frees (the mean residual of releases that come at random), which a wait's
+// estimate, the arrival check against the request's budget and every
+// capacity refusal's Retry-After count from. Asked only of a request that
+// found no room, so the fast path reads no clock for it.
+func (cp *Capacity) spacing() time.Duration {
+	return max(cp.Tracker.ReleaseSpacing(cp.Candidates), time.Millisecond)
+}
 
 // takeSlot acquires a backend slot into t for an admitted request, after
 // every rate limit passed, leaving dec, its decision, as it is, or making
@@ -244,5 +246,18 @@ func (t *Ticket) releaseSlot() {
 	t.slot.Release()
 	if t.waited != nil {
 		t.waited.Release()
+	}
+}
+
+// withdrawSlot releases the ticket's backend slot, if it holds one, for a
+// request that reached no backend: its time held is not measured as a
+// backend's (capacity.Slot.Withdraw).
+func (t *Ticket) withdrawSlot() {
+	if t.r.Capacity.Tracker == nil {
+		return
+	}
+	t.slot.Withdraw()
+	if t.waited != nil {
+		t.waited.Withdraw()
 	}
 }

@@ -30,19 +30,22 @@ import (
 	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
-// capSpacing is the measured time between slots coming free in these tests.
-const capSpacing = 100 * time.Millisecond
+// capSpacing is the time between slots coming free in these tests: on e's
+// fake clock, a slot taken is released after capSpacing, so the spacing
+// assumed before the first release and the one measured after agree.
+const capSpacing = capacity.DefaultReleaseSpacing
 
-// oneSlot returns a tracker with one backend of one slot that wakes e's
-// capacity waiters when it frees, and the capacity part of a request for it.
+// oneSlot returns a tracker on e's clock with one backend of one slot that
+// wakes e's capacity waiters when it frees, and the capacity part of a
+// request for it.
 func oneSlot(t *testing.T, e *env) Capacity {
 	t.Helper()
-	tr := capacity.New(capacity.Options{OnRoom: func(string) { e.c.WakeCapacity() }})
+	tr := capacity.New(capacity.Options{OnRoom: func(string) { e.c.WakeCapacity() }, Clock: e.clk})
 	t.Cleanup(tr.Close)
 	if err := tr.Apply([]capacity.Backend{{Name: "a", MaxInFlight: 1}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	return Capacity{Tracker: tr, Candidates: []string{"a"}, Spacing: capSpacing}
+	return Capacity{Tracker: tr, Candidates: []string{"a"}}
 }
 
 // capacityRefused returns rate_limit_fair_queue_refused_total summed over
@@ -187,7 +190,7 @@ func TestCapacityWaitEstimateIsTheSlotsAhead(t *testing.T) {
 // free, one slot spacing apart from the next slot on, never less than it and
 // never beyond their budget.
 func TestCapacityQueueRefusalsAreToldSuccessiveSlots(t *testing.T) {
-	e := newEnv(t, envOpts{settings: on, bounds: fairqueue.Bounds{MaxQueueDepthPerTenant: 1, MaxWait: 250 * time.Millisecond}})
+	e := newEnv(t, envOpts{settings: on, bounds: fairqueue.Bounds{MaxQueueDepthPerTenant: 1, MaxWait: capSpacing * 5 / 2}})
 	cp := oneSlot(t, e)
 	r := Request{Identity: alice, Model: "m", Capacity: cp}
 	holder := new(Ticket)
@@ -203,8 +206,8 @@ func TestCapacityQueueRefusalsAreToldSuccessiveSlots(t *testing.T) {
 	}()
 	testutil.Eventually(t, "the second request to wait", func() bool { return e.depth() == 1 })
 	// The waiter's place frees with the next slot; each refused request
-	// after it is told the place after, up to the 250ms budget.
-	for i, want := range []time.Duration{capSpacing, 2 * capSpacing, 250 * time.Millisecond} {
+	// after it is told the place after, up to the budget of 2.5 spacings.
+	for i, want := range []time.Duration{capSpacing, 2 * capSpacing, capSpacing * 5 / 2} {
 		var tk Ticket
 		d := e.c.Begin(context.Background(), r, &tk)
 		if d.Allowed || d.Queue.Reason != fairqueue.ReasonTenantQueueFull || d.LimitType != LimitTypeCapacity || d.RetryAfter != want {

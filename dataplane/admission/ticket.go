@@ -86,7 +86,7 @@ func (t *Ticket) Settles() bool { return t.settle.reserved > 0 || t.settle.accou
 // immediate 429, retryable after retry: backend capacity is never queued, so
 // it carries no queue details. Its reservation is settled at nothing by Done.
 func (t *Ticket) NoBackend(retry time.Duration) Decision {
-	t.releaseSlot()
+	t.withdrawSlot()
 	if t.c == nil {
 		return Decision{}
 	}

@@ -215,7 +215,9 @@ type backend struct {
 	// and not yet repaid by a release (overdraft.go). The window's growth
 	// does not count them as the server's (poller.adjust).
 	over atomic.Int64
-	sat  *config.Saturation // guarded by Tracker.mu
+	// times are what its slots say about when the next frees (durations.go).
+	times slotTimes
+	sat   *config.Saturation // guarded by Tracker.mu
 	// poller is nil without signals; it is replaced under Tracker.mu and
 	// read without it, so that Stats never waits for a poller to stop.
 	poller atomic.Pointer[poller]
@@ -412,6 +414,10 @@ type Slot struct {
 	band    uint8
 	tenant  string
 	cost    int64
+	// stamp is when the slot was taken, when it is timed (durations.go);
+	// 0 when not. Written by Acquire before held, read by the Release
+	// that wins held.
+	stamp int64
 }
 
 // Backend returns the name of the backend the slot is held on, or "".
@@ -424,7 +430,11 @@ func (s *Slot) Backend() string {
 
 // Release gives the slot back. Only the first call after an Acquire does
 // anything; later calls, and calls on a zero Slot, are no-ops.
-func (s *Slot) Release() {
+func (s *Slot) Release() { s.release(true) }
+
+// release is Release; measure says whether the slot's time held tells how
+// long the backend takes (see Withdraw).
+func (s *Slot) release(measure bool) {
 	if !s.held.CompareAndSwap(true, false) {
 		return
 	}
@@ -435,7 +445,11 @@ func (s *Slot) Release() {
 	b.unhold(s)
 	b.repay()
 	n := b.inFlight.Add(-1)
-	if n+1 >= b.max.Load() || b.contended.Load() {
+	maxInFlight := b.max.Load()
+	if s.stamp != 0 || busy(n+1, maxInFlight) || b.window.Load() > 0 {
+		b.timeRelease(s, n+1, measure) // maybe busy: see durations.go
+	}
+	if n+1 >= maxInFlight || b.contended.Load() {
 		b.roomed()
 	}
 }
@@ -557,11 +571,11 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 	if w := b.window.Load(); w > 0 {
 		limit = min(limit, w)
 	}
-	var shared int64
+	var shared, n int64
 	var over bool
 	for {
 		shared, over = limit, false
-		n := b.inFlight.Load()
+		n = b.inFlight.Load()
 		if n >= limit {
 			if n >= maxInFlight || !b.mayOverdraft(c, n, limit, maxInFlight) {
 				return b.refused()
@@ -592,6 +606,7 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 		}
 	}
 	s.b, s.seq = b, seq
+	b.timeAcquire(s, n+1, limit)
 	b.hold(s, c)
 	s.held.Store(true)
 	return Acquired

@@ -2,7 +2,6 @@ package server
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fairqueue/fairqueue/dataplane/admission"
@@ -10,12 +9,6 @@ import (
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/proxy"
 )
-
-// defaultReleaseSpacing is the time between slots coming free assumed before
-// one is measured: the Retry-After of a capacity refusal then. A completion
-// on a busy model server takes seconds and a server runs tens to hundreds at
-// once, so slots free every few tens of milliseconds.
-const defaultReleaseSpacing = 50 * time.Millisecond
 
 // capacityState is capacity mode on the server (SPEC 6b): one Tracker for
 // the server's life, given each config's backends by Apply, so a request in
@@ -28,12 +21,6 @@ type capacityState struct {
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
-
-	// spacing is the measured mean time between slots coming free (an
-	// exponentially weighted moving average, nanoseconds); last is the
-	// clock reading of the latest, 0 for none.
-	spacing atomic.Int64
-	last    atomic.Int64
 }
 
 // capacityBackends returns the tracker's backends of a rendered config.
@@ -53,7 +40,7 @@ func (s *Server) capacityFor(cfg *config.Config) *capacityState {
 	}
 	cs := &capacityState{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	cs.tracker = capacity.New(capacity.Options{
-		OnRoom:   cs.onRoom(s),
+		OnRoom:   cs.onRoom(),
 		Shared:   s.capShared,
 		Observer: s.capObserver(),
 		Logger:   s.log.WithName("capacity"),
@@ -65,20 +52,11 @@ func (s *Server) capacityFor(cfg *config.Config) *capacityState {
 	return cs
 }
 
-// onRoom measures the spacing of freed slots and wakes the runner without
-// blocking (capacity.Options.OnRoom).
-func (cs *capacityState) onRoom(s *Server) func(string) {
+// onRoom wakes the runner without blocking (capacity.Options.OnRoom). The
+// tracker itself times the slots that waits and refusals are told about
+// (capacity.Tracker.ReleaseSpacing).
+func (cs *capacityState) onRoom() func(string) {
 	return func(string) {
-		now := s.clock.Now().UnixNano()
-		if prev := cs.last.Swap(now); prev != 0 && now > prev {
-			gap := now - prev
-			old := cs.spacing.Load()
-			if old == 0 {
-				cs.spacing.Store(gap)
-			} else {
-				cs.spacing.Store(old + (gap-old)/8)
-			}
-		}
 		select {
 		case cs.wake <- struct{}{}:
 		default:
@@ -102,14 +80,6 @@ func (cs *capacityState) run(s *Server) {
 	}
 }
 
-// releaseSpacing is the measured time between freed slots, or the default.
-func (cs *capacityState) releaseSpacing() time.Duration {
-	if v := cs.spacing.Load(); v > 0 {
-		return time.Duration(v)
-	}
-	return defaultReleaseSpacing
-}
-
 // close stops the pollers and the runner; later calls do nothing.
 func (cs *capacityState) close() {
 	cs.once.Do(func() {
@@ -127,7 +97,7 @@ func (rt *runtime) capacityRequest(ar *admission.Request) {
 		return
 	}
 	ar.Capacity = admission.Capacity{Tracker: rt.capacity.tracker, Candidates: rt.backendNames,
-		Start: rt.pool.NextIndex(), Spacing: rt.capacity.releaseSpacing()}
+		Start: rt.pool.NextIndex()}
 }
 
 // applyCapacity puts cfg's capacity in force: the tracker takes the new
@@ -172,8 +142,12 @@ func (rt *runtime) pick(tk *admission.Ticket) (*proxy.Backend, time.Duration) {
 	}
 	b := rt.pool.ByName(name)
 	if b == nil {
-		// A reload removed the backend while the request waited.
-		return nil, defaultReleaseSpacing
+		// A reload removed the backend while the request waited: retry when
+		// the backends in force are expected to free a slot.
+		if rt.capacity == nil {
+			return nil, capacity.DefaultReleaseSpacing
+		}
+		return nil, rt.capacity.tracker.ReleaseSpacing(rt.backendNames)
 	}
 	if rt.take != nil {
 		if ok, retry := rt.take(name); !ok {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairqueue/fairqueue/dataplane/capacity"
 	"github.com/fairqueue/fairqueue/dataplane/config"
 	"github.com/fairqueue/fairqueue/dataplane/metrics"
 	"github.com/fairqueue/fairqueue/internal/testutil"
@@ -55,10 +56,10 @@ func TestCapacityEstimatedWaitIsTheWait(t *testing.T) {
 	go send("carol")
 	testutil.Eventually(t, "carol waits for the slot", queued(2))
 	// No release measured yet: slots are expected every
-	// defaultReleaseSpacing. Each one frees that long after the last.
+	// capacity.DefaultReleaseSpacing. Each one frees that long after the last.
 	for range 2 {
 		testutil.Eventually(t, "the queue settles", fq.Settled)
-		hs.clk.Step(defaultReleaseSpacing)
+		hs.clk.Step(capacity.DefaultReleaseSpacing)
 		testutil.Eventually(t, "the queue settles", fq.Settled)
 		release <- struct{}{}
 		recvWithin(t, "the next waiter at the backend", arrived)
@@ -78,8 +79,8 @@ func TestCapacityEstimatedWaitIsTheWait(t *testing.T) {
 			t.Errorf("%s waited %v and was told an estimate of %v: want it within a factor of 2", a.user, a.waited, a.estimate)
 		}
 	}
-	if total != 3*defaultReleaseSpacing {
-		t.Errorf("the waiters waited %v in all, want one and two spacings, %v", total, 3*defaultReleaseSpacing)
+	if total != 3*capacity.DefaultReleaseSpacing {
+		t.Errorf("the waiters waited %v in all, want one and two spacings, %v", total, 3*capacity.DefaultReleaseSpacing)
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	if got := histogramSum(t, hs, metrics.QueueWaitName, "capacity"); !near(got, total.Seconds()) {
@@ -108,7 +109,7 @@ func TestCapacityRefusalsAtOnceAreCountedAndSpread(t *testing.T) {
 	for i := range 3 {
 		resp := hs.do(capBody, map[string]string{"X-User": "bob"})
 		body := readAll(t, resp)
-		want := time.Duration(i+1) * defaultReleaseSpacing
+		want := time.Duration(i+1) * capacity.DefaultReleaseSpacing
 		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, `"limit_type":"capacity"`) ||
 			headerMs(t, resp, headerRetryAfterMS) != want {
 			t.Errorf("refusal %d: %d %s retry-after-ms %s; want 429 limit_type capacity told %v", i+1, resp.StatusCode, body,

@@ -1,0 +1,193 @@
+/*
+Copyright 2026 The fairqueue Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package capacity
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultReleaseSpacing is the time between one backend's slots coming
+// free assumed before anything is known: before it has released a
+// measured slot, and while it has held its slots for less than this times
+// their number. It is a prior, not a measurement, kept short so that a
+// request that would fit its budget is not refused at arrival on a guess:
+// the backend's own slots replace it within the first request's duration
+// (see Tracker.ReleaseSpacing).
+const DefaultReleaseSpacing = 50 * time.Millisecond
+
+// durationWeight is the EWMA weight (1/8) of a released slot's duration.
+const durationWeight = 8
+
+// slotTimes is what a backend's slots say about when the next one frees.
+//
+// Only slots taken while the backend is at least half full (of the smaller
+// of maxInFlight and its window) are timed: a clock reading costs about as
+// much as the rest of an acquire, the times matter only when requests
+// wait for a slot, and a backend gets there through half full. Its
+// releases at or over half full are timed too, timed slot or not.
+type slotTimes struct {
+	// held is the EWMA of how long the timed slots were held, from
+	// acquire to release, in nanoseconds of the Tracker's clock; 0 before
+	// the first. A slot whose request never reached the backend
+	// (Slot.Withdraw) is not counted: it says nothing of the backend.
+	held atomic.Int64
+	// quiet is when the backend last released a slot at or over half
+	// full, or last reached half full, whichever is later; 0 before
+	// either. Since then it has held at least half its slots and freed
+	// none.
+	quiet atomic.Int64
+}
+
+// busy reports whether count slots held are at least half of limit: the
+// slots taken then are timed.
+func busy(count, limit int64) bool { return 2*count >= limit }
+
+// timeAcquire stamps s, just taken on b as its count-th slot under limit,
+// with the time when b is busy, and notes b's reaching half full. The
+// check is inlined; only a busy backend pays a call and a clock reading.
+func (b *backend) timeAcquire(s *Slot, count, limit int64) {
+	s.stamp = 0
+	if busy(count, limit) {
+		b.stampBusy(s, count, limit)
+	}
+}
+
+// stampBusy is timeAcquire past its inlined check.
+func (b *backend) stampBusy(s *Slot, count, limit int64) {
+	now := b.t.clk.Now().UnixNano()
+	s.stamp = now
+	if !busy(count-1, limit) || b.times.quiet.Load() == 0 {
+		b.times.quiet.Store(now)
+	}
+}
+
+// timeRelease measures s's time held, if it was stamped and measure says
+// it counts, and notes the release of b's count-th slot (count before the
+// release), when b is busy. Release calls it only when s was stamped or b
+// may be busy (at half its maxInFlight, or with a window), so a backend
+// under half full without a window pays a comparison.
+func (b *backend) timeRelease(s *Slot, count int64, measure bool) {
+	at := s.stamp
+	if !measure {
+		at = 0
+	}
+	if at == 0 && !busy(count, b.limit()) {
+		return
+	}
+	now := b.t.clk.Now().UnixNano()
+	b.times.quiet.Store(now)
+	if at == 0 {
+		return
+	}
+	d := max(now-at, 1)
+	for {
+		old := b.times.held.Load()
+		next := d
+		if old > 0 {
+			next = max(old+(d-old)/durationWeight, 1)
+		}
+		if b.times.held.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// limit is the in-flight bound in force on b: maxInFlight, or its window
+// when that is lower.
+func (b *backend) limit() int64 {
+	limit := b.max.Load()
+	if w := b.window.Load(); w > 0 {
+		limit = min(limit, w)
+	}
+	return limit
+}
+
+// Withdraw is Release for a slot whose request never reached the backend
+// (no dispatch after all): its time held is not measured, since it says
+// nothing about how long the backend takes.
+func (s *Slot) Withdraw() { s.release(false) }
+
+// ReleaseSpacing returns the expected time between slots coming free on
+// the named backends together (names without a capacity entry are
+// skipped; none at all gives DefaultReleaseSpacing), at the Tracker's
+// clock now. It is what a request waiting for a slot counts its wait in,
+// and what a capacity refusal's Retry-After is told: the time to the next
+// release of slots freeing at random, and so successive refusals one
+// spacing apart.
+//
+// Each backend frees its n slots in flight at n per mean time a slot is
+// held (the EWMA of its timed slots): that is right from its first
+// release on, however bursty its releases are, and per backend, since one
+// backend's slots may last twice another's. The backends' rates add up.
+// An EWMA of the gaps between releases, which this replaces, was
+// measured across all backends, took two releases to say anything, and
+// counted the idle time between two busy spells as a gap.
+//
+// The slots in flight are evidence too. A backend that has held its busy
+// slots for L without freeing one frees them no faster than one per L/n:
+// the oldest has lasted at least L. Before its first release that is all
+// that is known (a request that has run for L says little about when it
+// ends, and a spacing below L/n is contradicted by it); after, it bounds
+// the mean from below when the slots run longer than they used to, down
+// to a backend that hangs, whose spacing then grows with the time it has
+// freed nothing and whose waiters are refused at arrival once that passes
+// their budget. Until L/n passes DefaultReleaseSpacing the prior stands.
+//
+// The time to the next release is taken as the spacing, the mean residual
+// of releases at random. The ages of the slots could say more with few
+// slots of regular length (one slot 900ms into a 1s request frees in
+// 100ms, not 1s), but with many slots of varying length, as on a model
+// server, releases are close to random; and the spacing is never less
+// than the time to the oldest slot's expected end, so a client that
+// obeys a Retry-After counted from it does not come back before a slot
+// could have freed.
+func (t *Tracker) ReleaseSpacing(names []string) time.Duration {
+	snap := t.current.Load()
+	var now int64
+	var rate float64 // releases per nanosecond
+	for _, name := range names {
+		b := snap.byName[name]
+		if b == nil {
+			continue
+		}
+		if now == 0 {
+			now = t.clk.Now().UnixNano()
+		}
+		rate += 1 / float64(b.spacing(now))
+	}
+	if rate == 0 {
+		return DefaultReleaseSpacing
+	}
+	return time.Duration(math.Round(1 / rate))
+}
+
+// spacing is b's own expected time between releases at now (see
+// ReleaseSpacing), in nanoseconds, at least 1.
+func (b *backend) spacing(now int64) int64 {
+	count := b.inFlight.Load()
+	n := max(count, 1)
+	s := int64(DefaultReleaseSpacing)
+	if held := b.times.held.Load(); held > 0 {
+		s = held / n
+	}
+	if q := b.times.quiet.Load(); q > 0 && count > 0 && busy(count, b.limit()) {
+		s = max(s, (now-q)/n)
+	}
+	return max(s, 1)
+}
