@@ -82,6 +82,18 @@ type Shared interface {
 	Release(backend string, seq uint64)
 }
 
+// FleetRoom is implemented by a Shared that hears of room made on another
+// replica: a slot it released, or a dead replica's lease that expired. New
+// registers the Tracker with it, so that a waiter here wakes for such room
+// as for a local release; without it, a waiter would hear only of its own
+// replica's releases and retry on a timer, while the flood's replica
+// takes every slot its own releases free.
+type FleetRoom interface {
+	// NotifyRoom sets the function told of room on a backend. It is called
+	// from the Shared's own goroutine and must not block.
+	NotifyRoom(f func(backend string))
+}
+
 // Poll error kinds reported to Observer.PollError.
 const (
 	ErrorTimeout    = "timeout"    // no complete answer within the timeout
@@ -217,7 +229,18 @@ func New(o Options) *Tracker {
 		t.maxTenants = config.DefaultMaxTenants
 	}
 	t.current.Store(&snapshot{byName: map[string]*backend{}})
+	if fr, ok := o.Shared.(FleetRoom); ok {
+		fr.NotifyRoom(t.fleetRoom)
+	}
 	return t
+}
+
+// fleetRoom wakes the waiters of the named backend for room made on
+// another replica (FleetRoom).
+func (t *Tracker) fleetRoom(name string) {
+	if b := t.current.Load().byName[name]; b != nil {
+		b.roomed()
+	}
 }
 
 // ErrClosed is returned by Apply after Close.

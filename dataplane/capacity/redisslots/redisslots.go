@@ -37,9 +37,11 @@ limitations under the License.
 // While it is, a release publishes the backend's name on the policy's room
 // channel, and so does a heartbeat that finds expired leases on a backend
 // this replica was refused on (a crashed replica's slots). Every replica's
-// heartbeat goroutine subscribes to the channel and calls Options.OnRoom,
-// so a waiter on one replica hears of a slot freed on another. A replica
-// does not hear its own releases, which its Tracker already reported.
+// heartbeat goroutine subscribes to the channel and tells the Tracker that
+// uses the Leases (capacity.FleetRoom, set by capacity.New) and
+// Options.OnRoom, so a waiter on one replica wakes for a slot freed on
+// another as for a local release. A replica does not hear its own
+// releases, which its Tracker already reported.
 //
 // # Expiry bound
 //
@@ -78,6 +80,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -182,9 +185,11 @@ type Options struct {
 	// Logger receives one line when calls start and stop failing.
 	Logger logr.Logger
 	// OnRoom, if set, is told when another replica releases a slot on a
-	// backend that refused a request within two TTLs (give it the
-	// Tracker's OnRoom): waiters on every replica then hear of the room.
-	// It is called from the heartbeat goroutine and must not block.
+	// backend that refused a request within two TTLs: waiters on every
+	// replica then hear of the room. It is called from the heartbeat
+	// goroutine and must not block. A capacity.Tracker given these Leases
+	// as its Shared is told as well (NotifyRoom), so a data plane, which
+	// builds its Tracker after its Leases, need not set it.
 	OnRoom func(backend string)
 }
 
@@ -204,12 +209,32 @@ type Leases struct {
 	nstray  int
 	failing bool
 
+	room atomic.Pointer[func(string)] // as NotifyRoom set it; Options.OnRoom is told too
+	kick chan struct{}                // NotifyRoom: subscribe now, not at the next tick
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
 }
 
-var _ capacity.Shared = (*Leases)(nil)
+var (
+	_ capacity.Shared    = (*Leases)(nil)
+	_ capacity.FleetRoom = (*Leases)(nil)
+)
+
+// NotifyRoom implements capacity.FleetRoom: f is told of room as
+// Options.OnRoom is (replacing the f of an earlier call), and the heartbeat
+// subscribes to the room channel at once.
+func (l *Leases) NotifyRoom(f func(backend string)) {
+	if f == nil {
+		l.room.Store(nil)
+	} else {
+		l.room.Store(&f)
+	}
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
 
 // New returns Leases and starts their heartbeat.
 func New(o Options) (*Leases, error) {
@@ -248,6 +273,7 @@ func New(o Options) (*Leases, error) {
 		live:    map[string]map[uint64]struct{}{},
 		refused: map[string]struct{}{},
 		stray:   map[string][]uint64{},
+		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -403,26 +429,38 @@ func (l *Leases) heartbeat() {
 	defer t.Stop()
 	var sub subscription
 	defer sub.close()
-	sub.follow(l.o.Store(), l.o.OnRoom != nil)
+	sub.follow(l.o.Store(), l.wantRoom())
 	for {
 		select {
 		case <-l.stop:
 			return
+		case <-l.kick:
+			sub.follow(l.o.Store(), l.wantRoom())
 		case <-t.C():
 			l.renew()
-			sub.follow(l.o.Store(), l.o.OnRoom != nil)
+			sub.follow(l.o.Store(), l.wantRoom())
 		case m, ok := <-sub.ch:
 			if !ok {
 				sub.close() // resubscribed at the next tick
 				continue
 			}
 			backend, from, _ := strings.Cut(m.Payload, "\x00")
-			if from != l.prefix {
+			if from == l.prefix {
+				continue
+			}
+			if f := l.room.Load(); f != nil {
+				(*f)(backend)
+			}
+			if l.o.OnRoom != nil {
 				l.o.OnRoom(backend)
 			}
 		}
 	}
 }
+
+// wantRoom reports whether someone is to be told of room, so the heartbeat
+// subscribes to the room channel.
+func (l *Leases) wantRoom() bool { return l.o.OnRoom != nil || l.room.Load() != nil }
 
 // subscription is the heartbeat's subscription to the room channel of the
 // store in force, if any.

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/dataplane/identity"
+	"github.com/fairqueue/fairqueue/internal/redistest"
+	"github.com/fairqueue/fairqueue/internal/testbin"
+	"github.com/fairqueue/fairqueue/internal/testutil"
+)
+
+// These tests run capacity mode the way a fleet runs it: several data-plane
+// binaries (testbin) on one real redis-server, one backend whose maxInFlight
+// the fleet shares, and a backend that counts the requests it holds at once,
+// which is the number a user relies on.
+
+// fleetBackend is an upstream that counts the requests it holds at once and
+// their peak. A request holds for X-Hold-Ms milliseconds, or, with X-Gate,
+// until gate is closed or its client leaves.
+type fleetBackend struct {
+	srv  *httptest.Server
+	cur  atomic.Int64
+	peak atomic.Int64
+	gate chan struct{}
+}
+
+func newFleetBackend(t *testing.T) *fleetBackend {
+	t.Helper()
+	b := &fleetBackend{gate: make(chan struct{})}
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := b.cur.Add(1)
+		defer b.cur.Add(-1)
+		for p := b.peak.Load(); n > p && !b.peak.CompareAndSwap(p, n); p = b.peak.Load() {
+		}
+		hold := time.Duration(0)
+		if ms, err := strconv.Atoi(r.Header.Get("X-Hold-Ms")); err == nil {
+			hold = time.Duration(ms) * time.Millisecond
+		}
+		if r.Header.Get("X-Gate") != "" {
+			hold = 30 * time.Second
+		}
+		timer := time.NewTimer(hold)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-b.gate:
+		case <-r.Context().Done():
+		}
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}))
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+// openGate lets every gated request finish.
+func (b *fleetBackend) openGate() {
+	select {
+	case <-b.gate:
+	default:
+		close(b.gate)
+	}
+}
+
+// fleetReplica is one data-plane process.
+type fleetReplica struct {
+	proc    *testbin.Process
+	traffic string
+}
+
+// startCapacityFleet starts replicas data planes on one Redis in capacity
+// mode: backend b1 at up with maxInFlight, fair queuing by API key with
+// maxWait, and the store failing as mode says.
+func startCapacityFleet(t *testing.T, rs *redistest.Server, up string, replicas, maxInFlight int, maxWait time.Duration, mode config.FailureMode) []*fleetReplica {
+	t.Helper()
+	c := validConfig()
+	c.Backends[0].URL = up
+	c.Capacity = &config.Capacity{Backends: []config.BackendCapacity{{Name: c.Backends[0].Name, MaxInFlight: int32(maxInFlight)}}}
+	c.FairQueuing.Enabled = true
+	c.FairQueuing.TenantDimension = identity.DimensionAPIKey
+	c.FairQueuing.Bounds.MaxWait = config.Duration{Duration: maxWait}
+	c.Store = &config.Store{Type: config.StoreRedis, Redis: &config.RedisStore{
+		Addresses: []string{rs.Addr()}, Mode: config.RedisStandalone,
+		Timeout: config.Duration{Duration: 100 * time.Millisecond}, FailureMode: mode,
+	}}
+	data, err := config.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := testbin.Build(t, "./cmd/dataplane")
+	cfg, keyFile := write(t, "c.json", data), write(t, "k", key)
+	out := make([]*fleetReplica, replicas)
+	for i := range out {
+		traffic, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
+		p := testbin.Start(t, bin, testbin.Options{
+			Args: []string{"--hash-key-file", keyFile, "--config", cfg, "--store-replicas", strconv.Itoa(replicas),
+				"--listen", traffic, "--metrics-listen", ops, "--shutdown-grace", "1s", "--shutdown-delay", "0s", "--pod-name", "replica-" + strconv.Itoa(i)},
+			Ready: testbin.HTTPReady("http://" + ops + "/readyz"),
+		})
+		out[i] = &fleetReplica{proc: p, traffic: traffic}
+	}
+	return out
+}
+
+// fleetAnswer is what a client saw.
+type fleetAnswer struct {
+	code       int
+	body       string
+	retryAfter string
+	took       time.Duration
+	err        error
+}
+
+// fleetCall sends one request as tenant through r, holding hold at the
+// backend (gated: until the backend's gate opens).
+func fleetCall(ctx context.Context, r *fleetReplica, tenant string, hold time.Duration, gated bool) fleetAnswer {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.traffic+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+	req.Header.Set("Authorization", "Bearer sk-"+tenant)
+	req.Header.Set("X-Hold-Ms", strconv.Itoa(int(hold.Milliseconds())))
+	if gated {
+		req.Header.Set("X-Gate", "1")
+	}
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fleetAnswer{err: err, took: time.Since(start)}
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return fleetAnswer{code: resp.StatusCode, body: string(b), retryAfter: resp.Header.Get("Retry-After"), took: time.Since(start)}
+}
+
+// leases counts backend b1's leases in Redis.
+func leases(t *testing.T, rc *redis.Client) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, err := rc.ZCard(ctx, "fq:{ns/llm}:capacity:b1").Result()
+	if err != nil {
+		t.Fatalf("counting the leases in Redis: %v", err)
+	}
+	return n
+}
+
+// pct returns the q-quantile of ds (sorted in place).
+func pct(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+}
+
+// TestCapacityFleetSkewedRouting floods one replica with a heavy tenant's
+// requests (12 clients, nine tenths of the traffic) while a light tenant
+// sends one request at a time through another replica, on a backend whose
+// maxInFlight of 4 the fleet shares. The backend never holds more than 4,
+// and the light tenant is not starved: a waiter on one replica is woken by
+// slots freed on another (the room channel), so it waits about a release or
+// two, not for its own replica's timer.
+func TestCapacityFleetSkewedRouting(t *testing.T) {
+	rs := redistest.Start(t)
+	up := newFleetBackend(t)
+	const maxInFlight, hold = 4, 100 * time.Millisecond
+	fleet := startCapacityFleet(t, rs, up.srv.URL, 3, maxInFlight, 10*time.Second, config.FailClosed)
+	heavy, light := fleet[0], fleet[1]
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const run = 5 * time.Second
+	stopAt := time.Now().Add(run)
+	var wg sync.WaitGroup
+	var heavyOK, heavyOther atomic.Int64
+	for range 12 {
+		wg.Go(func() {
+			for time.Now().Before(stopAt) {
+				if a := fleetCall(ctx, heavy, "heavy", hold, false); a.code == http.StatusOK {
+					heavyOK.Add(1)
+				} else {
+					heavyOther.Add(1)
+				}
+			}
+		})
+	}
+	var mu sync.Mutex
+	var lightTook []time.Duration
+	var lightBad []string
+	wg.Go(func() {
+		for time.Now().Before(stopAt) {
+			a := fleetCall(ctx, light, "light", hold, false)
+			mu.Lock()
+			if a.code == http.StatusOK {
+				lightTook = append(lightTook, a.took-hold)
+			} else {
+				lightBad = append(lightBad, fmt.Sprintf("%d %s %v", a.code, a.body, a.err))
+			}
+			mu.Unlock()
+		}
+	})
+	testutil.WaitGroupWithin(t, 25*time.Second, "the clients", &wg)
+
+	if p := up.peak.Load(); p > maxInFlight {
+		t.Errorf("the backend held %d requests at once; the fleet's maxInFlight is %d", p, maxInFlight)
+	}
+	waits := slices.Clone(lightTook)
+	t.Logf("heavy: %d ok, %d other; light: %d ok, %d other; light wait p50 %v p90 %v max %v; backend peak %d",
+		heavyOK.Load(), heavyOther.Load(), len(lightTook), len(lightBad), pct(waits, 0.5), pct(waits, 0.9), pct(waits, 1), up.peak.Load())
+	if len(lightBad) > 0 {
+		t.Errorf("the light tenant was refused %d times, e.g. %s", len(lightBad), lightBad[0])
+	}
+	// Fair share is half the slots (two tenants backlogged); one request at
+	// a time, the light tenant can use at most one. A release comes every
+	// hold/maxInFlight = 25 ms; a light request waiting more than a few
+	// hundred milliseconds at p50 waited for a timer, not for a slot.
+	if n := len(lightTook); n < int(run/(hold+300*time.Millisecond)) {
+		t.Errorf("the light tenant completed %d requests in %v; one at a time with %v each it should complete about %d", n, run, hold, int(run/(hold+25*time.Millisecond)))
+	}
+	if p50, most := pct(waits, 0.5), pct(waits, 1); p50 > 300*time.Millisecond || most > time.Second {
+		t.Errorf("the light tenant's wait is %v at p50 and %v at most, with a slot freeing every %v across the fleet", p50, most, hold/maxInFlight)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer func() { _ = rc.Close() }()
+	testutil.Eventually(t, "every lease released", func() bool { return leases(t, rc) == 0 })
+}
+
+// TestCapacityFleetKilledReplicaSlotsComeBackByExpiry SIGKILLs a replica
+// holding every slot of the backend while a request waits on another
+// replica: the dead replica's leases expire within the TTL (3 s) of its last
+// renewal (at most a renewal period before the kill), and the waiter is
+// admitted then, not before, and not much later.
+func TestCapacityFleetKilledReplicaSlotsComeBackByExpiry(t *testing.T) {
+	rs := redistest.Start(t)
+	up := newFleetBackend(t)
+	defer up.openGate()
+	const maxInFlight = 3
+	fleet := startCapacityFleet(t, rs, up.srv.URL, 2, maxInFlight, 15*time.Second, config.FailClosed)
+	doomed, live := fleet[0], fleet[1]
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer func() { _ = rc.Close() }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range maxInFlight {
+		go fleetCall(ctx, doomed, "heavy", 0, true)
+	}
+	testutil.Eventually(t, "the doomed replica holding every slot", func() bool {
+		return up.cur.Load() == maxInFlight && leases(t, rc) == maxInFlight
+	})
+	waiter := make(chan fleetAnswer, 1)
+	go func() { waiter <- fleetCall(ctx, live, "light", 0, false) }()
+	time.Sleep(300 * time.Millisecond) // queued on the live replica
+	select {
+	case a := <-waiter:
+		t.Fatalf("the waiter was answered while every slot was held: %d %s %v", a.code, a.body, a.err)
+	default:
+	}
+	killed := time.Now()
+	if err := doomed.proc.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-doomed.proc.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the killed replica did not exit")
+	}
+	if n := leases(t, rc); n != maxInFlight {
+		t.Fatalf("leases right after the kill: %d; the dead replica's %d stay until they expire", n, maxInFlight)
+	}
+	var a fleetAnswer
+	select {
+	case a = <-waiter:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter was not answered within 15 s of the kill")
+	}
+	after := time.Since(killed)
+	t.Logf("waiter admitted %v after the kill (lease TTL 3 s, renewals every 1 s)", after)
+	if a.code != http.StatusOK {
+		t.Fatalf("the waiter: %d %s %v; want 200 once the dead replica's slots expire", a.code, a.body, a.err)
+	}
+	// Renewed at most 1 s before the kill, a lease lives 3 s more: the
+	// slots cannot come back sooner than 2 s after it, and the sweep that
+	// wakes the waiter runs within a renewal period of their expiry.
+	if after < 1500*time.Millisecond || after > 3*time.Second+time.Second+1500*time.Millisecond {
+		t.Errorf("the waiter was admitted %v after the kill; the dead replica's slots come back 2 to 4 s after it", after)
+	}
+	testutil.Eventually(t, "every lease released", func() bool { return leases(t, rc) == 0 })
+}
