@@ -481,16 +481,15 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 	if w := b.window.Load(); w > 0 {
 		limit = min(limit, w)
 	}
-	var shared int64
 	var over bool
 	for {
-		shared, over = limit, false
+		over = false
 		n := b.inFlight.Load()
 		if n >= limit {
 			if n >= maxInFlight || !b.mayOverdraft(c, n, limit, maxInFlight) {
 				return b.refused()
 			}
-			shared, over = min(maxInFlight, limit+reserve(limit)), true
+			over = true
 		}
 		if b.inFlight.CompareAndSwap(n, n+1) {
 			break
@@ -503,8 +502,12 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 	}
 	var seq uint64
 	if sh := b.t.opts.Shared; sh != nil {
+		// The fleet is bounded by maxInFlight. The window and the
+		// overdraft's reserve are learned from, and bound, this replica's
+		// count (checked above): the fleet's count, with every other
+		// replica's requests in it, is not in the window's units.
 		seq = b.t.seq.Add(1)
-		if r := sh.Acquire(b.name, int(shared), b.inFlight.Load(), seq); r != Acquired {
+		if r := sh.Acquire(b.name, int(maxInFlight), b.inFlight.Load(), seq); r != Acquired {
 			b.inFlight.Add(-1)
 			if over {
 				b.repay()
