@@ -31,17 +31,19 @@ import (
 
 // fleetBackend is an upstream that counts the requests it holds at once and
 // their peak. A request holds for X-Hold-Ms milliseconds, or, with X-Gate,
-// until gate is closed or its client leaves.
+// until that gate opens or its client leaves.
 type fleetBackend struct {
 	srv  *httptest.Server
 	cur  atomic.Int64
 	peak atomic.Int64
-	gate chan struct{}
+
+	mu    sync.Mutex
+	gates map[string]chan struct{} // closed by openGate, then replaced
 }
 
 func newFleetBackend(t *testing.T) *fleetBackend {
 	t.Helper()
-	b := &fleetBackend{gate: make(chan struct{})}
+	b := &fleetBackend{gates: map[string]chan struct{}{}}
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := b.cur.Add(1)
 		defer b.cur.Add(-1)
@@ -51,28 +53,58 @@ func newFleetBackend(t *testing.T) *fleetBackend {
 		if ms, err := strconv.Atoi(r.Header.Get("X-Hold-Ms")); err == nil {
 			hold = time.Duration(ms) * time.Millisecond
 		}
-		if r.Header.Get("X-Gate") != "" {
+		var gate chan struct{}
+		if name := r.Header.Get("X-Gate"); name != "" {
 			hold = 30 * time.Second
+			gate = b.gate(name)
 		}
 		timer := time.NewTimer(hold)
 		defer timer.Stop()
 		select {
 		case <-timer.C:
-		case <-b.gate:
+		case <-gate:
 		case <-r.Context().Done():
 		}
 		_, _ = io.WriteString(w, `{"ok":true}`)
 	}))
 	t.Cleanup(b.srv.Close)
+	t.Cleanup(b.openGates) // before Close, which waits for the requests
 	return b
 }
 
-// openGate lets every gated request finish.
-func (b *fleetBackend) openGate() {
-	select {
-	case <-b.gate:
-	default:
-		close(b.gate)
+// gate returns the named gate.
+func (b *fleetBackend) gate(name string) chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	g := b.gates[name]
+	if g == nil {
+		g = make(chan struct{})
+		b.gates[name] = g
+	}
+	return g
+}
+
+// openGate lets every request so far held by the named gate finish; later
+// ones wait for the next openGate.
+func (b *fleetBackend) openGate(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if g := b.gates[name]; g != nil {
+		close(g)
+		delete(b.gates, name)
+	}
+}
+
+// openGates opens every gate.
+func (b *fleetBackend) openGates() {
+	b.mu.Lock()
+	names := make([]string, 0, len(b.gates))
+	for name := range b.gates {
+		names = append(names, name)
+	}
+	b.mu.Unlock()
+	for _, name := range names {
+		b.openGate(name)
 	}
 }
 
@@ -101,6 +133,13 @@ func startCapacityFleet(t *testing.T, rs *redistest.Server, up string, replicas,
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A fleet that used this Redis before: no warm-up of the leases but
+	// after Redis loses its data (TestCapacityFleetRedisRestarted).
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer func() { _ = rc.Close() }()
+	if err := rc.Set(context.Background(), "fq:{ns/llm}:capacity-gen", "established|0", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	bin := testbin.Build(t, "./cmd/dataplane")
 	cfg, keyFile := write(t, "c.json", data), write(t, "k", key)
 	out := make([]*fleetReplica, replicas)
@@ -126,13 +165,13 @@ type fleetAnswer struct {
 }
 
 // fleetCall sends one request as tenant through r, holding hold at the
-// backend (gated: until the backend's gate opens).
-func fleetCall(ctx context.Context, r *fleetReplica, tenant string, hold time.Duration, gated bool) fleetAnswer {
+// backend, or until the named gate opens.
+func fleetCall(ctx context.Context, r *fleetReplica, tenant string, hold time.Duration, gate string) fleetAnswer {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.traffic+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
 	req.Header.Set("Authorization", "Bearer sk-"+tenant)
 	req.Header.Set("X-Hold-Ms", strconv.Itoa(int(hold.Milliseconds())))
-	if gated {
-		req.Header.Set("X-Gate", "1")
+	if gate != "" {
+		req.Header.Set("X-Gate", gate)
 	}
 	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
@@ -188,7 +227,7 @@ func TestCapacityFleetSkewedRouting(t *testing.T) {
 	for range 12 {
 		wg.Go(func() {
 			for time.Now().Before(stopAt) {
-				if a := fleetCall(ctx, heavy, "heavy", hold, false); a.code == http.StatusOK {
+				if a := fleetCall(ctx, heavy, "heavy", hold, ""); a.code == http.StatusOK {
 					heavyOK.Add(1)
 				} else {
 					heavyOther.Add(1)
@@ -201,7 +240,7 @@ func TestCapacityFleetSkewedRouting(t *testing.T) {
 	var lightBad []string
 	wg.Go(func() {
 		for time.Now().Before(stopAt) {
-			a := fleetCall(ctx, light, "light", hold, false)
+			a := fleetCall(ctx, light, "light", hold, "")
 			mu.Lock()
 			if a.code == http.StatusOK {
 				lightTook = append(lightTook, a.took-hold)
@@ -245,7 +284,6 @@ func TestCapacityFleetSkewedRouting(t *testing.T) {
 func TestCapacityFleetKilledReplicaSlotsComeBackByExpiry(t *testing.T) {
 	rs := redistest.Start(t)
 	up := newFleetBackend(t)
-	defer up.openGate()
 	const maxInFlight = 3
 	fleet := startCapacityFleet(t, rs, up.srv.URL, 2, maxInFlight, 15*time.Second, config.FailClosed)
 	doomed, live := fleet[0], fleet[1]
@@ -255,13 +293,13 @@ func TestCapacityFleetKilledReplicaSlotsComeBackByExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for range maxInFlight {
-		go fleetCall(ctx, doomed, "heavy", 0, true)
+		go fleetCall(ctx, doomed, "heavy", 0, "g")
 	}
 	testutil.Eventually(t, "the doomed replica holding every slot", func() bool {
 		return up.cur.Load() == maxInFlight && leases(t, rc) == maxInFlight
 	})
 	waiter := make(chan fleetAnswer, 1)
-	go func() { waiter <- fleetCall(ctx, live, "light", 0, false) }()
+	go func() { waiter <- fleetCall(ctx, live, "light", 0, "") }()
 	time.Sleep(300 * time.Millisecond) // queued on the live replica
 	select {
 	case a := <-waiter:
@@ -297,5 +335,168 @@ func TestCapacityFleetKilledReplicaSlotsComeBackByExpiry(t *testing.T) {
 	if after < 1500*time.Millisecond || after > 3*time.Second+time.Second+1500*time.Millisecond {
 		t.Errorf("the waiter was admitted %v after the kill; the dead replica's slots come back 2 to 4 s after it", after)
 	}
+	testutil.Eventually(t, "every lease released", func() bool { return leases(t, rc) == 0 })
+}
+
+// hold sends n gated requests as tenant through r and waits until the
+// backend holds want requests in all; their answers arrive on the channel
+// once the gate opens.
+func hold(t *testing.T, ctx context.Context, up *fleetBackend, r *fleetReplica, tenant, gate string, n int, want int64) <-chan fleetAnswer {
+	t.Helper()
+	out := make(chan fleetAnswer, n)
+	for range n {
+		go func() { out <- fleetCall(ctx, r, tenant, 0, gate) }()
+	}
+	testutil.Eventually(t, fmt.Sprintf("%d requests at the backend", want), func() bool { return up.cur.Load() == want })
+	return out
+}
+
+// answers waits for n answers on ch, each within limit of the call.
+func answers(t *testing.T, ch <-chan fleetAnswer, n int, limit time.Duration, what string) []fleetAnswer {
+	t.Helper()
+	var out []fleetAnswer
+	for range n {
+		select {
+		case a := <-ch:
+			out = append(out, a)
+		case <-time.After(limit):
+			t.Fatalf("%s: %d of %d answered within %v", what, len(out), n, limit)
+		}
+	}
+	return out
+}
+
+// TestCapacityFleetFrozenRedis freezes redis-server (SIGSTOP) for longer
+// than a lease lives unrenewed (4 s, TTL 3 s) while one replica's requests
+// hold every slot and a request waits on another. One held request ends
+// during the freeze, two run through it. Failing closed: the held request
+// completes; the waiter and new requests are refused 503 store_unavailable
+// within their budget, not stuck; once Redis runs again, with clients
+// asking on the other replica at once, the backend never holds more than
+// maxInFlight (the two leases that expired during the freeze are still
+// requests at the backend), and the fleet's count comes back to exactly
+// the slots held.
+func TestCapacityFleetFrozenRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("freezes redis-server for seconds")
+	}
+	rs := redistest.Start(t)
+	up := newFleetBackend(t)
+	const maxInFlight = 3
+	fleet := startCapacityFleet(t, rs, up.srv.URL, 2, maxInFlight, 10*time.Second, config.FailClosed)
+	a, b := fleet[0], fleet[1]
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer func() { _ = rc.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	long := hold(t, ctx, up, a, "heavy", "long", 2, 2)
+	short := hold(t, ctx, up, a, "heavy", "short", 1, 3)
+	waiter := make(chan fleetAnswer, 1)
+	go func() { waiter <- fleetCall(ctx, b, "light", 0, "") }()
+	time.Sleep(300 * time.Millisecond) // queued on b
+	if err := rs.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	frozen, frozeAt := true, time.Now()
+	defer func() {
+		if frozen {
+			_ = rs.Resume()
+		}
+	}()
+	up.openGate("short")
+	if h := answers(t, short, 1, 5*time.Second, "a held request ending while Redis is frozen")[0]; h.code != http.StatusOK {
+		t.Errorf("a held request ending while Redis is frozen: %d %s %v", h.code, h.body, h.err)
+	}
+	w := answers(t, waiter, 1, 5*time.Second, "the waiter while Redis is frozen")[0]
+	t.Logf("waiter: %d in %v, Retry-After %q: %s", w.code, w.took, w.retryAfter, w.body)
+	if w.code != http.StatusServiceUnavailable || !strings.Contains(w.body, "store_unavailable") || w.retryAfter == "" {
+		t.Errorf("the waiter while Redis is frozen, failing closed: %d %s (Retry-After %q); want 503 store_unavailable with a Retry-After", w.code, w.body, w.retryAfter)
+	}
+	for _, r := range fleet {
+		n := fleetCall(ctx, r, "light", 0, "")
+		if n.code != http.StatusServiceUnavailable || n.took > 2*time.Second {
+			t.Errorf("a new request while Redis is frozen: %d in %v %s; want 503 store_unavailable at once", n.code, n.took, n.body)
+		}
+	}
+	time.Sleep(4*time.Second - time.Since(frozeAt)) // past the lease TTL: the long requests' leases expire
+	if err := rs.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	frozen = false
+	thawed := time.Now()
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			for time.Since(thawed) < 5*time.Second {
+				if fleetCall(ctx, b, "light", 50*time.Millisecond, "").code == http.StatusOK {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	testutil.WaitGroupWithin(t, 30*time.Second, "the clients after the thaw", &wg)
+	t.Logf("after the thaw: %d admitted on the other replica in 5 s", admitted.Load())
+	if p := up.peak.Load(); p > maxInFlight {
+		t.Errorf("the backend held %d requests at once after the thaw; maxInFlight is %d", p, maxInFlight)
+	}
+	if admitted.Load() == 0 {
+		t.Error("nothing admitted in the 5 s after the thaw")
+	}
+	testutil.EventuallyWithin(t, 10*time.Second, "the two long requests' leases, and only those", func() bool { return leases(t, rc) == 2 })
+	up.openGate("long")
+	answers(t, long, 2, 5*time.Second, "the long requests")
+	testutil.Eventually(t, "every lease released", func() bool { return leases(t, rc) == 0 })
+}
+
+// TestCapacityFleetRedisRestarted kills redis-server while one replica's
+// requests hold every slot and starts it again, empty, on the same
+// address, while another replica's clients keep asking. The backend must
+// never hold more than maxInFlight: the restarted Redis has lost the
+// leases, and the holders' renewals put them back.
+func TestCapacityFleetRedisRestarted(t *testing.T) {
+	rs := redistest.Start(t)
+	up := newFleetBackend(t)
+	const maxInFlight = 2
+	fleet := startCapacityFleet(t, rs, up.srv.URL, 2, maxInFlight, 2*time.Second, config.FailClosed)
+	a, b := fleet[0], fleet[1]
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer func() { _ = rc.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	held := hold(t, ctx, up, a, "heavy", "g", maxInFlight, maxInFlight)
+	if err := rs.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if d := fleetCall(ctx, b, "light", 0, ""); d.code != http.StatusServiceUnavailable || !strings.Contains(d.body, "store_unavailable") {
+		t.Errorf("with Redis down, failing closed: %d %s; want 503 store_unavailable", d.code, d.body)
+	}
+	if err := rs.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	var wg sync.WaitGroup
+	var codes sync.Map
+	for range 4 {
+		wg.Go(func() {
+			for time.Since(restarted) < 3*time.Second {
+				c := fleetCall(ctx, b, "light", 50*time.Millisecond, "")
+				v, _ := codes.LoadOrStore(c.code, new(atomic.Int64))
+				v.(*atomic.Int64).Add(1)
+			}
+		})
+	}
+	testutil.WaitGroupWithin(t, 20*time.Second, "the clients", &wg)
+	codes.Range(func(k, v any) bool { t.Logf("after the restart: %d x %v", v.(*atomic.Int64).Load(), k); return true })
+	if p := up.peak.Load(); p > maxInFlight {
+		t.Errorf("the backend held %d requests at once after Redis restarted; maxInFlight is %d", p, maxInFlight)
+	}
+	if n := leases(t, rc); n != maxInFlight {
+		t.Errorf("leases after the restart with %d requests held: %d", maxInFlight, n)
+	}
+	up.openGate("g")
+	answers(t, held, maxInFlight, 5*time.Second, "held requests")
 	testutil.Eventually(t, "every lease released", func() bool { return leases(t, rc) == 0 })
 }

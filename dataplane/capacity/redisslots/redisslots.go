@@ -51,6 +51,22 @@ limitations under the License.
 // TTL of the crash. A live replica loses a lease only if TTL passes with
 // no renewal reaching Redis (three missed renewals by default).
 //
+// # Warm-up
+//
+// A lease set can lack the leases of requests still running: Redis lost its
+// data (restarted empty, failed over to a replica behind), or no replica
+// reached it for longer than a lease lives unrenewed (frozen, full or
+// unreachable for the whole fleet), so the leases expired by Redis's clock.
+// Until every holder's next renewal puts them back, the set would admit
+// past maxInFlight. So the policy keeps a lease generation that never
+// expires and a beat every heartbeat sets to Redis's time; a missing
+// generation, or a beat older than the TTL less one renewal period, starts
+// a warm-up of one TTL from the first contact, in which acquires are
+// refused (Saturated). Within it every live replica renews, or its leases
+// would have expired anyway. A Redis never used for leases warms up too,
+// at the first heartbeat after it appears, most likely before the first
+// request.
+//
 // # Failure
 //
 // The conventions of package redisstore's store, whose failureMode the
@@ -99,24 +115,67 @@ const (
 	DefaultRenewBatch = 256
 )
 
-// acquireScript drops the expired leases, and adds ARGV[3] expiring in
-// ARGV[2] ms if fewer than ARGV[1] remain. A refusal marks the backend
-// contended for 2 x ARGV[2] ms. It returns {1|0, count}.
+// genLua reads the lease generation, KEYS[3]: "<id>|<until>", where until
+// is the end, in Redis's milliseconds, of a warm-up in which acquires are
+// refused, because the lease sets may lack the leases of requests still
+// running: a leased request holds its slot until its holder renews again.
+// A warm-up of one TTL, ARGV[2] ms, starts
 //
-// KEYS[1] the backend's lease set; KEYS[2] its contended mark.
-var acquireScript = redis.NewScript(`
+//   - when the generation is missing: the key never expires, so Redis lost
+//     its data (restarted empty, failed over to a replica behind, evicted
+//     it) or was never used for leases;
+//   - when the beat, KEYS[4], which every replica's heartbeat sets to
+//     Redis's time each renewal period, is older than ARGV[5] ms (the TTL
+//     less one renewal period): no replica reached Redis for so long that
+//     leases of live requests may have expired (Redis frozen, full or
+//     unreachable for everyone).
+//
+// Within it every live replica renews its leases, putting back those that
+// expired, or they would have expired anyway. ARGV[4] is the new
+// generation's id. It sets now, ttl and warm.
+const genLua = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
+local g = redis.call('GET', KEYS[3])
+local upto = 0
+if g then upto = tonumber(string.match(g, '|(%d+)$')) or 0 end
+local beat = tonumber(redis.call('GET', KEYS[4]) or '')
+if not g or (beat and now - beat > tonumber(ARGV[5]) and now >= upto) then
+  upto = now + ttl
+  g = ARGV[4] .. '|' .. upto
+  redis.call('SET', KEYS[3], g)
+end
+local warm = now < upto
+`
+
+// acquireScript drops the expired leases, and adds ARGV[3] expiring in
+// ARGV[2] ms if fewer than ARGV[1] remain and the lease generation is not
+// warming up (genLua). A refusal marks the backend contended for 2 x
+// ARGV[2] ms. It returns {1|0, count}.
+//
+// KEYS[1] the backend's lease set; KEYS[2] its contended mark; KEYS[3] and
+// KEYS[4] the policy's lease generation and beat.
+var acquireScript = redis.NewScript(genLua + `
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
-if n >= tonumber(ARGV[1]) then
+if warm or n >= tonumber(ARGV[1]) then
   redis.call('SET', KEYS[2], '1', 'PX', 2 * ttl)
   return {0, n}
 end
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[3])
 redis.call('PEXPIRE', KEYS[1], 2 * ttl)
 return {1, n + 1}
+`)
+
+// genScript is genLua, run by the heartbeat every renewal period: a Redis
+// that lost the leases, or that no replica reached for too long, starts its
+// warm-up at the first contact of any replica, and a new fleet's before its
+// first request, most likely. It then sets the beat. KEYS[3], KEYS[4],
+// ARGV[2], ARGV[4] and ARGV[5] are used.
+var genScript = redis.NewScript(genLua + `
+redis.call('SET', KEYS[4], now)
+return 1
 `)
 
 // releaseScript removes lease ARGV[1] and, while the backend is contended
@@ -209,11 +268,12 @@ type Leases struct {
 	nstray  int
 	failing bool
 
-	room atomic.Pointer[func(string)] // as NotifyRoom set it; Options.OnRoom is told too
-	kick chan struct{}                // NotifyRoom: subscribe now, not at the next tick
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	renewals atomic.Uint64                // renewals the heartbeat has run, for tests
+	room     atomic.Pointer[func(string)] // as NotifyRoom set it; Options.OnRoom is told too
+	kick     chan struct{}                // NotifyRoom: subscribe now, not at the next tick
+	stop     chan struct{}
+	done     chan struct{}
+	once     sync.Once
 }
 
 var (
@@ -286,6 +346,12 @@ func key(st *redisstore.Store, backend string) string {
 	return "fq:" + st.HashTag() + ":capacity:" + backend
 }
 
+// genKey is the policy's lease generation (genLua).
+func genKey(st *redisstore.Store) string { return "fq:" + st.HashTag() + ":capacity-gen" }
+
+// beatKey is the policy's lease beat (genLua).
+func beatKey(st *redisstore.Store) string { return "fq:" + st.HashTag() + ":capacity-beat" }
+
 // contendedKey marks backend as having refused a request lately.
 func contendedKey(st *redisstore.Store, backend string) string {
 	return "fq:" + st.HashTag() + ":capacity-contended:" + backend
@@ -309,8 +375,8 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
 	defer cancel()
-	res, err := acquireScript.Run(ctx, st.Client(), []string{key(st, backend), contendedKey(st, backend)},
-		limit, l.o.TTL.Milliseconds(), l.member(seq)).Int64Slice()
+	res, err := acquireScript.Run(ctx, st.Client(), []string{key(st, backend), contendedKey(st, backend), genKey(st), beatKey(st)},
+		limit, l.o.TTL.Milliseconds(), l.member(seq), l.member(seq), l.staleBeat()).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = errors.New("the slot script answered " + strconv.Itoa(len(res)) + " values, want 2")
 	}
@@ -330,6 +396,20 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 	}
 	l.hold(backend, seq)
 	return capacity.Acquired
+}
+
+// staleBeat is the age of the beat past which leases of live requests may
+// have expired (genLua), in milliseconds.
+func (l *Leases) staleBeat() int64 { return (l.o.TTL - l.o.RenewInterval).Milliseconds() }
+
+// touchGeneration runs genScript: a Redis that lost the leases, or that no
+// replica reached for too long, starts its warm-up now; the beat is set.
+func (l *Leases) touchGeneration(st *redisstore.Store) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
+	defer cancel()
+	g, beat := genKey(st), beatKey(st)
+	err := genScript.Run(ctx, st.Client(), []string{g, g, g, beat}, "", l.o.TTL.Milliseconds(), "", l.prefix+"gen", l.staleBeat()).Err()
+	l.outcome(st, err)
 }
 
 // maxStray bounds the stray leases remembered for removal.
@@ -429,6 +509,9 @@ func (l *Leases) heartbeat() {
 	defer t.Stop()
 	var sub subscription
 	defer sub.close()
+	if st := l.o.Store(); st != nil && st.Up() {
+		l.touchGeneration(st)
+	}
 	sub.follow(l.o.Store(), l.wantRoom())
 	for {
 		select {
@@ -438,6 +521,7 @@ func (l *Leases) heartbeat() {
 			sub.follow(l.o.Store(), l.wantRoom())
 		case <-t.C():
 			l.renew()
+			l.renewals.Add(1)
 			sub.follow(l.o.Store(), l.wantRoom())
 		case m, ok := <-sub.ch:
 			if !ok {
@@ -504,6 +588,7 @@ func (l *Leases) renew() {
 	if st == nil || !st.Up() {
 		return
 	}
+	l.touchGeneration(st)
 	type batch struct {
 		backend string
 		args    []any

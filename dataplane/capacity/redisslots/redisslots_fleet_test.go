@@ -17,13 +17,16 @@ limitations under the License.
 package redisslots
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/capacity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter/redisstore"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // trackerOnly is a replica as a data plane builds it: Leases without
@@ -81,4 +84,113 @@ func TestATrackerHearsAnotherReplicasRelease(t *testing.T) {
 		t.Fatalf("b after the room: %v", r)
 	}
 	b1.Release()
+}
+
+// TestARedisThatLostItsLeasesRefusesForOneTTL restarts redis-server empty
+// while replica a holds the fleet's only slot. Before a's next renewal puts
+// its lease back, the empty set would let b take a second slot: the backend
+// would hold two at a maxInFlight of one. The lease generation, a key that
+// never expires, is gone with the data, so the first contact after the
+// restart starts a warm-up of one TTL, in which every live replica renews
+// its leases (or they would have expired anyway), and acquires are refused;
+// then the count is the fleet's again.
+func TestARedisThatLostItsLeasesRefusesForOneTTL(t *testing.T) {
+	f := newFleetFailing(t, redisstore.FailClosed)
+	f.liveElsewhere()
+	o := Options{RenewInterval: fast.RenewInterval, TTL: fast.TTL}
+	a, b := f.replica("a", 1, o), f.replica("b", 1, o)
+	var a1, b1 capacity.Slot
+	if r := a.acquire(&a1); r != capacity.Acquired {
+		t.Fatalf("a: %v", r)
+	}
+	if r := b.acquire(&b1); r != capacity.Saturated {
+		t.Fatalf("b while a holds the slot: %v", r)
+	}
+	if err := f.srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.srv.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyWithin(t, 10*time.Second, "the store on Redis", func() bool {
+		return f.store.Up() && f.client.Ping(context.Background()).Err() == nil
+	})
+	restarted := time.Now()
+	if r := b.acquire(&b1); r != capacity.Saturated {
+		b1.Release()
+		t.Fatalf("b on a Redis that lost a's lease, before a renewed: %v, want saturated", r)
+	}
+	a.renewNow(t, f) // a's lease is back
+	if n := f.leases(t); n != 1 {
+		t.Fatalf("%d leases after a's renewal, want 1", n)
+	}
+	if r := b.acquire(&b1); r != capacity.Saturated {
+		t.Fatalf("b with a's lease back: %v, want saturated", r)
+	}
+	a1.Release()
+	time.Sleep(fast.TTL - time.Since(restarted)) // Redis's clock: the warm-up ends
+	testutil.Eventually(t, "b admitted once the warm-up is over", func() bool {
+		if b.acquire(&b1) == capacity.Acquired {
+			b1.Release()
+			return true
+		}
+		return false
+	})
+}
+
+// beatNow sets the beat to Redis's time, as a heartbeat's genScript does.
+var beatNow = redis.NewScript(`
+local t = redis.call('TIME')
+redis.call('SET', KEYS[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+return 1
+`)
+
+// liveElsewhere keeps the beat fresh every 20 ms until the test ends, as
+// the live replicas of a fleet do: the tests' heartbeats run on fake
+// clocks, and without it Redis would see no replica for longer than a lease
+// lives unrenewed and warm up (genLua).
+func (f *fleet) liveElsewhere() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_ = beatNow.Run(ctx, f.client, []string{beatKey(f.store)}).Err()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	f.t.Cleanup(func() { cancel(); <-done })
+}
+
+// TestNoReplicaReachingRedisForALeaseLifeRefusesForOneTTL: when no
+// replica's heartbeat reached Redis for longer than a lease lives
+// unrenewed (Redis frozen, full or unreachable for the whole fleet), the
+// leases of requests still running have expired, and until their holders
+// renew, the empty set would admit past maxInFlight. The stale beat starts
+// a warm-up of one TTL instead. Here the heartbeats run on fake clocks not
+// stepped, which Redis cannot tell from an outage.
+func TestNoReplicaReachingRedisForALeaseLifeRefusesForOneTTL(t *testing.T) {
+	f := newFleetFailing(t, redisstore.FailClosed)
+	o := Options{RenewInterval: fast.RenewInterval, TTL: fast.TTL}
+	a, b := f.replica("a", 1, o), f.replica("b", 1, o)
+	var a1, b1 capacity.Slot
+	if r := a.acquire(&a1); r != capacity.Acquired {
+		t.Fatalf("a: %v", r)
+	}
+	defer a1.Release()
+	time.Sleep(fast.TTL + 50*time.Millisecond) // Redis's clock: a's lease expires unrenewed
+	if r := b.acquire(&b1); r != capacity.Saturated {
+		b1.Release()
+		t.Fatalf("b after no replica reached Redis for a lease's life, a's request still running: %v, want saturated", r)
+	}
+	a.renewNow(t, f) // a's lease is back
+	if n := f.leases(t); n != 1 {
+		t.Fatalf("%d leases after a's renewal, want 1", n)
+	}
 }
