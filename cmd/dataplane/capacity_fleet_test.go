@@ -500,3 +500,104 @@ func TestCapacityFleetRedisRestarted(t *testing.T) {
 	answers(t, held, maxInFlight, 5*time.Second, "held requests")
 	testutil.Eventually(t, "every lease released", func() bool { return leases(t, rc) == 0 })
 }
+
+// setMaxmemory sets Redis's maxmemory: below what it uses, with noeviction,
+// every write that may grow it is refused (OOM) while deletions still run;
+// "0" lifts the limit.
+func setMaxmemory(t *testing.T, rc *redis.Client, v string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := rc.ConfigSet(ctx, "maxmemory", v).Err(); err != nil {
+		t.Fatalf("CONFIG SET maxmemory %s: %v", v, err)
+	}
+}
+
+// TestCapacityFleetRedisFull makes redis-server full (maxmemory below what
+// it uses, noeviction) for 4 s (past the lease TTL) while one replica holds
+// two slots and ends one of them. The release still removes its lease (a
+// deletion is allowed when full); new requests are admitted on leases Redis
+// counts, not refused (any refusal must be 503 store_unavailable with a
+// Retry-After); and once memory is freed, with clients asking at once on
+// the other replica, the backend never holds more than maxInFlight.
+func TestCapacityFleetRedisFull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("keeps redis-server full for seconds")
+	}
+	rs := redistest.Start(t, "--maxmemory-policy", "noeviction")
+	up := newFleetBackend(t)
+	const maxInFlight = 2
+	fleet := startCapacityFleet(t, rs, up.srv.URL, 2, maxInFlight, 10*time.Second, config.FailClosed)
+	a, b := fleet[0], fleet[1]
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer func() { _ = rc.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	long := hold(t, ctx, up, a, "heavy", "long", 1, 1)
+	short := hold(t, ctx, up, a, "heavy", "short", 1, 2)
+	testutil.Eventually(t, "the replicas' heartbeats beating", func() bool {
+		return rc.Exists(ctx, "fq:{ns/llm}:capacity-beat").Val() == 1
+	})
+	setMaxmemory(t, rc, "1") // far below what Redis uses: full
+	fullAt := time.Now()
+	freed := false
+	free := func() {
+		if !freed {
+			freed = true
+			setMaxmemory(t, rc, "0")
+		}
+	}
+	defer free()
+	up.openGate("short")
+	if h := answers(t, short, 1, 5*time.Second, "a held request ending while Redis is full")[0]; h.code != http.StatusOK {
+		t.Errorf("a held request ending while Redis is full: %d %s %v", h.code, h.body, h.err)
+	}
+	testutil.EventuallyWithin(t, 5*time.Second, "the ended request's lease removed though Redis is full", func() bool { return leases(t, rc) == 1 })
+	// Redis lets a script write once it has written, and the slot scripts
+	// and the beat start with a deletion, so slots are taken, counted and
+	// renewed while Redis is full: with no rate limit to fail, requests
+	// are admitted as before. A 503 would be a store marked down by failed
+	// slot calls (before, by the beat going stale: see genScript).
+	got := map[int]int{}
+	for time.Since(fullAt) < 4*time.Second {
+		for _, r := range fleet {
+			n := fleetCall(ctx, r, "light", 0, "")
+			got[n.code]++
+			if n.code != http.StatusOK && (n.code != http.StatusServiceUnavailable || !strings.Contains(n.body, "store_unavailable") || n.retryAfter == "") {
+				t.Errorf("a new request while Redis is full: %d in %v %s (Retry-After %q); want 200 or 503 store_unavailable with a Retry-After", n.code, n.took, n.body, n.retryAfter)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("new requests while Redis was full, by status: %v", got)
+	if got[http.StatusServiceUnavailable] > 0 {
+		t.Errorf("%d requests refused 503 while Redis was full and every lease could be renewed", got[http.StatusServiceUnavailable])
+	}
+	time.Sleep(4*time.Second - time.Since(fullAt)) // past the TTL: the long request's lease expires unrenewed
+	free()
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	freedAt := time.Now()
+	for range 4 {
+		wg.Go(func() {
+			for time.Since(freedAt) < 5*time.Second {
+				if fleetCall(ctx, b, "light", 50*time.Millisecond, "").code == http.StatusOK {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	testutil.WaitGroupWithin(t, 30*time.Second, "the clients after Redis was freed", &wg)
+	t.Logf("after Redis was freed: %d admitted on the other replica in 5 s", admitted.Load())
+	if p := up.peak.Load(); p > maxInFlight {
+		t.Errorf("the backend held %d requests at once after Redis was freed; maxInFlight is %d", p, maxInFlight)
+	}
+	if admitted.Load() == 0 {
+		t.Error("nothing admitted in the 5 s after Redis was freed")
+	}
+	testutil.EventuallyWithin(t, 10*time.Second, "the long request's lease, and only that", func() bool { return leases(t, rc) == 1 })
+	up.openGate("long")
+	answers(t, long, 1, 5*time.Second, "the long request")
+	testutil.Eventually(t, "every lease released", func() bool { return leases(t, rc) == 0 })
+}

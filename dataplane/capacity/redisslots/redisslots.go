@@ -55,7 +55,7 @@ limitations under the License.
 //
 // A lease set can lack the leases of requests still running: Redis lost its
 // data (restarted empty, failed over to a replica behind), or no replica
-// reached it for longer than a lease lives unrenewed (frozen, full or
+// reached it for longer than a lease lives unrenewed (frozen or
 // unreachable for the whole fleet), so the leases expired by Redis's clock.
 // Until every holder's next renewal puts them back, the set would admit
 // past maxInFlight. So the policy keeps a lease generation that never
@@ -127,7 +127,7 @@ const (
 //   - when the beat, KEYS[4], which every replica's heartbeat sets to
 //     Redis's time each renewal period, is older than ARGV[5] ms (the TTL
 //     less one renewal period): no replica reached Redis for so long that
-//     leases of live requests may have expired (Redis frozen, full or
+//     leases of live requests may have expired (Redis frozen or
 //     unreachable for everyone).
 //
 // Within it every live replica renews its leases, putting back those that
@@ -172,8 +172,17 @@ return {1, n + 1}
 // that lost the leases, or that no replica reached for too long, starts its
 // warm-up at the first contact of any replica, and a new fleet's before its
 // first request, most likely. It then sets the beat. KEYS[3], KEYS[4],
-// ARGV[2], ARGV[4] and ARGV[5] are used.
-var genScript = redis.NewScript(genLua + `
+// ARGV[2], ARGV[4] and ARGV[5] are used; KEYS[1] is a key never written.
+//
+// A full Redis (maxmemory, noeviction) refuses a script's first write that
+// may grow memory, but not the writes after one, and the slot scripts start
+// with a deletion (ZREMRANGEBYSCORE), so leases are taken and renewed while
+// Redis is full. The beat, a fixed-size overwrite, follows a deletion too:
+// otherwise a full Redis would go stale and start a warm-up while every
+// lease is being renewed.
+var genScript = redis.NewScript(`
+redis.call('DEL', KEYS[1])
+` + genLua + `
 redis.call('SET', KEYS[4], now)
 return 1
 `)
@@ -407,8 +416,8 @@ func (l *Leases) staleBeat() int64 { return (l.o.TTL - l.o.RenewInterval).Millis
 func (l *Leases) touchGeneration(st *redisstore.Store) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
 	defer cancel()
-	g, beat := genKey(st), beatKey(st)
-	err := genScript.Run(ctx, st.Client(), []string{g, g, g, beat}, "", l.o.TTL.Milliseconds(), "", l.prefix+"gen", l.staleBeat()).Err()
+	none := "fq:" + st.HashTag() + ":capacity-none"
+	err := genScript.Run(ctx, st.Client(), []string{none, none, genKey(st), beatKey(st)}, "", l.o.TTL.Milliseconds(), "", l.prefix+"gen", l.staleBeat()).Err()
 	l.outcome(st, err)
 }
 
