@@ -351,6 +351,41 @@ func hold(t *testing.T, ctx context.Context, up *fleetBackend, r *fleetReplica, 
 	return out
 }
 
+// rush has 4 clients send requests of 50 ms through r for d, at once, and
+// checks that the backend never held more than maxInFlight meanwhile (nor
+// before). It returns the answers' status codes, counted, and checks that
+// every refusal carries a Retry-After.
+func rush(t *testing.T, ctx context.Context, up *fleetBackend, r *fleetReplica, d time.Duration, maxInFlight int64, what string) map[int]int {
+	t.Helper()
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var bad []string
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for time.Since(start) < d {
+				a := fleetCall(ctx, r, "light", 50*time.Millisecond, "")
+				mu.Lock()
+				codes[a.code]++
+				if a.code != http.StatusOK && a.retryAfter == "" {
+					bad = append(bad, fmt.Sprintf("%d %s", a.code, a.body))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	testutil.WaitGroupWithin(t, d+30*time.Second, "the clients "+what, &wg)
+	t.Logf("%s: answers by status %v", what, codes)
+	if p := up.peak.Load(); p > maxInFlight {
+		t.Errorf("the backend held %d requests at once %s; maxInFlight is %d", p, what, maxInFlight)
+	}
+	if len(bad) > 0 {
+		t.Errorf("%d refusals %s without a Retry-After, e.g. %s", len(bad), what, bad[0])
+	}
+	return codes
+}
+
 // answers waits for n answers on ch, each within limit of the call.
 func answers(t *testing.T, ch <-chan fleetAnswer, n int, limit time.Duration, what string) []fleetAnswer {
 	t.Helper()
@@ -424,24 +459,7 @@ func TestCapacityFleetFrozenRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	frozen = false
-	thawed := time.Now()
-	var wg sync.WaitGroup
-	var admitted atomic.Int64
-	for range 4 {
-		wg.Go(func() {
-			for time.Since(thawed) < 5*time.Second {
-				if fleetCall(ctx, b, "light", 50*time.Millisecond, "").code == http.StatusOK {
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	testutil.WaitGroupWithin(t, 30*time.Second, "the clients after the thaw", &wg)
-	t.Logf("after the thaw: %d admitted on the other replica in 5 s", admitted.Load())
-	if p := up.peak.Load(); p > maxInFlight {
-		t.Errorf("the backend held %d requests at once after the thaw; maxInFlight is %d", p, maxInFlight)
-	}
-	if admitted.Load() == 0 {
+	if codes := rush(t, ctx, up, b, 5*time.Second, maxInFlight, "after the thaw"); codes[http.StatusOK] == 0 {
 		t.Error("nothing admitted in the 5 s after the thaw")
 	}
 	testutil.EventuallyWithin(t, 10*time.Second, "the two long requests' leases, and only those", func() bool { return leases(t, rc) == 2 })
@@ -476,23 +494,7 @@ func TestCapacityFleetRedisRestarted(t *testing.T) {
 	if err := rs.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	restarted := time.Now()
-	var wg sync.WaitGroup
-	var codes sync.Map
-	for range 4 {
-		wg.Go(func() {
-			for time.Since(restarted) < 3*time.Second {
-				c := fleetCall(ctx, b, "light", 50*time.Millisecond, "")
-				v, _ := codes.LoadOrStore(c.code, new(atomic.Int64))
-				v.(*atomic.Int64).Add(1)
-			}
-		})
-	}
-	testutil.WaitGroupWithin(t, 20*time.Second, "the clients", &wg)
-	codes.Range(func(k, v any) bool { t.Logf("after the restart: %d x %v", v.(*atomic.Int64).Load(), k); return true })
-	if p := up.peak.Load(); p > maxInFlight {
-		t.Errorf("the backend held %d requests at once after Redis restarted; maxInFlight is %d", p, maxInFlight)
-	}
+	rush(t, ctx, up, b, 3*time.Second, maxInFlight, "after Redis restarted")
 	if n := leases(t, rc); n != maxInFlight {
 		t.Errorf("leases after the restart with %d requests held: %d", maxInFlight, n)
 	}
@@ -576,24 +578,7 @@ func TestCapacityFleetRedisFull(t *testing.T) {
 	}
 	time.Sleep(4*time.Second - time.Since(fullAt)) // past the TTL: the long request's lease expires unrenewed
 	free()
-	var wg sync.WaitGroup
-	var admitted atomic.Int64
-	freedAt := time.Now()
-	for range 4 {
-		wg.Go(func() {
-			for time.Since(freedAt) < 5*time.Second {
-				if fleetCall(ctx, b, "light", 50*time.Millisecond, "").code == http.StatusOK {
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	testutil.WaitGroupWithin(t, 30*time.Second, "the clients after Redis was freed", &wg)
-	t.Logf("after Redis was freed: %d admitted on the other replica in 5 s", admitted.Load())
-	if p := up.peak.Load(); p > maxInFlight {
-		t.Errorf("the backend held %d requests at once after Redis was freed; maxInFlight is %d", p, maxInFlight)
-	}
-	if admitted.Load() == 0 {
+	if codes := rush(t, ctx, up, b, 5*time.Second, maxInFlight, "after Redis was freed"); codes[http.StatusOK] == 0 {
 		t.Error("nothing admitted in the 5 s after Redis was freed")
 	}
 	testutil.EventuallyWithin(t, 10*time.Second, "the long request's lease, and only that", func() bool { return leases(t, rc) == 1 })

@@ -152,7 +152,10 @@ local warm = now < upto
 // acquireScript drops the expired leases, and adds ARGV[3] expiring in
 // ARGV[2] ms if fewer than ARGV[1] remain and the lease generation is not
 // warming up (genLua). A refusal marks the backend contended for 2 x
-// ARGV[2] ms. It returns {1|0, count}.
+// ARGV[2] ms. A lease taken sets the beat if there is none yet, so that no
+// lease is ever in Redis without a beat to go stale (a replica's heartbeat
+// first beats up to a renewal period after its store appears). It returns
+// {1|0, count}.
 //
 // KEYS[1] the backend's lease set; KEYS[2] its contended mark; KEYS[3] and
 // KEYS[4] the policy's lease generation and beat.
@@ -165,6 +168,9 @@ if warm or n >= tonumber(ARGV[1]) then
 end
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[3])
 redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+if not beat then
+  redis.call('SET', KEYS[4], now)
+end
 return {1, n + 1}
 `)
 
