@@ -1,7 +1,8 @@
 // Command fakeupstream serves a tiny OpenAI-compatible API (chat completions
 // and completions, optionally streamed, with OpenAI-style token usage, and a
 // model list) with configurable latency and answer length, for demos and
-// local runs of the data plane. With --sim it serves instead a simulated
+// local runs of the data plane; a request header X-Fake-Fault (reset, break,
+// hang) makes it fail as a broken or hung backend does. With --sim it serves instead a simulated
 // continuous-batching GPU server (internal/modelsim, docs/modelsim.md) whose
 // latency follows its load, with vLLM's /metrics. It is not part of the
 // production image.
@@ -42,10 +43,12 @@ func main() {
 	version.AddFlag(flag.CommandLine)
 	flag.Parse()
 
-	var handler http.Handler = fakeupstream.New(fakeupstream.Options{
+	fake := fakeupstream.New(fakeupstream.Options{
 		Latency: *latency, Chunks: *chunks, ChunkInterval: *chunkInterval, Models: strings.Split(*models, ","),
 		CompletionTokens: *completionTokens, CompletionFraction: *completionFraction,
 	})
+	defer fake.Close()
+	var handler http.Handler = fake
 	what := "fake OpenAI upstream"
 	if *sim {
 		s, err := modelsim.New(clock.RealClock{}, *simCfg)
@@ -64,6 +67,7 @@ func main() {
 			<-ctx.Done()
 			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
+			fake.Close() // hung requests (X-Fake-Fault: hang) would hold Shutdown
 			_ = srv.Shutdown(shutdownCtx)
 		}()
 		log.Printf("%s listening on %s", what, *listen)

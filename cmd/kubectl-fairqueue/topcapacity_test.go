@@ -182,7 +182,7 @@ func TestTopScrapesARealCapacityTracker(t *testing.T) {
 		{Name: "static", MaxInFlight: 2},
 		{Name: "dark", MaxInFlight: 4, Saturation: sat(down.URL + "/metrics")},
 	}
-	if err := tracker.Apply(backends); err != nil {
+	if err := tracker.Apply(backends, 0); err != nil {
 		t.Fatal(err)
 	}
 	var slots [2]capacity.Slot

@@ -16,6 +16,8 @@ limitations under the License.
 
 package admission
 
+import "github.com/fairqueue/fairqueue/dataplane/fairqueue"
+
 // Reasons a request's band (Request.Band) is ignored, as a BandObserver
 // sees them.
 const (
@@ -105,5 +107,12 @@ func (c *Controller) holdBand(r *Request) string {
 	if p.settings.Enabled {
 		tenant, _, _ = r.Identity.Tenant(p.settings.TenantDimension)
 	}
-	return w.BandName(max(r.band, w.BandOf(tenant)))
+	return w.BandName(r.bandIn(w, tenant))
+}
+
+// bandIn is the index of the band r is scheduled in under w, its tenant's
+// being tenant: the band r asked for when below its tenant's, else its
+// tenant's. The token hold queue and a capacity wait's claim both use it.
+func (r *Request) bandIn(w *fairqueue.Weights, tenant string) int {
+	return max(r.band, w.BandOf(tenant))
 }

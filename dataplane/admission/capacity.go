@@ -13,7 +13,7 @@ import (
 
 // LimitTypeCapacity is the limit_type of a refusal because every candidate
 // backend was saturated (SPEC 6b).
-const LimitTypeCapacity = "capacity"
+const LimitTypeCapacity = capacity.LimitType
 
 // CapacityKind is the fairqueue.LimitKey kind of a wait for backend
 // capacity: a key space of its own, after the limiter's dimensions, so no
@@ -101,7 +101,7 @@ func (c *Controller) claim(r *Request, tenant string, queueable bool) capacity.C
 		return capacity.Claim{Tenant: tenant, Band: r.band, Weight: 1, Cost: c.queueCost(*r)}
 	}
 	w := &p.queues.weights
-	return capacity.Claim{Tenant: tenant, Band: max(r.band, w.BandOf(tenant)), Weight: w.Of(tenant), Cost: c.queueCost(*r)}
+	return capacity.Claim{Tenant: tenant, Band: r.bandIn(w, tenant), Weight: w.Of(tenant), Cost: c.queueCost(*r)}
 }
 
 // capacityRefusal is the immediate 429 of a request that cannot wait for a

@@ -21,7 +21,7 @@ func BenchmarkBeginCapacity(b *testing.B) {
 			if on {
 				tr := capacity.New(capacity.Options{})
 				b.Cleanup(tr.Close)
-				if err := tr.Apply([]capacity.Backend{{Name: "a", MaxInFlight: 1 << 20}, {Name: "b", MaxInFlight: 1 << 20}}); err != nil {
+				if err := tr.Apply([]capacity.Backend{{Name: "a", MaxInFlight: 1 << 20}, {Name: "b", MaxInFlight: 1 << 20}}, 0); err != nil {
 					b.Fatal(err)
 				}
 				r.Capacity = Capacity{Tracker: tr, Candidates: []string{"a", "b"}}

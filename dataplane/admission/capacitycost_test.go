@@ -36,7 +36,7 @@ func TestCapacityWaitChargesTheEstimatedTokens(t *testing.T) {
 		tokens: TokenSettings{Enabled: true, MaxWait: 10 * time.Second, CostTokens: true}})
 	tr := capacity.New(capacity.Options{OnRoom: func(string) { e.c.WakeCapacity() }})
 	t.Cleanup(tr.Close)
-	if err := tr.Apply([]capacity.Backend{{Name: "a", MaxInFlight: 1}}); err != nil {
+	if err := tr.Apply([]capacity.Backend{{Name: "a", MaxInFlight: 1}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	r := Request{Identity: alice, Model: "m", Reserver: reserverFunc(func() int64 { return 300 }),

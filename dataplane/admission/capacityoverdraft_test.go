@@ -45,7 +45,7 @@ func TestCapacityLightTenantOverdraftsTheFloodsWindow(t *testing.T) {
 	tr := capacity.New(capacity.Options{Clock: e.clk, OnRoom: func(string) { e.c.WakeCapacity() }})
 	t.Cleanup(tr.Close)
 	backend := capacity.Backend{Name: "a", MaxInFlight: 64}
-	if err := tr.Apply([]capacity.Backend{backend}); err != nil {
+	if err := tr.Apply([]capacity.Backend{backend}, 0); err != nil {
 		t.Fatal(err)
 	}
 	heavy := Request{Identity: bob, Capacity: Capacity{Tracker: tr, Candidates: []string{"a"}}}
@@ -72,7 +72,7 @@ func TestCapacityLightTenantOverdraftsTheFloodsWindow(t *testing.T) {
 	backend.Saturation = &config.Saturation{MetricsURL: srv.URL, Interval: config.Duration{Duration: time.Second},
 		Timeout: config.Duration{Duration: time.Second}, StaleAfter: config.Duration{Duration: time.Hour},
 		Signals: []config.Signal{{Metric: "vllm:num_requests_waiting", Max: 0}}}
-	if err := tr.Apply([]capacity.Backend{backend}); err != nil {
+	if err := tr.Apply([]capacity.Backend{backend}, 0); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "the first reading", func() bool {

@@ -39,7 +39,7 @@ func oneSlot(t *testing.T, e *env) Capacity {
 	t.Helper()
 	tr := capacity.New(capacity.Options{OnRoom: func(string) { e.c.WakeCapacity() }})
 	t.Cleanup(tr.Close)
-	if err := tr.Apply([]capacity.Backend{{Name: "a", MaxInFlight: 1}}); err != nil {
+	if err := tr.Apply([]capacity.Backend{{Name: "a", MaxInFlight: 1}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	return Capacity{Tracker: tr, Candidates: []string{"a"}, Spacing: capSpacing}

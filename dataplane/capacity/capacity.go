@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -29,6 +30,11 @@ import (
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
 )
+
+// LimitType is the limit_type (SPEC 6b) of a request refused, or queued,
+// because every candidate backend was saturated: admission's decisions and
+// the queue metrics' label both name it so.
+const LimitType = "capacity"
 
 // Result is the outcome of an Acquire.
 type Result uint8
@@ -151,7 +157,8 @@ type Options struct {
 	// MaxBodyBytes bounds a metrics body; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// MaxTenants bounds the tenants counted per backend, and waiting, for
-	// the overdraft's shares; zero means config.DefaultMaxTenants.
+	// the overdraft's shares, until an Apply sets it; zero means
+	// config.DefaultMaxTenants.
 	MaxTenants int
 }
 
@@ -167,8 +174,8 @@ type Tracker struct {
 	ownHTTP bool
 	seq     atomic.Uint64 // the last lease number handed out
 
-	maxTenants int
-	waiters    waiters // requests waiting for a slot, by tenant and band
+	maxTenants atomic.Int64 // bounds the entries of waiters and of each backend's holders
+	waiters    waiters      // requests waiting for a slot, by tenant and band
 
 	current atomic.Pointer[snapshot]
 
@@ -180,23 +187,41 @@ type Tracker struct {
 type snapshot struct {
 	byName map[string]*backend
 	order  []*backend // as configured, for Stats
+	// locking is order sorted by name: the order in which the holders of
+	// several backends are locked (overdraft.go).
+	locking []*backend
 	// signals: some backend has saturation signals, so a Claim counts.
 	signals bool
+	// pool, when known (ApplyPool), names every backend of the config in
+	// force, with an entry or without. A candidate in neither it nor
+	// byName was removed by a reload the request waited through.
+	pool map[string]struct{}
+	// removed holds the backends reloads removed while requests still held
+	// their slots, at most maxRemoved: one brought back before they end
+	// counts them in its in-flight count, so its maxInFlight still does.
+	removed map[string]*backend
 }
+
+// maxRemoved bounds snapshot.removed; past it a backend brought back
+// starts from 0 in flight (its old slots release into the old count).
+const maxRemoved = 1024
 
 // backend is one backend's live state. Its count outlives a reload that
 // keeps the backend.
 type backend struct {
-	name     string
-	t        *Tracker
-	max      atomic.Int64
-	inFlight atomic.Int64
+	name string
+	t    *Tracker
+	max  atomic.Int64
+	// inFlight is shared with the backend of the same name a reload
+	// removed while its slots were held, so their releases count here.
+	inFlight *atomic.Int64
 	full     atomic.Bool // a fresh signal is over its max with nothing in flight to hold back
 	// window, when positive, is the in-flight count b may reach, learned
 	// from its saturation signals (poller.adjust); 0 means maxInFlight
 	// alone bounds it.
 	window    atomic.Int64
 	contended atomic.Bool // refused a request since the last OnRoom
+	retired   atomic.Bool // no longer in force (removed, or the Tracker closed)
 	holders   holders     // claimed slots by tenant and band (overdraft.go)
 	// over is the overdraft outstanding: slots taken above the window
 	// and not yet repaid by a release (overdraft.go). The window's growth
@@ -224,10 +249,10 @@ func New(o Options) *Tracker {
 	if t.opts.MaxBodyBytes <= 0 {
 		t.opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	t.maxTenants = o.MaxTenants
-	if t.maxTenants <= 0 {
-		t.maxTenants = config.DefaultMaxTenants
+	if o.MaxTenants <= 0 {
+		o.MaxTenants = config.DefaultMaxTenants
 	}
+	t.maxTenants.Store(int64(o.MaxTenants))
 	t.current.Store(&snapshot{byName: map[string]*backend{}})
 	if fr, ok := o.Shared.(FleetRoom); ok {
 		fr.NotifyRoom(t.fleetRoom)
@@ -279,9 +304,20 @@ func Validate(bs []Backend) error {
 	return errors.Join(errs...)
 }
 
-// Apply puts bs in force (see the package doc's Reload). On an error
-// nothing changes.
-func (t *Tracker) Apply(bs []Backend) error {
+// Apply puts bs in force (see the package doc's Reload), and maxTenants,
+// the policy's fairQueuing.bounds.maxTenants, as the bound on the tenants
+// counted for the overdraft's shares (Options.MaxTenants); zero keeps the
+// bound. A lower bound counts no new tenant until enough entries leave. On
+// an error nothing changes.
+func (t *Tracker) Apply(bs []Backend, maxTenants int) error { return t.ApplyPool(bs, maxTenants, nil) }
+
+// ApplyPool is Apply for a config whose backends, with a capacity entry
+// or without, are pool. A request that waited through a reload still
+// lists the backends of the config it arrived under; AcquireAny then skips
+// one no longer in pool, instead of taking it as a backend without an
+// entry, which nothing bounds and the pool no longer has. A nil pool
+// leaves every backend without an entry untracked.
+func (t *Tracker) ApplyPool(bs []Backend, maxTenants int, pool []string) error {
 	if err := Validate(bs); err != nil {
 		return err
 	}
@@ -292,11 +328,21 @@ func (t *Tracker) Apply(bs []Backend) error {
 	}
 	old := t.current.Load()
 	next := &snapshot{byName: make(map[string]*backend, len(bs)), order: make([]*backend, 0, len(bs))}
+	if pool != nil {
+		next.pool = make(map[string]struct{}, len(pool))
+		for _, name := range pool {
+			next.pool[name] = struct{}{}
+		}
+	}
 	var room []*backend
 	for _, cfg := range bs {
 		b := old.byName[cfg.Name]
 		if b == nil {
-			b = &backend{name: cfg.Name, t: t}
+			count := new(atomic.Int64)
+			if r := old.removed[cfg.Name]; r != nil {
+				count = r.inFlight // brought back while its slots are held
+			}
+			b = &backend{name: cfg.Name, t: t, inFlight: count}
 		}
 		prev := b.max.Swap(int64(cfg.MaxInFlight))
 		if prev != 0 && int64(cfg.MaxInFlight) > prev {
@@ -318,18 +364,31 @@ func (t *Tracker) Apply(bs []Backend) error {
 		next.order = append(next.order, b)
 		next.signals = next.signals || cfg.Saturation != nil
 	}
+	for name, b := range old.removed {
+		if next.byName[name] == nil && b.inFlight.Load() > 0 {
+			next.keepCount(b)
+		}
+	}
 	for name, b := range old.byName {
 		if next.byName[name] != nil {
 			continue
 		}
+		b.retired.Store(true) // before the snapshot without it (overdraft.go)
 		if p := b.poller.Swap(nil); p != nil {
 			p.stop()
 			b.full.Store(false)
+		}
+		if b.inFlight.Load() > 0 {
+			next.keepCount(b)
 		}
 		// Nothing bounds a removed backend: its waiters may go now.
 		if b.contended.Load() || b.inFlight.Load() >= b.max.Load() {
 			room = append(room, b)
 		}
+	}
+	next.locking = slices.SortedFunc(slices.Values(next.order), func(a, b *backend) int { return strings.Compare(a.name, b.name) })
+	if maxTenants > 0 {
+		t.maxTenants.Store(int64(maxTenants))
 	}
 	t.current.Store(next)
 	for _, b := range room {
@@ -337,6 +396,10 @@ func (t *Tracker) Apply(bs []Backend) error {
 	}
 	return nil
 }
+
+// tenantLimit is the bound on the entries of the waiters and of each
+// backend's holders.
+func (t *Tracker) tenantLimit() int { return int(t.maxTenants.Load()) }
 
 // Close stops every poller and drops the backends; slots still held
 // release harmlessly. Apply fails afterwards.
@@ -348,6 +411,7 @@ func (t *Tracker) Close() {
 	}
 	t.closed = true
 	for _, b := range t.current.Load().byName {
+		b.retired.Store(true)
 		if p := b.poller.Swap(nil); p != nil {
 			p.stop()
 		}
@@ -441,12 +505,20 @@ func (t *Tracker) AcquireAnyFor(s *Slot, c Claim, candidates []string, start int
 	}
 	snap := t.current.Load()
 	worst := Saturated
+	gone, known := -1, false // the first candidate a reload removed; any not removed
 	for i := range n {
 		idx := (start + i) % n
 		b := snap.byName[candidates[idx]]
 		if b == nil {
-			return idx, Untracked
+			if !snap.gone(candidates[idx]) {
+				return idx, Untracked
+			}
+			if gone < 0 {
+				gone = idx
+			}
+			continue
 		}
+		known = true
 		r := b.acquire(s, &c)
 		if r.OK() {
 			return idx, r
@@ -455,7 +527,34 @@ func (t *Tracker) AcquireAnyFor(s *Slot, c Claim, candidates []string, start int
 			worst = Unavailable
 		}
 	}
+	if !known {
+		// Every candidate is gone: the caller's backends in force answer
+		// (the pool has none of them), not a wait for slots that no
+		// release will free.
+		return gone, Untracked
+	}
 	return -1, worst
+}
+
+// keepCount keeps b, removed with slots in flight, for a reload that
+// brings it back: the new backend shares its count.
+func (s *snapshot) keepCount(b *backend) {
+	if s.removed == nil {
+		s.removed = map[string]*backend{}
+	}
+	if len(s.removed) < maxRemoved {
+		s.removed[b.name] = b
+	}
+}
+
+// gone reports whether a backend without an entry was removed from the
+// pool (known only after ApplyPool).
+func (s *snapshot) gone(name string) bool {
+	if s.pool == nil {
+		return false
+	}
+	_, ok := s.pool[name]
+	return !ok
 }
 
 // Claims reports whether a Claim can count: some backend has saturation

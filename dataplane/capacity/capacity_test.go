@@ -55,7 +55,7 @@ func newTracker(t *testing.T, o Options, bs ...Backend) *Tracker {
 	t.Helper()
 	tr := New(o)
 	t.Cleanup(tr.Close)
-	if err := tr.Apply(bs); err != nil {
+	if err := tr.Apply(bs, 0); err != nil {
 		t.Fatal(err)
 	}
 	return tr
@@ -242,7 +242,7 @@ func TestReloadKeepsCountsAndReleaseAfterReloadIsSafe(t *testing.T) {
 	tr.Acquire(&s1, "a")
 	tr.Acquire(&s2, "a")
 	tr.Acquire(&sg, "gone")
-	if err := tr.Apply([]Backend{{Name: "a", MaxInFlight: 1}}); err != nil {
+	if err := tr.Apply([]Backend{{Name: "a", MaxInFlight: 1}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if n := inFlight(tr, "a"); n != 2 {
@@ -254,7 +254,7 @@ func TestReloadKeepsCountsAndReleaseAfterReloadIsSafe(t *testing.T) {
 		t.Fatal("a lowered maxInFlight admitted over it")
 	}
 	before := rm.count()
-	if err := tr.Apply([]Backend{{Name: "a", MaxInFlight: 3}}); err != nil {
+	if err := tr.Apply([]Backend{{Name: "a", MaxInFlight: 3}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if rm.count() != before+1 {
@@ -267,7 +267,7 @@ func TestReloadKeepsCountsAndReleaseAfterReloadIsSafe(t *testing.T) {
 	s3.Release()
 	tr.Close()
 	s3.Release() // after Close: harmless
-	if err := tr.Apply(nil); !errors.Is(err, ErrClosed) {
+	if err := tr.Apply(nil, 0); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Apply after Close: %v", err)
 	}
 }
@@ -303,7 +303,7 @@ func TestValidateNamesTheBackendAndField(t *testing.T) {
 		})
 	}
 	tr := newTracker(t, Options{}, Backend{Name: "a", MaxInFlight: 1})
-	if err := tr.Apply([]Backend{{Name: "a"}}); err == nil || tr.Stats()[0].MaxInFlight != 1 {
+	if err := tr.Apply([]Backend{{Name: "a"}}, 0); err == nil || tr.Stats()[0].MaxInFlight != 1 {
 		t.Fatal("an invalid Apply changed the backends in force")
 	}
 }

@@ -35,8 +35,12 @@ limitations under the License.
 // Tracker.Apply puts a new set of backends in force. A backend that stays
 // keeps its count (its requests are still in flight) and takes the new
 // maxInFlight at once; a removed backend's outstanding slots still release
-// into its old count, which no longer matters. Pollers are restarted only
-// for backends whose saturation settings changed.
+// into its old count, which a reload bringing the backend back before they
+// end takes up again, so its maxInFlight counts them. Pollers are restarted only
+// for backends whose saturation settings changed. Tracker.ApplyPool also
+// names the pool's backends, so that a request that waited through the
+// reload skips a candidate the reload removed instead of taking it as a
+// backend without an entry.
 //
 // # Window
 //
@@ -88,8 +92,11 @@ limitations under the License.
 //     waits (Tracker.Waiting), no lower band overdrafts;
 //   - per-tenant counts are per backend with signals (without, there is
 //     no window and the fast path stays a compare-and-swap) and bounded
-//     (Options.MaxTenants); an entry leaves when its count returns to 0,
-//     and a tenant that could not be counted never overdrafts.
+//     (Options.MaxTenants, then the policy's maxTenants given to Apply); an
+//     entry leaves when its count returns to 0, and a tenant that could not
+//     be counted never overdrafts. The weights a share is weighed among are
+//     running sums kept as entries come and go, so a refused acquire does
+//     not scan the tenants.
 //
 // The window, the shares and the reserve are this replica's: learned from
 // its own count, they bound its own count. With Options.Shared the store

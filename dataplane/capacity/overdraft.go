@@ -73,41 +73,58 @@ type holding struct {
 type claims struct {
 	tenants map[string]holding
 	cost    int64 // of the tenants counted
+	weight  int64 // of the tenants counted, each as it last claimed
 	bands   [fairqueue.MaxBands]int32
 }
 
-// add counts one more for c, returning whether c's tenant was counted (a
-// remove must then name it).
-func (cs *claims) add(c *Claim, limit int) bool {
+// add counts one more for c. It returns whether c's tenant was counted (a
+// remove must then name it) and the weight its entry had before, 0 for a
+// new entry.
+func (cs *claims) add(c *Claim, limit int) (counted bool, was int32) {
 	cs.bands[bandOf(c)]++
 	h, ok := cs.tenants[c.Tenant]
 	if !ok && len(cs.tenants) >= limit {
-		return false
+		return false, 0
 	}
 	if cs.tenants == nil {
 		cs.tenants = make(map[string]holding)
 	}
-	cost := costOf(c)
-	cs.tenants[c.Tenant] = holding{n: h.n + 1, weight: weightOf(c), cost: h.cost + cost}
+	cost, weight := costOf(c), weightOf(c)
+	cs.tenants[c.Tenant] = holding{n: h.n + 1, weight: weight, cost: h.cost + cost}
 	cs.cost += cost
-	return true
+	cs.weight += int64(weight - h.weight)
+	return true, h.weight
 }
 
 // remove undoes an add of cost in band, and of tenant unless tenant is "".
-func (cs *claims) remove(tenant string, band int, cost int64) {
+// It returns the weight of tenant's entry if that entry left, else 0.
+func (cs *claims) remove(tenant string, band int, cost int64) (left int32) {
 	cs.bands[band]--
 	if tenant == "" {
-		return
+		return 0
 	}
 	cs.cost -= cost
 	h := cs.tenants[tenant]
 	if h.n <= 1 {
 		delete(cs.tenants, tenant)
-		return
+		cs.weight -= int64(h.weight)
+		return h.weight
 	}
 	h.n--
 	h.cost -= cost
 	cs.tenants[tenant] = h
+	return 0
+}
+
+// changes reports whether adding c would make an entry of cs enter or
+// change weight: only then, or when an entry leaves, do the backends' sums
+// of waiting weight move.
+func (cs *claims) changes(c *Claim, limit int) bool {
+	h, ok := cs.tenants[c.Tenant]
+	if !ok {
+		return len(cs.tenants) < limit
+	}
+	return h.weight != weightOf(c)
 }
 
 func bandOf(c *Claim) int { return min(max(c.Band, 0), fairqueue.MaxBands-1) }
@@ -118,9 +135,21 @@ func weightOf(c *Claim) int32 { return int32(min(max(c.Weight, 1), fairqueue.Max
 func costOf(c *Claim) int64 { return min(max(c.Cost, 1), fairqueue.MaxCost) }
 
 // holders is a backend's claims on its slots.
+//
+// A share needs the weight of every tenant holding slots or waiting for
+// one; summing it on each refused acquire would scan up to twice
+// maxTenants entries under both locks, at every arrival and wake attempt
+// of a flood. So the sums are kept as entries come and go: claims.weight
+// for the holders and the waiters, and here the waiters' weight of the
+// tenants both holding here and waiting, so that the waiters holding
+// nothing here weigh Tracker.waiters.weight less waitingHeld.
 type holders struct {
 	mu sync.Mutex
 	claims
+	// waitingHeld is the sum of the waiters' weight of the tenants counted
+	// here that are also waiting. Guarded by mu and Tracker.waiters.mu
+	// together.
+	waitingHeld int64
 }
 
 // waiters is the claims of the requests waiting for a slot on any backend
@@ -130,6 +159,12 @@ type waiters struct {
 	claims
 }
 
+// Locking: a backend's holders.mu before the waiters' mu, and holders of
+// several backends in name order (snapshot.locking), so that Waiting,
+// which moves every backend's waitingHeld, and hold, unhold and
+// mayOverdraft, which lock one backend, never wait on each other in a
+// circle.
+
 // Waiting records that a request of c waits for a slot until the returned
 // func is called (once; later calls do nothing). Its tenant then counts in
 // every backend's shares, and its band keeps lower bands from overdrafting
@@ -138,21 +173,82 @@ func (t *Tracker) Waiting(c Claim) (done func()) {
 	if c.Tenant == "" {
 		return func() {}
 	}
-	w := &t.waiters
-	w.mu.Lock()
-	counted := w.add(&c, t.maxTenants)
-	w.mu.Unlock()
+	counted := t.wait(&c)
 	tenant, band, cost := "", bandOf(&c), costOf(&c)
 	if counted {
 		tenant = c.Tenant
 	}
 	var once sync.Once
-	return func() {
-		once.Do(func() {
-			w.mu.Lock()
-			w.remove(tenant, band, cost)
-			w.mu.Unlock()
-		})
+	return func() { once.Do(func() { t.unwait(tenant, band, cost) }) }
+}
+
+// wait counts a waiter of c, returning whether its tenant was counted.
+func (t *Tracker) wait(c *Claim) bool {
+	w, limit := &t.waiters, t.tenantLimit()
+	w.mu.Lock()
+	if !w.changes(c, limit) {
+		counted, _ := w.add(c, limit)
+		w.mu.Unlock()
+		return counted
+	}
+	w.mu.Unlock()
+	bs := t.lockClaims()
+	defer t.unlockClaims(bs)
+	counted, was := w.add(c, limit)
+	if d := int64(weightOf(c) - was); counted && d != 0 {
+		for _, b := range bs {
+			if _, holds := b.holders.tenants[c.Tenant]; holds {
+				b.holders.waitingHeld += d
+			}
+		}
+	}
+	return counted
+}
+
+// unwait undoes a wait of tenant ("" if it was not counted), band and cost.
+func (t *Tracker) unwait(tenant string, band int, cost int64) {
+	w := &t.waiters
+	w.mu.Lock()
+	if tenant == "" || w.tenants[tenant].n > 1 {
+		w.remove(tenant, band, cost)
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	bs := t.lockClaims()
+	defer t.unlockClaims(bs)
+	if left := int64(w.remove(tenant, band, cost)); left != 0 {
+		for _, b := range bs {
+			if _, holds := b.holders.tenants[tenant]; holds {
+				b.holders.waitingHeld -= left
+			}
+		}
+	}
+}
+
+// lockClaims locks the holders of every backend in force, then the
+// waiters, and returns the backends locked. The snapshot is checked again
+// under the locks: a backend added since holds nothing yet, and a hold
+// there after this sees the waiters as this leaves them.
+func (t *Tracker) lockClaims() []*backend {
+	for {
+		snap := t.current.Load()
+		for _, b := range snap.locking {
+			b.holders.mu.Lock()
+		}
+		t.waiters.mu.Lock()
+		if t.current.Load() == snap {
+			return snap.locking
+		}
+		t.unlockClaims(snap.locking)
+	}
+}
+
+// unlockClaims undoes lockClaims.
+func (t *Tracker) unlockClaims(bs []*backend) {
+	t.waiters.mu.Unlock()
+	for _, b := range bs {
+		b.holders.mu.Unlock()
 	}
 }
 
@@ -168,6 +264,10 @@ func (b *backend) mayOverdraft(c *Claim, n, limit, maxInFlight int64) bool {
 	defer b.holders.mu.Unlock()
 	t.waiters.mu.Lock()
 	defer t.waiters.mu.Unlock()
+	if b.retired.Load() {
+		// Waiting no longer keeps b's sums; nothing bounds b now anyway.
+		return false
+	}
 	for i := range band {
 		if t.waiters.bands[i] > 0 {
 			return false // no barging past a higher band's waiter
@@ -179,23 +279,17 @@ func (b *backend) mayOverdraft(c *Claim, n, limit, maxInFlight int64) bool {
 		}
 	}
 	own, counted := b.holders.tenants[c.Tenant]
-	if !counted && len(b.holders.tenants) >= t.maxTenants {
+	if !counted && len(b.holders.tenants) >= t.tenantLimit() {
 		return false // its slots could not be counted
 	}
 	// Under its weighted share, among the tenants holding or waiting for
-	// slots (itself included), of the cost of the slots held: with unit
-	// costs, of the slots.
+	// slots (itself included, at the weight it claims with now; the
+	// others at the weight they last claimed with, as holders if they
+	// hold), of the cost of the slots held: with unit costs, of the slots.
 	weight := int64(weightOf(c))
-	total := weight
-	for tenant, h := range b.holders.tenants {
-		if tenant != c.Tenant {
-			total += int64(h.weight)
-		}
-	}
-	for tenant, h := range t.waiters.tenants {
-		if _, holds := b.holders.tenants[tenant]; !holds && tenant != c.Tenant {
-			total += int64(h.weight)
-		}
+	total := weight + b.holders.weight - int64(own.weight) + t.waiters.weight - b.holders.waitingHeld
+	if !counted {
+		total -= int64(t.waiters.tenants[c.Tenant].weight)
 	}
 	// In floating point: costs up to fairqueue.MaxCost times weights up to
 	// MaxWeight per tenant may overflow an int64.
@@ -223,9 +317,16 @@ func (b *backend) hold(s *Slot, c *Claim) {
 	if c.Tenant == "" || b.poller.Load() == nil {
 		return
 	}
-	b.holders.mu.Lock()
-	counted := b.holders.add(c, b.t.maxTenants)
-	b.holders.mu.Unlock()
+	h := &b.holders
+	h.mu.Lock()
+	counted, was := h.add(c, b.t.tenantLimit())
+	if counted && was == 0 {
+		w := &b.t.waiters
+		w.mu.Lock()
+		h.waitingHeld += int64(w.tenants[c.Tenant].weight)
+		w.mu.Unlock()
+	}
+	h.mu.Unlock()
 	s.claimed, s.band, s.cost = true, uint8(bandOf(c)), costOf(c)
 	if counted {
 		s.tenant = c.Tenant
@@ -237,7 +338,13 @@ func (b *backend) unhold(s *Slot) {
 	if !s.claimed {
 		return
 	}
-	b.holders.mu.Lock()
-	b.holders.remove(s.tenant, int(s.band), s.cost)
-	b.holders.mu.Unlock()
+	h := &b.holders
+	h.mu.Lock()
+	if h.remove(s.tenant, int(s.band), s.cost) != 0 {
+		w := &b.t.waiters
+		w.mu.Lock()
+		h.waitingHeld -= int64(w.tenants[s.tenant].weight)
+		w.mu.Unlock()
+	}
+	h.mu.Unlock()
 }

@@ -17,9 +17,17 @@ limitations under the License.
 package capacity
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fairqueue/fairqueue/dataplane/config"
+	"github.com/fairqueue/fairqueue/internal/testutil"
 )
 
 // claimed is a test's slots on backend "a" of a poll fixture, by claim.
@@ -67,7 +75,7 @@ func windowed(t *testing.T, heavy Claim) (*pollFixture, *claimed) {
 	t.Helper()
 	f := newPollFixture(t, vllmMetrics(0, 0.5), Options{})
 	signals := []config.Signal{{Metric: "vllm:num_requests_waiting", Max: 4}}
-	if err := f.tr.Apply([]Backend{{Name: "a", MaxInFlight: 64, Saturation: saturation(f.srv.URL+"/metrics", signals...)}}); err != nil {
+	if err := f.tr.Apply([]Backend{{Name: "a", MaxInFlight: 64, Saturation: saturation(f.srv.URL+"/metrics", signals...)}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	f.waitPolls(1) // the restarted poller's first reading
@@ -313,4 +321,298 @@ func TestOverdraftShareIsByCost(t *testing.T) {
 		h.take(light, Acquired)
 	}
 	h.take(light, Saturated)
+}
+
+// scanDecision is the overdraft decision above the prechecks of
+// mayOverdraft as it was before the running sums, from the entries of a
+// backend's holders and of the waiters: the weights of every tenant holding
+// or waiting summed at each call. It is the reference of
+// TestOverdraftSumsDecideAsTheScan and the before of
+// BenchmarkRefusedOverdraftDecision. Call it with both locked.
+func scanDecision(held, waiting *claims, c *Claim, limit int) bool {
+	band := bandOf(c)
+	positive := func(n int32) bool { return n > 0 }
+	switch {
+	case slices.ContainsFunc(waiting.bands[:band], positive):
+		return false
+	case slices.ContainsFunc(held.bands[band+1:], positive):
+		return true
+	}
+	mine, holds := held.tenants[c.Tenant]
+	if !holds && len(held.tenants) >= limit {
+		return false
+	}
+	weight := int64(weightOf(c))
+	total := weight
+	for tenant, h := range held.tenants {
+		if tenant != c.Tenant {
+			total += int64(h.weight)
+		}
+	}
+	for tenant, h := range waiting.tenants {
+		if _, held := held.tenants[tenant]; !held && tenant != c.Tenant {
+			total += int64(h.weight)
+		}
+	}
+	return float64(mine.cost)*float64(total) < float64(held.cost)*float64(weight)
+}
+
+// scanDecides is scanDecision on b's entries, locking them.
+func (b *backend) scanDecides(c *Claim) bool {
+	b.holders.mu.Lock()
+	defer b.holders.mu.Unlock()
+	b.t.waiters.mu.Lock()
+	defer b.t.waiters.mu.Unlock()
+	return scanDecision(&b.holders.claims, &b.t.waiters.claims, c, b.t.tenantLimit())
+}
+
+// signalled returns backends of the given names with saturation signals
+// (so that their slots are counted per tenant) read from an address that
+// refuses: the window stays as the test sets it.
+func signalled(names ...string) []Backend {
+	sat := &config.Saturation{MetricsURL: "http://127.0.0.1:1/metrics", Interval: config.Duration{Duration: time.Hour},
+		Timeout: config.Duration{Duration: time.Second}, StaleAfter: config.Duration{Duration: time.Hour},
+		Signals: []config.Signal{{Metric: "vllm:num_requests_waiting", Max: 0}}}
+	bs := make([]Backend, len(names))
+	for i, n := range names {
+		bs[i] = Backend{Name: n, MaxInFlight: 1 << 30, Saturation: sat}
+	}
+	return bs
+}
+
+// checkSums fails t unless every backend's running sums equal the sums of
+// the entries they stand for.
+func checkSums(t *testing.T, tr *Tracker) {
+	t.Helper()
+	bs := tr.lockClaims()
+	defer tr.unlockClaims(bs)
+	w := &tr.waiters
+	all := func(string) bool { return true }
+	if got, want := w.weight, sumWeights(w.tenants, all); got != want {
+		t.Fatalf("waiters weigh %d, their entries %d", got, want)
+	}
+	for _, b := range bs {
+		h := &b.holders
+		if got, want := h.weight, sumWeights(h.tenants, all); got != want {
+			t.Fatalf("backend %s: holders weigh %d, their entries %d", b.name, got, want)
+		}
+		holds := func(tenant string) bool { _, ok := h.tenants[tenant]; return ok }
+		if got, want := h.waitingHeld, sumWeights(w.tenants, holds); got != want {
+			t.Fatalf("backend %s: waiters holding there weigh %d, their entries %d", b.name, got, want)
+		}
+	}
+}
+
+// sumWeights sums the weights of the entries of cs whose tenant is kept.
+func sumWeights(cs map[string]holding, keep func(tenant string) bool) int64 {
+	var s int64
+	for tenant, h := range cs {
+		if keep(tenant) {
+			s += int64(h.weight)
+		}
+	}
+	return s
+}
+
+// TestOverdraftSumsDecideAsTheScan: over random sequences of requests
+// starting and ending waits and taking and releasing slots on three
+// backends, of tenants changing weight, band and cost between claims,
+// beyond MaxTenants and across reloads that change it, the overdraft
+// decided from the running sums is the one the scan of every tenant
+// decided, for every tenant asking, and the sums are those of the entries.
+func TestOverdraftSumsDecideAsTheScan(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	tenants := []string{"t0", "t1", "t2", "t3", "t4", "t5", "t6"}
+	for seed := range int64(20) {
+		rng := rand.New(rand.NewPCG(uint64(seed), 0))
+		tr := New(Options{Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), MaxTenants: 4})
+		if err := tr.Apply(signalled(names...), 0); err != nil {
+			t.Fatal(err)
+		}
+		// Mostly band 0: a lower band holding decides before the shares.
+		claim := func() Claim {
+			return Claim{Tenant: tenants[rng.IntN(len(tenants))], Weight: rng.IntN(5), Band: rng.IntN(8) / 6, Cost: rng.Int64N(2000)}
+		}
+		var dones []func()
+		var slots []*Slot
+		for step := range 300 {
+			switch op := rng.IntN(11); {
+			case op < 3:
+				dones = append(dones, tr.Waiting(claim()))
+			case op < 5 && len(dones) > 0:
+				i := rng.IntN(len(dones))
+				dones[i]()
+				if rng.IntN(4) == 0 {
+					dones[i]() // a second call does nothing
+				}
+				dones = slices.Delete(dones, i, i+1)
+			case op < 8:
+				s := new(Slot)
+				if r := tr.AcquireFor(s, claim(), names[rng.IntN(len(names))]); r != Acquired {
+					t.Fatalf("seed %d step %d: acquire under maxInFlight: %v", seed, step, r)
+				}
+				slots = append(slots, s)
+			case op < 10 && len(slots) > 0:
+				i := rng.IntN(len(slots))
+				slots[i].Release()
+				slots = slices.Delete(slots, i, i+1)
+			default:
+				// A reload keeping the backends, with another bound.
+				if err := tr.Apply(signalled(names...), 2+rng.IntN(4)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			checkSums(t, tr)
+			for _, b := range tr.current.Load().order {
+				for _, tenant := range tenants {
+					c := claim()
+					c.Tenant = tenant
+					// 100 in flight at a window of 100: every precheck passes.
+					if got, want := b.mayOverdraft(&c, 100, 100, 1<<30), b.scanDecides(&c); got != want {
+						t.Fatalf("seed %d step %d: backend %s, claim %+v: overdraft %t from the sums, %t from the scan",
+							seed, step, b.name, c, got, want)
+					}
+				}
+			}
+		}
+		for _, s := range slots {
+			s.Release()
+		}
+		for _, d := range dones {
+			d()
+		}
+		checkSums(t, tr)
+		tr.Close()
+	}
+}
+
+// TestOverdraftSumsUnderConcurrentReloads: waits, slots and overdraft
+// decisions on several goroutines while reloads add, remove and reorder
+// backends neither deadlock (Waiting locks every backend's holders) nor
+// leave a sum unlike its entries (as a Waiting that missed a backend added
+// meanwhile would: most runs catch one without lockClaims' second look at
+// the snapshot); a removed backend lends nothing.
+func TestOverdraftSumsUnderConcurrentReloads(t *testing.T) {
+	tr := New(Options{Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), MaxTenants: 8})
+	defer tr.Close()
+	// "d" leaves and comes back as a new backend again and again.
+	sets := [][]string{{"a", "b", "c"}, {"c", "b", "d"}, {"d", "a"}, {"b", "c"}, {"d", "b"}}
+	if err := tr.Apply(signalled(sets[0]...), 0); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			// Each goroutine keeps a few waits and slots at once, so that
+			// tenants hold and wait across reloads.
+			var dones [3]func()
+			var slots [3]Slot
+			defer func() {
+				for i := range dones {
+					if dones[i] != nil {
+						dones[i]()
+					}
+					slots[i].Release()
+				}
+			}()
+			for i := 0; ; i = (i + 1) % len(dones) {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if dones[i] != nil {
+					dones[i]()
+				}
+				c := Claim{Tenant: fmt.Sprintf("t%d", rng.IntN(6)), Weight: 1 + rng.IntN(3), Band: rng.IntN(2)}
+				dones[i] = tr.Waiting(c)
+				name := string(rune('a' + rng.IntN(4)))
+				tr.AcquireFor(&slots[i], c, name) // releases what slots[i] held
+				if b := tr.current.Load().byName[name]; b != nil {
+					b.mayOverdraft(&c, 10, 10, 100)
+				}
+			}
+		}()
+	}
+	for i := range 1000 {
+		if err := tr.Apply(signalled(sets[i%len(sets)]...), 4+i%8); err != nil {
+			t.Fatal(err)
+		}
+		if i%100 == 0 {
+			checkSums(t, tr)
+		}
+	}
+	close(stop)
+	testutil.WaitGroupWithin(t, 10*time.Second, "the waiting and acquiring goroutines", &wg)
+	checkSums(t, tr)
+
+	// A backend removed while a tenant holds: its sums no longer kept,
+	// they never decide an overdraft.
+	if err := tr.Apply(signalled(sets[0]...), 0); err != nil {
+		t.Fatal(err)
+	}
+	var s Slot
+	if r := tr.AcquireFor(&s, Claim{Tenant: "heavy"}, "a"); r != Acquired {
+		t.Fatalf("acquire: %v", r)
+	}
+	defer s.Release()
+	b := tr.current.Load().byName["a"]
+	light := Claim{Tenant: "light"}
+	if !b.mayOverdraft(&light, 10, 10, 100) {
+		t.Fatal("a tenant holding nothing may not overdraft a backend in force")
+	}
+	if err := tr.Apply(signalled("b"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if b.mayOverdraft(&light, 10, 10, 100) {
+		t.Fatal("a removed backend lent an overdraft")
+	}
+}
+
+// TestReloadChangesTheTenantBound: Apply's maxTenants (the policy's
+// fairQueuing.bounds.maxTenants) bounds the tenants counted from then on,
+// on a Tracker that outlives the reload; tenants counted before stay
+// counted until they leave, and zero keeps the bound.
+func TestReloadChangesTheTenantBound(t *testing.T) {
+	tr := New(Options{Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), MaxTenants: 2})
+	defer tr.Close()
+	counted := func() (holding, waiting int) {
+		b := tr.current.Load().byName["a"]
+		bs := tr.lockClaims()
+		defer tr.unlockClaims(bs)
+		return len(b.holders.tenants), len(tr.waiters.tenants)
+	}
+	take := func(tenants ...string) {
+		for _, tn := range tenants {
+			s := new(Slot)
+			if r := tr.AcquireFor(s, Claim{Tenant: tn}, "a"); r != Acquired {
+				t.Fatalf("acquire for %s: %v", tn, r)
+			}
+			t.Cleanup(s.Release)
+			t.Cleanup(tr.Waiting(Claim{Tenant: tn}))
+		}
+	}
+	for _, step := range []struct {
+		maxTenants int
+		tenants    []string
+		want       int
+	}{
+		{0, []string{"a1", "a2", "a3"}, 2}, // Options.MaxTenants
+		{4, []string{"b1", "b2", "b3"}, 4}, // raised: two more
+		{0, []string{"c1"}, 4},             // zero keeps 4
+		{1, []string{"d1"}, 4},             // lowered: the 4 stay, d1 is not counted
+	} {
+		if err := tr.Apply(signalled("a"), step.maxTenants); err != nil {
+			t.Fatal(err)
+		}
+		take(step.tenants...)
+		if h, w := counted(); h != step.want || w != step.want {
+			t.Fatalf("after Apply with maxTenants %d: %d tenants holding and %d waiting counted, want %d",
+				step.maxTenants, h, w, step.want)
+		}
+	}
 }

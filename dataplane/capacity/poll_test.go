@@ -377,7 +377,7 @@ func TestReloadRestartsOnlyChangedPollersAndCloseStopsThem(t *testing.T) {
 	p := f.poller()
 	cfg := f.tr.current.Load().byName["a"].sat
 	same := Backend{Name: "a", MaxInFlight: 4, Saturation: saturation(cfg.MetricsURL, cfg.Signals...)}
-	if err := f.tr.Apply([]Backend{same}); err != nil {
+	if err := f.tr.Apply([]Backend{same}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if f.poller() != p {
@@ -385,7 +385,7 @@ func TestReloadRestartsOnlyChangedPollersAndCloseStopsThem(t *testing.T) {
 	}
 	changed := same
 	changed.Saturation = saturation(cfg.MetricsURL, config.Signal{Metric: "vllm:num_requests_waiting", Max: 100})
-	if err := f.tr.Apply([]Backend{changed}); err != nil {
+	if err := f.tr.Apply([]Backend{changed}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if f.poller() == p {
@@ -400,7 +400,7 @@ func TestReloadRestartsOnlyChangedPollersAndCloseStopsThem(t *testing.T) {
 	if f.saturated() {
 		t.Fatal("10 waiting under the new max 100: saturated")
 	}
-	if err := f.tr.Apply([]Backend{{Name: "a", MaxInFlight: 4}}); err != nil {
+	if err := f.tr.Apply([]Backend{{Name: "a", MaxInFlight: 4}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if f.tr.current.Load().byName["a"].poller.Load() != nil {
@@ -474,7 +474,7 @@ func (h *held) releaseAll() { h.release(len(h.slots)) }
 func TestWindowAfterSaturation(t *testing.T) {
 	f := newPollFixture(t, vllmMetrics(0, 0.5), Options{})
 	signals := []config.Signal{{Metric: "vllm:num_requests_waiting", Max: 4}, {Metric: "vllm:kv_cache_usage_perc", Max: 0.95}}
-	if err := f.tr.Apply([]Backend{{Name: "a", MaxInFlight: 64, Saturation: saturation(f.srv.URL+"/metrics", signals...)}}); err != nil {
+	if err := f.tr.Apply([]Backend{{Name: "a", MaxInFlight: 64, Saturation: saturation(f.srv.URL+"/metrics", signals...)}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	h := &held{t: t, f: f}

@@ -33,6 +33,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fairqueue/fairqueue/dataplane/capacity"
 	"github.com/fairqueue/fairqueue/dataplane/fairqueue"
 	"github.com/fairqueue/fairqueue/dataplane/identity"
 	"github.com/fairqueue/fairqueue/dataplane/limiter"
@@ -75,13 +76,8 @@ var tenantDimensions = [...]identity.Dimension{identity.DimensionUser, identity.
 // slot from a wait for a rate limit's token.
 var limitTypes = [...]string{
 	limiter.DimensionAPIKey.String(), limiter.DimensionUser.String(), limiter.DimensionTeam.String(),
-	limiter.DimensionModel.String(), LimitTypeCapacity, unknownLabel,
+	limiter.DimensionModel.String(), capacity.LimitType, unknownLabel,
 }
-
-// LimitTypeCapacity is the limit_type of a wait for a backend slot (SPEC
-// 6b); admission.LimitTypeCapacity, not imported: admission's tests import
-// this package.
-const LimitTypeCapacity = "capacity"
 
 // limitTypeIndex returns the index of lt in limitTypes; any value outside
 // them, "" included, is "unknown".

@@ -84,6 +84,15 @@ func (b *Backend) Forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 		r = r.WithContext(ctx)
 	}
 	rw := newRelayWriter(w)
+	// The context ending stops writes to a client that does not read
+	// (relayWriter.cut); a response that ended all the same gets its
+	// connection back. A relay aborted by the cut closes it.
+	stop := context.AfterFunc(ctx, rw.cut)
+	defer func() {
+		if !stop() {
+			rw.resumeWrites()
+		}
+	}()
 	defer func() {
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler { //nolint:errorlint // ReverseProxy panics with this exact value

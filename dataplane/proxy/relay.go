@@ -1,6 +1,10 @@
 package proxy
 
-import "net/http"
+import (
+	"net/http"
+	"sync"
+	"time"
+)
 
 // relayWriter is the ResponseWriter a backend's reverse proxy writes into. It
 // holds the response status back until the first body byte or flush, so that
@@ -16,6 +20,20 @@ type relayWriter struct {
 	committed bool
 	// writeErr is the first error writing to the client.
 	writeErr error
+
+	// mu guards what the request's context ending (cut, on a goroutine of
+	// its own) and the relay committing the response need to know of each
+	// other: a write to a client that stopped reading blocks until the
+	// client reads, and only a write deadline ends it.
+	mu sync.Mutex
+	// relayed: the relay sent the status, so the response is being written.
+	relayed bool
+	// ended: the request's context ended (total timeout, client gone).
+	ended bool
+	// deadline: cut set a write deadline in the past.
+	deadline bool
+	// finished: the relay returned; a cut running late changes nothing.
+	finished bool
 }
 
 func newRelayWriter(w http.ResponseWriter) *relayWriter {
@@ -63,6 +81,12 @@ func (w *relayWriter) commit() {
 		return
 	}
 	w.committed = true
+	w.mu.Lock()
+	w.relayed = true
+	if w.ended {
+		w.stopWritesLocked()
+	}
+	w.mu.Unlock()
 	if w.status != 0 {
 		w.ResponseWriter.WriteHeader(w.status)
 	}
@@ -84,3 +108,39 @@ func (w *relayWriter) FlushError() error {
 // Unwrap gives http.ResponseController the underlying writer (hijacking for
 // upgrades, deadlines).
 func (w *relayWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// longAgo is a write deadline already past: writes fail at once.
+var longAgo = time.Unix(1, 0)
+
+// cut is called when the request's context ends while the response is
+// relayed: a write blocked on a client that stopped reading would hold the
+// request, and its backend slot, for as long as the client keeps the
+// connection open, past the total timeout. A write deadline in the past
+// makes it fail, so the relay ends as for a client gone. An error answer
+// that has not started (nothing relayed) is left to go out.
+func (w *relayWriter) cut() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ended = true
+	if w.relayed && !w.finished {
+		w.stopWritesLocked()
+	}
+}
+
+// stopWritesLocked sets the past write deadline; mu is held.
+func (w *relayWriter) stopWritesLocked() {
+	w.deadline = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(longAgo) == nil
+}
+
+// resumeWrites clears a deadline cut set, for a response that ended by
+// itself as the context ended: the connection may serve another request.
+// A cut after it does nothing.
+func (w *relayWriter) resumeWrites() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.finished = true
+	if w.deadline {
+		w.deadline = false
+		_ = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Time{})
+	}
+}

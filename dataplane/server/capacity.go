@@ -140,7 +140,7 @@ func (s *Server) applyCapacity(rt *runtime, cfg *config.Config) {
 	if cs == nil {
 		return
 	}
-	if err := cs.tracker.Apply(capacityBackends(cfg.Capacity)); err != nil {
+	if err := cs.tracker.ApplyPool(capacityBackends(cfg.Capacity), int(cfg.FairQueuing.Bounds.MaxTenants), rt.backendNames); err != nil {
 		s.log.Error(err, "Applying backend capacity failed; capacity mode is off until the next config")
 		return
 	}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"compress/gzip"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +23,9 @@ import (
 // metricsEndpoint is a backend's /metrics that answers as its mode says:
 // "low" and "high" readings of vllm:num_requests_waiting, "hang" (never
 // answers until the poll gives up), "error" (a 500), "garbage" (the
-// metric's line unparsable) or "html" (a 200 without the metric).
+// metric's line unparsable), "html" (a 200 without the metric), "counter"
+// (the metric as a counter), "huge" (a 50 MB body) or "gzip" (a gzip bomb
+// of 50 MB).
 type metricsEndpoint struct {
 	mode    atomic.Value // string
 	hits    atomic.Int64
@@ -53,6 +57,19 @@ func newMetricsEndpoint(t *testing.T, mode string) *metricsEndpoint {
 			_, _ = io.WriteString(w, "vllm:num_requests_waiting{{{ not prometheus\n")
 		case "html":
 			_, _ = io.WriteString(w, "<html><body>vLLM</body></html>\n")
+		case "counter": // the metric, of the wrong type
+			_, _ = io.WriteString(w, "# TYPE vllm:num_requests_waiting counter\nvllm:num_requests_waiting{model_name=\"m\"} 0\n")
+		case "huge": // 50 MB, the metric's line at the end
+			line := strings.Repeat("#", 1023) + "\n"
+			for range 50 << 10 {
+				if _, err := io.WriteString(w, line); err != nil {
+					return // the poll stopped reading
+				}
+			}
+			_, _ = io.WriteString(w, "vllm:num_requests_waiting 0\n")
+		case "gzip": // 50 MB of metric lines in 50 kB of gzip
+			w.Header().Set("Content-Encoding", "gzip")
+			_, _ = w.Write(gzipBomb())
 		}
 	}))
 	t.Cleanup(func() {
@@ -172,7 +189,7 @@ func (hs *harness) capacityRefused() bool {
 // gauge and a log line say so. When the metrics answer again, the signal
 // decides again.
 func TestCapacityStaleMetricsLeaveMaxInFlightToDecide(t *testing.T) {
-	for _, failure := range []string{"hang", "error", "garbage", "html"} {
+	for _, failure := range []string{"hang", "error", "garbage", "html", "counter", "huge", "gzip"} {
 		t.Run(failure, func(t *testing.T) {
 			m := newMetricsEndpoint(t, "high")
 			arrived, release := make(chan struct{}, 4), make(chan struct{}, 4)
@@ -186,9 +203,16 @@ func TestCapacityStaleMetricsLeaveMaxInFlightToDecide(t *testing.T) {
 
 			m.mode.Store(failure)
 			kinds := map[string]string{"hang": capacity.ErrorTimeout, "error": capacity.ErrorStatus,
-				"garbage": capacity.ErrorParse, "html": capacity.ErrorMissing}
+				"garbage": capacity.ErrorParse, "html": capacity.ErrorMissing, "counter": capacity.ErrorMissing,
+				"huge": capacity.ErrorTooLarge, "gzip": capacity.ErrorTooLarge}
 			hs.advanceUntil("the signal goes stale", func() bool { return hs.backendStats().Stale })
-			if n := metricValue(t, hs.reg, metrics.BackendPollErrorsName, map[string]string{"kind": kinds[failure]}); n < 1 {
+			n := max(0, metricValue(t, hs.reg, metrics.BackendPollErrorsName, map[string]string{"kind": kinds[failure]}))
+			if kinds[failure] == capacity.ErrorTooLarge {
+				// Reading 4 MiB may outlast the 200ms timeout on the fake
+				// clock, which advanceUntil steps by 250ms: a timeout then.
+				n += max(0, metricValue(t, hs.reg, metrics.BackendPollErrorsName, map[string]string{"kind": capacity.ErrorTimeout}))
+			}
+			if n < 1 {
 				t.Errorf("%s poll errors = %v, want counted", kinds[failure], n)
 			}
 			if got := metricValue(t, hs.reg, metrics.BackendStaleName, nil); got != 1 {
@@ -277,3 +301,15 @@ func TestCapacityStaleSignalsWakeTheWaiters(t *testing.T) {
 	}
 	hs.exactlyIdle("after the waiter")
 }
+
+// gzipBomb is 50 MB of metric lines, gzipped, made once when first asked.
+var gzipBomb = sync.OnceValue(func() []byte {
+	var b bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
+	line := []byte("vllm:num_requests_waiting 0\n")
+	for n := 0; n < 50<<20; n += len(line) {
+		_, _ = zw.Write(line)
+	}
+	_ = zw.Close()
+	return b.Bytes()
+})

@@ -2,7 +2,6 @@ package main
 
 import (
 	"slices"
-	"time"
 
 	"github.com/fairqueue/fairqueue/internal/modelsim"
 )
@@ -59,25 +58,23 @@ type Bound struct {
 	P99MS  float64 `json:"p99_ms"`
 }
 
-// stepModel is the part of the simulator's configuration the bound uses.
-type stepModel struct {
-	base, perSeq, perPrefillToken, perContextToken time.Duration
-	budget                                         int
-}
+// stepModel is the simulator's step model (modelsim.Config's Step fields
+// and MaxNumBatchedTokens) the bound is computed on.
+type stepModel struct{ modelsim.Config }
 
 // defaultStepModel is the simulator's calibrated model, as bench-capacity
 // runs it.
-var defaultStepModel = stepModel{
-	base: modelsim.DefaultStepBase, perSeq: modelsim.DefaultStepPerSeq,
-	perPrefillToken: modelsim.DefaultStepPerPrefillToken, perContextToken: modelsim.DefaultStepPerContextToken,
-	budget: modelsim.DefaultMaxNumBatchedTokens,
-}
+var defaultStepModel = stepModel{modelsim.Config{
+	StepBase: modelsim.DefaultStepBase, StepPerSeq: modelsim.DefaultStepPerSeq,
+	StepPerPrefillToken: modelsim.DefaultStepPerPrefillToken, StepPerContextToken: modelsim.DefaultStepPerContextToken,
+	MaxNumBatchedTokens: modelsim.DefaultMaxNumBatchedTokens,
+}}
 
-// step returns the time of a step that prefills n prompt tokens of one
-// sequence beside a batch of running sequences attending to context tokens.
+// step returns the time, in seconds, of a step that prefills n prompt
+// tokens of one sequence beside a batch of running sequences attending to
+// context tokens.
 func (m stepModel) step(n int, running, context float64) float64 {
-	return (m.base + m.perSeq + time.Duration(n)*m.perPrefillToken +
-		time.Duration(running*float64(m.perSeq)+context*float64(m.perContextToken))).Seconds()
+	return m.StepDuration(1+running, float64(n), context).Seconds()
 }
 
 // bound computes the Bound for heavy prompts of heavyPrompt tokens
@@ -90,7 +87,7 @@ func (m stepModel) bound(heavyPerSecond float64, heavyPrompt, lightPrompt int, r
 	var steps []float64 // seconds
 	sum, sumSq := 0.0, 0.0
 	for left := heavyPrompt; left > 0; {
-		c := min(left, m.budget)
+		c := min(left, m.MaxNumBatchedTokens)
 		d := m.step(c, running, context)
 		steps = append(steps, d)
 		b.StepsMS = append(b.StepsMS, d*1000)
@@ -107,7 +104,7 @@ func (m stepModel) bound(heavyPerSecond float64, heavyPrompt, lightPrompt int, r
 	// nothing to wait for.
 	decode, decodeShare := 0.0, 0.0
 	if running > 0 {
-		decode = (m.base + time.Duration(running*float64(m.perSeq)+context*float64(m.perContextToken))).Seconds()
+		decode = m.StepDuration(running, 0, context).Seconds()
 		decodeShare = 1 - b.PrefillShare
 	}
 	// P(R <= r) = 1 - q + h*sum_j min(r, d_j) without a batch; with one,

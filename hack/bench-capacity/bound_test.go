@@ -4,12 +4,14 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/fairqueue/fairqueue/internal/modelsim"
 )
 
 func TestBound(t *testing.T) {
 	// Round numbers: a step of n prefill tokens takes 10 ms + n ms, with a
 	// budget of 100 tokens.
-	m := stepModel{base: 9 * time.Millisecond, perSeq: time.Millisecond, perPrefillToken: time.Millisecond, budget: 100}
+	m := stepModel{modelsim.Config{StepBase: 9 * time.Millisecond, StepPerSeq: time.Millisecond, StepPerPrefillToken: time.Millisecond, MaxNumBatchedTokens: 100}}
 	for _, tc := range []struct {
 		name                string
 		rate                float64

@@ -39,18 +39,17 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"k8s.io/utils/clock"
 
+	"github.com/fairqueue/fairqueue/internal/cli"
 	"github.com/fairqueue/fairqueue/internal/loadgen"
 	"github.com/fairqueue/fairqueue/internal/modelsim"
 	"github.com/fairqueue/fairqueue/internal/proc"
@@ -89,6 +88,25 @@ var modeNames = map[string]string{
 }
 
 func main() {
+	cli.Main("bench-capacity", func(ctx context.Context) error {
+		o, err := parseOptions()
+		if err != nil {
+			return err
+		}
+		report, err := run(ctx, o, os.Stdout)
+		if err != nil {
+			return err
+		}
+		if o.jsonOut != "" {
+			data, _ := json.MarshalIndent(report, "", "  ")
+			return os.WriteFile(o.jsonOut, append(data, '\n'), 0o644)
+		}
+		return nil
+	})
+}
+
+// parseOptions reads the command line.
+func parseOptions() (options, error) {
 	var o options
 	var prompts, modes string
 	flag.StringVar(&o.dataplane, "dataplane", "", "the dataplane binary (make bench-capacity builds it)")
@@ -106,35 +124,19 @@ func main() {
 	flag.Parse()
 	var err error
 	if o.heavyPrompts, err = parseInts(prompts); err != nil {
-		fail(fmt.Errorf("--heavy-prompts: %w", err))
+		return o, fmt.Errorf("--heavy-prompts: %w", err)
 	}
 	for _, m := range strings.Split(modes, ",") {
 		m = strings.TrimSpace(m)
 		if _, ok := modeNames[m]; !ok {
-			fail(fmt.Errorf("--modes: unknown mode %q: use a, b, c, d, e or o", m))
+			return o, fmt.Errorf("--modes: unknown mode %q: use a, b, c, d, e or o", m)
 		}
 		o.modes = append(o.modes, m)
 	}
 	if o.dataplane == "" && slices.ContainsFunc(o.modes, func(m string) bool { return m != "a" }) {
-		fail(errors.New("--dataplane is required for modes b to e and o: run `make bench-capacity`, which builds it"))
+		return o, errors.New("--dataplane is required for modes b to e and o: run `make bench-capacity`, which builds it")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	report, err := run(ctx, o, os.Stdout)
-	if err != nil {
-		fail(err)
-	}
-	if o.jsonOut != "" {
-		data, _ := json.MarshalIndent(report, "", "  ")
-		if err := os.WriteFile(o.jsonOut, append(data, '\n'), 0o644); err != nil {
-			fail(err)
-		}
-	}
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "bench-capacity:", err)
-	os.Exit(1)
+	return o, nil
 }
 
 func parseInts(s string) ([]int, error) {

@@ -17,6 +17,7 @@ package fakeupstream
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -56,6 +57,11 @@ type Options struct {
 	Record int
 	// Models lists the model ids served by /v1/models; nil means one "fake-model".
 	Models []string
+	// Hold, if set, is called with each request once it is read and counted
+	// in flight, before its latency, fault or answer: a test blocks in it to
+	// keep a request at the backend. It should return when the request's
+	// context ends.
+	Hold func(*http.Request)
 }
 
 // Recorded is one request as the fake received it.
@@ -73,6 +79,10 @@ type Upstream struct {
 	opts Options
 	mux  *http.ServeMux
 
+	flight    inFlight
+	closed    chan struct{} // closed by Close: hung requests end
+	closeOnce sync.Once
+
 	mu       sync.Mutex
 	recorded []Recorded
 	total    int
@@ -80,7 +90,8 @@ type Upstream struct {
 
 // New returns a fake upstream serving POST /v1/chat/completions, POST
 // /v1/completions and GET /v1/models. A request header X-Fake-Status answers with that status
-// instead; X-Fake-Latency-Ms overrides Options.Latency for one request.
+// instead; X-Fake-Latency-Ms overrides Options.Latency for one request;
+// FaultHeader makes it fail (see there).
 func New(opts Options) *Upstream {
 	if opts.Chunks <= 0 {
 		opts.Chunks = 3
@@ -95,15 +106,21 @@ func New(opts Options) *Upstream {
 	if len(opts.Models) == 0 {
 		opts.Models = []string{"fake-model"}
 	}
-	u := &Upstream{opts: opts, mux: http.NewServeMux()}
+	u := &Upstream{opts: opts, mux: http.NewServeMux(), closed: make(chan struct{})}
 	u.mux.HandleFunc("POST /v1/chat/completions", u.chat)
 	u.mux.HandleFunc("POST /v1/completions", u.completion)
 	u.mux.HandleFunc("GET /v1/models", u.models)
 	return u
 }
 
-// ServeHTTP records the request, applies the latency and routes it.
+// ServeHTTP records the request, applies the latency and any fault, and
+// routes it.
 func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	done := u.flight.enter()
+	defer done()
+	// A request whose client went away is no longer the backend's, though
+	// its handler may not have noticed yet: a model server aborts it.
+	defer context.AfterFunc(r.Context(), done)()
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	if err != nil {
 		http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
@@ -111,6 +128,9 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	u.record(r, body)
+	if u.opts.Hold != nil {
+		u.opts.Hold(r)
+	}
 
 	latency := u.opts.Latency
 	if v := r.Header.Get("X-Fake-Latency-Ms"); v != "" {
@@ -120,6 +140,17 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !sleep(r, latency) {
 		return
+	}
+	switch r.Header.Get(FaultHeader) {
+	case FaultReset:
+		done()
+		reset(w)
+		return
+	case FaultHang:
+		u.hang(w, r, done)
+		return
+	case FaultBreak:
+		w = &breaker{ResponseWriter: w, done: done}
 	}
 	if v := r.Header.Get("X-Fake-Status"); v != "" {
 		if code, err := strconv.Atoi(v); err == nil {

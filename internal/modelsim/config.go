@@ -142,6 +142,16 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// StepDuration is the time of a step (see Config's Step fields) that
+// schedules seqs sequences, prefills prefillTokens prompt tokens and whose
+// decoding sequences attend to contextTokens KV tokens. The engine passes
+// whole counts (exact in float64); a model of the engine may pass means. A
+// zero Step field counts as zero: the engine's config has its defaults.
+func (c Config) StepDuration(seqs, prefillTokens, contextTokens float64) time.Duration {
+	return c.StepBase + time.Duration(seqs*float64(c.StepPerSeq)+
+		prefillTokens*float64(c.StepPerPrefillToken)+contextTokens*float64(c.StepPerContextToken))
+}
+
 // blocksFor returns the KV blocks that hold n tokens.
 func blocksFor(n, blockSize int) int { return (n + blockSize - 1) / blockSize }
 

@@ -201,10 +201,7 @@ func (e *engine) plan(now time.Time) time.Duration {
 		return 0
 	}
 	e.stepping = true
-	e.stepDur = e.cfg.StepBase +
-		time.Duration(len(e.step))*e.cfg.StepPerSeq +
-		time.Duration(prefill)*e.cfg.StepPerPrefillToken +
-		time.Duration(context)*e.cfg.StepPerContextToken
+	e.stepDur = e.cfg.StepDuration(float64(len(e.step)), float64(prefill), float64(context))
 	return e.stepDur
 }
 

@@ -351,3 +351,24 @@ func TestCalibration(t *testing.T) {
 		}
 	}
 }
+
+// TestStepDuration: a step costs StepBase plus its per-sequence,
+// per-prefill-token and per-context-token terms, for whole counts (the
+// engine) and for means (bench-capacity's bound).
+func TestStepDuration(t *testing.T) {
+	c := Config{StepBase: 9 * time.Millisecond, StepPerSeq: 150 * time.Microsecond,
+		StepPerPrefillToken: 65 * time.Microsecond, StepPerContextToken: 65 * time.Nanosecond}
+	for _, tc := range []struct {
+		seqs, prefill, context float64
+		want                   time.Duration
+	}{
+		{0, 0, 0, 9 * time.Millisecond},
+		{1, 2048, 0, 9*time.Millisecond + 150*time.Microsecond + 2048*65*time.Microsecond},
+		{256, 0, 150_000, 9*time.Millisecond + 256*150*time.Microsecond + 150_000*65*time.Nanosecond},
+		{1.5, 0, 0.5, 9*time.Millisecond + 225*time.Microsecond + 32*time.Nanosecond}, // 32.5 ns truncated
+	} {
+		if got := c.StepDuration(tc.seqs, tc.prefill, tc.context); got != tc.want {
+			t.Errorf("StepDuration(%v, %v, %v) = %v, want %v", tc.seqs, tc.prefill, tc.context, got, tc.want)
+		}
+	}
+}

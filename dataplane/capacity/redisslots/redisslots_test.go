@@ -97,7 +97,7 @@ func (f *fleet) replica(name string, maxInFlight int, o Options) *replica {
 	f.t.Cleanup(l.Close)
 	tr := capacity.New(capacity.Options{Shared: l})
 	f.t.Cleanup(tr.Close)
-	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: int32(maxInFlight)}}); err != nil {
+	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: int32(maxInFlight)}}, 0); err != nil {
 		f.t.Fatal(err)
 	}
 	r := &replica{tr: tr, leases: l, clk: clk, rooms: rooms}
@@ -381,7 +381,7 @@ func BenchmarkFleetAcquireRelease(b *testing.B) {
 	defer l.Close()
 	tr := capacity.New(capacity.Options{Shared: l})
 	defer tr.Close()
-	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: 1 << 20}}); err != nil {
+	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: 1 << 20}}, 0); err != nil {
 		b.Fatal(err)
 	}
 	var s capacity.Slot
