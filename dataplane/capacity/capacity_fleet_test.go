@@ -35,7 +35,7 @@ func TestAWindowBoundsThisReplicasCountNotTheFleets(t *testing.T) {
 	fleet := &fakeShared{held: map[uint64]bool{}, others: 20}
 	f := newPollFixture(t, vllmMetrics(0, 0.5), Options{Shared: fleet})
 	signals := []config.Signal{{Metric: "vllm:num_requests_waiting", Max: 4}}
-	if err := f.tr.Apply([]Backend{{Name: "a", MaxInFlight: 40, Saturation: saturation(f.srv.URL+"/metrics", signals...)}}); err != nil {
+	if err := f.tr.Apply([]Backend{{Name: "a", MaxInFlight: 40, Saturation: saturation(f.srv.URL+"/metrics", signals...)}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	f.waitPolls(1)

@@ -46,7 +46,7 @@ func (f *fleet) trackerOnly(name string) (*capacity.Tracker, chan string) {
 		}
 	}})
 	f.t.Cleanup(tr.Close)
-	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: 1}}); err != nil {
+	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: 1}}, 0); err != nil {
 		f.t.Fatal(err)
 	}
 	f.waitSubscribers(int64(f.replicas + 1))
