@@ -374,6 +374,9 @@ func BenchmarkFleetAcquireRelease(b *testing.B) {
 	defer func() { _ = c.Close() }()
 	st := redisstore.NewWithClient(c, redisstore.Options{Namespace: "ns", Policy: "bench"})
 	defer func() { _ = st.Close() }()
+	if err := c.Set(context.Background(), genKey(st), "established|0", 0).Err(); err != nil {
+		b.Fatal(err) // a fleet that used this Redis before: no warm-up
+	}
 	l, err := New(Options{Store: func() *redisstore.Store { return st }, Replica: "a"})
 	if err != nil {
 		b.Fatal(err)
