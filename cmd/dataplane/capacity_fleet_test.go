@@ -155,6 +155,31 @@ func startCapacityFleet(t *testing.T, rs *redistest.Server, up string, replicas,
 	return out
 }
 
+// capacityFleet is a fleet test's Redis, backend, data planes (failing
+// closed), a client of the Redis, and a context that bounds the test's
+// calls.
+type capacityFleet struct {
+	rs   *redistest.Server
+	up   *fleetBackend
+	reps []*fleetReplica
+	rc   *redis.Client
+	ctx  context.Context
+}
+
+// newCapacityFleet starts a redis-server with redisArgs, the backend and
+// replicas data planes sharing its maxInFlight, with maxWait.
+func newCapacityFleet(t *testing.T, replicas, maxInFlight int, maxWait time.Duration, redisArgs ...string) *capacityFleet {
+	t.Helper()
+	f := &capacityFleet{rs: redistest.Start(t, redisArgs...), up: newFleetBackend(t)}
+	f.reps = startCapacityFleet(t, f.rs, f.up.srv.URL, replicas, maxInFlight, maxWait, config.FailClosed)
+	f.rc = redis.NewClient(&redis.Options{Addr: f.rs.Addr()})
+	t.Cleanup(func() { _ = f.rc.Close() })
+	var cancel context.CancelFunc
+	f.ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return f
+}
+
 // fleetAnswer is what a client saw.
 type fleetAnswer struct {
 	code       int
@@ -212,14 +237,11 @@ func pct(ds []time.Duration, q float64) time.Duration {
 // slots freed on another (the room channel), so it waits about a release or
 // two, not for its own replica's timer.
 func TestCapacityFleetSkewedRouting(t *testing.T) {
-	rs := redistest.Start(t)
-	up := newFleetBackend(t)
 	const maxInFlight, hold = 4, 100 * time.Millisecond
-	fleet := startCapacityFleet(t, rs, up.srv.URL, 3, maxInFlight, 10*time.Second, config.FailClosed)
+	f := newCapacityFleet(t, 3, maxInFlight, 10*time.Second)
+	up, fleet, rc, ctx := f.up, f.reps, f.rc, f.ctx
 	heavy, light := fleet[0], fleet[1]
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	const run = 5 * time.Second
 	stopAt := time.Now().Add(run)
 	var wg sync.WaitGroup
@@ -271,8 +293,6 @@ func TestCapacityFleetSkewedRouting(t *testing.T) {
 	if p50, most := pct(waits, 0.5), pct(waits, 1); p50 > 300*time.Millisecond || most > time.Second {
 		t.Errorf("the light tenant's wait is %v at p50 and %v at most, with a slot freeing every %v across the fleet", p50, most, hold/maxInFlight)
 	}
-	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	defer func() { _ = rc.Close() }()
 	testutil.Eventually(t, "every lease released", func() bool { return leases(t, rc) == 0 })
 }
 
@@ -282,16 +302,11 @@ func TestCapacityFleetSkewedRouting(t *testing.T) {
 // renewal (at most a renewal period before the kill), and the waiter is
 // admitted then, not before, and not much later.
 func TestCapacityFleetKilledReplicaSlotsComeBackByExpiry(t *testing.T) {
-	rs := redistest.Start(t)
-	up := newFleetBackend(t)
 	const maxInFlight = 3
-	fleet := startCapacityFleet(t, rs, up.srv.URL, 2, maxInFlight, 15*time.Second, config.FailClosed)
+	f := newCapacityFleet(t, 2, maxInFlight, 15*time.Second)
+	up, fleet, rc, ctx := f.up, f.reps, f.rc, f.ctx
 	doomed, live := fleet[0], fleet[1]
-	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	defer func() { _ = rc.Close() }()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	for range maxInFlight {
 		go fleetCall(ctx, doomed, "heavy", 0, "g")
 	}
@@ -415,15 +430,10 @@ func TestCapacityFleetFrozenRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("freezes redis-server for seconds")
 	}
-	rs := redistest.Start(t)
-	up := newFleetBackend(t)
 	const maxInFlight = 3
-	fleet := startCapacityFleet(t, rs, up.srv.URL, 2, maxInFlight, 10*time.Second, config.FailClosed)
+	f := newCapacityFleet(t, 2, maxInFlight, 10*time.Second)
+	rs, up, fleet, rc, ctx := f.rs, f.up, f.reps, f.rc, f.ctx
 	a, b := fleet[0], fleet[1]
-	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	defer func() { _ = rc.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 
 	long := hold(t, ctx, up, a, "heavy", "long", 2, 2)
 	short := hold(t, ctx, up, a, "heavy", "short", 1, 3)
@@ -474,15 +484,10 @@ func TestCapacityFleetFrozenRedis(t *testing.T) {
 // never hold more than maxInFlight: the restarted Redis has lost the
 // leases, and the holders' renewals put them back.
 func TestCapacityFleetRedisRestarted(t *testing.T) {
-	rs := redistest.Start(t)
-	up := newFleetBackend(t)
 	const maxInFlight = 2
-	fleet := startCapacityFleet(t, rs, up.srv.URL, 2, maxInFlight, 2*time.Second, config.FailClosed)
+	f := newCapacityFleet(t, 2, maxInFlight, 2*time.Second)
+	rs, up, fleet, rc, ctx := f.rs, f.up, f.reps, f.rc, f.ctx
 	a, b := fleet[0], fleet[1]
-	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	defer func() { _ = rc.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 
 	held := hold(t, ctx, up, a, "heavy", "g", maxInFlight, maxInFlight)
 	if err := rs.Kill(); err != nil {
@@ -526,15 +531,10 @@ func TestCapacityFleetRedisFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("keeps redis-server full for seconds")
 	}
-	rs := redistest.Start(t, "--maxmemory-policy", "noeviction")
-	up := newFleetBackend(t)
 	const maxInFlight = 2
-	fleet := startCapacityFleet(t, rs, up.srv.URL, 2, maxInFlight, 10*time.Second, config.FailClosed)
+	f := newCapacityFleet(t, 2, maxInFlight, 10*time.Second, "--maxmemory-policy", "noeviction")
+	up, fleet, rc, ctx := f.up, f.reps, f.rc, f.ctx
 	a, b := fleet[0], fleet[1]
-	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	defer func() { _ = rc.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 
 	long := hold(t, ctx, up, a, "heavy", "long", 1, 1)
 	short := hold(t, ctx, up, a, "heavy", "short", 1, 2)
