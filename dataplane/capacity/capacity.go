@@ -88,6 +88,18 @@ type Shared interface {
 	Release(backend string, seq uint64)
 }
 
+// FleetRoom is implemented by a Shared that hears of room made on another
+// replica: a slot it released, or a dead replica's lease that expired. New
+// registers the Tracker with it, so that a waiter here wakes for such room
+// as for a local release; without it, a waiter would hear only of its own
+// replica's releases and retry on a timer, while the flood's replica
+// takes every slot its own releases free.
+type FleetRoom interface {
+	// NotifyRoom sets the function told of room on a backend. It is called
+	// from the Shared's own goroutine and must not block.
+	NotifyRoom(f func(backend string))
+}
+
 // Poll error kinds reported to Observer.PollError.
 const (
 	ErrorTimeout    = "timeout"    // no complete answer within the timeout
@@ -244,7 +256,18 @@ func New(o Options) *Tracker {
 	}
 	t.maxTenants.Store(int64(o.MaxTenants))
 	t.current.Store(&snapshot{byName: map[string]*backend{}})
+	if fr, ok := o.Shared.(FleetRoom); ok {
+		fr.NotifyRoom(t.fleetRoom)
+	}
 	return t
+}
+
+// fleetRoom wakes the waiters of the named backend for room made on
+// another replica (FleetRoom).
+func (t *Tracker) fleetRoom(name string) {
+	if b := t.current.Load().byName[name]; b != nil {
+		b.roomed()
+	}
 }
 
 // ErrClosed is returned by Apply after Close.
@@ -571,16 +594,16 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 	if w := b.window.Load(); w > 0 {
 		limit = min(limit, w)
 	}
-	var shared, n int64
+	var n int64
 	var over bool
 	for {
-		shared, over = limit, false
+		over = false
 		n = b.inFlight.Load()
 		if n >= limit {
 			if n >= maxInFlight || !b.mayOverdraft(c, n, limit, maxInFlight) {
 				return b.refused()
 			}
-			shared, over = min(maxInFlight, limit+reserve(limit)), true
+			over = true
 		}
 		if b.inFlight.CompareAndSwap(n, n+1) {
 			break
@@ -593,8 +616,12 @@ func (b *backend) acquire(s *Slot, c *Claim) Result {
 	}
 	var seq uint64
 	if sh := b.t.opts.Shared; sh != nil {
+		// The fleet is bounded by maxInFlight. The window and the
+		// overdraft's reserve are learned from, and bound, this replica's
+		// count (checked above): the fleet's count, with every other
+		// replica's requests in it, is not in the window's units.
 		seq = b.t.seq.Add(1)
-		if r := sh.Acquire(b.name, int(shared), b.inFlight.Load(), seq); r != Acquired {
+		if r := sh.Acquire(b.name, int(maxInFlight), b.inFlight.Load(), seq); r != Acquired {
 			b.inFlight.Add(-1)
 			if over {
 				b.repay()

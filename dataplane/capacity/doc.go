@@ -98,10 +98,9 @@ limitations under the License.
 //     running sums kept as entries come and go, so a refused acquire does
 //     not scan the tenants.
 //
-// The shares are this replica's: with Options.Shared the fleet-wide count
-// still holds every slot, and an overdraft asks the store for the same
-// reserve above the window, so each replica's overdrafts stay within its
-// own reserve over the fleet-wide count.
+// The window, the shares and the reserve are this replica's: learned from
+// its own count, they bound its own count. With Options.Shared the store
+// is asked for maxInFlight alone (see Fleet-wide counts).
 //
 // # Waking waiters
 //
@@ -119,5 +118,13 @@ limitations under the License.
 // With Options.Shared (package redisslots), a slot is also a lease in the
 // store shared by the fleet, so maxInFlight holds for all replicas
 // together; the local count still bounds each replica and gives the fast
-// refusal.
+// refusal. The store is asked for maxInFlight, never the window: a window
+// is in this replica's units (what it had in flight when the server's
+// signals were under their max), and compared with the fleet's count it
+// refused the replica outright after every cut until its readings grew it
+// past the other replicas' requests. Each replica reads the same signals
+// and keeps its own window, so a reading over a max cuts every replica's
+// count, and readings under every max grow the fleet's by one per replica.
+// A Shared that implements FleetRoom tells the Tracker of slots freed on
+// other replicas, which wakes waiters here as a local release does.
 package capacity

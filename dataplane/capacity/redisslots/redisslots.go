@@ -37,9 +37,11 @@ limitations under the License.
 // While it is, a release publishes the backend's name on the policy's room
 // channel, and so does a heartbeat that finds expired leases on a backend
 // this replica was refused on (a crashed replica's slots). Every replica's
-// heartbeat goroutine subscribes to the channel and calls Options.OnRoom,
-// so a waiter on one replica hears of a slot freed on another. A replica
-// does not hear its own releases, which its Tracker already reported.
+// heartbeat goroutine subscribes to the channel and tells the Tracker that
+// uses the Leases (capacity.FleetRoom, set by capacity.New) and
+// Options.OnRoom, so a waiter on one replica wakes for a slot freed on
+// another as for a local release. A replica does not hear its own
+// releases, which its Tracker already reported.
 //
 // # Expiry bound
 //
@@ -48,6 +50,22 @@ limitations under the License.
 // next acquire on the backend drops them, so its slots come back within
 // TTL of the crash. A live replica loses a lease only if TTL passes with
 // no renewal reaching Redis (three missed renewals by default).
+//
+// # Warm-up
+//
+// A lease set can lack the leases of requests still running: Redis lost its
+// data (restarted empty, failed over to a replica behind), or no replica
+// reached it for longer than a lease lives unrenewed (frozen or
+// unreachable for the whole fleet), so the leases expired by Redis's clock.
+// Until every holder's next renewal puts them back, the set would admit
+// past maxInFlight. So the policy keeps a lease generation that never
+// expires and a beat every heartbeat sets to Redis's time; a missing
+// generation, or a beat older than the TTL less one renewal period, starts
+// a warm-up of one TTL from the first contact, in which acquires are
+// refused (Saturated). Within it every live replica renews, or its leases
+// would have expired anyway. A Redis never used for leases warms up too,
+// at the first heartbeat after it appears, most likely before the first
+// request.
 //
 // # Failure
 //
@@ -78,6 +96,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -96,24 +115,82 @@ const (
 	DefaultRenewBatch = 256
 )
 
-// acquireScript drops the expired leases, and adds ARGV[3] expiring in
-// ARGV[2] ms if fewer than ARGV[1] remain. A refusal marks the backend
-// contended for 2 x ARGV[2] ms. It returns {1|0, count}.
+// genLua reads the lease generation, KEYS[3]: "<id>|<until>", where until
+// is the end, in Redis's milliseconds, of a warm-up in which acquires are
+// refused, because the lease sets may lack the leases of requests still
+// running: a leased request holds its slot until its holder renews again.
+// A warm-up of one TTL, ARGV[2] ms, starts
 //
-// KEYS[1] the backend's lease set; KEYS[2] its contended mark.
-var acquireScript = redis.NewScript(`
+//   - when the generation is missing: the key never expires, so Redis lost
+//     its data (restarted empty, failed over to a replica behind, evicted
+//     it) or was never used for leases;
+//   - when the beat, KEYS[4], which every replica's heartbeat sets to
+//     Redis's time each renewal period, is older than ARGV[5] ms (the TTL
+//     less one renewal period): no replica reached Redis for so long that
+//     leases of live requests may have expired (Redis frozen or
+//     unreachable for everyone).
+//
+// Within it every live replica renews its leases, putting back those that
+// expired, or they would have expired anyway. ARGV[4] is the new
+// generation's id. It sets now, ttl and warm.
+const genLua = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
+local g = redis.call('GET', KEYS[3])
+local upto = 0
+if g then upto = tonumber(string.match(g, '|(%d+)$')) or 0 end
+local beat = tonumber(redis.call('GET', KEYS[4]) or '')
+if not g or (beat and now - beat > tonumber(ARGV[5]) and now >= upto) then
+  upto = now + ttl
+  g = ARGV[4] .. '|' .. upto
+  redis.call('SET', KEYS[3], g)
+end
+local warm = now < upto
+`
+
+// acquireScript drops the expired leases, and adds ARGV[3] expiring in
+// ARGV[2] ms if fewer than ARGV[1] remain and the lease generation is not
+// warming up (genLua). A refusal marks the backend contended for 2 x
+// ARGV[2] ms. A lease taken sets the beat if there is none yet, so that no
+// lease is ever in Redis without a beat to go stale (a replica's heartbeat
+// first beats up to a renewal period after its store appears). It returns
+// {1|0, count}.
+//
+// KEYS[1] the backend's lease set; KEYS[2] its contended mark; KEYS[3] and
+// KEYS[4] the policy's lease generation and beat.
+var acquireScript = redis.NewScript(genLua + `
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
-if n >= tonumber(ARGV[1]) then
+if warm or n >= tonumber(ARGV[1]) then
   redis.call('SET', KEYS[2], '1', 'PX', 2 * ttl)
   return {0, n}
 end
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[3])
 redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+if not beat then
+  redis.call('SET', KEYS[4], now)
+end
 return {1, n + 1}
+`)
+
+// genScript is genLua, run by the heartbeat every renewal period: a Redis
+// that lost the leases, or that no replica reached for too long, starts its
+// warm-up at the first contact of any replica, and a new fleet's before its
+// first request, most likely. It then sets the beat. KEYS[3], KEYS[4],
+// ARGV[2], ARGV[4] and ARGV[5] are used; KEYS[1] is a key never written.
+//
+// A full Redis (maxmemory, noeviction) refuses a script's first write that
+// may grow memory, but not the writes after one, and the slot scripts start
+// with a deletion (ZREMRANGEBYSCORE), so leases are taken and renewed while
+// Redis is full. The beat, a fixed-size overwrite, follows a deletion too:
+// otherwise a full Redis would go stale and start a warm-up while every
+// lease is being renewed.
+var genScript = redis.NewScript(`
+redis.call('DEL', KEYS[1])
+` + genLua + `
+redis.call('SET', KEYS[4], now)
+return 1
 `)
 
 // releaseScript removes lease ARGV[1] and, while the backend is contended
@@ -182,9 +259,11 @@ type Options struct {
 	// Logger receives one line when calls start and stop failing.
 	Logger logr.Logger
 	// OnRoom, if set, is told when another replica releases a slot on a
-	// backend that refused a request within two TTLs (give it the
-	// Tracker's OnRoom): waiters on every replica then hear of the room.
-	// It is called from the heartbeat goroutine and must not block.
+	// backend that refused a request within two TTLs: waiters on every
+	// replica then hear of the room. It is called from the heartbeat
+	// goroutine and must not block. A capacity.Tracker given these Leases
+	// as its Shared is told as well (NotifyRoom), so a data plane, which
+	// builds its Tracker after its Leases, need not set it.
 	OnRoom func(backend string)
 }
 
@@ -204,12 +283,33 @@ type Leases struct {
 	nstray  int
 	failing bool
 
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	renewals atomic.Uint64                // renewals the heartbeat has run, for tests
+	room     atomic.Pointer[func(string)] // as NotifyRoom set it; Options.OnRoom is told too
+	kick     chan struct{}                // NotifyRoom: subscribe now, not at the next tick
+	stop     chan struct{}
+	done     chan struct{}
+	once     sync.Once
 }
 
-var _ capacity.Shared = (*Leases)(nil)
+var (
+	_ capacity.Shared    = (*Leases)(nil)
+	_ capacity.FleetRoom = (*Leases)(nil)
+)
+
+// NotifyRoom implements capacity.FleetRoom: f is told of room as
+// Options.OnRoom is (replacing the f of an earlier call), and the heartbeat
+// subscribes to the room channel at once.
+func (l *Leases) NotifyRoom(f func(backend string)) {
+	if f == nil {
+		l.room.Store(nil)
+	} else {
+		l.room.Store(&f)
+	}
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
 
 // New returns Leases and starts their heartbeat.
 func New(o Options) (*Leases, error) {
@@ -248,6 +348,7 @@ func New(o Options) (*Leases, error) {
 		live:    map[string]map[uint64]struct{}{},
 		refused: map[string]struct{}{},
 		stray:   map[string][]uint64{},
+		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -259,6 +360,12 @@ func New(o Options) (*Leases, error) {
 func key(st *redisstore.Store, backend string) string {
 	return "fq:" + st.HashTag() + ":capacity:" + backend
 }
+
+// genKey is the policy's lease generation (genLua).
+func genKey(st *redisstore.Store) string { return "fq:" + st.HashTag() + ":capacity-gen" }
+
+// beatKey is the policy's lease beat (genLua).
+func beatKey(st *redisstore.Store) string { return "fq:" + st.HashTag() + ":capacity-beat" }
 
 // contendedKey marks backend as having refused a request lately.
 func contendedKey(st *redisstore.Store, backend string) string {
@@ -283,8 +390,8 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
 	defer cancel()
-	res, err := acquireScript.Run(ctx, st.Client(), []string{key(st, backend), contendedKey(st, backend)},
-		limit, l.o.TTL.Milliseconds(), l.member(seq)).Int64Slice()
+	res, err := acquireScript.Run(ctx, st.Client(), []string{key(st, backend), contendedKey(st, backend), genKey(st), beatKey(st)},
+		limit, l.o.TTL.Milliseconds(), l.member(seq), l.member(seq), l.staleBeat()).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = errors.New("the slot script answered " + strconv.Itoa(len(res)) + " values, want 2")
 	}
@@ -304,6 +411,20 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 	}
 	l.hold(backend, seq)
 	return capacity.Acquired
+}
+
+// staleBeat is the age of the beat past which leases of live requests may
+// have expired (genLua), in milliseconds.
+func (l *Leases) staleBeat() int64 { return (l.o.TTL - l.o.RenewInterval).Milliseconds() }
+
+// touchGeneration runs genScript: a Redis that lost the leases, or that no
+// replica reached for too long, starts its warm-up now; the beat is set.
+func (l *Leases) touchGeneration(st *redisstore.Store) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
+	defer cancel()
+	none := "fq:" + st.HashTag() + ":capacity-none"
+	err := genScript.Run(ctx, st.Client(), []string{none, none, genKey(st), beatKey(st)}, "", l.o.TTL.Milliseconds(), "", l.prefix+"gen", l.staleBeat()).Err()
+	l.outcome(st, err)
 }
 
 // maxStray bounds the stray leases remembered for removal.
@@ -403,26 +524,42 @@ func (l *Leases) heartbeat() {
 	defer t.Stop()
 	var sub subscription
 	defer sub.close()
-	sub.follow(l.o.Store(), l.o.OnRoom != nil)
+	if st := l.o.Store(); st != nil && st.Up() {
+		l.touchGeneration(st)
+	}
+	sub.follow(l.o.Store(), l.wantRoom())
 	for {
 		select {
 		case <-l.stop:
 			return
+		case <-l.kick:
+			sub.follow(l.o.Store(), l.wantRoom())
 		case <-t.C():
 			l.renew()
-			sub.follow(l.o.Store(), l.o.OnRoom != nil)
+			l.renewals.Add(1)
+			sub.follow(l.o.Store(), l.wantRoom())
 		case m, ok := <-sub.ch:
 			if !ok {
 				sub.close() // resubscribed at the next tick
 				continue
 			}
 			backend, from, _ := strings.Cut(m.Payload, "\x00")
-			if from != l.prefix {
+			if from == l.prefix {
+				continue
+			}
+			if f := l.room.Load(); f != nil {
+				(*f)(backend)
+			}
+			if l.o.OnRoom != nil {
 				l.o.OnRoom(backend)
 			}
 		}
 	}
 }
+
+// wantRoom reports whether someone is to be told of room, so the heartbeat
+// subscribes to the room channel.
+func (l *Leases) wantRoom() bool { return l.o.OnRoom != nil || l.room.Load() != nil }
 
 // subscription is the heartbeat's subscription to the room channel of the
 // store in force, if any.
@@ -466,6 +603,7 @@ func (l *Leases) renew() {
 	if st == nil || !st.Up() {
 		return
 	}
+	l.touchGeneration(st)
 	type batch struct {
 		backend string
 		args    []any
