@@ -47,7 +47,6 @@ func main() {
 		Latency: *latency, Chunks: *chunks, ChunkInterval: *chunkInterval, Models: strings.Split(*models, ","),
 		CompletionTokens: *completionTokens, CompletionFraction: *completionFraction,
 	})
-	defer fake.Close()
 	var handler http.Handler = fake
 	what := "fake OpenAI upstream"
 	if *sim {

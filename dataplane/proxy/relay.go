@@ -16,7 +16,9 @@ type relayWriter struct {
 	before http.Header
 	// status is the held-back status; 0 until WriteHeader.
 	status int
-	// committed is set once the status went to the client.
+	// committed is set once the status went to the client, so the
+	// response is being written. Only the relay writes it, under mu, so
+	// that cut may read it.
 	committed bool
 	// writeErr is the first error writing to the client.
 	writeErr error
@@ -26,8 +28,6 @@ type relayWriter struct {
 	// other: a write to a client that stopped reading blocks until the
 	// client reads, and only a write deadline ends it.
 	mu sync.Mutex
-	// relayed: the relay sent the status, so the response is being written.
-	relayed bool
 	// ended: the request's context ended (total timeout, client gone).
 	ended bool
 	// deadline: cut set a write deadline in the past.
@@ -80,9 +80,8 @@ func (w *relayWriter) commit() {
 	if w.committed {
 		return
 	}
-	w.committed = true
 	w.mu.Lock()
-	w.relayed = true
+	w.committed = true
 	if w.ended {
 		w.stopWritesLocked()
 	}
@@ -122,7 +121,7 @@ func (w *relayWriter) cut() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.ended = true
-	if w.relayed && !w.finished {
+	if w.committed && !w.finished {
 		w.stopWritesLocked()
 	}
 }

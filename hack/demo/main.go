@@ -67,7 +67,7 @@ func main() {
 		case errors.Is(err, errInterrupted):
 			os.Exit(130)
 		}
-		fmt.Fprintln(os.Stderr, "demo:", err)
+		cli.PrintError(os.Stderr, "demo", err)
 		os.Exit(1)
 	}
 }

@@ -53,12 +53,12 @@ func main() {
 		return
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "localcp: %v\n", err)
+		cli.PrintError(os.Stderr, "localcp", err)
 		os.Exit(2)
 	}
 	err = cli.WithSignals(func(ctx context.Context) error { return run(ctx, opts, os.Stdout, logger) })
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "localcp: %v\n", err)
+		cli.PrintError(os.Stderr, "localcp", err)
 		os.Exit(1)
 	}
 }

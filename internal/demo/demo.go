@@ -471,11 +471,10 @@ func startUpstream(ctx context.Context, o Options, sc scenario, p *progress, sup
 // its listen addresses) and waits until it is ready; it returns the traffic
 // and metrics addresses.
 func startDataPlane(ctx context.Context, o Options, p *progress, sup *proc.Supervisor, name string, args ...string) (traffic, metrics string, err error) {
+	if metrics, err = proc.FreeAddr(); err != nil {
+		return "", "", fmt.Errorf("the metrics address of %s: %w", name, err)
+	}
 	traffic, err = p.startServer(ctx, sup, name, func(addr string) []string {
-		var perr error
-		if metrics, perr = proc.FreeAddr(); perr != nil {
-			return nil
-		}
 		return append(append([]string{filepath.Join(o.BinDir, "dataplane")}, args...),
 			"--listen", addr, "--metrics-listen", metrics, "--shutdown-grace", "5s")
 	}, "")
@@ -613,9 +612,6 @@ func (p *progress) startServer(ctx context.Context, sup *proc.Supervisor, name s
 			return err
 		}
 		argv := args(addr)
-		if len(argv) == 0 {
-			return fmt.Errorf("no free port for %s", name)
-		}
 		child, err := sup.Start(ctx, name, argv[0], argv[1:]...)
 		if err != nil {
 			return err
