@@ -108,13 +108,9 @@ func (b *backend) timeRelease(s *Slot, count int64, measure bool) {
 	}
 }
 
-// limit is the in-flight bound in force on b: maxInFlight, or its window
-// when that is lower.
+// limit is the in-flight bound in force on b (backend.limits).
 func (b *backend) limit() int64 {
-	limit := b.max.Load()
-	if w := b.window.Load(); w > 0 {
-		limit = min(limit, w)
-	}
+	_, limit := b.limits()
 	return limit
 }
 
