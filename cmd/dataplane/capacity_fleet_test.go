@@ -112,6 +112,7 @@ func (b *fleetBackend) openGates() {
 type fleetReplica struct {
 	proc    *testbin.Process
 	traffic string
+	ops     string // its metrics listener
 }
 
 // startCapacityFleet starts replicas data planes on one Redis in capacity
@@ -150,7 +151,7 @@ func startCapacityFleet(t *testing.T, rs *redistest.Server, up string, replicas,
 				"--listen", traffic, "--metrics-listen", ops, "--shutdown-grace", "1s", "--shutdown-delay", "0s", "--pod-name", "replica-" + strconv.Itoa(i)},
 			Ready: testbin.HTTPReady("http://" + ops + "/readyz"),
 		})
-		out[i] = &fleetReplica{proc: p, traffic: traffic}
+		out[i] = &fleetReplica{proc: p, traffic: traffic, ops: ops}
 	}
 	return out
 }
@@ -178,6 +179,13 @@ func newCapacityFleet(t *testing.T, replicas, maxInFlight int, maxWait time.Dura
 	f.ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return f
+}
+
+// waitQueued waits until r's fair queue holds one request (no bands are
+// configured, so its depth is band "").
+func waitQueued(t *testing.T, r *fleetReplica, what string) {
+	t.Helper()
+	waitMetrics(t, r.ops, what+" queued", `rate_limit_fair_queue_depth{band=""} 1`)
 }
 
 // fleetAnswer is what a client saw.
@@ -315,7 +323,7 @@ func TestCapacityFleetKilledReplicaSlotsComeBackByExpiry(t *testing.T) {
 	})
 	waiter := make(chan fleetAnswer, 1)
 	go func() { waiter <- fleetCall(ctx, live, "light", 0, "") }()
-	time.Sleep(300 * time.Millisecond) // queued on the live replica
+	waitQueued(t, live, "the waiter on the live replica")
 	select {
 	case a := <-waiter:
 		t.Fatalf("the waiter was answered while every slot was held: %d %s %v", a.code, a.body, a.err)
@@ -439,7 +447,7 @@ func TestCapacityFleetFrozenRedis(t *testing.T) {
 	short := hold(t, ctx, up, a, "heavy", "short", 1, 3)
 	waiter := make(chan fleetAnswer, 1)
 	go func() { waiter <- fleetCall(ctx, b, "light", 0, "") }()
-	time.Sleep(300 * time.Millisecond) // queued on b
+	waitQueued(t, b, "the waiter on b")
 	if err := rs.Pause(); err != nil {
 		t.Fatal(err)
 	}

@@ -238,26 +238,15 @@ func (c *Controller) giveBack(t *Ticket) {
 // waiting for one are granted by band and weight, without polling.
 func (c *Controller) WakeCapacity() { c.queue.Wake(CapacityKey) }
 
-// releaseSlot releases the ticket's backend slot, if it holds one.
-func (t *Ticket) releaseSlot() {
+// endSlot gives back the ticket's backend slot, if it holds one, by end:
+// (*capacity.Slot).Release, or Withdraw for a request that reached no
+// backend, whose time held is not measured as a backend's.
+func (t *Ticket) endSlot(end func(*capacity.Slot)) {
 	if t.r.Capacity.Tracker == nil {
 		return // capacity mode off: no slot was taken
 	}
-	t.slot.Release()
+	end(&t.slot)
 	if t.waited != nil {
-		t.waited.Release()
-	}
-}
-
-// withdrawSlot releases the ticket's backend slot, if it holds one, for a
-// request that reached no backend: its time held is not measured as a
-// backend's (capacity.Slot.Withdraw).
-func (t *Ticket) withdrawSlot() {
-	if t.r.Capacity.Tracker == nil {
-		return
-	}
-	t.slot.Withdraw()
-	if t.waited != nil {
-		t.waited.Withdraw()
+		end(t.waited)
 	}
 }

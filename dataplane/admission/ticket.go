@@ -86,7 +86,7 @@ func (t *Ticket) Settles() bool { return t.settle.reserved > 0 || t.settle.accou
 // immediate 429, retryable after retry: backend capacity is never queued, so
 // it carries no queue details. Its reservation is settled at nothing by Done.
 func (t *Ticket) NoBackend(retry time.Duration) Decision {
-	t.withdrawSlot()
+	t.endSlot((*capacity.Slot).Withdraw)
 	if t.c == nil {
 		return Decision{}
 	}
@@ -107,7 +107,7 @@ func (t *Ticket) NoBackend(retry time.Duration) Decision {
 // cannot take the settlement is logged, never fails the request: the buckets
 // then keep the reservation, which refills on its own.
 func (t *Ticket) Done(used int64) {
-	t.releaseSlot()
+	t.endSlot((*capacity.Slot).Release)
 	if t.c == nil || !t.done.CompareAndSwap(false, true) {
 		return
 	}

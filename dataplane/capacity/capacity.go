@@ -584,16 +584,23 @@ func (t *Tracker) Saturated(name string) bool {
 	return b != nil && (b.full.Load() || b.inFlight.Load() >= b.max.Load() || b.windowFull())
 }
 
+// limits returns b's maxInFlight and the in-flight bound in force on it:
+// maxInFlight, or its window when that is lower.
+func (b *backend) limits() (maxInFlight, limit int64) {
+	maxInFlight = b.max.Load()
+	limit = maxInFlight
+	if w := b.window.Load(); w > 0 {
+		limit = min(limit, w)
+	}
+	return maxInFlight, limit
+}
+
 // acquire takes a slot on b into s for c.
 func (b *backend) acquire(s *Slot, c *Claim) Result {
 	if b.full.Load() {
 		return b.refused()
 	}
-	maxInFlight := b.max.Load()
-	limit := maxInFlight
-	if w := b.window.Load(); w > 0 {
-		limit = min(limit, w)
-	}
+	maxInFlight, limit := b.limits()
 	var n int64
 	var over bool
 	for {

@@ -37,10 +37,13 @@ const durationWeight = 8
 // slotTimes is what a backend's slots say about when the next one frees.
 //
 // Only slots taken while the backend is at least half full (of the smaller
-// of maxInFlight and its window) are timed: a clock reading costs about as
-// much as the rest of an acquire, the times matter only when requests
-// wait for a slot, and a backend gets there through half full. Its
-// releases at or over half full are timed too, timed slot or not.
+// of maxInFlight and its window) are timed: the two clock readings cost
+// more than the rest of an acquire and release (BenchmarkAcquireReleaseBusy
+// against BenchmarkAcquireRelease, figures in docs/capacity.md "Cost":
+// go test -run XXX -bench 'AcquireRelease(Busy)?$' -benchmem ./dataplane/capacity/),
+// the times matter only when requests wait for a slot, and a backend gets
+// there through half full. Its releases at or over half full are timed
+// too, timed slot or not.
 type slotTimes struct {
 	// held is the EWMA of how long the timed slots were held, from
 	// acquire to release, in nanoseconds of the Tracker's clock; 0 before
@@ -108,13 +111,9 @@ func (b *backend) timeRelease(s *Slot, count int64, measure bool) {
 	}
 }
 
-// limit is the in-flight bound in force on b: maxInFlight, or its window
-// when that is lower.
+// limit is the in-flight bound in force on b (backend.limits).
 func (b *backend) limit() int64 {
-	limit := b.max.Load()
-	if w := b.window.Load(); w > 0 {
-		limit = min(limit, w)
-	}
+	_, limit := b.limits()
 	return limit
 }
 

@@ -390,8 +390,10 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
 	defer cancel()
+	// The lease's member also names a generation this acquire starts.
+	member := l.member(seq)
 	res, err := acquireScript.Run(ctx, st.Client(), []string{key(st, backend), contendedKey(st, backend), genKey(st), beatKey(st)},
-		limit, l.o.TTL.Milliseconds(), l.member(seq), l.member(seq), l.staleBeat()).Int64Slice()
+		limit, l.o.TTL.Milliseconds(), member, member, l.staleBeat()).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = errors.New("the slot script answered " + strconv.Itoa(len(res)) + " values, want 2")
 	}
