@@ -215,8 +215,8 @@ func (q *Queue) Refuse(r Request, reason Reason) time.Duration {
 	now := q.now()
 	band, _ := q.s.bandFor(r.Tenant, r.Band)
 	q.obs.Refused(r.Dimension, r.LimitType, q.s.weights.BandName(band), reason)
-	budget := min(q.toSched(r.Deadline), now+int64(q.s.bounds.MaxWait)) - now
-	return time.Duration(q.s.refusedOutside(now, max(int64(r.RetryAfter), int64(r.FirstGrant)), budget))
+	step := max(int64(r.RetryAfter), int64(r.FirstGrant))
+	return time.Duration(q.s.refusedOutside(now, step, q.s.budget(now, q.toSched(r.Deadline))))
 }
 
 // runAttempt runs w's attempt. If the attempt panics, w leaves the queue and

@@ -54,7 +54,7 @@ func (s *sched) room(now int64, a *arrival, reason Reason) int64 {
 //   - queue_full: successive grants anywhere, from the next grant or expiry.
 func (s *sched) refusalRetry(now int64, a *arrival, reason Reason, est int64) int64 {
 	retryAfter := a.first()
-	budget := min(a.deadline, now+int64(s.bounds.MaxWait)) - now
+	budget := s.budget(now, a.deadline)
 	fit := func(d int64) int64 { return max(min(d, budget), retryAfter, minRetry) }
 	switch reason {
 	case ReasonWaitExceedsBudget:
@@ -122,4 +122,10 @@ func (s *sched) refusedOutside(now, step, budget int64) int64 {
 		s.outside = at
 	}
 	return max(min(d, budget), step)
+}
+
+// budget returns how long from now a request whose deadline is deadline may
+// still wait: until the deadline or MaxWait from now, whichever is earlier.
+func (s *sched) budget(now, deadline int64) int64 {
+	return min(deadline, now+int64(s.bounds.MaxWait)) - now
 }
