@@ -127,9 +127,10 @@ type Request struct {
 
 	// band is the index Admit resolved Band to (bands.go).
 	band int
-	// preAuthed: the request passed the pre-authentication buckets, so
-	// what admission decided is a decision about its tenant (observe).
-	preAuthed bool
+	// preAuthed is set, to the settings admission decided with, once the
+	// request passed the pre-authentication buckets: what admission decided
+	// is then a decision about its tenant under those settings (observe).
+	preAuthed *Settings
 
 	// Capacity, with a Tracker, makes Begin take a backend slot once every
 	// limit passed (SPEC 6b, capacity.go); Admit alone ignores it.
@@ -297,7 +298,7 @@ func (c *Controller) admitRequests(ctx context.Context, now time.Time, r *Reques
 		*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
 		return
 	}
-	r.preAuthed = true
+	r.preAuthed = &p.settings
 	if err == nil && d.Allowed { // as identityDecided would, without the call
 		admitted(dec, d)
 		return
@@ -315,7 +316,7 @@ func (c *Controller) admitInTurn(ctx context.Context, now time.Time, r *Request,
 		*dec = c.preAuthRefusal(pre, err, r.ClientAddr)
 		return
 	}
-	r.preAuthed = true
+	r.preAuthed = &p.settings
 	if gate != nil {
 		gate.Arrive(tenant, keys.Model)
 	}

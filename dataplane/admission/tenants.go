@@ -75,15 +75,16 @@ func (c *Controller) tenantObserver() TenantObserver {
 
 // observe reports dec, the final decision for r (after its token
 // reservation and its backend slot), to the tenant observer when r passed
-// the pre-authentication buckets and has a tenant to queue as: reported
-// earlier, a request refused by a later stage would count as a grant of its
-// tenant.
+// the pre-authentication buckets and has a tenant to queue as under the
+// settings admission decided with (a policy swapped in since does not
+// change it): reported earlier, a request refused by a later stage would
+// count as a grant of its tenant.
 func (c *Controller) observe(arrival time.Time, r *Request, dec *Decision) {
 	o := c.tenantObserver()
-	if o == nil || !r.preAuthed {
+	if o == nil || r.preAuthed == nil {
 		return
 	}
-	if tenant, used, ok := c.settings().tenant(r.Identity); ok {
+	if tenant, used, ok := r.preAuthed.tenant(r.Identity); ok {
 		observeTenant(o, arrival, tenant, used, dec)
 	}
 }

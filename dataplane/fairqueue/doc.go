@@ -63,18 +63,18 @@
 // cost U queued up to and including it, is served, the tracked tenants (of
 // total weight W) are served U*(W-w)/w besides, in grants of their own mean
 // size. Its position is the grants expected before it (its k-1 predecessors
-// and the others' share in grants) plus one: ceil(k*W/w) with unit costs. Its
-// estimate at enqueue is its Retry-After (or, for room a Wake announces,
+// and the others' share in grants) plus one: ceil(k*W/w) with unit costs.
+// Its estimate at enqueue is its Retry-After (or, for room a Wake announces,
 // Request.FirstGrant: the expected time until the first grant, when larger)
-// plus the time those grants take,
-// alpha per grant plus beta per unit of cost, fitted by least squares to the
-// measured grants while the queue is backlogged (a limit counting requests
-// spaces grants evenly whatever their size; one charged by cost spaces them
-// by size; with equal costs alpha is the measured spacing between grants).
-// Before the first measurement every grant is taken to be like the waiter's
-// and to take Request.Interval. The estimate is never 0. A request whose
-// estimate does not fit its budget is refused at arrival
-// (ReasonWaitExceedsBudget) instead of being held until the budget runs out.
+// plus the time those grants take, alpha per grant plus beta per unit of
+// cost, fitted by least squares to the measured grants while the queue is
+// backlogged (a limit counting requests spaces grants evenly whatever their
+// size; one charged by cost spaces them by size; with equal costs alpha is
+// the measured spacing between grants). Before the first measurement every
+// grant is taken to be like the waiter's and to take Request.Interval. The
+// estimate is never 0. A request whose estimate does not fit its budget is
+// refused at arrival (ReasonWaitExceedsBudget) instead of being held until
+// the budget runs out.
 //
 // Retry-After of a refusal (Result.RetryAfter): a request refused by a bound
 // learns when that queue or table is expected to have room, one refused for

@@ -111,8 +111,7 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 		if q.closed {
 			reason = ReasonShutdown
 		}
-		band, _ := q.s.bandFor(r.Tenant, r.Band)
-		q.obs.Refused(r.Dimension, r.LimitType, q.s.weights.BandName(band), reason)
+		band := q.refused(&r, reason)
 		q.mu.Unlock()
 		return Result{Reason: reason, RetryAfter: max(r.RetryAfter, r.FirstGrant), Band: band}, nil
 	}
@@ -127,8 +126,7 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 	w, reason, pos, est := q.s.enqueue(now, &a)
 	if w == nil {
 		retryAfter := time.Duration(q.s.refusalRetry(now, &a, reason, est))
-		band, _ := q.s.bandFor(r.Tenant, r.Band)
-		q.obs.Refused(r.Dimension, r.LimitType, q.s.weights.BandName(band), reason)
+		band := q.refused(&r, reason)
 		q.mu.Unlock()
 		return Result{Reason: reason, Position: pos, Estimate: time.Duration(est), RetryAfter: retryAfter, Band: band}, nil
 	}
@@ -213,10 +211,17 @@ func (q *Queue) Refuse(r Request, reason Reason) time.Duration {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
+	q.refused(&r, reason)
+	step := max(int64(r.RetryAfter), int64(r.FirstGrant))
+	return time.Duration(q.s.refusedOutside(now, step, q.s.budget(now, q.toSched(r.Deadline))))
+}
+
+// refused reports r, refused with reason without waiting, to the Observer
+// and returns the band it would have been scheduled in.
+func (q *Queue) refused(r *Request, reason Reason) int {
 	band, _ := q.s.bandFor(r.Tenant, r.Band)
 	q.obs.Refused(r.Dimension, r.LimitType, q.s.weights.BandName(band), reason)
-	budget := min(q.toSched(r.Deadline), now+int64(q.s.bounds.MaxWait)) - now
-	return time.Duration(q.s.refusedOutside(now, max(int64(r.RetryAfter), int64(r.FirstGrant)), budget))
+	return band
 }
 
 // runAttempt runs w's attempt. If the attempt panics, w leaves the queue and

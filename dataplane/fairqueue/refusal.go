@@ -54,7 +54,7 @@ func (s *sched) room(now int64, a *arrival, reason Reason) int64 {
 //   - queue_full: successive grants anywhere, from the next grant or expiry.
 func (s *sched) refusalRetry(now int64, a *arrival, reason Reason, est int64) int64 {
 	retryAfter := a.first()
-	budget := min(a.deadline, now+int64(s.bounds.MaxWait)) - now
+	budget := s.budget(now, a.deadline)
 	fit := func(d int64) int64 { return max(min(d, budget), retryAfter, minRetry) }
 	switch reason {
 	case ReasonWaitExceedsBudget:
@@ -92,15 +92,7 @@ func (s *sched) refusalRetry(now int64, a *arrival, reason Reason, est int64) in
 		return fit(d)
 	case ReasonQueueFull:
 		step := int64(s.spacing.or(a.interval))
-		at := now + s.room(now, a, reason)
-		if s.promised != 0 {
-			at = max(at, s.promised+step)
-		}
-		d := at - now
-		if d <= budget {
-			s.promised = at
-		}
-		return fit(d)
+		return fit(successive(&s.promised, now, now+s.room(now, a, reason), step, budget))
 	}
 	return fit(retryAfter)
 }
@@ -113,13 +105,27 @@ func (s *sched) refusalRetry(now int64, a *arrival, reason Reason, est int64) in
 // comes back before it); a step beyond budget is told as it is, never less.
 func (s *sched) refusedOutside(now, step, budget int64) int64 {
 	step = max(step, minRetry)
-	at := now + step
-	if s.outside != 0 {
-		at = max(at, s.outside+step)
+	d := successive(&s.outside, now, now+step, step, budget)
+	return max(min(d, budget), step)
+}
+
+// successive returns the time from now until at or, when later, step after
+// *last, the latest time promised a refusal of its kind (0: none), so
+// refusals close together are told successive times. It records the time
+// in *last only when it fits budget: a time beyond budget promises nothing.
+func successive(last *int64, now, at, step, budget int64) int64 {
+	if *last != 0 {
+		at = max(at, *last+step)
 	}
 	d := at - now
 	if d <= budget {
-		s.outside = at
+		*last = at
 	}
-	return max(min(d, budget), step)
+	return d
+}
+
+// budget returns how long from now a request whose deadline is deadline may
+// still wait: until the deadline or MaxWait from now, whichever is earlier.
+func (s *sched) budget(now, deadline int64) int64 {
+	return min(deadline, now+int64(s.bounds.MaxWait)) - now
 }

@@ -130,9 +130,9 @@ type arrival struct {
 // enqueue adds request a arriving at now, or refuses it with the reason and
 // the position it would have had. The estimate is the request's Retry-After
 // (or its expected first grant, when larger: see arrival.first) plus the time
-// the grants expected before it take. A request whose estimate
-// does not fit its budget is refused at once (ReasonWaitExceedsBudget) rather
-// than held until the budget runs out.
+// the grants expected before it take. A request whose estimate does not fit
+// its budget is refused at once (ReasonWaitExceedsBudget) rather than held
+// until the budget runs out.
 func (s *sched) enqueue(now int64, a *arrival) (*waiter, Reason, int, int64) {
 	deadline := a.deadline
 	if mw := now + int64(s.bounds.MaxWait); mw < deadline {

@@ -31,9 +31,9 @@ const DefaultMaxKeysPerDimension = 65536
 //
 // Concurrency: each dimension's table is split into up to 16 shards by a
 // seeded hash of the key, which also indexes the key in its shard, each
-// shard behind its own mutex (table.go). A batch
-// locks the shards of its buckets in a fixed order for the check and charge,
-// so all-or-nothing charging is atomic, requests for different keys proceed
+// shard behind its own mutex (table.go). A batch locks the shards of its
+// buckets in a fixed order for the check and charge, so all-or-nothing
+// charging is atomic, requests for different keys proceed
 // in parallel, and requests sharing a bucket (a model, a team) serialise
 // only on the few nanoseconds of its arithmetic.
 //

@@ -151,10 +151,10 @@ type lockSet struct {
 
 // lock hashes the key of each of b's requests and locks their shards once
 // each, in ascending table order, so two batches can never wait on each
-// other: the tables are laid out in dimension order, each split by the
-// hash (a power of two of shards, so a mask picks one). Limiter builds batches in dimension order, one request per
-// dimension, so the shards are usually ascending already and are locked in
-// the order listed.
+// other: the tables are laid out in dimension order, each split by the hash
+// (a power of two of shards, so a mask picks one). Limiter builds batches in
+// dimension order, one request per dimension, so the shards are usually
+// ascending already and are locked in the order listed.
 func (s *MemoryStore) lock(b *Batch, l *lockSet) {
 	var pos [MaxBatch]uint64 // table position of each request's shard
 	ascending := true
