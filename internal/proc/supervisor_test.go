@@ -25,11 +25,12 @@ func lookSh(t *testing.T) string {
 
 // startsChild starts a process through sup whose own child (a sleep) would
 // outlive it if its process group were not killed, and returns the process
-// and the child's pid.
+// and the child's pid. The trap is set before the pid file is written, so
+// once the test has the pid a SIGTERM meets the trap, not sh's default.
 func startsChild(t *testing.T, ctx context.Context, sup *proc.Supervisor, name, onTerm string) (*proc.Process, string) {
 	t.Helper()
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
-	p, err := sup.Start(ctx, name, lookSh(t), "-c", `sleep 60 & echo $! > `+pidFile+`; trap '`+onTerm+`' TERM; while :; do sleep 0.05; done`)
+	p, err := sup.Start(ctx, name, lookSh(t), "-c", `trap '`+onTerm+`' TERM; sleep 60 & echo $! > `+pidFile+`; while :; do sleep 0.05; done`)
 	if err != nil {
 		t.Fatal(err)
 	}
