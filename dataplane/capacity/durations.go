@@ -127,11 +127,13 @@ func (b *backend) warmUntil(end int64) {
 
 // wakeAtWarmEnd tells OnRoom of b when its warm-up ends, or sleeps again if
 // the end moved later meanwhile. A wake a little early (Redis's clock runs
-// the warm-up) is refused and names the end again.
+// the warm-up) is refused and names the end again. The timer's function
+// starts a goroutine because a fake clock runs it holding its lock, which
+// a reading of the clock would wait for.
 func (b *backend) wakeAtWarmEnd() {
 	d := b.times.warmEnd.Load() - b.t.clk.Now().UnixNano()
 	if d > 0 {
-		b.t.clk.AfterFunc(time.Duration(d), b.wakeAtWarmEnd)
+		b.t.clk.AfterFunc(time.Duration(d), func() { go b.wakeAtWarmEnd() })
 		return
 	}
 	b.times.warmTimer.Store(false)
