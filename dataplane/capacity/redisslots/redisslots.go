@@ -43,6 +43,17 @@ limitations under the License.
 // another as for a local release. A replica does not hear its own
 // releases, which its Tracker already reported.
 //
+// # The fleet's count
+//
+// The acquire, release and renewal scripts return the backend's lease
+// count, which they read anyway, and the Leases tell it to the Tracker
+// (capacity.FleetCounts): a waiter here wakes for a release anywhere, so
+// the time between releases it is told is the fleet's. No call is added;
+// a backend this replica holds or was refused on is recounted at least
+// every renewal period. When Redis fails, is marked down or is not the
+// store in force, the Tracker is told no count is known, and this
+// replica's own count, which then decides, stands.
+//
 // # Expiry bound
 //
 // A replica that crashes renews nothing more: its leases expire at most
@@ -62,7 +73,10 @@ limitations under the License.
 // expires and a beat every heartbeat sets to Redis's time; a missing
 // generation, or a beat older than the TTL less one renewal period, starts
 // a warm-up of one TTL from the first contact, in which acquires are
-// refused (Saturated). Within it every live replica renews, or its leases
+// refused (Saturated), each refusal telling the Tracker the time left of
+// it (capacity.FleetCounts), which is what waiters and refused clients are
+// told at least, and when the Tracker wakes its waiters, since no release
+// announces the end. Within it every live replica renews, or its leases
 // would have expired anyway. A Redis never used for leases warms up too,
 // at the first heartbeat after it appears, most likely before the first
 // request.
