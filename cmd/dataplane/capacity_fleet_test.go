@@ -207,7 +207,7 @@ type fleetAnswer struct {
 	// sleep exactly.
 	retryAfterMs string
 	took         time.Duration
-	err        error
+	err          error
 }
 
 // fleetCall sends one request as tenant through r, holding hold at the
