@@ -156,7 +156,8 @@ func busy(count, limit int64) bool { return 2*count >= limit }
 // shared store last said: this replica's slots are then a sample of the
 // fleet's durations, however few of them it holds), and notes b's reaching
 // half full here. The check is inlined; only a busy backend pays a call
-// and a clock reading.
+// and a clock reading. s.b must already be b (the call reads it from s,
+// one argument fewer: the inliner's budget).
 func (b *backend) timeAcquire(s *Slot, count, limit int64) {
 	s.stamp = 0
 	if 2*count >= limit-b.times.fleetBusy.Load() {
