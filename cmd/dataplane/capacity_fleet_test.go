@@ -120,6 +120,13 @@ type fleetReplica struct {
 // maxWait, and the store failing as mode says.
 func startCapacityFleet(t *testing.T, rs *redistest.Server, up string, replicas, maxInFlight int, maxWait time.Duration, mode config.FailureMode) []*fleetReplica {
 	t.Helper()
+	return startCapacityFleetWith(t, rs, up, replicas, maxInFlight, maxWait, mode, nil)
+}
+
+// startCapacityFleetWith is startCapacityFleet with the config edited by
+// edit, if not nil, before it is written.
+func startCapacityFleetWith(t *testing.T, rs *redistest.Server, up string, replicas, maxInFlight int, maxWait time.Duration, mode config.FailureMode, edit func(*config.Config)) []*fleetReplica {
+	t.Helper()
 	c := validConfig()
 	c.Backends[0].URL = up
 	c.Capacity = &config.Capacity{Backends: []config.BackendCapacity{{Name: c.Backends[0].Name, MaxInFlight: int32(maxInFlight)}}}
@@ -130,6 +137,9 @@ func startCapacityFleet(t *testing.T, rs *redistest.Server, up string, replicas,
 		Addresses: []string{rs.Addr()}, Mode: config.RedisStandalone,
 		Timeout: config.Duration{Duration: 100 * time.Millisecond}, FailureMode: mode,
 	}}
+	if edit != nil {
+		edit(c)
+	}
 	data, err := config.Marshal(c)
 	if err != nil {
 		t.Fatal(err)
@@ -193,8 +203,11 @@ type fleetAnswer struct {
 	code       int
 	body       string
 	retryAfter string
-	took       time.Duration
-	err        error
+	// retryAfterMs is the Retry-After-Ms header, which OpenAI's clients
+	// sleep exactly.
+	retryAfterMs string
+	took         time.Duration
+	err          error
 }
 
 // fleetCall sends one request as tenant through r, holding hold at the
@@ -213,7 +226,8 @@ func fleetCall(ctx context.Context, r *fleetReplica, tenant string, hold time.Du
 	}
 	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
-	return fleetAnswer{code: resp.StatusCode, body: string(b), retryAfter: resp.Header.Get("Retry-After"), took: time.Since(start)}
+	return fleetAnswer{code: resp.StatusCode, body: string(b), retryAfter: resp.Header.Get("Retry-After"),
+		retryAfterMs: resp.Header.Get("Retry-After-Ms"), took: time.Since(start)}
 }
 
 // leases counts backend b1's leases in Redis.
@@ -593,4 +607,116 @@ func TestCapacityFleetRedisFull(t *testing.T) {
 	up.openGate("long")
 	answers(t, long, 1, 5*time.Second, "the long request")
 	testutil.Eventually(t, "every lease released", func() bool { return leases(t, rc) == 0 })
+}
+
+// retryAfterMs returns a refusal's Retry-After-Ms, failing the test on
+// anything but a 429 with one.
+func retryAfterMs(t *testing.T, a fleetAnswer, what string) time.Duration {
+	t.Helper()
+	ms, err := strconv.Atoi(a.retryAfterMs)
+	if a.code != http.StatusTooManyRequests || err != nil {
+		t.Fatalf("%s: %d %s, Retry-After-Ms %q; want a 429 with one", what, a.code, a.body, a.retryAfterMs)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// TestCapacityFleetRefusalsAreToldTheFleetsSpacing runs two replicas, fair
+// queuing off (a request finding no slot is refused at once, told when to
+// come back), on a backend of maxInFlight 4 whose requests take 1 s: b holds
+// 3 and a 1. A slot freed on either replica can go to a client of either,
+// so one frees every 1 s / 4 = 250 ms, and a refusal on either replica is
+// told about that. Before, each divided by its own count: a, with one
+// request, never half full by its own count, timed none and told the 50 ms
+// prior (openai-node, sleeping exactly retry-after-ms, spent its two
+// retries within 150 ms), and b told 1 s / 3.
+func TestCapacityFleetRefusalsAreToldTheFleetsSpacing(t *testing.T) {
+	const maxInFlight, took = 4, time.Second
+	rs, up := redistest.Start(t), newFleetBackend(t)
+	fleet := startCapacityFleetWith(t, rs, up.srv.URL, 2, maxInFlight, 10*time.Second, config.FailClosed,
+		func(c *config.Config) { c.FairQueuing.Enabled = false })
+	a, b := fleet[0], fleet[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// The slots' time held, learned by both replicas: 3 on b, then 1 on a.
+	timed := make(chan fleetAnswer, maxInFlight)
+	for range 3 {
+		go func() { timed <- fleetCall(ctx, b, "heavy", took, "") }()
+	}
+	testutil.Eventually(t, "b's 3 requests at the backend", func() bool { return up.cur.Load() == 3 })
+	go func() { timed <- fleetCall(ctx, a, "light", took, "") }()
+	for _, x := range answers(t, timed, maxInFlight, 10*time.Second, "the timed requests") {
+		if x.code != http.StatusOK {
+			t.Fatalf("a timed request: %d %s", x.code, x.body)
+		}
+	}
+
+	held := hold(t, ctx, up, b, "heavy", "g", 3, 3)
+	heldA := hold(t, ctx, up, a, "light", "g", 1, 4)
+	toldA := retryAfterMs(t, fleetCall(ctx, a, "other", 0, ""), "a refusal on a")
+	toldB := retryAfterMs(t, fleetCall(ctx, b, "other", 0, ""), "a refusal on b")
+	t.Logf("with the fleet's 4 slots of %v held (1 on a, 3 on b): a refusal on a told %v, on b %v", took, toldA, toldB)
+	// The slots measured 1 s and some milliseconds of the data plane's own
+	// (an EWMA of 1.2 s would be a loaded machine's): a quarter of that.
+	for _, c := range []struct {
+		who  string
+		told time.Duration
+	}{{"a", toldA}, {"b", toldB}} {
+		if c.told < took/maxInFlight || c.told > took*6/5/maxInFlight {
+			t.Errorf("a refusal on %s told %v; want about %v, the fleet's %d slots of %v", c.who, c.told, took/maxInFlight, maxInFlight, took)
+		}
+	}
+	up.openGate("g")
+	answers(t, held, 3, 5*time.Second, "b's held requests")
+	answers(t, heldA, 1, 5*time.Second, "a's held request")
+}
+
+// TestCapacityFleetRefusalInTheWarmUpIsToldItsEnd restarts redis-server
+// empty while the fleet is idle: the first acquire starts a warm-up of one
+// lease TTL (3 s) in which every acquire is refused. A refusal then is told
+// the time left of it, so a client that sleeps exactly retry-after-ms (as
+// OpenAI's do) is admitted at its first retry. Before, it was told the
+// release spacing (the 50 ms prior here), and with openai-node's two retries
+// 50 and 100 ms later it got a 429 in the end.
+func TestCapacityFleetRefusalInTheWarmUpIsToldItsEnd(t *testing.T) {
+	rs, up := redistest.Start(t), newFleetBackend(t)
+	fleet := startCapacityFleetWith(t, rs, up.srv.URL, 2, 2, 10*time.Second, config.FailClosed,
+		func(c *config.Config) { c.FairQueuing.Enabled = false })
+	a := fleet[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if x := fleetCall(ctx, a, "light", 0, ""); x.code != http.StatusOK {
+		t.Fatalf("before the restart: %d %s", x.code, x.body)
+	}
+	if err := rs.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var first fleetAnswer
+	testutil.EventuallyWithin(t, 10*time.Second, "a refusal of the warm-up (429)", func() bool {
+		first = fleetCall(ctx, a, "light", 0, "")
+		return first.code == http.StatusTooManyRequests
+	})
+	told := retryAfterMs(t, first, "a refusal in the warm-up")
+	var tries []string
+	ok := false
+	for range 2 { // openai-node's default retries
+		time.Sleep(told)
+		x := fleetCall(ctx, a, "light", 0, "")
+		tries = append(tries, fmt.Sprintf("%d after %v", x.code, told))
+		if x.code == http.StatusOK {
+			ok = true
+			break
+		}
+		told = retryAfterMs(t, x, "a refusal in the warm-up")
+	}
+	t.Logf("refused in the warm-up, told %s; retries: %v", first.retryAfterMs, tries)
+	if !ok {
+		t.Errorf("a client obeying retry-after-ms was refused on both its retries in the warm-up: told %s ms first, then %v", first.retryAfterMs, tries)
+	}
+	if told > 3*time.Second {
+		t.Errorf("told %v in a warm-up of 3 s", told)
+	}
 }

@@ -259,6 +259,9 @@ func New(o Options) *Tracker {
 	if fr, ok := o.Shared.(FleetRoom); ok {
 		fr.NotifyRoom(t.fleetRoom)
 	}
+	if fc, ok := o.Shared.(FleetCounts); ok {
+		fc.NotifyCounts(t.fleetCount)
+	}
 	return t
 }
 

@@ -31,6 +31,10 @@ import (
 // (see Tracker.ReleaseSpacing).
 const DefaultReleaseSpacing = 50 * time.Millisecond
 
+// fleetBusyLead is slotTimes.fleetBusy while the fleet is busy: more than
+// any limit, so every slot is timed.
+const fleetBusyLead = 1 << 40
+
 // durationWeight is the EWMA weight (1/8) of a released slot's duration.
 const durationWeight = 8
 
@@ -55,6 +59,92 @@ type slotTimes struct {
 	// either. Since then it has held at least half its slots and freed
 	// none.
 	quiet atomic.Int64
+	// fleet is the fleet's count of slots held on the backend as the
+	// Shared store last answered this replica (FleetCounts), or 0 when not
+	// known: no store, the store down or failing. fleetBusy is fleetBusyLead
+	// when that count was at least half of maxInFlight, else 0: timeAcquire
+	// subtracts it from the limit, which keeps it inlined.
+	fleet     atomic.Int64
+	fleetBusy atomic.Int64
+	// warmEnd is when, by the Tracker's clock in nanoseconds, the Shared
+	// store's warm-up, in which it refuses every acquire, was last said to
+	// end; 0 before any. warmTimer: a wake at that end is pending.
+	warmEnd   atomic.Int64
+	warmTimer atomic.Bool
+}
+
+// FleetCounts is implemented by a Shared that learns, with its answers,
+// how many slots the whole fleet holds on a backend (package redisslots:
+// the lease set's size, returned by the scripts an acquire, a release and a
+// renewal run anyway). New registers the Tracker with it. With it the
+// spacing of releases counts the fleet's slots, whose releases wake
+// waiters here too (FleetRoom), not only this replica's: with R replicas
+// sharing a backend evenly, this replica's count alone overstated the time
+// between releases R-fold.
+type FleetCounts interface {
+	// NotifyCounts sets the function told, after each answer of the store
+	// on backend, the slots held on it across the fleet (inFlight, -1 when
+	// not known: the store did not answer, is down, or is warming up), and
+	// how long from now the store still refuses every acquire (warm, 0
+	// when it does not). It is called on the acquiring and releasing
+	// goroutines and the Shared's own and must not block.
+	NotifyCounts(f func(backend string, inFlight int64, warm time.Duration))
+}
+
+// fleetCount records what the Shared store said of backend name
+// (FleetCounts). A warm-up's end wakes the backend's waiters: no release
+// announces it, and without the wake they would wait out their Retry-After.
+func (t *Tracker) fleetCount(name string, inFlight int64, warm time.Duration) {
+	b := t.current.Load().byName[name]
+	if b == nil {
+		return
+	}
+	b.times.fleet.Store(max(inFlight, 0))
+	var lead int64
+	if inFlight > 0 && busy(inFlight, b.max.Load()) {
+		lead = fleetBusyLead
+	}
+	b.times.fleetBusy.Store(lead)
+	if warm > 0 {
+		b.warmUntil(t.clk.Now().UnixNano() + int64(warm))
+	}
+}
+
+// warmUntil notes that the store refuses acquires on b until end (the
+// Tracker's clock, nanoseconds), and wakes b's waiters then, once per end:
+// the acquires refused in one warm-up all name about the same end.
+func (b *backend) warmUntil(end int64) {
+	for {
+		old := b.times.warmEnd.Load()
+		if end <= old || b.times.warmEnd.CompareAndSwap(old, end) {
+			break
+		}
+	}
+	if b.times.warmTimer.CompareAndSwap(false, true) {
+		b.wakeAtWarmEnd()
+	}
+}
+
+// wakeAtWarmEnd tells OnRoom of b when its warm-up ends, or sleeps again if
+// the end moved later meanwhile. A wake a little early (Redis's clock runs
+// the warm-up) is refused and names the end again. The timer's function
+// starts a goroutine because a fake clock runs it holding its lock, which
+// a reading of the clock would wait for.
+func (b *backend) wakeAtWarmEnd() {
+	d := b.times.warmEnd.Load() - b.t.clk.Now().UnixNano()
+	if d > 0 {
+		b.t.clk.AfterFunc(time.Duration(d), func() { go b.wakeAtWarmEnd() })
+		return
+	}
+	b.times.warmTimer.Store(false)
+	if b.retired.Load() {
+		return
+	}
+	b.roomed()
+	// An end named after the timer fired but before warmTimer cleared.
+	if b.times.warmEnd.Load() > b.t.clk.Now().UnixNano() && b.times.warmTimer.CompareAndSwap(false, true) {
+		b.wakeAtWarmEnd()
+	}
 }
 
 // busy reports whether count slots held are at least half of limit: the
@@ -62,20 +152,26 @@ type slotTimes struct {
 func busy(count, limit int64) bool { return 2*count >= limit }
 
 // timeAcquire stamps s, just taken on b as its count-th slot under limit,
-// with the time when b is busy, and notes b's reaching half full. The
-// check is inlined; only a busy backend pays a call and a clock reading.
+// with the time when b is busy, here or across the fleet (its count as the
+// shared store last said: this replica's slots are then a sample of the
+// fleet's durations, however few of them it holds), and notes b's reaching
+// half full here. The check is inlined; only a busy backend pays a call
+// and a clock reading. s.b must already be b (the call reads it from s,
+// one argument fewer: the inliner's budget).
 func (b *backend) timeAcquire(s *Slot, count, limit int64) {
 	s.stamp = 0
-	if busy(count, limit) {
-		b.stampBusy(s, count, limit)
+	if 2*count >= limit-b.times.fleetBusy.Load() {
+		s.stampBusy(count)
 	}
 }
 
-// stampBusy is timeAcquire past its inlined check.
-func (b *backend) stampBusy(s *Slot, count, limit int64) {
+// stampBusy is timeAcquire past its inlined check, on s.b.
+func (s *Slot) stampBusy(count int64) {
+	b := s.b
+	limit := b.limit()
 	now := b.t.clk.Now().UnixNano()
 	s.stamp = now
-	if !busy(count-1, limit) || b.times.quiet.Load() == 0 {
+	if busy(count, limit) && (!busy(count-1, limit) || b.times.quiet.Load() == 0) {
 		b.times.quiet.Store(now)
 	}
 }
@@ -138,6 +234,18 @@ func (s *Slot) Withdraw() { s.release(false) }
 // measured across all backends, took two releases to say anything, and
 // counted the idle time between two busy spells as a gap.
 //
+// With a Shared store that counts the fleet's slots (FleetCounts), n is
+// the fleet's count as the store last answered this replica (or this
+// replica's, when larger: it is live), since a slot freed on any replica
+// wakes waiters here; the mean time held is still this replica's own
+// timed slots, a fair sample of the fleet's (the same backend, the same
+// requests), timed while the backend is half full across the fleet. When
+// the store has not answered (down, failing, failing open) the local
+// count stands, as the local count decides the acquires then. While the
+// store is warming up (it refuses every acquire, see package redisslots)
+// the spacing is at least the time left of the warm-up: no slot frees
+// before, and a client told less retries into it.
+//
 // The slots in flight are evidence too. A backend that has held its busy
 // slots for L without freeing one frees them no faster than one per L/n:
 // the oldest has lasted at least L. Before its first release that is all
@@ -147,6 +255,9 @@ func (s *Slot) Withdraw() { s.release(false) }
 // to a backend that hangs, whose spacing then grows with the time it has
 // freed nothing and whose waiters are refused at arrival once that passes
 // their budget. Until L/n passes DefaultReleaseSpacing the prior stands.
+// L is this replica's slots' (it sees no other replica's releases but
+// while the backend is contended), and bounds the mean time held as the
+// timed slots do.
 //
 // The time to the next release is taken as the spacing, the mean residual
 // of releases at random. The ages of the slots could say more with few
@@ -158,7 +269,7 @@ func (s *Slot) Withdraw() { s.release(false) }
 // could have freed.
 func (t *Tracker) ReleaseSpacing(names []string) time.Duration {
 	snap := t.current.Load()
-	var now int64
+	var now, warm int64
 	var rate float64 // releases per nanosecond
 	for _, name := range names {
 		b := snap.byName[name]
@@ -169,18 +280,19 @@ func (t *Tracker) ReleaseSpacing(names []string) time.Duration {
 			now = t.clk.Now().UnixNano()
 		}
 		rate += 1 / float64(b.spacing(now))
+		warm = max(warm, b.times.warmEnd.Load()-now)
 	}
 	if rate == 0 {
 		return DefaultReleaseSpacing
 	}
-	return time.Duration(math.Round(1 / rate))
+	return max(time.Duration(math.Round(1/rate)), time.Duration(warm))
 }
 
 // spacing is b's own expected time between releases at now (see
 // ReleaseSpacing), in nanoseconds, at least 1.
 func (b *backend) spacing(now int64) int64 {
 	count := b.inFlight.Load()
-	n := max(count, 1)
+	n := max(count, b.times.fleet.Load(), 1)
 	s := int64(DefaultReleaseSpacing)
 	if held := b.times.held.Load(); held > 0 {
 		s = held / n

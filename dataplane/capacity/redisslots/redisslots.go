@@ -43,6 +43,17 @@ limitations under the License.
 // another as for a local release. A replica does not hear its own
 // releases, which its Tracker already reported.
 //
+// # The fleet's count
+//
+// The acquire, release and renewal scripts return the backend's lease
+// count, which they read anyway, and the Leases tell it to the Tracker
+// (capacity.FleetCounts): a waiter here wakes for a release anywhere, so
+// the time between releases it is told is the fleet's. No call is added;
+// a backend this replica holds or was refused on is recounted at least
+// every renewal period. When Redis fails, is marked down or is not the
+// store in force, the Tracker is told no count is known, and this
+// replica's own count, which then decides, stands.
+//
 // # Expiry bound
 //
 // A replica that crashes renews nothing more: its leases expire at most
@@ -62,7 +73,10 @@ limitations under the License.
 // expires and a beat every heartbeat sets to Redis's time; a missing
 // generation, or a beat older than the TTL less one renewal period, starts
 // a warm-up of one TTL from the first contact, in which acquires are
-// refused (Saturated). Within it every live replica renews, or its leases
+// refused (Saturated), each refusal telling the Tracker the time left of
+// it (capacity.FleetCounts), which is what waiters and refused clients are
+// told at least, and when the Tracker wakes its waiters, since no release
+// announces the end. Within it every live replica renews, or its leases
 // would have expired anyway. A Redis never used for leases warms up too,
 // at the first heartbeat after it appears, most likely before the first
 // request.
@@ -155,7 +169,8 @@ local warm = now < upto
 // ARGV[2] ms. A lease taken sets the beat if there is none yet, so that no
 // lease is ever in Redis without a beat to go stale (a replica's heartbeat
 // first beats up to a renewal period after its store appears). It returns
-// {1|0, count}.
+// {1|0, count, warm}: the leases held after it, and the milliseconds left
+// of a warm-up that refused it (0 when none did).
 //
 // KEYS[1] the backend's lease set; KEYS[2] its contended mark; KEYS[3] and
 // KEYS[4] the policy's lease generation and beat.
@@ -164,14 +179,15 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 if warm or n >= tonumber(ARGV[1]) then
   redis.call('SET', KEYS[2], '1', 'PX', 2 * ttl)
-  return {0, n}
+  if warm then return {0, n, upto - now} end
+  return {0, n, 0}
 end
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[3])
 redis.call('PEXPIRE', KEYS[1], 2 * ttl)
 if not beat then
   redis.call('SET', KEYS[4], now)
 end
-return {1, n + 1}
+return {1, n + 1, 0}
 `)
 
 // genScript is genLua, run by the heartbeat every renewal period: a Redis
@@ -195,7 +211,8 @@ return 1
 
 // releaseScript removes lease ARGV[1] and, while the backend is contended
 // (a replica was refused within two TTLs), publishes ARGV[3] on channel
-// ARGV[2] so that every replica's waiters hear of the room.
+// ARGV[2] so that every replica's waiters hear of the room. It returns the
+// leases left.
 //
 // KEYS[1] the backend's lease set; KEYS[2] its contended mark.
 var releaseScript = redis.NewScript(`
@@ -203,14 +220,15 @@ local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 if removed == 1 and redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
-return removed
+return redis.call('ZCARD', KEYS[1])
 `)
 
 // renewScript drops the expired leases, sets the leases ARGV[4..] to
 // expire ARGV[1] ms from now (adding those that expired), and, when it
 // dropped some while the backend is contended, publishes ARGV[3] on channel
 // ARGV[2]: a crashed replica's slots wake the fleet's waiters when they
-// expire. It returns 1 while the backend is contended, else 0.
+// expire. It returns {1 while the backend is contended else 0, the leases
+// held}.
 //
 // KEYS[1] the backend's lease set; KEYS[2] its contended mark.
 var renewScript = redis.NewScript(`
@@ -228,7 +246,7 @@ local contended = redis.call('EXISTS', KEYS[2])
 if expired > 0 and contended == 1 then
   redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
-return contended
+return {contended, redis.call('ZCARD', KEYS[1])}
 `)
 
 // Options configures Leases.
@@ -283,18 +301,70 @@ type Leases struct {
 	nstray  int
 	failing bool
 
-	renewals atomic.Uint64                // renewals the heartbeat has run, for tests
-	room     atomic.Pointer[func(string)] // as NotifyRoom set it; Options.OnRoom is told too
-	kick     chan struct{}                // NotifyRoom: subscribe now, not at the next tick
+	// told are the backends whose fleet count counts was told (NotifyCounts)
+	// since it was last told none was known; guarded by mu. anyTold: told
+	// is not empty, read without mu where the memory store decides.
+	told    map[string]struct{}
+	anyTold atomic.Bool
+
+	renewals atomic.Uint64                                      // renewals the heartbeat has run, for tests
+	room     atomic.Pointer[func(string)]                       // as NotifyRoom set it; Options.OnRoom is told too
+	counts   atomic.Pointer[func(string, int64, time.Duration)] // as NotifyCounts set it
+	kick     chan struct{}                                      // NotifyRoom: subscribe now, not at the next tick
 	stop     chan struct{}
 	done     chan struct{}
 	once     sync.Once
 }
 
 var (
-	_ capacity.Shared    = (*Leases)(nil)
-	_ capacity.FleetRoom = (*Leases)(nil)
+	_ capacity.Shared      = (*Leases)(nil)
+	_ capacity.FleetRoom   = (*Leases)(nil)
+	_ capacity.FleetCounts = (*Leases)(nil)
 )
+
+// NotifyCounts implements capacity.FleetCounts: f is told the lease set's
+// size that each acquire, release and renewal reads anyway (no call of its
+// own), -1 when Redis did not answer or is not used, and the time left of
+// a warm-up that refused an acquire.
+func (l *Leases) NotifyCounts(f func(backend string, inFlight int64, warm time.Duration)) {
+	if f == nil {
+		l.counts.Store(nil)
+	} else {
+		l.counts.Store(&f)
+	}
+}
+
+// tell tells NotifyCounts' function what Redis said of backend.
+func (l *Leases) tell(backend string, inFlight int64, warm time.Duration) {
+	f := l.counts.Load()
+	if f == nil {
+		return
+	}
+	if inFlight >= 0 {
+		l.mu.Lock()
+		l.told[backend] = struct{}{}
+		l.anyTold.Store(true)
+		l.mu.Unlock()
+	}
+	(*f)(backend, inFlight, warm)
+}
+
+// forget tells NotifyCounts' function that no fleet count is known, of
+// every backend it was told one of: Redis failed, is marked down, or is
+// not the store in force. The local count then stands, as it decides.
+func (l *Leases) forget() {
+	if !l.anyTold.Load() {
+		return
+	}
+	l.mu.Lock()
+	told := l.told
+	l.told = map[string]struct{}{}
+	l.anyTold.Store(false)
+	l.mu.Unlock()
+	for backend := range told {
+		l.tell(backend, -1, 0)
+	}
+}
 
 // NotifyRoom implements capacity.FleetRoom: f is told of room as
 // Options.OnRoom is (replacing the f of an earlier call), and the heartbeat
@@ -348,6 +418,7 @@ func New(o Options) (*Leases, error) {
 		live:    map[string]map[uint64]struct{}{},
 		refused: map[string]struct{}{},
 		stray:   map[string][]uint64{},
+		told:    map[string]struct{}{},
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -383,9 +454,11 @@ func (l *Leases) member(seq uint64) string { return l.prefix + strconv.FormatUin
 func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) capacity.Result {
 	st := l.o.Store()
 	if st == nil {
+		l.forget()
 		return capacity.Acquired // memory store: the local count decides
 	}
 	if !st.Up() {
+		l.forget()
 		return l.fallback(st, backend, limit, local, seq)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
@@ -394,8 +467,8 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 	member := l.member(seq)
 	res, err := acquireScript.Run(ctx, st.Client(), []string{key(st, backend), contendedKey(st, backend), genKey(st), beatKey(st)},
 		limit, l.o.TTL.Milliseconds(), member, member, l.staleBeat()).Int64Slice()
-	if err == nil && len(res) != 2 {
-		err = errors.New("the slot script answered " + strconv.Itoa(len(res)) + " values, want 2")
+	if err == nil && len(res) != 3 {
+		err = errors.New("the slot script answered " + strconv.Itoa(len(res)) + " values, want 3")
 	}
 	l.outcome(st, err)
 	if err != nil {
@@ -409,9 +482,17 @@ func (l *Leases) Acquire(backend string, limit int, local int64, seq uint64) cap
 		l.mu.Lock()
 		l.refused[backend] = struct{}{}
 		l.mu.Unlock()
+		if res[2] > 0 {
+			// Warming up: the set lacks leases not yet renewed, so its
+			// size says nothing yet.
+			l.tell(backend, -1, time.Duration(res[2])*time.Millisecond)
+		} else {
+			l.tell(backend, res[1], 0)
+		}
 		return capacity.Saturated
 	}
 	l.hold(backend, seq)
+	l.tell(backend, res[1], 0)
 	return capacity.Acquired
 }
 
@@ -495,12 +576,14 @@ func (l *Leases) Release(backend string, seq uint64) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
 	defer cancel()
-	err := releaseScript.Run(ctx, st.Client(), []string{key(st, backend), contendedKey(st, backend)},
-		l.member(seq), roomChannel(st), backend+"\x00"+l.prefix).Err()
+	n, err := releaseScript.Run(ctx, st.Client(), []string{key(st, backend), contendedKey(st, backend)},
+		l.member(seq), roomChannel(st), backend+"\x00"+l.prefix).Int64()
 	l.outcome(st, err)
 	if err != nil {
 		l.strayed(backend, seq)
+		return
 	}
+	l.tell(backend, n, 0)
 }
 
 // outcome reports a call's outcome to the store and logs when calls start
@@ -511,6 +594,9 @@ func (l *Leases) outcome(st *redisstore.Store, err error) {
 	was := l.failing
 	l.failing = err != nil
 	l.mu.Unlock()
+	if err != nil {
+		l.forget()
+	}
 	switch {
 	case err != nil && !was:
 		l.o.Logger.Info("capacity slot call to Redis failed; such acquires are decided by the failure mode and leases expire within the TTL",
@@ -659,14 +745,21 @@ func (l *Leases) renew() {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
-		contended, err := renewScript.Run(ctx, st.Client(), []string{key(st, b.backend), contendedKey(st, b.backend)}, b.args...).Int64()
+		res, err := renewScript.Run(ctx, st.Client(), []string{key(st, b.backend), contendedKey(st, b.backend)}, b.args...).Int64Slice()
 		cancel()
+		if err == nil && len(res) != 2 {
+			err = errors.New("the renewal script answered " + strconv.Itoa(len(res)) + " values, want 2")
+		}
 		l.outcome(st, err)
-		if err == nil && contended == 0 {
+		if err != nil {
+			continue
+		}
+		if res[0] == 0 {
 			l.mu.Lock()
 			delete(l.refused, b.backend)
 			l.mu.Unlock()
 		}
+		l.tell(b.backend, res[1], 0)
 	}
 }
 

@@ -217,3 +217,160 @@ func TestALeaseIsNeverInRedisWithoutABeat(t *testing.T) {
 		t.Fatalf("no beat beside the lease: %d, %v", n, err)
 	}
 }
+
+// timedReplica is a replica whose Tracker runs on a fake clock of its own,
+// so that the time its slots are held, and so the spacing of releases it
+// tells, is the test's to set; its Tracker's OnRoom (waking its fair queue
+// in a data plane) reports on trackerRooms.
+type timedReplica struct {
+	*replica
+	trClk        *clocktesting.FakeClock
+	trackerRooms chan string
+}
+
+func (f *fleet) timedReplica(name string, maxInFlight int, o Options) *timedReplica {
+	f.t.Helper()
+	o.Store = func() *redisstore.Store { return f.store }
+	o.Replica, o.Clock = name, clocktesting.NewFakeClock(time.Now())
+	l, err := New(o)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(l.Close)
+	r := &timedReplica{trClk: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), trackerRooms: make(chan string, 64)}
+	tr := capacity.New(capacity.Options{Shared: l, Clock: r.trClk, OnRoom: func(b string) {
+		select {
+		case r.trackerRooms <- b:
+		default:
+		}
+	}})
+	f.t.Cleanup(tr.Close)
+	if err := tr.Apply([]capacity.Backend{{Name: "vllm-a", MaxInFlight: int32(maxInFlight)}}, 0); err != nil {
+		f.t.Fatal(err)
+	}
+	r.replica = &replica{tr: tr, leases: l, clk: o.Clock.(*clocktesting.FakeClock)}
+	f.waitSubscribers(int64(f.replicas + 1))
+	f.replicas++
+	return r
+}
+
+// spacing is what r tells a request waiting for, or refused, a slot on
+// vllm-a.
+func (r *timedReplica) spacing() time.Duration { return r.tr.ReleaseSpacing([]string{"vllm-a"}) }
+
+// TestTheSpacingIsTheFleetsOnOneRedis: two replicas share a backend of
+// maxInFlight 8 on one redis-server, a holding 1 slot and b 3. A slot freed
+// on either wakes waiters on both (the room channel), so with slots held 1
+// s the fleet frees one every 1 s / 4 = 250 ms, and that is what each
+// replica tells. Before, a divided by its own count and told 1 s, four
+// times the truth (and b, 3 of 4, 333 ms): the replica with the fewest
+// requests, which routing sends the fewest of, was the most wrong. A
+// renewal brings a's count up to date with b's new slot (no call of its
+// own); with Redis gone the local count stands, as it decides then.
+func TestTheSpacingIsTheFleetsOnOneRedis(t *testing.T) {
+	f := newFleet(t)
+	f.liveElsewhere()
+	a, b := f.timedReplica("a", 8, Options{}), f.timedReplica("b", 8, Options{})
+	var a1, b1, b2, b3 capacity.Slot
+	for _, s := range []*capacity.Slot{&b1, &b2, &b3} {
+		if r := b.acquire(s); r != capacity.Acquired {
+			t.Fatalf("b: %v", r)
+		}
+	}
+	if r := a.acquire(&a1); r != capacity.Acquired { // the fleet's 4th of 8: timed
+		t.Fatalf("a: %v", r)
+	}
+	defer func() { a1.Release(); b1.Release(); b2.Release(); b3.Release() }()
+	a.trClk.Step(time.Second)
+	a1.Release() // held 1 s by a's clock
+	if r := a.acquire(&a1); r != capacity.Acquired {
+		t.Fatalf("a again: %v", r)
+	}
+	if got, want := a.spacing(), 250*time.Millisecond; got != want {
+		t.Errorf("a, holding 1 of the fleet's 4 slots of 1 s: spacing %v, want %v (1 s over 4)", got, want)
+	}
+
+	var b4 capacity.Slot
+	if r := b.acquire(&b4); r != capacity.Acquired { // 5 of 8
+		t.Fatalf("b's 4th: %v", r)
+	}
+	b.trClk.Step(time.Second)
+	b4.Release() // held 1 s by b's clock; 4 left
+	if got, want := b.spacing(), 250*time.Millisecond; got != want {
+		t.Errorf("b, holding 3 of the fleet's 4 slots of 1 s: spacing %v, want %v (1 s over 4)", got, want)
+	}
+	if r := b.acquire(&b4); r != capacity.Acquired {
+		t.Fatalf("b's 4th again: %v", r)
+	}
+	defer b4.Release()
+	a.renewNow(t, f)
+	if got, want := a.spacing(), 200*time.Millisecond; got != want {
+		t.Errorf("a after its renewal read the fleet's 5 slots: spacing %v, want %v (1 s over 5)", got, want)
+	}
+
+	if err := f.srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	var a2 capacity.Slot
+	if r := a.acquire(&a2); r != capacity.Unavailable {
+		a2.Release()
+		t.Fatalf("a with Redis gone, failing closed: %v, want unavailable", r)
+	}
+	if got, want := a.spacing(), time.Second; got != want {
+		t.Errorf("a with Redis gone: spacing %v, want %v (1 s over its own 1 slot)", got, want)
+	}
+}
+
+// TestARefusalInTheWarmUpIsToldTheWarmUpsEnd: Redis restarts empty, so the
+// lease generation is gone and the first acquire starts a warm-up of one
+// TTL (300 ms here) in which every acquire is refused. The refused replica
+// tells its waiters and refusals the time left of it, not the 50 ms prior
+// (a client told 50 ms retries into the warm-up and spends its retries),
+// and wakes its waiters when the warm-up ends, which no release announces
+// (without, they waited for their Retry-After bound); a slot is then free.
+func TestARefusalInTheWarmUpIsToldTheWarmUpsEnd(t *testing.T) {
+	f := newFleetFailing(t, redisstore.FailClosed)
+	f.liveElsewhere()
+	o := Options{RenewInterval: fast.RenewInterval, TTL: fast.TTL}
+	b := f.timedReplica("b", 2, o)
+	if err := f.srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.srv.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyWithin(t, 10*time.Second, "the store on Redis", func() bool {
+		return f.store.Up() && f.client.Ping(context.Background()).Err() == nil
+	})
+	var b1 capacity.Slot
+	if r := b.acquire(&b1); r != capacity.Saturated {
+		b1.Release()
+		t.Fatalf("b on a Redis that lost its leases: %v, want saturated (warming up)", r)
+	}
+	refused := time.Now()
+	// Told the warm-up's end (300 ms from its start, by Redis's clock in
+	// whole milliseconds); the prior would be 50 ms.
+	told := b.spacing()
+	if told < fast.TTL-50*time.Millisecond || told > fast.TTL {
+		t.Errorf("refused at the start of a %v warm-up: spacing %v, want %v less the milliseconds since it started", fast.TTL, told, fast.TTL)
+	}
+	select {
+	case <-b.trackerRooms:
+		t.Fatal("waiters woken before the warm-up's end")
+	default:
+	}
+	time.Sleep(told - time.Since(refused) + 20*time.Millisecond) // Redis's clock: the warm-up ends
+	b.trClk.Step(told)                                           // b's clock: the same
+	select {
+	case got := <-b.trackerRooms:
+		if got != "vllm-a" {
+			t.Fatalf("room on %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b's waiters were not woken at the warm-up's end within 10 s")
+	}
+	if r := b.acquire(&b1); r != capacity.Acquired {
+		t.Fatalf("b after the warm-up: %v, want acquired", r)
+	}
+	b1.Release()
+}
