@@ -20,9 +20,8 @@ const LimitTypeCapacity = capacity.LimitType
 // barging holds for slots as it does for tokens.
 const CapacityKind = uint8(limiter.NumDimensions)
 
-// CapacityKey is the fair-queue key of a wait for a slot on one set of
-// candidate backends. Every request of a config has the same candidates
-// (the whole pool), so there is one key.
+// CapacityKey is the fair-queue key of a wait for a slot. Every request's
+// candidates are the same (the pool in force), so there is one key.
 var CapacityKey = fairqueue.LimitKey{Kind: CapacityKind, Key: "backends"}
 
 // ErrCapacityUnavailable is the cause of a 503 when the fleet-wide slot
@@ -30,24 +29,19 @@ var CapacityKey = fairqueue.LimitKey{Kind: CapacityKind, Key: "backends"}
 var ErrCapacityUnavailable = errors.New("the fleet-wide backend slot count is unavailable")
 
 // Capacity is a request's part in capacity mode (SPEC 6b): the tracker that
-// counts slots and the backends it may go to, in the pool's weighted
-// round-robin order from Start. A nil Tracker means capacity mode is off.
+// counts slots, whose pool in force the request may go to, tried in the
+// pool's weighted round-robin order from Start. A nil Tracker means
+// capacity mode is off.
 type Capacity struct {
-	Tracker    *capacity.Tracker
-	Candidates []string
-	Start      int
+	Tracker *capacity.Tracker
+	Start   int
 }
 
-// Backend returns the name of the candidate the ticket's slot was taken for,
+// Backend returns the name of the backend the ticket's slot was taken for,
 // or "" when capacity mode is off or nothing was taken.
-func (t *Ticket) Backend() string {
-	if t.chosen <= 0 || t.chosen > len(t.r.Capacity.Candidates) {
-		return ""
-	}
-	return t.r.Capacity.Candidates[t.chosen-1]
-}
+func (t *Ticket) Backend() string { return t.backend }
 
-// spacing returns the expected time between the candidates' slots coming
+// spacing returns the expected time between the pool's slots coming
 // free, as the tracker knows it now (capacity.Tracker.ReleaseSpacing),
 // never below a millisecond. It is the grant spacing assumed before the
 // queue has measured its own, and the expected time until the next slot
@@ -56,7 +50,7 @@ func (t *Ticket) Backend() string {
 // capacity refusal's Retry-After count from. Asked only of a request that
 // found no room, so the fast path reads no clock for it.
 func (cp *Capacity) spacing() time.Duration {
-	return max(cp.Tracker.ReleaseSpacing(cp.Candidates), time.Millisecond)
+	return max(cp.Tracker.ReleaseSpacing(cp.Tracker.Pool()), time.Millisecond)
 }
 
 // takeSlot acquires a backend slot into t for an admitted request, after
@@ -71,10 +65,10 @@ func (c *Controller) takeSlot(ctx context.Context, arrival time.Time, t *Ticket,
 	tenant, used, queueable := c.settings().tenant(r.Identity)
 	claim := c.claim(r, tenant, queueable)
 	if !queueable || !c.queue.HasWaiters(CapacityKey) {
-		idx, res := cp.Tracker.AcquireAnyFor(&t.slot, claim, cp.Candidates, cp.Start)
+		name, res := cp.Tracker.AcquireAnyFor(&t.slot, claim, cp.Start)
 		switch res {
 		case capacity.Acquired, capacity.Untracked:
-			t.chosen = idx + 1
+			t.backend = name
 			return
 		case capacity.Unavailable:
 			c.giveBack(t)
@@ -132,15 +126,17 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 	// The attempt takes a slot of its own and captures it and chosen, not
 	// t, so that t stays off the heap on the fast path (escape analysis is
 	// per function). t holds it from now on, so every ending releases it.
-	slot, tracker, cands, start := new(capacity.Slot), cp.Tracker, cp.Candidates, cp.Start
+	// Each attempt tries the pool in force, so a reload during the wait
+	// sends the request to the backends it put in force.
+	slot, tracker, start := new(capacity.Slot), cp.Tracker, cp.Start
 	t.waited = slot
-	chosen := 0
+	chosen := ""
 	defer tracker.Waiting(claim)()
 	attempt := func() (bool, time.Duration, error) {
-		idx, res := tracker.AcquireAnyFor(slot, claim, cands, start)
+		name, res := tracker.AcquireAnyFor(slot, claim, start)
 		switch res {
 		case capacity.Acquired, capacity.Untracked:
-			chosen = idx + 1
+			chosen = name
 			return true, 0, nil
 		case capacity.Unavailable:
 			return false, 0, ErrCapacityUnavailable
@@ -180,7 +176,7 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 		Size:       1,
 		Attempt:    attempt,
 	})
-	t.chosen = chosen
+	t.backend = chosen
 	info := QueueInfo{Queued: true, TenantDimension: used, Reason: res.Reason, Position: res.Position,
 		Waited: res.Waited + dec.Queue.Waited, Estimate: res.Estimate + dec.Queue.Estimate, Band: c.bandName(res.Band)}
 	switch {
@@ -201,9 +197,9 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 		return out
 	case res.Reason == fairqueue.ReasonDisabled:
 		// Fair queuing was switched off meanwhile: answer as without it.
-		idx, got := cp.Tracker.AcquireAny(&t.slot, cp.Candidates, cp.Start)
+		name, got := cp.Tracker.AcquireAny(&t.slot, cp.Start)
 		if got.OK() {
-			t.chosen = idx + 1
+			t.backend = name
 			return *dec
 		}
 		c.giveBack(t)

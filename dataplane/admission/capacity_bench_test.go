@@ -24,7 +24,7 @@ func BenchmarkBeginCapacity(b *testing.B) {
 				if err := tr.Apply([]capacity.Backend{{Name: "a", MaxInFlight: 1 << 20}, {Name: "b", MaxInFlight: 1 << 20}}, 0); err != nil {
 					b.Fatal(err)
 				}
-				r.Capacity = Capacity{Tracker: tr, Candidates: []string{"a", "b"}}
+				r.Capacity = Capacity{Tracker: tr}
 			}
 			ctx := context.Background()
 			b.ReportAllocs()

@@ -40,7 +40,7 @@ func TestCapacityWaitChargesTheEstimatedTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := Request{Identity: alice, Model: "m", Reserver: reserverFunc(func() int64 { return 300 }),
-		Capacity: Capacity{Tracker: tr, Candidates: []string{"a"}}}
+		Capacity: Capacity{Tracker: tr}}
 
 	var first Ticket
 	if d := e.c.Begin(context.Background(), r, &first); !d.Allowed {

@@ -48,7 +48,7 @@ func TestCapacityLightTenantOverdraftsTheFloodsWindow(t *testing.T) {
 	if err := tr.Apply([]capacity.Backend{backend}, 0); err != nil {
 		t.Fatal(err)
 	}
-	heavy := Request{Identity: bob, Capacity: Capacity{Tracker: tr, Candidates: []string{"a"}}}
+	heavy := Request{Identity: bob, Capacity: Capacity{Tracker: tr}}
 	light := Request{Identity: alice, Capacity: heavy.Capacity}
 	ctx := context.Background()
 	var held []*Ticket

@@ -45,7 +45,7 @@ func oneSlot(t *testing.T, e *env) Capacity {
 	if err := tr.Apply([]capacity.Backend{{Name: "a", MaxInFlight: 1}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	return Capacity{Tracker: tr, Candidates: []string{"a"}}
+	return Capacity{Tracker: tr}
 }
 
 // capacityRefused returns rate_limit_fair_queue_refused_total summed over

@@ -51,11 +51,11 @@ type Ticket struct {
 	done, refunded atomic.Bool
 	// slot is the backend slot of capacity mode (capacity.go) when one was
 	// free at once, waited the one taken after a wait in the fair queue;
-	// Done and NoBackend release them. chosen is 1 + the index of the
-	// slot's candidate, 0 none.
-	slot   capacity.Slot
-	waited *capacity.Slot
-	chosen int
+	// Done and NoBackend release them. backend is the backend chosen (a
+	// slot's, or one without a capacity entry), "" none.
+	slot    capacity.Slot
+	waited  *capacity.Slot
+	backend string
 }
 
 // Begin decides r as Admit does and, when it is admitted, makes t the

@@ -192,10 +192,11 @@ type snapshot struct {
 	locking []*backend
 	// signals: some backend has saturation signals, so a Claim counts.
 	signals bool
-	// pool, when known (ApplyPool), names every backend of the config in
-	// force, with an entry or without. A candidate in neither it nor
-	// byName was removed by a reload the request waited through.
-	pool map[string]struct{}
+	// pool is every backend of the config in force, with an entry or
+	// without, in the order of the pool's weighted round-robin: the
+	// candidates of every request, so a request that waited through a
+	// reload goes to the backends in force, not those it arrived under.
+	pool []string
 	// removed holds the backends reloads removed while requests still held
 	// their slots, at most maxRemoved: one brought back before they end
 	// counts them in its in-flight count, so its maxInFlight still does.
@@ -314,14 +315,20 @@ func Validate(bs []Backend) error {
 // counted for the overdraft's shares (Options.MaxTenants); zero keeps the
 // bound. A lower bound counts no new tenant until enough entries leave. On
 // an error nothing changes.
-func (t *Tracker) Apply(bs []Backend, maxTenants int) error { return t.ApplyPool(bs, maxTenants, nil) }
+func (t *Tracker) Apply(bs []Backend, maxTenants int) error {
+	pool := make([]string, len(bs))
+	for i, b := range bs {
+		pool[i] = b.Name
+	}
+	return t.ApplyPool(bs, maxTenants, pool)
+}
 
 // ApplyPool is Apply for a config whose backends, with a capacity entry
-// or without, are pool. A request that waited through a reload still
-// lists the backends of the config it arrived under; AcquireAny then skips
-// one no longer in pool, instead of taking it as a backend without an
-// entry, which nothing bounds and the pool no longer has. A nil pool
-// leaves every backend without an entry untracked.
+// or without, are pool, in its weighted round-robin order. Every request's
+// candidates are the pool in force when it tries for a slot, so a reload
+// that replaces or adds backends reaches the requests waiting through it;
+// a backend of pool without an entry is untracked. The Tracker keeps pool
+// as given: the caller must not change it.
 func (t *Tracker) ApplyPool(bs []Backend, maxTenants int, pool []string) error {
 	if err := Validate(bs); err != nil {
 		return err
@@ -332,13 +339,7 @@ func (t *Tracker) ApplyPool(bs []Backend, maxTenants int, pool []string) error {
 		return ErrClosed
 	}
 	old := t.current.Load()
-	next := &snapshot{byName: make(map[string]*backend, len(bs)), order: make([]*backend, 0, len(bs))}
-	if pool != nil {
-		next.pool = make(map[string]struct{}, len(pool))
-		for _, name := range pool {
-			next.pool[name] = struct{}{}
-		}
-	}
+	next := &snapshot{byName: make(map[string]*backend, len(bs)), order: make([]*backend, 0, len(bs)), pool: pool}
 	var room []*backend
 	for _, cfg := range bs {
 		b := old.byName[cfg.Name]
@@ -398,6 +399,13 @@ func (t *Tracker) ApplyPool(bs []Backend, maxTenants int, pool []string) error {
 	t.current.Store(next)
 	for _, b := range room {
 		b.roomed()
+	}
+	// A backend new to the pool may have room for the waiters, who found
+	// full the backends they tried (an empty pool had none to try).
+	if o := t.opts.OnRoom; o != nil && len(old.pool) > 0 {
+		if i := slices.IndexFunc(pool, func(name string) bool { return !slices.Contains(old.pool, name) }); i >= 0 {
+			o(pool[i])
+		}
 	}
 	return nil
 }
@@ -502,56 +510,44 @@ func (t *Tracker) AcquireFor(s *Slot, c Claim, name string) Result {
 	return b.acquire(s, &c)
 }
 
-// AcquireAny tries candidates in order from start (wrapping round), as the
-// proxy's weighted round-robin orders them, and takes a slot on the first
-// with room. It returns the chosen index, or -1 with Saturated when every
-// candidate refused (Unavailable when one could not be decided and none
-// had room).
-func (t *Tracker) AcquireAny(s *Slot, candidates []string, start int) (int, Result) {
-	return t.AcquireAnyFor(s, Claim{}, candidates, start)
+// AcquireAny tries the backends of the pool in force in order from start
+// (wrapping round), as the proxy's weighted round-robin orders them, and
+// takes a slot on the first with room. It returns the chosen backend's
+// name, or "" with Saturated when every backend refused (Unavailable when
+// one could not be decided and none had room). A backend of the pool
+// without an entry is chosen Untracked.
+func (t *Tracker) AcquireAny(s *Slot, start int) (string, Result) {
+	return t.AcquireAnyFor(s, Claim{}, start)
 }
 
 // AcquireAnyFor is AcquireAny for a request of c (see AcquireFor).
-func (t *Tracker) AcquireAnyFor(s *Slot, c Claim, candidates []string, start int) (int, Result) {
-	n := len(candidates)
-	if n == 0 {
-		return -1, Saturated
-	}
+func (t *Tracker) AcquireAnyFor(s *Slot, c Claim, start int) (string, Result) {
 	if s.held.Load() {
 		s.Release()
 	}
 	snap := t.current.Load()
+	n := len(snap.pool)
 	worst := Saturated
-	gone, known := -1, false // the first candidate a reload removed; any not removed
 	for i := range n {
-		idx := (start + i) % n
-		b := snap.byName[candidates[idx]]
+		name := snap.pool[(start+i)%n]
+		b := snap.byName[name]
 		if b == nil {
-			if !snap.gone(candidates[idx]) {
-				return idx, Untracked
-			}
-			if gone < 0 {
-				gone = idx
-			}
-			continue
+			return name, Untracked
 		}
-		known = true
 		r := b.acquire(s, &c)
 		if r.OK() {
-			return idx, r
+			return name, r
 		}
 		if r == Unavailable {
 			worst = Unavailable
 		}
 	}
-	if !known {
-		// Every candidate is gone: the caller's backends in force answer
-		// (the pool has none of them), not a wait for slots that no
-		// release will free.
-		return gone, Untracked
-	}
-	return -1, worst
+	return "", worst
 }
+
+// Pool returns the backends of the pool in force (see ApplyPool); the
+// caller must not change it.
+func (t *Tracker) Pool() []string { return t.current.Load().pool }
 
 // keepCount keeps b, removed with slots in flight, for a reload that
 // brings it back: the new backend shares its count.
@@ -562,16 +558,6 @@ func (s *snapshot) keepCount(b *backend) {
 	if len(s.removed) < maxRemoved {
 		s.removed[b.name] = b
 	}
-}
-
-// gone reports whether a backend without an entry was removed from the
-// pool (known only after ApplyPool).
-func (s *snapshot) gone(name string) bool {
-	if s.pool == nil {
-		return false
-	}
-	_, ok := s.pool[name]
-	return !ok
 }
 
 // Claims reports whether a Claim can count: some backend has saturation

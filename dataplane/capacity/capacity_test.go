@@ -18,6 +18,7 @@ package capacity
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -205,33 +206,39 @@ func TestOnRoomWakesOnReleaseOfAFullOrRefusingBackendOnly(t *testing.T) {
 	}
 }
 
-func TestAcquireAnyTakesTheFirstCandidateWithRoomFromStart(t *testing.T) {
+func TestAcquireAnyTakesTheFirstBackendWithRoomFromStart(t *testing.T) {
 	tr := newTracker(t, Options{},
 		Backend{Name: "a", MaxInFlight: 1}, Backend{Name: "b", MaxInFlight: 1}, Backend{Name: "c", MaxInFlight: 1})
-	cands := []string{"a", "b", "c"}
 	var sb, s1, s2, s3 Slot
 	tr.Acquire(&sb, "b")
 	tests := []struct {
 		start int
 		slot  *Slot
-		want  int
+		want  string
 		res   Result
 	}{
-		{start: 1, slot: &s1, want: 2, res: Acquired}, // b full: c
-		{start: 1, slot: &s2, want: 0, res: Acquired}, // b, c full: wraps to a
-		{start: 0, slot: &s3, want: -1, res: Saturated},
+		{start: 1, slot: &s1, want: "c", res: Acquired}, // b full: c
+		{start: 4, slot: &s2, want: "a", res: Acquired}, // b, c full: wraps to a
+		{start: 0, slot: &s3, want: "", res: Saturated},
 	}
 	for _, tc := range tests {
-		i, r := tr.AcquireAny(tc.slot, cands, tc.start)
-		if i != tc.want || r != tc.res {
-			t.Fatalf("from %d: got %d %v, want %d %v", tc.start, i, r, tc.want, tc.res)
+		name, r := tr.AcquireAny(tc.slot, tc.start)
+		if name != tc.want || r != tc.res {
+			t.Fatalf("from %d: got %q %v, want %q %v", tc.start, name, r, tc.want, tc.res)
 		}
 	}
-	if i, r := tr.AcquireAny(&s3, []string{"a", "untracked"}, 0); i != 1 || r != Untracked {
-		t.Fatalf("an untracked candidate: %d %v", i, r)
+	// A backend of the pool without an entry is untracked.
+	if err := tr.ApplyPool([]Backend{{Name: "a", MaxInFlight: 1}}, 0, []string{"a", "untracked"}); err != nil {
+		t.Fatal(err)
 	}
-	if i, r := tr.AcquireAny(&s3, nil, 0); i != -1 || r != Saturated {
-		t.Fatalf("no candidates: %d %v", i, r)
+	if name, r := tr.AcquireAny(&s3, 0); name != "untracked" || r != Untracked {
+		t.Fatalf("a backend without an entry: %q %v", name, r)
+	}
+	if err := tr.ApplyPool(nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if name, r := tr.AcquireAny(&s3, 0); name != "" || r != Saturated {
+		t.Fatalf("an empty pool: %q %v", name, r)
 	}
 }
 
@@ -360,10 +367,22 @@ func TestSharedCountsDecideAndEachLeaseIsReleasedOnce(t *testing.T) {
 	if r := tr.Acquire(&s2, "a"); r != Unavailable || r.OK() {
 		t.Fatalf("store failing closed: %v", r)
 	}
-	if i, r := tr.AcquireAny(&s2, []string{"a"}, 0); i != -1 || r != Unavailable {
-		t.Fatalf("AcquireAny with the store failing closed: %d %v", i, r)
+	if name, r := tr.AcquireAny(&s2, 0); name != "" || r != Unavailable {
+		t.Fatalf("AcquireAny with the store failing closed: %q %v", name, r)
 	}
 	if n := inFlight(tr, "a"); n != 0 {
 		t.Fatalf("in flight after unavailable: %d", n)
 	}
+}
+
+func (r *rooms) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = nil
+}
+
+func (r *rooms) snapshot() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
 }

@@ -36,11 +36,13 @@ limitations under the License.
 // keeps its count (its requests are still in flight) and takes the new
 // maxInFlight at once; a removed backend's outstanding slots still release
 // into its old count, which a reload bringing the backend back before they
-// end takes up again, so its maxInFlight counts them. Pollers are restarted only
-// for backends whose saturation settings changed. Tracker.ApplyPool also
-// names the pool's backends, so that a request that waited through the
-// reload skips a candidate the reload removed instead of taking it as a
-// backend without an entry.
+// end takes up again, so its maxInFlight counts them. Pollers are restarted
+// only for backends whose saturation settings changed. Tracker.ApplyPool
+// also names the pool's backends, with a capacity entry or without: every
+// request's candidates are the pool in force when it tries for a slot, so a
+// request that waited through a reload goes to the backends the reload put
+// in force (a backend new to the pool wakes the waiters), never to one it
+// removed.
 //
 // # Window
 //

@@ -16,7 +16,10 @@ limitations under the License.
 
 package capacity
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // TestRemovingAFullBackendWakesItsWaiters: a reload that drops a backend's
 // capacity entry leaves nothing bounding it, so the waiters refused on it
@@ -44,47 +47,58 @@ func TestRemovingAFullBackendWakesItsWaiters(t *testing.T) {
 	held.Release() // into the old count, harmlessly
 }
 
-// TestAcquireAnySkipsBackendsAReloadRemoved: a request that waited through
-// a reload lists the backends of the config it arrived under. One the
-// reload removed from the pool is skipped, not taken as a backend without
-// an entry; a backend of the pool without an entry is still untracked; and
-// when every candidate is gone the caller's pool answers.
-func TestAcquireAnySkipsBackendsAReloadRemoved(t *testing.T) {
-	tr := newTracker(t, Options{}, Backend{Name: "a", MaxInFlight: 1}, Backend{Name: "b", MaxInFlight: 1})
-	var holdA, s Slot
-	if tr.Acquire(&holdA, "a") != Acquired {
-		t.Fatal("a: want a slot")
+// TestAcquireAnyGoesToThePoolInForce: a request that waits through a
+// reload tries the backends the reload put in force: never one it removed
+// (b, full or not), a backend it added (c) at once, and a backend of the
+// pool without an entry untracked. The added backend wakes the waiters,
+// who found full the backends they tried.
+func TestAcquireAnyGoesToThePoolInForce(t *testing.T) {
+	var r rooms
+	tr := newTracker(t, Options{OnRoom: r.on}, Backend{Name: "a", MaxInFlight: 1}, Backend{Name: "b", MaxInFlight: 1})
+	var holdA, holdB, s Slot
+	if tr.Acquire(&holdA, "a") != Acquired || tr.Acquire(&holdB, "b") != Acquired {
+		t.Fatal("want a and b held")
 	}
 	defer holdA.Release()
-	if err := tr.ApplyPool([]Backend{{Name: "a", MaxInFlight: 1}}, 0, []string{"a", "free"}); err != nil {
+	defer holdB.Release()
+	if name, got := tr.AcquireAny(&s, 0); name != "" || got != Saturated {
+		t.Fatalf("a and b full: %q %v, want saturated", name, got)
+	}
+	r.reset()
+	if err := tr.ApplyPool([]Backend{{Name: "a", MaxInFlight: 1}, {Name: "c", MaxInFlight: 1}}, 0, []string{"a", "c", "free"}); err != nil {
 		t.Fatal(err)
 	}
+	if calls := r.snapshot(); !slices.Contains(calls, "c") {
+		t.Errorf("OnRoom calls %q on a reload adding c, want c", calls)
+	}
 	tests := []struct {
-		name       string
-		candidates []string
-		start      int
-		idx        int
-		want       Result
+		name  string
+		start int
+		want  string
+		res   Result
 	}{
-		{"removed b skipped, a full", []string{"a", "b"}, 1, -1, Saturated},
-		{"a pool backend without an entry is untracked", []string{"b", "free"}, 0, 1, Untracked},
-		{"every candidate gone", []string{"b", "c"}, 1, 1, Untracked},
+		{"a full: the added c", 0, "c", Acquired},
+		{"a and c full: the pool backend without an entry", 1, "free", Untracked},
+		{"from free", 2, "free", Untracked},
 	}
+	var held []*Slot
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			idx, got := tr.AcquireAny(&s, tc.candidates, tc.start)
-			if idx != tc.idx || got != tc.want {
-				t.Errorf("AcquireAny = %d, %v; want %d, %v", idx, got, tc.idx, tc.want)
-			}
-			s.Release()
-		})
+		s := new(Slot)
+		name, got := tr.AcquireAny(s, tc.start)
+		if name != tc.want || got != tc.res {
+			t.Errorf("%s: AcquireAny = %q, %v; want %q, %v", tc.name, name, got, tc.want, tc.res)
+		}
+		held = append(held, s)
 	}
-	// Without the pool (Apply), a backend without an entry is untracked.
+	for _, s := range held {
+		s.Release()
+	}
+	// Apply names its backends as the pool.
 	if err := tr.Apply([]Backend{{Name: "a", MaxInFlight: 1}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if idx, got := tr.AcquireAny(&s, []string{"a", "b"}, 0); idx != 1 || got != Untracked {
-		t.Errorf("after Apply: %d, %v; want b untracked", idx, got)
+	if name, got := tr.AcquireAny(&s, 1); name != "" || got != Saturated {
+		t.Errorf("after Apply of a alone, full: %q, %v; want saturated", name, got)
 	}
 }
 

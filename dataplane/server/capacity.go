@@ -96,8 +96,7 @@ func (rt *runtime) capacityRequest(ar *admission.Request) {
 	if !rt.capacityOn {
 		return
 	}
-	ar.Capacity = admission.Capacity{Tracker: rt.capacity.tracker, Candidates: rt.backendNames,
-		Start: rt.pool.NextIndex()}
+	ar.Capacity = admission.Capacity{Tracker: rt.capacity.tracker, Start: rt.pool.NextIndex()}
 }
 
 // applyCapacity puts cfg's capacity in force: the tracker takes the new

@@ -117,6 +117,72 @@ func TestCapacityReloadRemovingABackendWhileRequestsHoldAndWait(t *testing.T) {
 	}
 }
 
+// TestCapacityAWaiterGoesToTheBackendsAReloadPutsInForce: one backend's
+// slot is held and a request waits for it when a reload changes the pool.
+// The waiter is not lost with the pool it arrived under: it is granted at
+// once, and answered, by the backend the reload put in force, whether the
+// reload replaced the backend (a rename or a new URL behind a new name) or
+// added one beside it. The holder still ends normally.
+func TestCapacityAWaiterGoesToTheBackendsAReloadPutsInForce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		keep bool // keep b1 beside the new backend
+	}{
+		{"replaced", false},
+		{"added", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f1, f3 := newHeldFake(t), newHeldFake(t)
+			hs := newHarness(t, http.NotFoundHandler(), func(c *config.Config) {
+				*c = *twoBackends(f1.url, "", false)
+			})
+			holder := hs.start(context.Background(), capBody, map[string]string{"X-User": "alice"})
+			select {
+			case <-f1.arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the holder did not reach b1")
+			}
+			waiter := hs.start(context.Background(), capBody, map[string]string{"X-User": "bob"})
+			hs.queued(1)
+
+			next := twoBackends(f1.url, "", false)
+			b3 := config.Backend{Name: "b3", URL: f3.url, Weight: 1}
+			c3 := config.BackendCapacity{Name: "b3", MaxInFlight: 1}
+			if tc.keep {
+				next.Backends = append(next.Backends, b3)
+				next.Capacity.Backends = append(next.Capacity.Backends, c3)
+			} else {
+				next.Backends = []config.Backend{b3}
+				next.Capacity.Backends = []config.BackendCapacity{c3}
+			}
+			if err := hs.srv.Load(next, "b3"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case who := <-f3.arrived:
+				if who != "bob" {
+					t.Errorf("%s reached b3, want the waiter", who)
+				}
+			case r := <-waiter:
+				t.Fatalf("the waiter was answered %d %s instead of going to b3", r.resp.StatusCode, r.body)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiter was not granted b3 after the reload")
+			}
+			f3.release <- struct{}{}
+			f1.release <- struct{}{}
+			for who, c := range map[string]<-chan result{"holder": holder, "waiter": waiter} {
+				if r := recvResult(t, c); r.err != nil || r.resp.StatusCode != http.StatusOK {
+					t.Errorf("%s: %+v, want 200", who, r)
+				}
+			}
+			hs.exactlyIdle("after the reload")
+			if p := f3.PeakInFlight(); p > 1 {
+				t.Errorf("b3 had %d at once, over its maxInFlight 1", p)
+			}
+		})
+	}
+}
+
 // TestCapacityBroughtBackByAReloadCountsTheRequestsStillHeld: a reload
 // turns capacity off while a request holds the one slot, and the next turns
 // it back on before that request ends. The backend's count still holds it:

@@ -44,8 +44,8 @@ type runtime struct {
 	modelTimeouts  map[string]time.Duration
 	// capacity is the server's capacity mode state (capacity.go), nil
 	// before any config had one; capacityOn says this config uses it.
-	// backendNames are the pool's backends in configured order, its
-	// candidates.
+	// backendNames are the pool's backends in configured order: the
+	// capacity tracker's pool, the candidates of every request.
 	capacity     *capacityState
 	capacityOn   bool
 	backendNames []string
@@ -80,8 +80,10 @@ func (s *Server) newRuntime(cfg *config.Config, prev *runtime, hasher *identity.
 		if err := capacity.Validate(capacityBackends(cfg.Capacity)); err != nil {
 			return nil, fmt.Errorf("capacity: %w", err)
 		}
-		rt.backendNames = pool.Names()
 	}
+	// With capacity off too: a request that waited for a slot through the
+	// reload that turned it off goes to these, untracked.
+	rt.backendNames = pool.Names()
 	if h := cfg.Timeouts.ClientDeadlineHeader; h != "" {
 		rt.deadlineHeader = http.CanonicalHeaderKey(h)
 	}
