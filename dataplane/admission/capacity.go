@@ -41,16 +41,17 @@ type Capacity struct {
 // or "" when capacity mode is off or nothing was taken.
 func (t *Ticket) Backend() string { return t.backend }
 
-// spacing returns the expected time between the pool's slots coming
-// free, as the tracker knows it now (capacity.Tracker.ReleaseSpacing),
-// never below a millisecond. It is the grant spacing assumed before the
-// queue has measured its own, and the expected time until the next slot
-// frees (the mean residual of releases that come at random), which a wait's
-// estimate, the arrival check against the request's budget and every
-// capacity refusal's Retry-After count from. Asked only of a request that
-// found no room, so the fast path reads no clock for it.
-func (cp *Capacity) spacing() time.Duration {
-	return max(cp.Tracker.ReleaseSpacing(cp.Tracker.Pool()), time.Millisecond)
+// release returns the expected time until the next of the pool's slots
+// frees, and the spacing of releases after it, as the tracker knows them
+// now (capacity.Tracker.NextRelease), never below a millisecond. The next
+// is when the first grant is expected; the spacing, the grant spacing
+// assumed before the queue has measured its own. A wait's estimate, the
+// arrival check against the request's budget and every capacity refusal's
+// Retry-After count from them. Asked only of a request that found no room,
+// so the fast path reads no clock for it.
+func (cp *Capacity) release() (next, spacing time.Duration) {
+	next, spacing = cp.Tracker.NextRelease(cp.Tracker.Pool())
+	return max(next, time.Millisecond), max(spacing, time.Millisecond)
 }
 
 // takeSlot acquires a backend slot into t for an admitted request, after
@@ -112,8 +113,9 @@ func (c *Controller) capacityRefusal(ctx context.Context, arrival time.Time, r *
 		reason = fairqueue.ReasonDisabled
 	}
 	band, _ := c.resolveBand(r)
+	next, spacing := r.Capacity.release()
 	retry := c.queue.Refuse(fairqueue.Request{Tenant: tenant, Dimension: string(s.TenantDimension), LimitType: LimitTypeCapacity,
-		Band: band, Deadline: budget(ctx, arrival, *r), FirstGrant: r.Capacity.spacing()}, reason)
+		Band: band, Deadline: budget(ctx, arrival, *r), FirstGrant: next, Interval: spacing}, reason)
 	return Decision{Status: StatusTooManyRequests, LimitType: LimitTypeCapacity, RetryAfter: retry}
 }
 
@@ -122,7 +124,7 @@ func (c *Controller) capacityRefusal(ctx context.Context, arrival time.Time, r *
 func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket, dec *Decision, tenant string, used identity.Dimension, claim capacity.Claim) Decision {
 	r := &t.r
 	cp := &r.Capacity
-	spacing := cp.spacing()
+	next, spacing := cp.release()
 	// The attempt takes a slot of its own and captures it and chosen, not
 	// t, so that t stays off the heap on the fast path (escape analysis is
 	// per function). t holds it from now on, so every ending releases it.
@@ -170,7 +172,7 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 		// Ready at once, so that a release grants it at once; expected to
 		// be granted when the next slot frees, the grants ahead after.
 		RetryAfter: 0,
-		FirstGrant: spacing,
+		FirstGrant: next,
 		Interval:   spacing,
 		Cost:       cost,
 		Size:       1,
@@ -203,11 +205,12 @@ func (c *Controller) waitSlot(ctx context.Context, arrival time.Time, t *Ticket,
 			return *dec
 		}
 		c.giveBack(t)
-		return Decision{Status: StatusTooManyRequests, LimitType: LimitTypeCapacity, RetryAfter: cp.spacing()}
+		next, _ := cp.release()
+		return Decision{Status: StatusTooManyRequests, LimitType: LimitTypeCapacity, RetryAfter: next}
 	}
 	c.giveBack(t)
 	d := Decision{Status: StatusTooManyRequests, LimitType: LimitTypeCapacity,
-		RetryAfter: max(res.RetryAfter, cp.spacing()), Queue: info}
+		RetryAfter: max(res.RetryAfter, next), Queue: info}
 	if res.Reason == fairqueue.ReasonShutdown {
 		d.Status = StatusServiceUnavailable
 		d.Err = errors.New("fair queue shut down while the request waited for backend capacity")

@@ -163,9 +163,10 @@ func TestTheReleaseSpacingCountsTheFleetsSlots(t *testing.T) {
 // (redisslots: after Redis lost its leases it refuses every acquire for one
 // lease TTL), no slot frees before its end, so a refusal told the release
 // spacing (50 ms here) has its client retry into the warm-up and spend its
-// retries (openai-node sleeps exactly retry-after-ms, twice). The spacing
-// told is at least the warm-up left; and at its end the backend's waiters
-// are woken, since no release announces it.
+// retries (openai-node sleeps exactly retry-after-ms, twice). The next
+// release is told at the warm-up's end, the releases after it one spacing
+// apart (not the warm-up again); and at its end the backend's waiters are
+// woken, since no release announces it.
 func TestARefusalInTheWarmUpIsToldItsEnd(t *testing.T) {
 	sh := &countingShared{fakeShared: fakeShared{held: map[uint64]bool{}}, warm: 3 * time.Second}
 	var rm rooms
@@ -175,19 +176,19 @@ func TestARefusalInTheWarmUpIsToldItsEnd(t *testing.T) {
 		t.Fatalf("in the warm-up: %v, want saturated", r)
 	}
 	names := []string{"a"}
-	if got := tr.ReleaseSpacing(names); got < 3*time.Second {
-		t.Errorf("refused at the start of a 3 s warm-up: spacing %v, want at least 3s", got)
+	if next, spacing := tr.NextRelease(names); next < 3*time.Second || spacing != DefaultReleaseSpacing {
+		t.Errorf("refused at the start of a 3 s warm-up: next release %v, spacing %v; want at least 3s, then the prior %v", next, spacing, DefaultReleaseSpacing)
 	}
 	clk.Step(time.Second)
-	if got := tr.ReleaseSpacing(names); got < 2*time.Second {
-		t.Errorf("1 s into a 3 s warm-up: spacing %v, want at least 2s", got)
+	if next, _ := tr.NextRelease(names); next < 2*time.Second {
+		t.Errorf("1 s into a 3 s warm-up: next release %v, want at least 2s", next)
 	}
 	sh.warm = 0
 	before := rm.count()
 	clk.Step(2 * time.Second)
 	testutil.Eventually(t, "the waiters woken at the warm-up's end", func() bool { return rm.count() > before })
-	if got := tr.ReleaseSpacing(names); got != DefaultReleaseSpacing {
-		t.Errorf("after the warm-up: spacing %v, want the prior %v", got, DefaultReleaseSpacing)
+	if next, _ := tr.NextRelease(names); next != DefaultReleaseSpacing {
+		t.Errorf("after the warm-up: next release %v, want the prior %v", next, DefaultReleaseSpacing)
 	}
 	acquire(t, tr, &s, "a")
 	s.Release()

@@ -243,8 +243,7 @@ func (s *Slot) Withdraw() { s.release(false) }
 // the store has not answered (down, failing, failing open) the local
 // count stands, as the local count decides the acquires then. While the
 // store is warming up (it refuses every acquire, see package redisslots)
-// the spacing is at least the time left of the warm-up: no slot frees
-// before, and a client told less retries into it.
+// the next release is no sooner than the warm-up's end (NextRelease).
 //
 // The slots in flight are evidence too. A backend that has held its busy
 // slots for L without freeing one frees them no faster than one per L/n:
@@ -268,6 +267,18 @@ func (s *Slot) Withdraw() { s.release(false) }
 // obeys a Retry-After counted from it does not come back before a slot
 // could have freed.
 func (t *Tracker) ReleaseSpacing(names []string) time.Duration {
+	_, spacing := t.NextRelease(names)
+	return spacing
+}
+
+// NextRelease returns the expected time until the next of the named
+// backends' slots frees, and the spacing of releases after it
+// (ReleaseSpacing). The next is the spacing, or the time left of the
+// shared store's warm-up when later: no slot frees before it ends, and a
+// client told less retries into it. Only the first release waits for the
+// warm-up's end: refusals and waiters after the first are told the
+// spacing on top of it, not the warm-up again.
+func (t *Tracker) NextRelease(names []string) (next, spacing time.Duration) {
 	snap := t.current.Load()
 	var now, warm int64
 	var rate float64 // releases per nanosecond
@@ -283,9 +294,10 @@ func (t *Tracker) ReleaseSpacing(names []string) time.Duration {
 		warm = max(warm, b.times.warmEnd.Load()-now)
 	}
 	if rate == 0 {
-		return DefaultReleaseSpacing
+		return DefaultReleaseSpacing, DefaultReleaseSpacing
 	}
-	return max(time.Duration(math.Round(1/rate)), time.Duration(warm))
+	spacing = time.Duration(math.Round(1 / rate))
+	return max(spacing, time.Duration(warm)), spacing
 }
 
 // spacing is b's own expected time between releases at now (see

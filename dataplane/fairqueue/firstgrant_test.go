@@ -201,3 +201,29 @@ func TestRefuseToldSuccessiveTimes(t *testing.T) {
 		}
 	}
 }
+
+// TestRefuseWithAFirstRoomLaterThanTheSpacing: when the limit has no room
+// for a while and then frees one every Interval (backend slots behind a
+// shared store warming up: none frees before its end, then they free at
+// the release spacing), refusals close together are told the first room,
+// then one Interval apart; not the first room again for each, which would
+// send the k-th client away k times as long as needed.
+func TestRefuseWithAFirstRoomLaterThanTheSpacing(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	q := New(clk, Bounds{MaxWait: time.Minute}, Weights{}, &refusalCounter{})
+	defer q.Close()
+	q.Disable()
+	const ms = time.Millisecond
+	r := Request{Dimension: "user", LimitType: "capacity", FirstGrant: 3000 * ms, Interval: 50 * ms}
+	for i, want := range []time.Duration{3000 * ms, 3050 * ms, 3100 * ms} {
+		if got := q.Refuse(r, ReasonDisabled); got != want {
+			t.Fatalf("refusal %d told %v, want %v", i+1, got, want)
+		}
+	}
+	// A second later the first room is 2 s away and the promises stand.
+	clk.Step(time.Second)
+	r.FirstGrant = 2000 * ms
+	if got := q.Refuse(r, ReasonDisabled); got != 2150*ms {
+		t.Errorf("refusal 4, a second later, told %v, want 2.15s", got)
+	}
+}

@@ -202,7 +202,8 @@ func (q *Queue) Wait(ctx context.Context, r Request) (Result, error) {
 // queue would have held it for had it a tenant or fair queuing been on (an
 // immediate 429 of capacity mode, SPEC 6b), with reason, and returns its
 // Retry-After. The larger of r.FirstGrant and r.RetryAfter is the expected
-// time until the limit has room; refusals close together are told
+// time until the limit has room, and r.Interval, when set, the time between
+// rooms after (else the first again); refusals close together are told
 // successive times, that far apart, so clients that obey them do not all
 // come back at once to find room for one. A time beyond the request's budget
 // (r.Deadline, and MaxWait from now) is cut to it, unless the time to room
@@ -212,8 +213,12 @@ func (q *Queue) Refuse(r Request, reason Reason) time.Duration {
 	defer q.mu.Unlock()
 	now := q.now()
 	q.refused(&r, reason)
-	step := max(int64(r.RetryAfter), int64(r.FirstGrant))
-	return time.Duration(q.s.refusedOutside(now, step, q.s.budget(now, q.toSched(r.Deadline))))
+	first := max(int64(r.RetryAfter), int64(r.FirstGrant))
+	step := first
+	if r.Interval > 0 {
+		step = int64(r.Interval)
+	}
+	return time.Duration(q.s.refusedOutside(now, first, step, q.s.budget(now, q.toSched(r.Deadline))))
 }
 
 // refused reports r, refused with reason without waiting, to the Observer

@@ -98,15 +98,16 @@ func (s *sched) refusalRetry(now int64, a *arrival, reason Reason, est int64) in
 }
 
 // refusedOutside returns the Retry-After of a request refused at now without
-// queuing (see Queue.Refuse), step being the expected time until its limit
-// has room: step after the latest time told such a refusal, or after now
-// when that has passed, so refusals close together are told successive
-// times. A time beyond budget is cut to it and promises nothing (the client
-// comes back before it); a step beyond budget is told as it is, never less.
-func (s *sched) refusedOutside(now, step, budget int64) int64 {
-	step = max(step, minRetry)
-	d := successive(&s.outside, now, now+step, step, budget)
-	return max(min(d, budget), step)
+// queuing (see Queue.Refuse), first being the expected time until its limit
+// has room and step the time between rooms after: first from now, or step
+// after the latest time told such a refusal when that is later, so
+// refusals close together are told successive times. A time beyond budget
+// is cut to it and promises nothing (the client comes back before it); a
+// first beyond budget is told as it is, never less.
+func (s *sched) refusedOutside(now, first, step, budget int64) int64 {
+	first, step = max(first, minRetry), max(step, minRetry)
+	d := successive(&s.outside, now, now+first, step, budget)
+	return max(min(d, budget), first)
 }
 
 // successive returns the time from now until at or, when later, step after

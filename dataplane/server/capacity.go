@@ -146,7 +146,8 @@ func (rt *runtime) pick(tk *admission.Ticket) (*proxy.Backend, time.Duration) {
 		if rt.capacity == nil {
 			return nil, capacity.DefaultReleaseSpacing
 		}
-		return nil, rt.capacity.tracker.ReleaseSpacing(rt.backendNames)
+		next, _ := rt.capacity.tracker.NextRelease(rt.backendNames)
+		return nil, next
 	}
 	if rt.take != nil {
 		if ok, retry := rt.take(name); !ok {

@@ -254,9 +254,12 @@ func (f *fleet) timedReplica(name string, maxInFlight int, o Options) *timedRepl
 	return r
 }
 
-// spacing is what r tells a request waiting for, or refused, a slot on
-// vllm-a.
-func (r *timedReplica) spacing() time.Duration { return r.tr.ReleaseSpacing([]string{"vllm-a"}) }
+// spacing is the time r tells a request waiting for, or refused, a slot
+// on vllm-a, until the next release.
+func (r *timedReplica) spacing() time.Duration {
+	next, _ := r.tr.NextRelease([]string{"vllm-a"})
+	return next
+}
 
 // TestTheSpacingIsTheFleetsOnOneRedis: two replicas share a backend of
 // maxInFlight 8 on one redis-server, a holding 1 slot and b 3. A slot freed
