@@ -83,7 +83,7 @@ func TestQueueRefusalRetryAfter(t *testing.T) {
 	var waiting []<-chan Decision
 	for i := range 8 {
 		waiting = append(waiting, e.admitAsync(context.Background(), tenant(i)))
-		testutil.Eventually(t, "the request to queue", func() bool { return e.depth() == i+1 })
+		testutil.Eventually(t, "the request to queue", func() bool { return e.depth() == i+1 && e.queue.Settled() })
 	}
 	// The last tenant's head is eighth in line: expected at the next token
 	// (125ms) plus seven more grants of 125ms.
@@ -101,6 +101,10 @@ func TestQueueRefusalRetryAfter(t *testing.T) {
 		t.Errorf("refusal quota = %+v, want the model bucket", got.Quota)
 	}
 	for i := range waiting {
+		// The other heads' attempts at this instant must be refused
+		// before the clock moves, or one of them could take the next
+		// token out of turn.
+		testutil.Eventually(t, "the queue to settle", e.queue.Settled)
 		e.clk.Step(125 * time.Millisecond)
 		if d := receive(t, waiting[i]); !d.Allowed {
 			t.Fatalf("waiter %d: %+v", i, d)

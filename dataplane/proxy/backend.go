@@ -127,7 +127,12 @@ func (b *Backend) answerError(rw *relayWriter, r *http.Request, err error) {
 		panic(http.ErrAbortHandler)
 	}
 	rw.restoreHeader()
-	rw.committed = true // the error answer goes straight to the client
+	// The error answer goes straight to the client. committed is written
+	// under mu, where cut reads it; finished makes a cut from here on
+	// leave the answer to go out rather than stop its writes.
+	rw.mu.Lock()
+	rw.committed, rw.finished = true, true
+	rw.mu.Unlock()
 	if b.errorHandler != nil {
 		b.errorHandler(rw.ResponseWriter, r, err)
 	} else {

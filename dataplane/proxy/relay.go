@@ -32,7 +32,8 @@ type relayWriter struct {
 	ended bool
 	// deadline: cut set a write deadline in the past.
 	deadline bool
-	// finished: the relay returned; a cut running late changes nothing.
+	// finished: the relay returned, or an error answer took its place; a
+	// cut running late changes nothing.
 	finished bool
 }
 

@@ -75,3 +75,30 @@ func TestForwardEndsWhenTheContextEndsUnderAClientThatDoesNotRead(t *testing.T) 
 		t.Fatal("Forward still blocked on a client that does not read after its context ended")
 	}
 }
+
+// TestErrorAnswerGoesOutWhenTheContextEndsDuringIt: a request's context may
+// end (its total timeout) while the answer to a failed upstream exchange is
+// written; cut, which stops writes to a relayed response, must leave that
+// answer to go out, or the client gets a dropped connection instead of its
+// error. Here cut runs inside the error handler, the interleaving a
+// concurrent cut can take.
+func TestErrorAnswerGoesOutWhenTheContextEndsDuringIt(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rw := newRelayWriter(w)
+		b := &Backend{name: "b", errorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
+			rw.cut() // the context ends now
+			w.WriteHeader(http.StatusGatewayTimeout)
+			_, _ = w.Write([]byte("timed out"))
+			// Sent now, as a larger answer would be, not at the
+			// handler's end after resumeWrites.
+			_ = http.NewResponseController(w).Flush()
+		}}
+		b.answerError(rw, r, context.DeadlineExceeded)
+		rw.resumeWrites()
+	}))
+	defer srv.Close()
+	resp, body, err := get(t, srv.URL)
+	if err != nil || resp.StatusCode != http.StatusGatewayTimeout || body != "timed out" {
+		t.Fatalf("status %d, body %q, read error %v; want the error answer 504 %q", resp.StatusCode, body, err, "timed out")
+	}
+}
