@@ -202,8 +202,8 @@ main(async () => ({
 `
 
 // hourPolicy is a per-model budget of 30 tokens an hour: after one call of
-// 27 tokens the next is refused for most of an hour, past the 60s up to
-// which both clients obey a Retry-After.
+// 27 tokens the next is refused for over half an hour (told about 2040s), past the
+// 60s up to which both clients obey a Retry-After.
 const hourPolicy = `apiVersion: fairqueue.dev/v1alpha1
 kind: FairQueuePolicy
 metadata: {name: hour, namespace: default}
@@ -295,7 +295,8 @@ const clientAnswer = "fair queue share token time every tenant gets its weight"
 func runClientTokens(t *testing.T, script string) tokenRun {
 	t.Helper()
 	node, modules := nodeClients(t)
-	up := httptest.NewServer(fakeupstream.New(fakeupstream.Options{CompletionFraction: 0.5}))
+	fake := fakeupstream.New(fakeupstream.Options{CompletionFraction: 0.5, Record: 32})
+	up := httptest.NewServer(fake)
 	defer up.Close()
 	dir := t.TempDir()
 	traffic := startPolicy(t, dir, "policy", tokenPolicy, up.URL)
@@ -306,6 +307,28 @@ func runClientTokens(t *testing.T, script string) tokenRun {
 	var got tokenRun
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("client output %q: %v", out, err)
+	}
+	// Whatever the client asked, the data plane asks upstream for a
+	// stream's usage (it counts the tokens): a client that did not ask and
+	// reports none had the usage chunk stripped, not never sent.
+	streams := 0
+	for _, r := range fake.Requests() {
+		var body struct {
+			Stream        bool `json:"stream"`
+			StreamOptions struct {
+				IncludeUsage bool `json:"include_usage"`
+			} `json:"stream_options"`
+		}
+		if err := json.Unmarshal(r.Body, &body); err != nil || !body.Stream {
+			continue
+		}
+		streams++
+		if !body.StreamOptions.IncludeUsage {
+			t.Errorf("the upstream got a stream without include_usage: %s", r.Body)
+		}
+	}
+	if streams != 2 {
+		t.Errorf("the upstream got %d streams, want the client's 2", streams)
 	}
 	return got
 }
@@ -425,7 +448,7 @@ func langChainHonours(_, s time.Duration) time.Duration { return max(s, time.Sec
 // TestAISDKClientWithTokenBudgets runs the AI SDK (generateText, streamText
 // through @ai-sdk/openai-compatible, default maxRetries 2) against token
 // budgets: completions and their usage, a refusal it must wait out, and one
-// for most of an hour, which it retries anyway.
+// for over half an hour, which it retries anyway.
 func TestAISDKClientWithTokenBudgets(t *testing.T) {
 	got := runClientTokens(t, aiSDKScript)
 	checkCompletions(t, got)
@@ -433,13 +456,13 @@ func TestAISDKClientWithTokenBudgets(t *testing.T) {
 	if got.First.Outcome != "ok" {
 		t.Fatalf("first call on the hourly budget: %s %v, want ok", got.First.Outcome, got.First.Error)
 	}
-	// Told to come back in most of an hour, over the 60s it honours, the AI
+	// Told to come back in over half an hour, over the 60s it honours, the AI
 	// SDK falls back to its backoff (2s, then 4s) and spends its retries on
 	// refusals.
 	long := got.Long
-	t.Logf("refused for most of an hour: %d attempts, gaps %v, error %v", len(long.Attempts), long.gaps(), long.Error)
+	t.Logf("refused for over half an hour: %d attempts, gaps %v, error %v", len(long.Attempts), long.gaps(), long.Error)
 	if long.Outcome != "error" || len(long.Attempts) != 3 {
-		t.Fatalf("refused for most of an hour: %s after %d attempts, want an error after 3", long.Outcome, len(long.Attempts))
+		t.Fatalf("refused for over half an hour: %s after %d attempts, want an error after 3", long.Outcome, len(long.Attempts))
 	}
 	for i, a := range long.Attempts {
 		if ms, _ := a.told(t); a.Status != 429 || ms < time.Minute {
@@ -468,7 +491,7 @@ func TestAISDKClientInCapacityMode(t *testing.T) {
 // TestLangChainClientWithTokenBudgets runs LangChain's ChatOpenAI (invoke,
 // stream; default maxRetries 6) against token budgets: completions and
 // their usage, a refusal it must wait out (it waits the whole-second
-// Retry-After), and one for most of an hour, which it surfaces at once.
+// Retry-After), and one for over half an hour, which it surfaces at once.
 func TestLangChainClientWithTokenBudgets(t *testing.T) {
 	got := runClientTokens(t, langChainScript)
 	checkCompletions(t, got)
@@ -479,9 +502,9 @@ func TestLangChainClientWithTokenBudgets(t *testing.T) {
 	// Told to come back in more than 60s, LangChain does not retry: it
 	// throws a RateLimitCapacityError carrying the time it was told.
 	long := got.Long
-	t.Logf("refused for most of an hour: %d attempts, error %v", len(long.Attempts), long.Error)
+	t.Logf("refused for over half an hour: %d attempts, error %v", len(long.Attempts), long.Error)
 	if long.Outcome != "error" || len(long.Attempts) != 1 || long.Attempts[0].Status != 429 {
-		t.Fatalf("refused for most of an hour: %s after attempts %+v, want an error after one 429", long.Outcome, long.Attempts)
+		t.Fatalf("refused for over half an hour: %s after attempts %+v, want an error after one 429", long.Outcome, long.Attempts)
 	}
 	ms, s := long.Attempts[0].told(t)
 	if e := long.Error; e["name"] != "RateLimitCapacityError" || e["status"] != 429.0 || e["rateLimitType"] != "capacity" ||
