@@ -45,7 +45,7 @@ func nodeClients(t *testing.T) (node, modules string) {
 // attempts. The scripts print one JSON document.
 const clientPrelude = `
 const t0 = Date.now();
-function logged(extra) {
+function logged() {
   const list = [];
   const f = async (url, init) => {
     const at = Date.now() - t0;
@@ -88,6 +88,7 @@ async function observe(log, fn) {
   return out;
 }
 const base = process.env.BASE_URL;
+const shortBase = process.env.SHORT_BASE_URL;
 const longBase = process.env.LONG_BASE_URL;
 const prompt = process.env.PROMPT;
 // alice holds the one slot of the capacity policy (through no client: the
@@ -154,7 +155,8 @@ main(async () => ({
   json: await generate({}, 20),
   stream: await stream({}),
   usageStream: await stream({ includeUsage: true }),
-  overBudget: await generate({}, 5000),
+  spend: await generate({ baseURL: shortBase }, 20),
+  overBudget: await generate({ baseURL: shortBase }, 20),
   first: await generate({ baseURL: longBase }, 20),
   long: await generate({ baseURL: longBase }, 20),
 }), async (headers) => generate({ headers }, 20)).catch((e) => { console.error(e); process.exit(1); });
@@ -195,15 +197,33 @@ main(async () => ({
   json: await invoke({}),
   stream: await stream({ streamUsage: false }),
   usageStream: await stream({}),
-  overBudget: await invoke({ maxTokens: 5000 }),
+  spend: await invoke({ baseURL: shortBase }),
+  overBudget: await invoke({ baseURL: shortBase }),
   first: await invoke({ baseURL: longBase }),
   long: await invoke({ baseURL: longBase }),
 }), async (headers) => invoke({}, headers)).catch((e) => { console.error(e); process.exit(1); });
 `
 
+// shortPolicy is a per-model budget of 30 tokens in 10s: after one call of
+// 27 tokens the next, reserving 34 (its prompt estimate and max_tokens 20),
+// is refused for some seconds (told 5.6s in a run), which both clients wait
+// out. Unlike a request over a large budget, its refusal does not hang on
+// how fast the calls before it ran.
+const shortPolicy = `apiVersion: fairqueue.dev/v1alpha1
+kind: FairQueuePolicy
+metadata: {name: short, namespace: default}
+spec:
+  backends: [{name: up, url: "http://upstream.invalid:8000"}]
+  deferredAdmission:
+    enabled: true
+    tokenLimits:
+      perModel: {tokens: 30, period: 10s}
+    bounds: {maxWait: 1s}
+`
+
 // hourPolicy is a per-model budget of 30 tokens an hour: after one call of
-// 27 tokens the next is refused for over half an hour (told about 2040s), past the
-// 60s up to which both clients obey a Retry-After.
+// 27 tokens the next is refused for over half an hour (told about 2040s),
+// past the 60s up to which both clients obey a Retry-After.
 const hourPolicy = `apiVersion: fairqueue.dev/v1alpha1
 kind: FairQueuePolicy
 metadata: {name: hour, namespace: default}
@@ -270,6 +290,7 @@ type tokenRun struct {
 	JSON        clientCall `json:"json"`
 	Stream      clientCall `json:"stream"`
 	UsageStream clientCall `json:"usageStream"`
+	Spend       clientCall `json:"spend"`
 	OverBudget  clientCall `json:"overBudget"`
 	First       clientCall `json:"first"`
 	Long        clientCall `json:"long"`
@@ -290,8 +311,8 @@ const clientPrompt = "Tell me about fair queuing."
 // max_tokens 20 each call asks for.
 const clientAnswer = "fair queue share token time every tenant gets its weight"
 
-// runClientTokens runs script's token scenario against tokenPolicy and
-// hourPolicy in front of a fake upstream answering half of max_tokens.
+// runClientTokens runs script's token scenario against tokenPolicy,
+// shortPolicy and hourPolicy in front of a fake upstream answering half of max_tokens.
 func runClientTokens(t *testing.T, script string) tokenRun {
 	t.Helper()
 	node, modules := nodeClients(t)
@@ -300,9 +321,10 @@ func runClientTokens(t *testing.T, script string) tokenRun {
 	defer up.Close()
 	dir := t.TempDir()
 	traffic := startPolicy(t, dir, "policy", tokenPolicy, up.URL)
+	short := startPolicy(t, dir, "short", shortPolicy, up.URL)
 	hour := startPolicy(t, dir, "hour", hourPolicy, up.URL)
 	out := runNode(t, node, modules, script, 2*time.Minute, "BASE_URL=http://"+traffic+"/v1",
-		"LONG_BASE_URL=http://"+hour+"/v1", "PROMPT="+clientPrompt, "SCENARIO=tokens")
+		"SHORT_BASE_URL=http://"+short+"/v1", "LONG_BASE_URL=http://"+hour+"/v1", "PROMPT="+clientPrompt, "SCENARIO=tokens")
 	t.Logf("client saw: %s", out)
 	var got tokenRun
 	if err := json.Unmarshal(out, &got); err != nil {
@@ -452,6 +474,9 @@ func langChainHonours(_, s time.Duration) time.Duration { return max(s, time.Sec
 func TestAISDKClientWithTokenBudgets(t *testing.T) {
 	got := runClientTokens(t, aiSDKScript)
 	checkCompletions(t, got)
+	if got.Spend.Outcome != "ok" {
+		t.Fatalf("first call on the 10s budget: %s %v, want ok", got.Spend.Outcome, got.Spend.Error)
+	}
 	checkObeyed(t, "over the budget", got.OverBudget, "model_tokens", aiSDKHonours)
 	if got.First.Outcome != "ok" {
 		t.Fatalf("first call on the hourly budget: %s %v, want ok", got.First.Outcome, got.First.Error)
@@ -495,6 +520,9 @@ func TestAISDKClientInCapacityMode(t *testing.T) {
 func TestLangChainClientWithTokenBudgets(t *testing.T) {
 	got := runClientTokens(t, langChainScript)
 	checkCompletions(t, got)
+	if got.Spend.Outcome != "ok" {
+		t.Fatalf("first call on the 10s budget: %s %v, want ok", got.Spend.Outcome, got.Spend.Error)
+	}
 	checkObeyed(t, "over the budget", got.OverBudget, "model_tokens", langChainHonours)
 	if got.First.Outcome != "ok" {
 		t.Fatalf("first call on the hourly budget: %s %v, want ok", got.First.Outcome, got.First.Error)
