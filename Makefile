@@ -11,6 +11,15 @@ VEGETA_VERSION ?= v12.13.0
 PROMETHEUS_VERSION ?= v0.316.0
 # The official OpenAI Node client, from the npm registry, for the real-client tests.
 OPENAI_NODE_VERSION ?= 6.49.0
+# The Vercel AI SDK and LangChain's OpenAI chat model, for the same tests: the
+# newest releases that still run on Node 20 (ai 7 and @langchain/openai 1.6
+# need Node 22). LangChain's own openai dependency is pinned to
+# OPENAI_NODE_VERSION, and zod (both peers) too, so an install is repeatable.
+AI_SDK_VERSION ?= 6.0.325
+AI_SDK_OPENAI_COMPATIBLE_VERSION ?= 2.0.92
+LANGCHAIN_OPENAI_VERSION ?= 1.5.8
+LANGCHAIN_CORE_VERSION ?= 1.4.0
+ZOD_VERSION ?= 4.6.7
 
 LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
@@ -18,6 +27,7 @@ GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 VEGETA ?= $(LOCALBIN)/vegeta
 PROMTOOL ?= $(LOCALBIN)/promtool
 OPENAI_NODE_DIR ?= $(LOCALBIN)/node-openai-$(OPENAI_NODE_VERSION)
+NODE_CLIENTS_DIR ?= $(LOCALBIN)/node-clients-ai$(AI_SDK_VERSION)-lc$(LANGCHAIN_OPENAI_VERSION)
 # envtest binaries (kube-apiserver, etcd, maybe kubectl) built from source by hack/envtest.sh.
 ENVTEST_DIR ?= $(LOCALBIN)/k8s
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(ENVTEST_DIR)/kubectl)
@@ -102,8 +112,9 @@ verify: manifests generate docs ## Fail when generated code, manifests, docs or 
 	@echo "verify: generated code, manifests and formatting are up to date"
 
 .PHONY: test
-test: vet envtest promtool openai-node ## Run all unit and envtest tests against a real API server (and the alerts' promtool tests, and the openai npm client's).
-	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) PROMTOOL=$(PROMTOOL) OPENAI_NODE_MODULES=$(OPENAI_NODE_DIR)/node_modules $(GO) test $(GOTEST_FLAGS) $(PKGS)
+test: vet envtest promtool openai-node node-clients ## Run all unit and envtest tests against a real API server (and the alerts' promtool tests, and the openai, AI SDK and LangChain npm clients').
+	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) PROMTOOL=$(PROMTOOL) OPENAI_NODE_MODULES=$(OPENAI_NODE_DIR)/node_modules \
+		NODE_CLIENTS_MODULES=$(NODE_CLIENTS_DIR)/node_modules $(GO) test $(GOTEST_FLAGS) $(PKGS)
 	@for m in $(TOOL_MODULES); do echo "$(GO) test ./... in $$m"; \
 		KUBEBUILDER_ASSETS=$(ENVTEST_DIR) PROMTOOL=$(PROMTOOL) $(GO) -C $$m test $(GOTEST_FLAGS) ./... || exit 1; done
 
@@ -230,6 +241,17 @@ openai-node: $(OPENAI_NODE_DIR)/node_modules/openai ## Install the openai npm pa
 $(OPENAI_NODE_DIR)/node_modules/openai: $(LOCALBIN)
 	mkdir -p $(OPENAI_NODE_DIR)
 	npm install --prefix $(OPENAI_NODE_DIR) --no-save --no-audit --no-fund --silent openai@$(OPENAI_NODE_VERSION)
+
+.PHONY: node-clients
+node-clients: $(NODE_CLIENTS_DIR)/node_modules/.installed ## Install the AI SDK (ai, @ai-sdk/openai-compatible) and LangChain (@langchain/openai, @langchain/core) npm packages, pinned above, into bin/ for the real-client tests.
+# The marker is written last, so an interrupted install is redone.
+$(NODE_CLIENTS_DIR)/node_modules/.installed: | $(LOCALBIN)
+	mkdir -p $(NODE_CLIENTS_DIR)
+	npm install --prefix $(NODE_CLIENTS_DIR) --no-save --no-audit --no-fund --silent \
+		ai@$(AI_SDK_VERSION) @ai-sdk/openai-compatible@$(AI_SDK_OPENAI_COMPATIBLE_VERSION) \
+		@langchain/openai@$(LANGCHAIN_OPENAI_VERSION) @langchain/core@$(LANGCHAIN_CORE_VERSION) \
+		openai@$(OPENAI_NODE_VERSION) zod@$(ZOD_VERSION)
+	touch $@
 
 .PHONY: promtool
 promtool: $(PROMTOOL) ## Build promtool (pinned by PROMETHEUS_VERSION) into bin/.

@@ -91,16 +91,27 @@ const messages = [{ role: 'user', content: 'Tell me about fair queuing.' }];
 // test when it is not set.
 func openaiNode(t *testing.T) (node, modules string) {
 	t.Helper()
-	modules = os.Getenv("OPENAI_NODE_MODULES")
+	return nodeModules(t, "OPENAI_NODE_MODULES", "openai-node", "openai")
+}
+
+// nodeModules returns node and the node_modules directory named by the
+// environment variable env, which `make test` sets after installing pkgs
+// there with the make target, skipping the test when env is not set (plain
+// `go test`).
+func nodeModules(t *testing.T, env, target string, pkgs ...string) (node, modules string) {
+	t.Helper()
+	modules = os.Getenv(env)
 	if modules == "" {
-		t.Skip("OPENAI_NODE_MODULES is not set; `make test` installs the openai npm package and sets it")
+		t.Skipf("%s is not set; `make test` installs the npm packages %v and sets it", env, pkgs)
 	}
-	if _, err := os.Stat(filepath.Join(modules, "openai")); err != nil {
-		t.Fatalf("OPENAI_NODE_MODULES=%s has no openai package (run `make openai-node`): %v", modules, err)
+	for _, pkg := range pkgs {
+		if _, err := os.Stat(filepath.Join(modules, pkg)); err != nil {
+			t.Fatalf("%s=%s has no %s package (run `make %s`): %v", env, modules, pkg, target, err)
+		}
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Fatalf("OPENAI_NODE_MODULES is set but node is not on PATH: %v", err)
+		t.Fatalf("%s is set but node is not on PATH: %v", env, err)
 	}
 	return node, modules
 }
@@ -118,8 +129,8 @@ func startPolicy(t *testing.T, dir, name, policy, upstream string) string {
 		"--hash-key-file", filepath.Join(dir, name+".key")})
 }
 
-// runNode runs script with node, the openai package on NODE_PATH and env,
-// within limit, and returns what it printed.
+// runNode runs script with node, modules on NODE_PATH and env, within
+// limit, and returns what it printed.
 func runNode(t *testing.T, node, modules, script string, limit time.Duration, env ...string) []byte {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "client.js")
@@ -136,7 +147,7 @@ func runNode(t *testing.T, node, modules, script string, limit time.Duration, en
 		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			stderr = ee.Stderr
 		}
-		t.Fatalf("openai client: %v\n%s\n%s", err, out, stderr)
+		t.Fatalf("node client script: %v\nstdout: %s\nstderr: %s", err, out, stderr)
 	}
 	return out
 }
