@@ -238,7 +238,7 @@ $(VEGETA): $(LOCALBIN)
 	$(call go-install-tool,$(VEGETA),github.com/tsenart/vegeta/v12,$(VEGETA_VERSION))
 .PHONY: openai-node
 openai-node: $(OPENAI_NODE_DIR)/node_modules/openai ## Install the openai npm package (pinned by OPENAI_NODE_VERSION) into bin/ for the real-client tests.
-$(OPENAI_NODE_DIR)/node_modules/openai: $(LOCALBIN)
+$(OPENAI_NODE_DIR)/node_modules/openai: | $(LOCALBIN)
 	mkdir -p $(OPENAI_NODE_DIR)
 	npm install --prefix $(OPENAI_NODE_DIR) --no-save --no-audit --no-fund --silent openai@$(OPENAI_NODE_VERSION)
 
