@@ -409,9 +409,9 @@ func Simulate(ctx context.Context, cfg *config.Config, key []byte, load *Load, o
 			}(a.tenant)
 			// One arrival at a time, so they reach the limiter in
 			// their (jittered) order, not in the order goroutines run.
-			settle(reg, &inServe, be)
+			settle(reg, &inServe, be, srv.Settled)
 		}
-		settle(reg, &inServe, be)
+		settle(reg, &inServe, be, srv.Settled)
 		if len(arrivals) == 0 && elapsed >= lc.Duration && inServe.Load() == 0 {
 			break
 		}
@@ -436,9 +436,11 @@ func Simulate(ctx context.Context, cfg *config.Config, key []byte, load *Load, o
 }
 
 // settle waits until every request in the server is parked: at the backend
-// or queued, with the same counts over several polls, and the backend
-// itself waits for the clock.
-func settle(reg *depthRegistry, inServe *atomic.Int64, be simBackend) {
+// or queued, with the same counts over several polls, the server's queues
+// have made every grant due now (queued), and the backend itself waits for
+// the clock. Counts alone can look still while a grant is on its way, and
+// a clock stepped then gives its token to whoever asks next.
+func settle(reg *depthRegistry, inServe *atomic.Int64, be simBackend, queued func() bool) {
 	stable := 0
 	var last [4]int64
 	for spins := 0; stable < 3; spins++ {
@@ -447,7 +449,7 @@ func settle(reg *depthRegistry, inServe *atomic.Int64, be simBackend) {
 			time.Sleep(20 * time.Microsecond)
 		}
 		cur := [4]int64{inServe.Load(), be.inFlight(), reg.queueDepth(), be.progress()}
-		if cur == last && cur[0] == cur[1]+cur[2] && be.parked() {
+		if cur == last && cur[0] == cur[1]+cur[2] && be.parked() && queued() {
 			stable++
 		} else {
 			stable = 0

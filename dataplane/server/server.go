@@ -296,6 +296,16 @@ func (s *Server) Load(cfg *config.Config, configHash string) error {
 // shutting down.
 func (s *Server) Ready() bool { return s.rt.Load() != nil && !s.draining.Load() }
 
+// Settled reports whether the admission queues have handled every event
+// due by the server's clock: no attempt runs and nothing is due before
+// their next wake-up (fairqueue.Queue.Settled). A driver of the server on a
+// fake clock (kubectl fairqueue simulate) polls it before stepping the
+// clock, so that a grant due now is made at now. Call it after Load.
+func (s *Server) Settled() bool {
+	fair, deferral := s.admit.Queues()
+	return fair.Settled() && deferral.Settled()
+}
+
 // ConfigHash returns the hash of the loaded config, or "" before Load.
 func (s *Server) ConfigHash() string {
 	if rt := s.rt.Load(); rt != nil {
