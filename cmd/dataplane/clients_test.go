@@ -18,6 +18,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"testing"
@@ -103,7 +105,11 @@ async function capacity(call) {
   // waits in the fair queue for it.
   const queued = await Promise.all(['carol', 'dave'].map((u) => call({ 'x-user': u })));
   const hold = asAlice();
-  await new Promise((r) => setTimeout(r, Number(process.env.DELAY_MS)));
+  // Until alice's request holds the slot at the upstream (bounded: the
+  // script's own limit ends it otherwise).
+  while ((await (await fetch(process.env.IN_FLIGHT_URL)).text()) !== '1') {
+    await new Promise((r) => setTimeout(r, 10));
+  }
   const refused = await call({});
   const h = await hold;
   await h.text();
@@ -416,11 +422,18 @@ func checkObeyed(t *testing.T, name string, call clientCall, limitType string, h
 func runClientCapacity(t *testing.T, script string, latency time.Duration) capacityRun {
 	t.Helper()
 	node, modules := nodeClients(t)
-	up := httptest.NewServer(fakeupstream.New(fakeupstream.Options{Latency: latency}))
+	fake := fakeupstream.New(fakeupstream.Options{Latency: latency})
+	up := httptest.NewServer(fake)
 	defer up.Close()
+	// The script asks how many requests the upstream holds, to send its
+	// refused request once alice's holds the slot, not after a guess.
+	inFlight := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, fake.InFlight())
+	}))
+	defer inFlight.Close()
 	traffic := startPolicy(t, t.TempDir(), "cap", capacityPolicy, up.URL)
 	out := runNode(t, node, modules, script, 2*time.Minute,
-		"BASE_URL=http://"+traffic+"/v1", "PROMPT="+clientPrompt, "SCENARIO=capacity", "DELAY_MS=200")
+		"BASE_URL=http://"+traffic+"/v1", "PROMPT="+clientPrompt, "SCENARIO=capacity", "IN_FLIGHT_URL="+inFlight.URL)
 	t.Logf("client saw: %s", out)
 	var got capacityRun
 	if err := json.Unmarshal(out, &got); err != nil {
