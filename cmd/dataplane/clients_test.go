@@ -428,7 +428,7 @@ func runClientCapacity(t *testing.T, script string, latency time.Duration) capac
 	// The script asks how many requests the upstream holds, to send its
 	// refused request once alice's holds the slot, not after a guess.
 	inFlight := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprint(w, fake.InFlight())
+		_, _ = fmt.Fprint(w, fake.InFlight())
 	}))
 	defer inFlight.Close()
 	traffic := startPolicy(t, t.TempDir(), "cap", capacityPolicy, up.URL)
