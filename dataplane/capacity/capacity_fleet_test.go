@@ -133,7 +133,7 @@ func TestTheReleaseSpacingCountsTheFleetsSlots(t *testing.T) {
 	s2.Release() // held 1 s
 	acquire(t, tr, &s2, "a")
 	names := []string{"a"}
-	if got, want := tr.ReleaseSpacing(names), 100*time.Millisecond; got != want {
+	if got, want := spacingOf(tr, names), 100*time.Millisecond; got != want {
 		t.Errorf("2 of the fleet's 10 slots, held 1 s each: spacing %v, want %v (1 s over 10)", got, want)
 	}
 
@@ -144,7 +144,7 @@ func TestTheReleaseSpacingCountsTheFleetsSlots(t *testing.T) {
 	if r := tr.Acquire(&s3, "a"); r != Saturated {
 		t.Fatalf("fleet at maxInFlight: %v", r)
 	}
-	if got, want := tr.ReleaseSpacing(names), 25*time.Millisecond; got != want {
+	if got, want := spacingOf(tr, names), 25*time.Millisecond; got != want {
 		t.Errorf("2 of the fleet's 40 slots: spacing %v, want %v", got, want)
 	}
 
@@ -154,7 +154,7 @@ func TestTheReleaseSpacingCountsTheFleetsSlots(t *testing.T) {
 	sh.down = true
 	s1.Release()
 	acquire(t, tr, &s1, "a") // the store did not count it: the local count decides
-	if got, want := tr.ReleaseSpacing(names), 500*time.Millisecond; got != want {
+	if got, want := spacingOf(tr, names), 500*time.Millisecond; got != want {
 		t.Errorf("the store not answering: spacing %v, want %v (1 s over this replica's 2 slots)", got, want)
 	}
 }
@@ -192,4 +192,10 @@ func TestARefusalInTheWarmUpIsToldItsEnd(t *testing.T) {
 	}
 	acquire(t, tr, &s, "a")
 	s.Release()
+}
+
+// spacingOf is tr's spacing of releases on names (Tracker.NextRelease).
+func spacingOf(tr *Tracker, names []string) time.Duration {
+	_, spacing := tr.NextRelease(names)
+	return spacing
 }

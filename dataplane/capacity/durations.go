@@ -28,7 +28,7 @@ import (
 // their number. It is a prior, not a measurement, kept short so that a
 // request that would fit its budget is not refused at arrival on a guess:
 // the backend's own slots replace it within the first request's duration
-// (see Tracker.ReleaseSpacing).
+// (see Tracker.NextRelease).
 const DefaultReleaseSpacing = 50 * time.Millisecond
 
 // fleetBusyLead is slotTimes.fleetBusy while the fleet is busy: more than
@@ -218,13 +218,18 @@ func (b *backend) limit() int64 {
 // nothing about how long the backend takes.
 func (s *Slot) Withdraw() { s.release(false) }
 
-// ReleaseSpacing returns the expected time between slots coming free on
-// the named backends together (names without a capacity entry are
-// skipped; none at all gives DefaultReleaseSpacing), at the Tracker's
-// clock now. It is what a request waiting for a slot counts its wait in,
-// and what a capacity refusal's Retry-After is told: the time to the next
-// release of slots freeing at random, and so successive refusals one
-// spacing apart.
+// NextRelease returns the expected time until the next of the named
+// backends' slots frees, and the spacing of releases after it: the
+// expected time between slots coming free on them together (names without
+// a capacity entry are skipped; none at all gives DefaultReleaseSpacing
+// for both), at the Tracker's clock now. They are what a request waiting
+// for a slot counts its wait in, and what a capacity refusal's Retry-After
+// is told: the time to the next release of slots freeing at random, and
+// successive refusals one spacing apart. The next is the spacing, or the
+// time left of the shared store's warm-up when later: no slot frees before
+// it ends, and a client told less retries into it. Only the first release
+// waits for the warm-up's end: refusals and waiters after it are told the
+// spacing on top of it, not the warm-up again.
 //
 // Each backend frees its n slots in flight at n per mean time a slot is
 // held (the EWMA of its timed slots): that is right from its first
@@ -266,18 +271,6 @@ func (s *Slot) Withdraw() { s.release(false) }
 // than the time to the oldest slot's expected end, so a client that
 // obeys a Retry-After counted from it does not come back before a slot
 // could have freed.
-func (t *Tracker) ReleaseSpacing(names []string) time.Duration {
-	_, spacing := t.NextRelease(names)
-	return spacing
-}
-
-// NextRelease returns the expected time until the next of the named
-// backends' slots frees, and the spacing of releases after it
-// (ReleaseSpacing). The next is the spacing, or the time left of the
-// shared store's warm-up when later: no slot frees before it ends, and a
-// client told less retries into it. Only the first release waits for the
-// warm-up's end: refusals and waiters after the first are told the
-// spacing on top of it, not the warm-up again.
 func (t *Tracker) NextRelease(names []string) (next, spacing time.Duration) {
 	snap := t.current.Load()
 	var now, warm int64
@@ -301,7 +294,7 @@ func (t *Tracker) NextRelease(names []string) (next, spacing time.Duration) {
 }
 
 // spacing is b's own expected time between releases at now (see
-// ReleaseSpacing), in nanoseconds, at least 1.
+// NextRelease), in nanoseconds, at least 1.
 func (b *backend) spacing(now int64) int64 {
 	count := b.inFlight.Load()
 	n := max(count, b.times.fleet.Load(), 1)

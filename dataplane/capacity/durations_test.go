@@ -141,8 +141,8 @@ func TestReleaseSpacingFollowsTheSlotsHeld(t *testing.T) {
 			if names == nil {
 				names = []string{"a"}
 			}
-			if got := tr.ReleaseSpacing(names); got != tc.want {
-				t.Errorf("ReleaseSpacing(%v) = %v, want %v", names, got, tc.want)
+			if _, got := tr.NextRelease(names); got != tc.want {
+				t.Errorf("NextRelease(%v) spacing = %v, want %v", names, got, tc.want)
 			}
 		})
 	}

@@ -54,7 +54,7 @@ func (s *Server) capacityFor(cfg *config.Config) *capacityState {
 
 // onRoom wakes the runner without blocking (capacity.Options.OnRoom). The
 // tracker itself times the slots that waits and refusals are told about
-// (capacity.Tracker.ReleaseSpacing).
+// (capacity.Tracker.NextRelease).
 func (cs *capacityState) onRoom() func(string) {
 	return func(string) {
 		select {
